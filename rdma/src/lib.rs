@@ -1,0 +1,24 @@
+//! # dmkit-rdma: the verbs API
+//!
+//! Index code is written once against [`Verbs`] and runs unchanged in the simulator
+//! (`dmkit-sim`), under the model checkers (`dmkit-verify`) and on ConnectX hardware.
+//!
+//! - [`RemoteAddr`]: `[region: 1 | node: 15 | offset: 48]`.
+//! - [`Buf`]: owned buffers; a posted verb always executes.
+//! - [`Verbs`]: READ, WRITE, CAS, FAA, masked CAS/FAA, doorbell batches, unsignaled batches and
+//!   two-sided `call`, with the memory model written on the trait.
+//! - [`Caps`]: what a backend can do; [`emulate`] gives masked atomics where it cannot.
+//! - [`alloc`]: the memory node's chunk allocator, reached by `call`.
+
+mod addr;
+pub mod alloc;
+pub mod atomics;
+mod buf;
+pub mod emulate;
+mod error;
+mod verbs;
+
+pub use addr::{NodeId, Region, RemoteAddr};
+pub use buf::Buf;
+pub use error::VerbsError;
+pub use verbs::{Caps, MaskedAtomics, Op, Request, Response, Verbs, validate_batch};

@@ -1,0 +1,194 @@
+//! Simulation configuration: topology, memory-model switches, faults.
+
+use crate::profile::Profile;
+use dmkit_rdma::MaskedAtomics;
+use dmkit_rdma::alloc::ReuseMode;
+use std::fmt;
+
+/// The memory-model switches of DESIGN.md §1. Defaults are the weakest behaviour the hardware
+/// may show; a protocol must be correct under them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryModel {
+    /// RMWs are atomic with respect to WRITEs and local stores too (default false: an RMW is a
+    /// read-and-compare step and a write step, and a WRITE may land between them).
+    pub rmw_atomic_with_writes: bool,
+    /// The unit a READ or WRITE is atomic within: 64 (default) or 8.
+    pub atomicity_bytes: u32,
+    /// READs sample their units in ascending address order (default false: any order).
+    pub read_units_ascending: bool,
+    /// WRITEs place their units in any order (default false: ascending).
+    pub write_units_arbitrary: bool,
+    /// A later READ on a QP may sample before an earlier RMW of that QP completes (default
+    /// false: the ordering table's "RMW → READ: sees the RMW").
+    pub rmw_then_read_unordered: bool,
+}
+
+impl Default for MemoryModel {
+    fn default() -> Self {
+        MemoryModel {
+            rmw_atomic_with_writes: false,
+            atomicity_bytes: 64,
+            read_units_ascending: false,
+            write_units_arbitrary: false,
+            rmw_then_read_unordered: false,
+        }
+    }
+}
+
+/// How many nodes of each kind. Memory nodes get ids `0..memory_nodes`, compute nodes follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Topology {
+    pub memory_nodes: u16,
+    pub compute_nodes: u16,
+    /// Host bytes at the bottom of every memory node that the allocator never hands out
+    /// (superblocks at fixed addresses live there, and offset 0 stays the null pointer).
+    pub reserved_bytes: u64,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Topology { memory_nodes: 1, compute_nodes: 1, reserved_bytes: 1 << 20 }
+    }
+}
+
+/// Extra delay added to a verb's trip to the responder. It never reorders a QP: a delayed verb
+/// also delays the verbs posted after it on the same QP.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExtraDelay {
+    /// Chance that a verb is delayed.
+    pub probability: f64,
+    /// Largest delay; each delayed verb draws uniformly from `1..=max_ns`.
+    pub max_ns: u64,
+}
+
+/// Maximal tearing in timed runs: every READ and WRITE that spans several atomicity units is
+/// split into one step per unit, each at an independent random time within `window_ns` of the
+/// memory access (in the order the memory-model switches allow), and two-step RMWs spread the
+/// same way when `rmw_atomic_with_writes` is false. Chooser runs always split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tearing {
+    pub window_ns: u64,
+}
+
+/// A memory node stops at `at_ns` (its memory and allocator state are lost) and, if
+/// `restart_at_ns` is set, comes back empty then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeCrash {
+    pub node: u16,
+    pub at_ns: u64,
+    pub restart_at_ns: Option<u64>,
+}
+
+/// A client's task is dropped at the first step boundary at or after `at_ns`. Verbs it posted
+/// still land, and whatever it held (remote locks) stays held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientCrash {
+    pub client: u32,
+    pub at_ns: u64,
+}
+
+/// A memory node serves verbs `factor` times slower during `[from_ns, to_ns)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Slowdown {
+    pub node: u16,
+    pub from_ns: u64,
+    pub to_ns: u64,
+    pub factor: f64,
+}
+
+/// Every fault mode; all seeded, all counted in [`crate::FaultCounters`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Faults {
+    pub extra_delay: Option<ExtraDelay>,
+    pub tearing: Option<Tearing>,
+    pub client_crashes: Vec<ClientCrash>,
+    pub node_crashes: Vec<NodeCrash>,
+    pub slowdowns: Vec<Slowdown>,
+}
+
+/// Everything a simulation needs besides the tasks it runs.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub profile: Profile,
+    pub topology: Topology,
+    pub memory_model: MemoryModel,
+    pub faults: Faults,
+    pub seed: u64,
+    /// Native (ConnectX) or emulated masked atomics, as a backend's `Caps` reports.
+    pub masked_atomics: MaskedAtomics,
+    pub allocator_reuse: ReuseMode,
+    /// Keep one line per executed step (see [`crate::Sim::take_trace`]).
+    pub trace: bool,
+    /// Stop with [`crate::SimError::StepLimit`] after this many steps.
+    pub step_limit: Option<u64>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            profile: Profile::default_profile(),
+            topology: Topology::default(),
+            memory_model: MemoryModel::default(),
+            faults: Faults::default(),
+            seed: 0,
+            masked_atomics: MaskedAtomics::Native,
+            allocator_reuse: ReuseMode::Fifo,
+            trace: false,
+            step_limit: None,
+        }
+    }
+}
+
+/// A configuration the simulator refuses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bad simulation config: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl SimConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let t = &self.topology;
+        let err = |m: String| Err(ConfigError(m));
+        if t.memory_nodes == 0 {
+            return err("at least one memory node is needed".into());
+        }
+        if t.compute_nodes == 0 {
+            return err("at least one compute node is needed".into());
+        }
+        if t.memory_nodes as u32 + t.compute_nodes as u32 > dmkit_rdma::NodeId::MAX as u32 {
+            return err(format!("at most {} nodes fit in a remote address", dmkit_rdma::NodeId::MAX));
+        }
+        if t.reserved_bytes > self.profile.host_memory_bytes {
+            return err("reserved bytes exceed the memory node's host memory".into());
+        }
+        if ![8, 64].contains(&self.memory_model.atomicity_bytes) {
+            return err(format!("atomicity_bytes must be 8 or 64, got {}", self.memory_model.atomicity_bytes));
+        }
+        let f = &self.faults;
+        if let Some(d) = f.extra_delay {
+            if !(0.0..=1.0).contains(&d.probability) || d.max_ns == 0 {
+                return err("extra delay needs a probability in [0, 1] and max_ns > 0".into());
+            }
+        }
+        for c in &f.node_crashes {
+            if c.node >= t.memory_nodes {
+                return err(format!("node crash names node {}, but memory nodes are 0..{}", c.node, t.memory_nodes));
+            }
+            if c.restart_at_ns.is_some_and(|r| r <= c.at_ns) {
+                return err(format!("node {} restarts before it crashes", c.node));
+            }
+        }
+        for s in &f.slowdowns {
+            if s.node >= t.memory_nodes || !(s.factor.is_finite() && s.factor >= 1.0) || s.to_ns <= s.from_ns {
+                return err(format!("bad slowdown {s:?}: needs a memory node, factor >= 1 and from < to"));
+            }
+        }
+        Ok(())
+    }
+}

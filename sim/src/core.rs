@@ -1,0 +1,1175 @@
+//! The simulator's state and its step handlers: the verb pipeline, the memory model, RPCs and
+//! faults. Single-threaded; the executor in `exec.rs` owns the tasks and calls in here.
+//!
+//! A verb's life, in steps:
+//! 1. **post** (no step): requester-side stages are computed at issue time from the compute
+//!    node NIC's next-free time; the verb joins its QP's in-transit queue.
+//! 2. **Arrive**: the responder NIC serves verbs in arrival order (IOPS and inbound bandwidth),
+//!    then PCIe, device memory or the atomic unit; this fixes when memory may be touched. The
+//!    verb joins the QP's responder queue and starts once the ordering table allows.
+//! 3. **Unit** (one per atomicity unit when split, else one for the whole verb), or
+//!    **RmwRead** + **RmwWrite**: memory is sampled or changed at the responder's virtual time.
+//! 4. **Complete**: once a batch's verbs and every earlier verb of its QP are done, the response
+//!    crosses back and the completion is delivered.
+
+use crate::config::{MemoryModel, SimConfig};
+use crate::memory::{FixedMap, SparseMemory};
+use crate::nic::{PS_PER_NS, Server, StageCosts};
+use crate::profile::rdma_op::Kind;
+use crate::sched::{Actor, Step, StepInfo, StepKind, StepQueue, WHOLE};
+use crate::stats::{FaultCounters, NodeStats, Stats, VerbKind};
+use dmkit_rdma::alloc::{AllocRequest, ChunkAllocator};
+use dmkit_rdma::{MaskedAtomics, NodeId, Op, Region, RemoteAddr, Request, Response, VerbsError, validate_batch};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::VecDeque;
+
+pub(crate) type TaskId = u32;
+
+/// A slab with deterministic slot reuse.
+#[derive(Debug)]
+pub(crate) struct Slab<T> {
+    items: Vec<Option<T>>,
+    free: Vec<u32>,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Slab { items: Vec::new(), free: Vec::new() }
+    }
+}
+
+impl<T> Slab<T> {
+    pub(crate) fn insert(&mut self, item: T) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i as usize] = Some(item);
+                i
+            }
+            None => {
+                self.items.push(Some(item));
+                (self.items.len() - 1) as u32
+            }
+        }
+    }
+    pub(crate) fn remove(&mut self, i: u32) -> T {
+        let item = self.items[i as usize].take().expect("slab slot is live");
+        self.free.push(i);
+        item
+    }
+    pub(crate) fn get(&self, i: u32) -> Option<&T> {
+        self.items.get(i as usize).and_then(Option::as_ref)
+    }
+    pub(crate) fn get_mut(&mut self, i: u32) -> Option<&mut T> {
+        self.items.get_mut(i as usize).and_then(Option::as_mut)
+    }
+    pub(crate) fn live(&self) -> usize {
+        self.items.len() - self.free.len()
+    }
+}
+
+impl<T> std::ops::Index<u32> for Slab<T> {
+    type Output = T;
+    fn index(&self, i: u32) -> &T {
+        self.get(i).expect("slab slot is live")
+    }
+}
+
+impl<T> std::ops::IndexMut<u32> for Slab<T> {
+    fn index_mut(&mut self, i: u32) -> &mut T {
+        self.get_mut(i).expect("slab slot is live")
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    InTransit,
+    /// At the responder, waiting for the ordering rules (or the RMW address lock).
+    Waiting,
+    Running,
+    Done,
+}
+
+#[derive(Debug)]
+struct Verb {
+    batch: u32,
+    qp: u32,
+    addr: RemoteAddr,
+    op: Op,
+    fence: bool,
+    kind: Kind,
+    arrive_ps: u64,
+    exec_ps: u64,
+    node_epoch: u64,
+    phase: Phase,
+    /// Unit steps still to run; the next one for ascending order.
+    units_left: u32,
+    next_unit: u32,
+    failed: bool,
+    rmw_old: u64,
+    rmw_new: u64,
+    resp_ps: u64,
+}
+
+#[derive(Debug)]
+pub(crate) enum Outcome<T> {
+    Pending,
+    Ready(Result<T, VerbsError>),
+    /// The future was dropped: discard the result when it comes.
+    Abandoned,
+}
+
+#[derive(Debug)]
+struct Batch {
+    verbs: Vec<u32>,
+    pending: u32,
+    signaled: bool,
+    resp_ps_max: u64,
+    waiter: Option<TaskId>,
+    outcome: Outcome<Vec<Response>>,
+}
+
+#[derive(Debug)]
+struct Rpc {
+    client: u32,
+    node: NodeId,
+    service: u16,
+    request: Vec<u8>,
+    node_epoch: u64,
+    waiter: Option<TaskId>,
+    result: Option<Result<Vec<u8>, VerbsError>>,
+    outcome: Outcome<Vec<u8>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Timer {
+    pub(crate) fired: bool,
+    pub(crate) abandoned: bool,
+    pub(crate) waiter: Option<TaskId>,
+}
+
+#[derive(Debug, Default)]
+struct Qp {
+    in_transit: VecDeque<u32>,
+    last_arrive_ps: u64,
+    at_responder: VecDeque<u32>,
+    outstanding: VecDeque<u32>,
+    last_completion_ps: u64,
+}
+
+#[derive(Debug)]
+struct MemoryNode {
+    host: SparseMemory,
+    device: SparseMemory,
+    up: bool,
+    epoch: u64,
+    slowdown: f64,
+    rx: Server,
+    tx: Server,
+    pcie: Server,
+    atomic: Server,
+    rpc_cpu: Server,
+    /// Per-address next-free time of the atomic unit (ps), pruned when stale.
+    atomic_addr_free: FixedMap<u64, u64>,
+    /// Two-step RMWs in flight per address, with the RMWs queued behind them.
+    rmw_locks: FixedMap<u64, VecDeque<u32>>,
+    allocator: ChunkAllocator,
+    stats: NodeStats,
+}
+
+#[derive(Debug, Default)]
+struct ComputeNic {
+    tx: Server,
+    rx: Server,
+}
+
+#[derive(Debug)]
+pub(crate) struct ClientInfo {
+    pub(crate) compute_node: u16,
+    pub(crate) task: Option<TaskId>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum FaultEvent {
+    CrashClient(u32),
+    CrashNode(u16),
+    RestartNode(u16),
+    SlowStart(u16, f64),
+    SlowEnd(u16),
+}
+
+pub(crate) struct Core {
+    pub(crate) cfg: SimConfig,
+    pub(crate) costs: StageCosts,
+    pub(crate) now_ns: u64,
+    seq: u64,
+    pub(crate) queue: StepQueue,
+    verbs: Slab<Verb>,
+    batches: Slab<Batch>,
+    rpcs: Slab<Rpc>,
+    pub(crate) timers: Slab<Timer>,
+    qps: Vec<Qp>,
+    nodes: Vec<MemoryNode>,
+    compute_nics: Vec<ComputeNic>,
+    pub(crate) clients: Vec<ClientInfo>,
+    faults: Vec<FaultEvent>,
+    /// Tasks to poll, and whether each is already queued.
+    pub(crate) ready: VecDeque<TaskId>,
+    pub(crate) queued: Vec<bool>,
+    pub(crate) current_task: Option<TaskId>,
+    /// Tasks a fault has crashed; the executor drops them.
+    pub(crate) crashed_tasks: Vec<TaskId>,
+    rng: ChaCha8Rng,
+    split_units: bool,
+    split_rmw: bool,
+    pub(crate) steps: u64,
+    verbs_posted: u64,
+    batches_posted: u64,
+    calls_posted: u64,
+    pub(crate) fault_counters: FaultCounters,
+    trace_hash: u64,
+    pub(crate) trace: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Core(t={}ns, {} steps, {:?})", self.now_ns, self.steps, self.queue)
+    }
+}
+
+fn ns_of(ps: u64) -> u64 {
+    ps.div_ceil(PS_PER_NS)
+}
+
+fn mix(h: u64, x: u64) -> u64 {
+    (h ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(23)
+}
+
+fn kind_of(op: &Op) -> Kind {
+    match op {
+        Op::Read(_) => Kind::Read,
+        Op::Write(_) => Kind::Write,
+        _ => Kind::Rmw,
+    }
+}
+
+impl Core {
+    pub(crate) fn new(cfg: SimConfig, queue: StepQueue) -> Core {
+        let costs = StageCosts::new(&cfg.profile);
+        let t = cfg.topology;
+        let nodes = (0..t.memory_nodes)
+            .map(|n| MemoryNode {
+                host: SparseMemory::new(),
+                device: SparseMemory::new(),
+                up: true,
+                epoch: 0,
+                slowdown: 1.0,
+                rx: Server::default(),
+                tx: Server::default(),
+                pcie: Server::default(),
+                atomic: Server::default(),
+                rpc_cpu: Server::default(),
+                atomic_addr_free: FixedMap::default(),
+                rmw_locks: FixedMap::default(),
+                allocator: ChunkAllocator::new(
+                    NodeId(n),
+                    t.reserved_bytes,
+                    cfg.profile.host_memory_bytes,
+                    cfg.allocator_reuse,
+                ),
+                stats: NodeStats::default(),
+            })
+            .collect();
+        let chosen = queue.is_chosen();
+        let tearing = cfg.faults.tearing.is_some();
+        let mut core = Core {
+            costs,
+            now_ns: 0,
+            seq: 0,
+            queue,
+            verbs: Slab::default(),
+            batches: Slab::default(),
+            rpcs: Slab::default(),
+            timers: Slab::default(),
+            qps: Vec::new(),
+            nodes,
+            compute_nics: (0..t.compute_nodes).map(|_| ComputeNic::default()).collect(),
+            clients: Vec::new(),
+            faults: Vec::new(),
+            ready: VecDeque::new(),
+            queued: Vec::new(),
+            current_task: None,
+            crashed_tasks: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_fa_0175),
+            split_units: chosen || tearing,
+            split_rmw: (chosen || tearing) && !cfg.memory_model.rmw_atomic_with_writes,
+            steps: 0,
+            verbs_posted: 0,
+            batches_posted: 0,
+            calls_posted: 0,
+            fault_counters: FaultCounters::default(),
+            trace_hash: 0xcbf2_9ce4_8422_2325,
+            trace: cfg.trace.then(Vec::new),
+            cfg,
+        };
+        let f = core.cfg.faults.clone();
+        for c in &f.client_crashes {
+            core.schedule_fault(c.at_ns, FaultEvent::CrashClient(c.client));
+        }
+        for c in &f.node_crashes {
+            core.schedule_fault(c.at_ns, FaultEvent::CrashNode(c.node));
+            if let Some(r) = c.restart_at_ns {
+                core.schedule_fault(r, FaultEvent::RestartNode(c.node));
+            }
+        }
+        for s in &f.slowdowns {
+            core.schedule_fault(s.from_ns, FaultEvent::SlowStart(s.node, s.factor));
+            core.schedule_fault(s.to_ns, FaultEvent::SlowEnd(s.node));
+        }
+        core
+    }
+
+    fn mm(&self) -> &MemoryModel {
+        &self.cfg.memory_model
+    }
+
+    fn schedule_fault(&mut self, at_ns: u64, event: FaultEvent) {
+        self.faults.push(event);
+        let index = (self.faults.len() - 1) as u32;
+        self.schedule(at_ns, StepKind::Fault(index));
+    }
+
+    pub(crate) fn schedule(&mut self, time_ns: u64, kind: StepKind) {
+        self.seq += 1;
+        self.queue.push(Step { time_ns, seq: self.seq, kind });
+    }
+
+    pub(crate) fn add_client(&mut self, compute_node: u16) -> u32 {
+        self.clients.push(ClientInfo { compute_node, task: None });
+        let nodes = self.nodes.len();
+        self.qps.extend((0..nodes).map(|_| Qp::default()));
+        (self.clients.len() - 1) as u32
+    }
+
+    fn qp_index(&self, client: u32, node: NodeId) -> u32 {
+        client * self.nodes.len() as u32 + node.0 as u32
+    }
+
+    pub(crate) fn wake(&mut self, task: Option<TaskId>) {
+        if let Some(t) = task {
+            if !self.queued[t as usize] {
+                self.queued[t as usize] = true;
+                self.ready.push_back(t);
+            }
+        }
+    }
+
+    fn now_ps(&self) -> u64 {
+        self.now_ns * PS_PER_NS
+    }
+
+    // ---------------------------------------------------------------- direct memory access
+
+    fn region_limit(&self, node: NodeId, region: Region) -> Result<u64, VerbsError> {
+        if (node.0 as usize) >= self.nodes.len() {
+            return Err(VerbsError::NoSuchNode(node));
+        }
+        Ok(match region {
+            Region::Host => self.cfg.profile.host_memory_bytes,
+            Region::Device => self.cfg.profile.device_memory_bytes,
+        })
+    }
+
+    pub(crate) fn check_range(&self, addr: RemoteAddr, len: u64) -> Result<(), VerbsError> {
+        let limit = self.region_limit(addr.node(), addr.region())?;
+        match addr.offset().checked_add(len) {
+            Some(end) if end <= limit => Ok(()),
+            _ => Err(VerbsError::OutOfRange { addr, len }),
+        }
+    }
+
+    fn mem(&self, addr: RemoteAddr) -> &SparseMemory {
+        let n = &self.nodes[addr.node().0 as usize];
+        match addr.region() {
+            Region::Host => &n.host,
+            Region::Device => &n.device,
+        }
+    }
+
+    fn mem_mut(&mut self, addr: RemoteAddr) -> &mut SparseMemory {
+        let n = &mut self.nodes[addr.node().0 as usize];
+        match addr.region() {
+            Region::Host => &mut n.host,
+            Region::Device => &mut n.device,
+        }
+    }
+
+    /// Reads memory directly (no time passes): tests, bulk load, invariant checks.
+    pub(crate) fn peek(&self, addr: RemoteAddr, out: &mut [u8]) -> Result<(), VerbsError> {
+        self.check_range(addr, out.len() as u64)?;
+        self.mem(addr).read(addr.offset(), out);
+        Ok(())
+    }
+
+    /// Writes memory directly (no time passes).
+    pub(crate) fn poke(&mut self, addr: RemoteAddr, data: &[u8]) -> Result<(), VerbsError> {
+        self.check_range(addr, data.len() as u64)?;
+        self.mem_mut(addr).write(addr.offset(), data);
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- posting
+
+    /// Posts a batch. Returns the batch id for a signaled batch.
+    pub(crate) fn post(&mut self, client: u32, requests: Vec<Request>, signaled: bool) -> Result<u32, VerbsError> {
+        let node = validate_batch(&requests, self.cfg.profile.max_message_bytes)?;
+        for r in &requests {
+            self.check_range(r.addr, r.op.len())?;
+            if self.cfg.masked_atomics == MaskedAtomics::Emulated
+                && matches!(r.op, Op::MaskedCas { .. } | Op::MaskedFaa { .. })
+            {
+                return Err(VerbsError::Unsupported(
+                    "masked atomics are emulated on this backend: use Verbs::masked_cas / masked_faa outside batches",
+                ));
+            }
+        }
+        let qp = self.qp_index(client, node);
+        let cn = self.clients[client as usize].compute_node as usize;
+        let now_ps = self.now_ps();
+        let batch = self.batches.insert(Batch {
+            verbs: Vec::with_capacity(requests.len()),
+            pending: requests.len() as u32,
+            signaled,
+            resp_ps_max: 0,
+            waiter: None,
+            outcome: Outcome::Pending,
+        });
+        self.batches_posted += 1;
+        for r in requests {
+            let kind = kind_of(&r.op);
+            let req_bytes = self.costs.request_bytes(kind, r.op.len());
+            let tx_start = now_ps + self.costs.requester_latency_ps;
+            let tx_done = self.compute_nics[cn].tx.serve(tx_start, self.costs.requester_tx_ps(req_bytes));
+            let mut arrive_ps = tx_done + self.costs.wire_latency_ps;
+            if let Some(d) = self.cfg.faults.extra_delay {
+                if self.rng.random_bool(d.probability) {
+                    arrive_ps += self.rng.random_range(1..=d.max_ns) * PS_PER_NS;
+                    self.fault_counters.delays_injected += 1;
+                }
+            }
+            // Never reorder a QP: a verb arrives no earlier than the one posted before it.
+            let q = &mut self.qps[qp as usize];
+            arrive_ps = arrive_ps.max(q.last_arrive_ps);
+            q.last_arrive_ps = arrive_ps;
+            let v = self.verbs.insert(Verb {
+                batch,
+                qp,
+                addr: r.addr,
+                op: r.op,
+                fence: r.fence,
+                kind,
+                arrive_ps,
+                exec_ps: 0,
+                node_epoch: 0,
+                phase: Phase::InTransit,
+                units_left: 0,
+                next_unit: 0,
+                failed: false,
+                rmw_old: 0,
+                rmw_new: 0,
+                resp_ps: 0,
+            });
+            self.batches[batch].verbs.push(v);
+            let q = &mut self.qps[qp as usize];
+            q.outstanding.push_back(v);
+            q.in_transit.push_back(v);
+            if q.in_transit.len() == 1 {
+                self.schedule(ns_of(arrive_ps), StepKind::Arrive(v));
+            }
+            self.verbs_posted += 1;
+        }
+        Ok(batch)
+    }
+
+    /// Takes a batch's result if it is ready; otherwise registers the current task to be woken.
+    pub(crate) fn poll_batch(&mut self, batch: u32) -> Option<Result<Vec<Response>, VerbsError>> {
+        let waiter = self.current_task;
+        let b = &mut self.batches[batch];
+        match std::mem::replace(&mut b.outcome, Outcome::Pending) {
+            Outcome::Ready(result) => {
+                self.batches.remove(batch);
+                Some(result)
+            }
+            other => {
+                b.outcome = other;
+                b.waiter = waiter;
+                None
+            }
+        }
+    }
+
+    pub(crate) fn drop_batch(&mut self, batch: u32) {
+        let b = &mut self.batches[batch];
+        match b.outcome {
+            Outcome::Ready(_) => {
+                self.batches.remove(batch);
+            }
+            _ => b.outcome = Outcome::Abandoned,
+        }
+    }
+
+    // ---------------------------------------------------------------- steps
+
+    /// Picks and runs the next step. Returns false when no step is pending.
+    pub(crate) fn step(&mut self) -> bool {
+        let step = match &mut self.queue {
+            StepQueue::Timed(heap) => match heap.pop() {
+                Some(std::cmp::Reverse(s)) => s,
+                None => return false,
+            },
+            StepQueue::Chosen { steps, .. } if steps.is_empty() => return false,
+            StepQueue::Chosen { .. } => {
+                let StepQueue::Chosen { steps, chooser } =
+                    std::mem::replace(&mut self.queue, StepQueue::Timed(Default::default()))
+                else {
+                    unreachable!()
+                };
+                let infos: Vec<StepInfo> = steps.iter().map(|s| self.info(s)).collect();
+                let mut chooser = chooser;
+                let mut steps = steps;
+                let i = chooser.choose(&infos);
+                assert!(i < steps.len(), "chooser picked step {i} of {}", steps.len());
+                let s = steps.remove(i);
+                self.queue = StepQueue::Chosen { steps, chooser };
+                s
+            }
+        };
+        self.run_step(step);
+        true
+    }
+
+    fn info(&self, s: &Step) -> StepInfo {
+        let (actor, addr, len, writes) = match s.kind {
+            StepKind::Arrive(v) | StepKind::Unit(v, _) | StepKind::RmwRead(v) | StepKind::RmwWrite(v) => {
+                let verb = &self.verbs[v];
+                let client = verb.qp / self.nodes.len() as u32;
+                let (addr, len) = match s.kind {
+                    StepKind::Unit(_, u) if u != WHOLE => {
+                        let (a, l) = self.unit_range(verb, u);
+                        (verb.addr.add(a - verb.addr.offset()), l)
+                    }
+                    _ => (verb.addr, verb.op.len()),
+                };
+                let writes =
+                    !matches!(s.kind, StepKind::Arrive(_) | StepKind::RmwRead(_)) && !matches!(verb.op, Op::Read(_));
+                (Actor::Client(client), Some(addr), len as u32, writes)
+            }
+            StepKind::Complete(b) => {
+                let v = self.batches[b].verbs[0];
+                (Actor::Client(self.verbs[v].qp / self.nodes.len() as u32), None, 0, false)
+            }
+            StepKind::RpcArrive(r) | StepKind::RpcComplete(r) => (Actor::Client(self.rpcs[r].client), None, 0, false),
+            StepKind::RpcHandle(r) => (Actor::Node(self.rpcs[r].node), None, 0, true),
+            StepKind::Timer(t) => (Actor::Task(self.timers[t].waiter.unwrap_or(u32::MAX)), None, 0, false),
+            StepKind::Fault(_) => (Actor::Fault, None, 0, true),
+        };
+        StepInfo { time_ns: s.time_ns, seq: s.seq, class: s.kind.class(), actor, addr, len, writes }
+    }
+
+    fn run_step(&mut self, step: Step) {
+        self.now_ns = self.now_ns.max(step.time_ns);
+        self.steps += 1;
+        let id = match step.kind {
+            StepKind::Timer(x)
+            | StepKind::Arrive(x)
+            | StepKind::RmwRead(x)
+            | StepKind::RmwWrite(x)
+            | StepKind::Complete(x)
+            | StepKind::RpcArrive(x)
+            | StepKind::RpcHandle(x)
+            | StepKind::RpcComplete(x)
+            | StepKind::Fault(x) => x as u64,
+            StepKind::Unit(v, u) => (v as u64) << 32 | u as u64,
+        };
+        self.trace_hash = mix(mix(mix(self.trace_hash, self.now_ns), step.kind.tag()), id);
+        if let Some(trace) = &mut self.trace {
+            trace.push(format!("t={} seq={} {:?}", self.now_ns, step.seq, step.kind));
+        }
+        match step.kind {
+            StepKind::Timer(t) => {
+                let timer = &mut self.timers[t];
+                timer.fired = true;
+                let (waiter, abandoned) = (timer.waiter, timer.abandoned);
+                if abandoned {
+                    self.timers.remove(t);
+                } else {
+                    self.wake(waiter);
+                }
+            }
+            StepKind::Arrive(v) => self.arrive(v),
+            StepKind::Unit(v, u) => self.unit(v, u),
+            StepKind::RmwRead(v) => self.rmw_read(v),
+            StepKind::RmwWrite(v) => self.rmw_write(v),
+            StepKind::Complete(b) => self.complete(b),
+            StepKind::RpcArrive(r) => self.rpc_arrive(r),
+            StepKind::RpcHandle(r) => self.rpc_handle(r),
+            StepKind::RpcComplete(r) => self.rpc_complete(r),
+            StepKind::Fault(f) => self.fault(self.faults[f as usize]),
+        }
+    }
+
+    fn arrive(&mut self, v: u32) {
+        let (qp, node, kind, len, region) = {
+            let verb = &self.verbs[v];
+            (verb.qp, verb.addr.node().0 as usize, verb.kind, verb.op.len(), verb.addr.region())
+        };
+        let q = &mut self.qps[qp as usize];
+        let head = q.in_transit.pop_front();
+        debug_assert_eq!(head, Some(v), "verbs reach the responder in QP order");
+        if let Some(&next) = q.in_transit.front() {
+            let at = ns_of(self.verbs[next].arrive_ps).max(self.now_ns);
+            self.schedule(at, StepKind::Arrive(next));
+        }
+        if !self.nodes[node].up {
+            self.fail_verb_now(v);
+            return;
+        }
+        let now_ps = self.now_ps();
+        let c = &self.costs;
+        let n = &mut self.nodes[node];
+        if n.slowdown > 1.0 {
+            self.fault_counters.verbs_slowed += 1;
+        }
+        let req_bytes = c.request_bytes(kind, len);
+        let rx_service = (c.responder_rx_ps(req_bytes) as f64 * n.slowdown) as u64;
+        let rx_done = n.rx.serve(now_ps, rx_service);
+        n.stats.wire_bytes_in += req_bytes;
+        let t = rx_done + (c.responder_latency_ps as f64 * n.slowdown) as u64;
+        let device = region == Region::Device;
+        let exec_ps = match (kind, device) {
+            (Kind::Rmw, _) => {
+                let key = self.verbs[v].addr.raw();
+                let same_address = if device { c.device_same_address_ps } else { c.host_same_address_ps };
+                let free = n.atomic_addr_free.get(&key).copied().unwrap_or(0);
+                let start = t.max(free);
+                n.atomic_addr_free.insert(key, start + same_address);
+                if n.atomic_addr_free.len() > 4096 {
+                    n.atomic_addr_free.retain(|_, f| *f > now_ps);
+                }
+                let served = n.atomic.serve(start, c.atomic_op_ps as u64);
+                served + if device { c.device_access_latency_ps } else { c.pcie_read_latency_ps }
+            }
+            (_, true) => t + c.device_access_latency_ps,
+            (Kind::Read, false) => n.pcie.serve(t, c.pcie_ps(len)) + c.pcie_read_latency_ps,
+            (Kind::Write, false) => n.pcie.serve(t, c.pcie_ps(len)) + c.pcie_write_latency_ps,
+        };
+        let epoch = n.epoch;
+        let verb = &mut self.verbs[v];
+        verb.exec_ps = exec_ps;
+        verb.node_epoch = epoch;
+        verb.phase = Phase::Waiting;
+        self.qps[qp as usize].at_responder.push_back(v);
+        if self.may_start(v) {
+            self.start(v);
+        }
+    }
+
+    /// The ordering table of DESIGN.md §1: may `v` start, given the verbs that arrived before
+    /// it on its QP and are not done?
+    fn may_start(&self, v: u32) -> bool {
+        let verb = &self.verbs[v];
+        let later_is_read = matches!(verb.op, Op::Read(_));
+        for &u in &self.qps[verb.qp as usize].at_responder {
+            if u == v {
+                return true;
+            }
+            let earlier = &self.verbs[u];
+            let blocks = match earlier.kind {
+                // WRITE → anything: seen / placed after.
+                Kind::Write => true,
+                // RMW → anything: seen / placed after (a READ may overtake under the switch).
+                Kind::Rmw => !(later_is_read && !verb.fence && self.mm().rmw_then_read_unordered),
+                // READ → anything: unordered unless the later verb is fenced.
+                Kind::Read => verb.fence,
+            };
+            if blocks {
+                return false;
+            }
+        }
+        unreachable!("verb {v} is not in its QP's responder queue")
+    }
+
+    fn unit_count(&self, verb: &Verb) -> u32 {
+        let u = self.mm().atomicity_bytes as u64;
+        let first = verb.addr.offset() / u;
+        let last = (verb.addr.offset() + verb.op.len() - 1) / u;
+        (last - first + 1) as u32
+    }
+
+    /// Byte range `(offset, len)` of unit `i` of a READ or WRITE.
+    fn unit_range(&self, verb: &Verb, i: u32) -> (u64, u64) {
+        let u = self.mm().atomicity_bytes as u64;
+        let start = verb.addr.offset();
+        let end = start + verb.op.len();
+        let lo = ((start / u + i as u64) * u).max(start);
+        let hi = ((start / u + i as u64 + 1) * u).min(end);
+        (lo, hi - lo)
+    }
+
+    fn tearing_delay(&mut self) -> u64 {
+        match self.cfg.faults.tearing {
+            Some(t) if !self.queue.is_chosen() => self.rng.random_range(0..=t.window_ns),
+            _ => 0,
+        }
+    }
+
+    fn start(&mut self, v: u32) {
+        let t = ns_of(self.verbs[v].exec_ps).max(self.now_ns);
+        let verb = &mut self.verbs[v];
+        verb.phase = Phase::Running;
+        if verb.kind == Kind::Rmw {
+            verb.units_left = 1;
+            if !self.split_rmw {
+                self.schedule(t, StepKind::Unit(v, WHOLE));
+                return;
+            }
+            let key = verb.addr.raw();
+            match self.nodes[verb.addr.node().0 as usize].rmw_locks.get_mut(&key) {
+                Some(waiters) => {
+                    verb.phase = Phase::Waiting;
+                    waiters.push_back(v);
+                }
+                None => {
+                    self.nodes[verb.addr.node().0 as usize].rmw_locks.insert(key, VecDeque::new());
+                    self.schedule(t, StepKind::RmwRead(v));
+                }
+            }
+            return;
+        }
+        let units = self.unit_count(&self.verbs[v]);
+        if !self.split_units || units == 1 {
+            self.verbs[v].units_left = 1;
+            self.schedule(t, StepKind::Unit(v, WHOLE));
+            return;
+        }
+        if !self.queue.is_chosen() {
+            self.fault_counters.torn_verbs += 1;
+        }
+        let ascending = match self.verbs[v].op {
+            Op::Read(_) => self.mm().read_units_ascending,
+            _ => !self.mm().write_units_arbitrary,
+        };
+        self.verbs[v].units_left = units;
+        if ascending {
+            self.verbs[v].next_unit = 1;
+            let d = self.tearing_delay();
+            self.schedule(t + d, StepKind::Unit(v, 0));
+        } else {
+            for i in 0..units {
+                let d = self.tearing_delay();
+                self.schedule(t + d, StepKind::Unit(v, i));
+            }
+        }
+    }
+
+    /// True if the verb's node crashed (or crashed and restarted) since the verb arrived.
+    fn node_lost(&self, v: u32) -> bool {
+        let verb = &self.verbs[v];
+        let n = &self.nodes[verb.addr.node().0 as usize];
+        !n.up || n.epoch != verb.node_epoch
+    }
+
+    fn unit(&mut self, v: u32, u: u32) {
+        if self.node_lost(v) {
+            self.verbs[v].failed = true;
+        }
+        if !self.verbs[v].failed {
+            let verb = &self.verbs[v];
+            let (offset, len) = if u == WHOLE { (verb.addr.offset(), verb.op.len()) } else { self.unit_range(verb, u) };
+            let at = (offset - verb.addr.offset()) as usize;
+            let n = verb.addr.node().0 as usize;
+            let region = verb.addr.region();
+            let node = &mut self.nodes[n];
+            let mem = match region {
+                Region::Host => &mut node.host,
+                Region::Device => &mut node.device,
+            };
+            let verb = &mut self.verbs[v];
+            match &mut verb.op {
+                Op::Read(buf) => mem.read(offset, &mut buf[at..at + len as usize]),
+                Op::Write(buf) => mem.write(offset, &buf[at..at + len as usize]),
+                op => {
+                    let old = mem.read_u64(offset);
+                    let new = op.rmw_new(old).expect("an RMW");
+                    if new != old {
+                        mem.write_u64(offset, new);
+                    }
+                    verb.rmw_old = old;
+                }
+            }
+        }
+        let verb = &mut self.verbs[v];
+        verb.units_left -= 1;
+        if verb.units_left == 0 {
+            self.finish_at_responder(v);
+        } else if verb.next_unit > 0 {
+            // Ascending order: the next unit becomes enabled only now.
+            let next = verb.next_unit;
+            verb.next_unit += 1;
+            let d = self.tearing_delay();
+            self.schedule(self.now_ns + d, StepKind::Unit(v, next));
+        }
+    }
+
+    fn rmw_read(&mut self, v: u32) {
+        if self.node_lost(v) {
+            self.verbs[v].failed = true;
+            self.release_rmw_lock(v);
+            self.verbs[v].units_left = 0;
+            self.finish_at_responder(v);
+            return;
+        }
+        let verb = &self.verbs[v];
+        let old = self.mem(verb.addr).read_u64(verb.addr.offset());
+        let new = verb.op.rmw_new(old).expect("an RMW");
+        let verb = &mut self.verbs[v];
+        verb.rmw_old = old;
+        verb.rmw_new = new;
+        if new == old {
+            // Nothing to write: a failed CAS, or an add of zero.
+            self.release_rmw_lock(v);
+            self.verbs[v].units_left = 0;
+            self.finish_at_responder(v);
+        } else {
+            let d = self.tearing_delay();
+            self.schedule(self.now_ns + d, StepKind::RmwWrite(v));
+        }
+    }
+
+    fn rmw_write(&mut self, v: u32) {
+        if self.node_lost(v) {
+            self.verbs[v].failed = true;
+        } else {
+            let (addr, new) = (self.verbs[v].addr, self.verbs[v].rmw_new);
+            self.mem_mut(addr).write_u64(addr.offset(), new);
+        }
+        self.release_rmw_lock(v);
+        self.verbs[v].units_left = 0;
+        self.finish_at_responder(v);
+    }
+
+    fn release_rmw_lock(&mut self, v: u32) {
+        let addr = self.verbs[v].addr;
+        let node = &mut self.nodes[addr.node().0 as usize];
+        let waiters = node.rmw_locks.get_mut(&addr.raw()).expect("a two-step RMW holds its address lock");
+        match waiters.pop_front() {
+            Some(next) => {
+                let t = ns_of(self.verbs[next].exec_ps).max(self.now_ns);
+                self.verbs[next].phase = Phase::Running;
+                self.schedule(t, StepKind::RmwRead(next));
+            }
+            None => {
+                node.rmw_locks.remove(&addr.raw());
+            }
+        }
+    }
+
+    /// The verb never reached memory: its node was down when it arrived.
+    fn fail_verb_now(&mut self, v: u32) {
+        let verb = &mut self.verbs[v];
+        verb.failed = true;
+        verb.phase = Phase::Running;
+        self.finish_at_responder(v);
+    }
+
+    fn finish_at_responder(&mut self, v: u32) {
+        let now_ps = self.now_ps();
+        let verb = &mut self.verbs[v];
+        verb.phase = Phase::Done;
+        let qp = verb.qp;
+        let node = verb.addr.node().0 as usize;
+        if verb.failed {
+            verb.resp_ps = now_ps + self.cfg.profile.transport_timeout_ns * PS_PER_NS;
+            self.fault_counters.verbs_failed_node_down += 1;
+        } else {
+            let len = verb.op.len();
+            let kind_index = VerbKind::of(&verb.op) as usize;
+            let resp_bytes = self.costs.response_bytes(verb.kind, len);
+            let link = self.costs.link_ps(resp_bytes);
+            let n = &mut self.nodes[node];
+            let out = n.tx.serve(now_ps, link) + self.costs.wire_latency_ps;
+            n.stats.wire_bytes_out += resp_bytes;
+            n.stats.verbs[kind_index].count += 1;
+            n.stats.verbs[kind_index].payload_bytes += len;
+            let client = qp / self.nodes.len() as u32;
+            let cn = self.clients[client as usize].compute_node as usize;
+            verb.resp_ps = self.compute_nics[cn].rx.serve(out, link) + self.costs.completion_latency_ps;
+        }
+        // Later verbs of the QP that waited on this one may start now.
+        let q = &mut self.qps[qp as usize];
+        if let Some(pos) = q.at_responder.iter().position(|&x| x == v) {
+            q.at_responder.remove(pos);
+            let waiting: Vec<u32> =
+                q.at_responder.iter().copied().filter(|&x| self.verbs[x].phase == Phase::Waiting).collect();
+            for w in waiting {
+                if self.verbs[w].phase == Phase::Waiting && self.may_start(w) {
+                    self.start(w);
+                }
+            }
+        }
+        self.advance_completions(qp);
+    }
+
+    /// Completions are delivered in QP order: pop done verbs off the front.
+    fn advance_completions(&mut self, qp: u32) {
+        while let Some(&front) = self.qps[qp as usize].outstanding.front() {
+            if self.verbs[front].phase != Phase::Done {
+                break;
+            }
+            self.qps[qp as usize].outstanding.pop_front();
+            let (batch, resp_ps) = (self.verbs[front].batch, self.verbs[front].resp_ps);
+            let b = &mut self.batches[batch];
+            b.pending -= 1;
+            b.resp_ps_max = b.resp_ps_max.max(resp_ps);
+            if b.pending > 0 {
+                continue;
+            }
+            let resp_max = b.resp_ps_max;
+            let q = &mut self.qps[qp as usize];
+            if b.signaled {
+                let t = resp_max.max(q.last_completion_ps).max(self.now_ns * PS_PER_NS);
+                q.last_completion_ps = t;
+                self.schedule(ns_of(t), StepKind::Complete(batch));
+            } else {
+                q.last_completion_ps = q.last_completion_ps.max(resp_max);
+                let b = self.batches.remove(batch);
+                for v in b.verbs {
+                    self.verbs.remove(v);
+                }
+            }
+        }
+    }
+
+    fn complete(&mut self, batch: u32) {
+        let verbs = std::mem::take(&mut self.batches[batch].verbs);
+        let mut result = Ok(Vec::with_capacity(verbs.len()));
+        for v in verbs {
+            let verb = self.verbs.remove(v);
+            let response = if verb.failed {
+                Err(VerbsError::NodeDown(verb.addr.node()))
+            } else {
+                Ok(match verb.op {
+                    Op::Read(buf) => Response::Read(buf),
+                    Op::Write(buf) => Response::Write(buf),
+                    _ => Response::Atomic(verb.rmw_old),
+                })
+            };
+            match (&mut result, response) {
+                (Ok(list), Ok(r)) => list.push(r),
+                (Ok(_), Err(e)) => result = Err(e),
+                (Err(_), _) => {}
+            }
+        }
+        let b = &mut self.batches[batch];
+        match b.outcome {
+            Outcome::Abandoned => {
+                self.batches.remove(batch);
+            }
+            _ => {
+                b.outcome = Outcome::Ready(result);
+                let waiter = b.waiter;
+                self.wake(waiter);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- RPC
+
+    pub(crate) fn call(
+        &mut self,
+        client: u32,
+        node: NodeId,
+        service: u16,
+        request: Vec<u8>,
+    ) -> Result<u32, VerbsError> {
+        if node.0 as usize >= self.nodes.len() {
+            return Err(VerbsError::NoSuchNode(node));
+        }
+        let cn = self.clients[client as usize].compute_node as usize;
+        let bytes = self.costs.send_bytes(request.len() as u64);
+        let tx_start = self.now_ps() + self.costs.requester_latency_ps;
+        let tx_done = self.compute_nics[cn].tx.serve(tx_start, self.costs.requester_tx_ps(bytes));
+        let arrive = tx_done + self.costs.wire_latency_ps;
+        let r = self.rpcs.insert(Rpc {
+            client,
+            node,
+            service,
+            request,
+            node_epoch: 0,
+            waiter: None,
+            result: None,
+            outcome: Outcome::Pending,
+        });
+        self.calls_posted += 1;
+        self.schedule(ns_of(arrive), StepKind::RpcArrive(r));
+        Ok(r)
+    }
+
+    pub(crate) fn poll_call(&mut self, r: u32) -> Option<Result<Vec<u8>, VerbsError>> {
+        let waiter = self.current_task;
+        let rpc = &mut self.rpcs[r];
+        match std::mem::replace(&mut rpc.outcome, Outcome::Pending) {
+            Outcome::Ready(result) => {
+                self.rpcs.remove(r);
+                Some(result)
+            }
+            other => {
+                rpc.outcome = other;
+                rpc.waiter = waiter;
+                None
+            }
+        }
+    }
+
+    pub(crate) fn drop_call(&mut self, r: u32) {
+        let rpc = &mut self.rpcs[r];
+        match rpc.outcome {
+            Outcome::Ready(_) => {
+                self.rpcs.remove(r);
+            }
+            _ => rpc.outcome = Outcome::Abandoned,
+        }
+    }
+
+    fn rpc_fail(&mut self, r: u32) {
+        self.fault_counters.calls_failed_node_down += 1;
+        let node = self.rpcs[r].node;
+        self.rpcs[r].result = Some(Err(VerbsError::NodeDown(node)));
+        let at = self.now_ns + self.cfg.profile.transport_timeout_ns;
+        self.schedule(at, StepKind::RpcComplete(r));
+    }
+
+    fn rpc_arrive(&mut self, r: u32) {
+        let node = self.rpcs[r].node.0 as usize;
+        if !self.nodes[node].up {
+            self.rpc_fail(r);
+            return;
+        }
+        let bytes = self.costs.send_bytes(self.rpcs[r].request.len() as u64);
+        let now_ps = self.now_ps();
+        let c = &self.costs;
+        let n = &mut self.nodes[node];
+        n.stats.wire_bytes_in += bytes;
+        let rx = n.rx.serve(now_ps, (c.responder_rx_ps(bytes) as f64 * n.slowdown) as u64) + c.responder_latency_ps;
+        let handled = n.rpc_cpu.serve(rx, (c.rpc_handler_ps as f64 * n.slowdown) as u64);
+        self.rpcs[r].node_epoch = n.epoch;
+        self.schedule(ns_of(handled), StepKind::RpcHandle(r));
+    }
+
+    fn rpc_handle(&mut self, r: u32) {
+        let node = self.rpcs[r].node;
+        let n = &mut self.nodes[node.0 as usize];
+        if !n.up || n.epoch != self.rpcs[r].node_epoch {
+            self.rpc_fail(r);
+            return;
+        }
+        let rpc = &mut self.rpcs[r];
+        let reply = match rpc.service {
+            dmkit_rdma::alloc::ALLOCATOR_SERVICE => match AllocRequest::decode(&rpc.request) {
+                Ok(req) => Ok(n.allocator.handle(req).encode()),
+                Err(e) => Err(e),
+            },
+            service => Err(VerbsError::UnknownService { node, service }),
+        };
+        let len = reply.as_ref().map_or(0, |b| b.len() as u64);
+        n.stats.verbs[VerbKind::Call as usize].count += 1;
+        n.stats.verbs[VerbKind::Call as usize].payload_bytes += rpc.request.len() as u64 + len;
+        let bytes = self.costs.send_bytes(len);
+        let link = self.costs.link_ps(bytes);
+        n.stats.wire_bytes_out += bytes;
+        let out = n.tx.serve(self.now_ns * PS_PER_NS, link) + self.costs.wire_latency_ps;
+        let cn = self.clients[rpc.client as usize].compute_node as usize;
+        let done = self.compute_nics[cn].rx.serve(out, link) + self.costs.completion_latency_ps;
+        rpc.result = Some(reply);
+        self.schedule(ns_of(done), StepKind::RpcComplete(r));
+    }
+
+    fn rpc_complete(&mut self, r: u32) {
+        let rpc = &mut self.rpcs[r];
+        let result = rpc.result.take().expect("an RPC completes with a result");
+        match rpc.outcome {
+            Outcome::Abandoned => {
+                self.rpcs.remove(r);
+            }
+            _ => {
+                rpc.outcome = Outcome::Ready(result);
+                let waiter = rpc.waiter;
+                self.wake(waiter);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- faults
+
+    fn fault(&mut self, event: FaultEvent) {
+        match event {
+            FaultEvent::CrashClient(c) => {
+                if let Some(task) = self.clients.get_mut(c as usize).and_then(|ci| ci.task.take()) {
+                    self.fault_counters.client_crashes += 1;
+                    self.crashed_tasks.push(task);
+                }
+            }
+            FaultEvent::CrashNode(n) => {
+                let node = &mut self.nodes[n as usize];
+                if node.up {
+                    node.up = false;
+                    node.epoch += 1;
+                    node.host.clear();
+                    node.device.clear();
+                    node.allocator.reset();
+                    self.fault_counters.node_crashes += 1;
+                }
+            }
+            FaultEvent::RestartNode(n) => {
+                let node = &mut self.nodes[n as usize];
+                if !node.up {
+                    node.up = true;
+                    node.epoch += 1;
+                    self.fault_counters.node_restarts += 1;
+                }
+            }
+            FaultEvent::SlowStart(n, factor) => self.nodes[n as usize].slowdown = factor,
+            FaultEvent::SlowEnd(n) => self.nodes[n as usize].slowdown = 1.0,
+        }
+    }
+
+    // ---------------------------------------------------------------- reporting
+
+    pub(crate) fn stats(&self) -> Stats {
+        Stats {
+            now_ns: self.now_ns,
+            steps: self.steps,
+            verbs_posted: self.verbs_posted,
+            batches_posted: self.batches_posted,
+            calls_posted: self.calls_posted,
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| NodeStats {
+                    nic_busy_ns: n.rx.busy_ps() / PS_PER_NS,
+                    link_out_busy_ns: n.tx.busy_ps() / PS_PER_NS,
+                    host_bytes: n.host.host_bytes() + n.device.host_bytes(),
+                    nonzero_bytes: n.host.nonzero_line_bytes() + n.device.nonzero_line_bytes(),
+                    ..n.stats.clone()
+                })
+                .collect(),
+            faults: self.fault_counters,
+            trace_hash: self.trace_hash,
+        }
+    }
+
+    /// Anything still in flight (verbs, calls) keeps the run going after tasks finish.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.verbs.live() + self.rpcs.live()
+    }
+}

@@ -1,0 +1,498 @@
+//! The executor: client tasks as futures on one OS thread, in virtual time.
+//!
+//! Tasks wait only on simulator steps (verb completions, timers, RPCs). The loop polls every
+//! ready task, then lets the step queue (earliest-first, or a [`Chooser`]) pick the next step,
+//! which may wake tasks. Polling order is the order of wake-ups, so a run is a pure function of
+//! its seed, its configuration and its chooser.
+
+use crate::config::{ConfigError, SimConfig};
+use crate::core::{Core, TaskId, Timer};
+use crate::sched::{Chooser, StepKind, StepQueue};
+use crate::stats::Stats;
+use dmkit_rdma::{Caps, NodeId, RemoteAddr, Request, Response, Verbs, VerbsError};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::cell::{RefCell, RefMut};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// Why a run stopped early.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SimError {
+    /// Tasks are waiting but nothing is pending that could wake them.
+    Deadlock { blocked_tasks: usize, now_ns: u64 },
+    /// The configured step limit was reached.
+    StepLimit { steps: u64, now_ns: u64 },
+}
+
+impl fmt::Display for SimError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SimError::Deadlock { blocked_tasks, now_ns } => {
+                write!(f, "deadlock at t={now_ns} ns: {blocked_tasks} tasks wait and no step is pending")
+            }
+            SimError::StepLimit { steps, now_ns } => write!(f, "step limit of {steps} reached at t={now_ns} ns"),
+        }
+    }
+}
+
+impl std::error::Error for SimError {}
+
+struct Task {
+    future: Pin<Box<dyn Future<Output = ()>>>,
+    waker: Waker,
+}
+
+/// Wakes from foreign futures (anything not built on the simulator's own) land here.
+struct TaskWaker {
+    id: TaskId,
+    woken: Arc<Mutex<Vec<TaskId>>>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.lock().unwrap_or_else(|e| e.into_inner()).push(self.id);
+    }
+}
+
+/// A simulation: nodes, clients and their tasks.
+pub struct Sim {
+    core: Rc<RefCell<Core>>,
+    tasks: Vec<Option<Task>>,
+    live_tasks: usize,
+    woken: Arc<Mutex<Vec<TaskId>>>,
+    caps: Caps,
+}
+
+impl fmt::Debug for Sim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sim({:?}, {} live tasks)", self.core.borrow(), self.live_tasks)
+    }
+}
+
+impl Sim {
+    /// A timed (performance) simulation: steps run in virtual-time order.
+    pub fn new(cfg: SimConfig) -> Result<Sim, ConfigError> {
+        Sim::build(cfg, StepQueue::Timed(Default::default()))
+    }
+
+    /// A checking simulation: `chooser` picks every step among the enabled ones, and every
+    /// READ, WRITE and RMW is split into the steps the memory model allows to interleave.
+    pub fn with_chooser(cfg: SimConfig, chooser: Box<dyn Chooser>) -> Result<Sim, ConfigError> {
+        Sim::build(cfg, StepQueue::Chosen { steps: Vec::new(), chooser })
+    }
+
+    fn build(cfg: SimConfig, queue: StepQueue) -> Result<Sim, ConfigError> {
+        cfg.validate()?;
+        let p = &cfg.profile;
+        let caps = Caps {
+            masked_atomics: cfg.masked_atomics,
+            device_memory_bytes: p.device_memory_bytes,
+            max_inline_bytes: p.max_inline_bytes as u32,
+            max_message_bytes: p.max_message_bytes,
+            max_outstanding_reads_per_qp: p.max_outstanding_reads_per_qp as u32,
+        };
+        Ok(Sim {
+            core: Rc::new(RefCell::new(Core::new(cfg, queue))),
+            tasks: Vec::new(),
+            live_tasks: 0,
+            woken: Arc::new(Mutex::new(Vec::new())),
+            caps,
+        })
+    }
+
+    /// A new client on compute node `compute_node` (0-based among compute nodes). Its node id
+    /// is `memory_nodes + compute_node`.
+    pub fn add_client(&mut self, compute_node: u16) -> Result<SimClient, ConfigError> {
+        let mut core = self.core.borrow_mut();
+        let topology = core.cfg.topology;
+        if compute_node >= topology.compute_nodes {
+            return Err(ConfigError(format!(
+                "compute node {compute_node} does not exist (there are {})",
+                topology.compute_nodes
+            )));
+        }
+        let id = core.add_client(compute_node);
+        let mut rng = ChaCha8Rng::seed_from_u64(core.cfg.seed);
+        rng.set_stream(id as u64 + 1);
+        Ok(SimClient {
+            core: self.core.clone(),
+            id,
+            node: NodeId(topology.memory_nodes + compute_node),
+            caps: self.caps.clone(),
+            rng: Rc::new(RefCell::new(rng)),
+        })
+    }
+
+    /// Runs `future` as `client`'s task (a client crash drops it).
+    pub fn spawn(&mut self, client: &SimClient, future: impl Future<Output = ()> + 'static) {
+        let task = self.spawn_task(Box::pin(future));
+        self.core.borrow_mut().clients[client.id as usize].task = Some(task);
+    }
+
+    /// Runs `future` as a task of no client.
+    pub fn spawn_detached(&mut self, future: impl Future<Output = ()> + 'static) {
+        self.spawn_task(Box::pin(future));
+    }
+
+    fn spawn_task(&mut self, future: Pin<Box<dyn Future<Output = ()>>>) -> TaskId {
+        let id = self.tasks.len() as TaskId;
+        let waker = Waker::from(Arc::new(TaskWaker { id, woken: self.woken.clone() }));
+        self.tasks.push(Some(Task { future, waker }));
+        self.live_tasks += 1;
+        let mut core = self.core.borrow_mut();
+        core.queued.push(false);
+        core.wake(Some(id));
+        id
+    }
+
+    /// Runs until every task has finished and every posted verb has landed.
+    pub fn run(&mut self) -> Result<(), SimError> {
+        self.run_inner(None)
+    }
+
+    /// Runs until virtual time `t_ns` (timed runs), or until the run ends if sooner.
+    pub fn run_until(&mut self, t_ns: u64) -> Result<(), SimError> {
+        self.run_inner(Some(t_ns))
+    }
+
+    fn run_inner(&mut self, until: Option<u64>) -> Result<(), SimError> {
+        loop {
+            self.poll_ready();
+            let mut core = self.core.borrow_mut();
+            if let Some(limit) = core.cfg.step_limit {
+                if core.steps >= limit {
+                    return Err(SimError::StepLimit { steps: core.steps, now_ns: core.now_ns });
+                }
+            }
+            if let Some(t) = until {
+                if !core.queue.is_chosen() && core.queue.peek_time().is_none_or(|next| next > t) {
+                    core.now_ns = core.now_ns.max(t);
+                    return Ok(());
+                }
+            }
+            if !core.step() {
+                let now_ns = core.now_ns;
+                drop(core);
+                if self.live_tasks > 0 {
+                    return Err(SimError::Deadlock { blocked_tasks: self.live_tasks, now_ns });
+                }
+                debug_assert_eq!(self.core.borrow().in_flight(), 0, "no step pending, yet verbs are in flight");
+                return Ok(());
+            }
+            let crashed = std::mem::take(&mut core.crashed_tasks);
+            drop(core);
+            for t in crashed {
+                // Dropping the future runs its destructors, which may touch the core.
+                if self.tasks[t as usize].take().is_some() {
+                    self.live_tasks -= 1;
+                }
+            }
+        }
+    }
+
+    fn poll_ready(&mut self) {
+        loop {
+            let woken = std::mem::take(&mut *self.woken.lock().unwrap_or_else(|e| e.into_inner()));
+            let next = {
+                let mut core = self.core.borrow_mut();
+                for t in woken {
+                    core.wake(Some(t));
+                }
+                let next = core.ready.pop_front();
+                if let Some(t) = next {
+                    core.queued[t as usize] = false;
+                    core.current_task = Some(t);
+                }
+                next
+            };
+            let Some(t) = next else { return };
+            let Some(task) = self.tasks[t as usize].as_mut() else {
+                self.core.borrow_mut().current_task = None;
+                continue;
+            };
+            let waker = task.waker.clone();
+            let poll = task.future.as_mut().poll(&mut Context::from_waker(&waker));
+            self.core.borrow_mut().current_task = None;
+            if poll.is_ready() {
+                self.tasks[t as usize] = None;
+                self.live_tasks -= 1;
+            }
+        }
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.core.borrow().now_ns
+    }
+
+    /// Tasks not yet finished or crashed.
+    pub fn live_tasks(&self) -> usize {
+        self.live_tasks
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.core.borrow().stats()
+    }
+
+    /// What `SimClient::caps` reports.
+    pub fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    /// Reads simulated memory directly, outside virtual time (tests, invariant checks).
+    pub fn read_memory(&self, addr: RemoteAddr, len: usize) -> Result<Vec<u8>, VerbsError> {
+        let mut out = vec![0; len];
+        self.core.borrow().peek(addr, &mut out)?;
+        Ok(out)
+    }
+
+    /// Writes simulated memory directly, outside virtual time (bulk load, test set-up).
+    pub fn write_memory(&mut self, addr: RemoteAddr, data: &[u8]) -> Result<(), VerbsError> {
+        self.core.borrow_mut().poke(addr, data)
+    }
+
+    /// The trace lines recorded so far (with `SimConfig::trace`), one per executed step.
+    pub fn take_trace(&mut self) -> Vec<String> {
+        self.core.borrow_mut().trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+}
+
+/// One client: its QPs to every node, its identity, its clock and its seeded randomness.
+///
+/// Cloning gives another handle to the same client (same QPs).
+#[derive(Clone)]
+pub struct SimClient {
+    core: Rc<RefCell<Core>>,
+    id: u32,
+    node: NodeId,
+    caps: Caps,
+    rng: Rc<RefCell<ChaCha8Rng>>,
+}
+
+impl fmt::Debug for SimClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SimClient({} on {})", self.id, self.node)
+    }
+}
+
+impl SimClient {
+    /// The client's number, unique in the simulation.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The compute node's node id.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// Virtual time now.
+    pub fn now_ns(&self) -> u64 {
+        self.core.borrow().now_ns
+    }
+
+    /// The client's own random stream, derived from the run's seed and the client id. Never
+    /// hold it across an `.await`.
+    pub fn rng(&self) -> RefMut<'_, ChaCha8Rng> {
+        self.rng.borrow_mut()
+    }
+
+    /// Waits `ns` of virtual time.
+    pub fn sleep(&self, ns: u64) -> Sleep {
+        let mut core = self.core.borrow_mut();
+        let id = core.timers.insert(Timer { fired: false, abandoned: false, waiter: None });
+        let at = core.now_ns + ns;
+        core.schedule(at, StepKind::Timer(id));
+        Sleep { core: self.core.clone(), timer: Some(id) }
+    }
+
+    /// Lets every other step due now run first (a spin loop's back-off).
+    pub fn yield_now(&self) -> Sleep {
+        self.sleep(0)
+    }
+}
+
+/// A `sleep` or `yield_now` in progress.
+pub struct Sleep {
+    core: Rc<RefCell<Core>>,
+    timer: Option<u32>,
+}
+
+impl fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sleep({:?})", self.timer)
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        let Some(id) = self.timer else { return Poll::Ready(()) };
+        let mut core = self.core.borrow_mut();
+        let waiter = core.current_task;
+        let timer = &mut core.timers[id];
+        if timer.fired {
+            core.timers.remove(id);
+            drop(core);
+            self.timer = None;
+            Poll::Ready(())
+        } else {
+            timer.waiter = waiter;
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Some(id) = self.timer {
+            let mut core = self.core.borrow_mut();
+            if core.timers[id].fired {
+                core.timers.remove(id);
+            } else {
+                core.timers[id].abandoned = true;
+            }
+        }
+    }
+}
+
+/// A posted doorbell batch.
+pub struct BatchFuture {
+    core: Rc<RefCell<Core>>,
+    state: Result<Option<u32>, Option<VerbsError>>,
+}
+
+impl fmt::Debug for BatchFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BatchFuture({:?})", self.state)
+    }
+}
+
+impl Future for BatchFuture {
+    type Output = Result<Vec<Response>, VerbsError>;
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.state {
+            Err(ref mut e) => Poll::Ready(Err(e.take().expect("BatchFuture polled after completion"))),
+            Ok(None) => panic!("BatchFuture polled after completion"),
+            Ok(Some(b)) => {
+                let result = self.core.borrow_mut().poll_batch(b);
+                match result {
+                    Some(r) => {
+                        self.state = Ok(None);
+                        Poll::Ready(r)
+                    }
+                    None => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for BatchFuture {
+    fn drop(&mut self) {
+        if let Ok(Some(b)) = self.state {
+            self.core.borrow_mut().drop_batch(b);
+        }
+    }
+}
+
+/// A `call` in flight.
+pub struct CallFuture {
+    core: Rc<RefCell<Core>>,
+    state: Result<Option<u32>, Option<VerbsError>>,
+}
+
+impl fmt::Debug for CallFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CallFuture({:?})", self.state)
+    }
+}
+
+impl Future for CallFuture {
+    type Output = Result<Vec<u8>, VerbsError>;
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.state {
+            Err(ref mut e) => Poll::Ready(Err(e.take().expect("CallFuture polled after completion"))),
+            Ok(None) => panic!("CallFuture polled after completion"),
+            Ok(Some(r)) => {
+                let result = self.core.borrow_mut().poll_call(r);
+                match result {
+                    Some(out) => {
+                        self.state = Ok(None);
+                        Poll::Ready(out)
+                    }
+                    None => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for CallFuture {
+    fn drop(&mut self) {
+        if let Ok(Some(r)) = self.state {
+            self.core.borrow_mut().drop_call(r);
+        }
+    }
+}
+
+impl Verbs for SimClient {
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    fn post(&self, requests: Vec<Request>) -> impl Future<Output = Result<Vec<Response>, VerbsError>> {
+        let posted = self.core.borrow_mut().post(self.id, requests, true);
+        BatchFuture { core: self.core.clone(), state: posted.map(Some).map_err(Some) }
+    }
+
+    fn post_unsignaled(&self, requests: Vec<Request>) -> Result<(), VerbsError> {
+        self.core.borrow_mut().post(self.id, requests, false).map(|_| ())
+    }
+
+    fn call(&self, node: NodeId, service: u16, request: Vec<u8>) -> impl Future<Output = Result<Vec<u8>, VerbsError>> {
+        let posted = self.core.borrow_mut().call(self.id, node, service, request);
+        CallFuture { core: self.core.clone(), state: posted.map(Some).map_err(Some) }
+    }
+
+    fn masked_cas(
+        &self,
+        addr: RemoteAddr,
+        compare: u64,
+        compare_mask: u64,
+        swap: u64,
+        swap_mask: u64,
+    ) -> impl Future<Output = Result<u64, VerbsError>> {
+        let native = self.caps.masked_atomics == dmkit_rdma::MaskedAtomics::Native;
+        let posted = native.then(|| self.post(vec![Request::masked_cas(addr, compare, compare_mask, swap, swap_mask)]));
+        async move {
+            match posted {
+                Some(done) => done.await?.pop().ok_or(VerbsError::Protocol("empty batch result".into()))?.atomic(),
+                None => dmkit_rdma::emulate::masked_cas(self, addr, compare, compare_mask, swap, swap_mask).await,
+            }
+        }
+    }
+
+    fn masked_faa(
+        &self,
+        addr: RemoteAddr,
+        add: u64,
+        boundary_mask: u64,
+    ) -> impl Future<Output = Result<u64, VerbsError>> {
+        let native = self.caps.masked_atomics == dmkit_rdma::MaskedAtomics::Native;
+        let posted = native.then(|| self.post(vec![Request::masked_faa(addr, add, boundary_mask)]));
+        async move {
+            match posted {
+                Some(done) => done.await?.pop().ok_or(VerbsError::Protocol("empty batch result".into()))?.atomic(),
+                None => dmkit_rdma::emulate::masked_faa(self, addr, add, boundary_mask).await,
+            }
+        }
+    }
+}

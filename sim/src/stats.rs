@@ -1,0 +1,113 @@
+//! Counters a run reports.
+
+/// The verb kinds counted separately.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum VerbKind {
+    Read,
+    Write,
+    Cas,
+    Faa,
+    MaskedCas,
+    MaskedFaa,
+    Call,
+}
+
+impl VerbKind {
+    pub const ALL: [VerbKind; 7] = [
+        VerbKind::Read,
+        VerbKind::Write,
+        VerbKind::Cas,
+        VerbKind::Faa,
+        VerbKind::MaskedCas,
+        VerbKind::MaskedFaa,
+        VerbKind::Call,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            VerbKind::Read => "read",
+            VerbKind::Write => "write",
+            VerbKind::Cas => "cas",
+            VerbKind::Faa => "faa",
+            VerbKind::MaskedCas => "masked_cas",
+            VerbKind::MaskedFaa => "masked_faa",
+            VerbKind::Call => "call",
+        }
+    }
+
+    pub(crate) fn of(op: &dmkit_rdma::Op) -> VerbKind {
+        use dmkit_rdma::Op;
+        match op {
+            Op::Read(_) => VerbKind::Read,
+            Op::Write(_) => VerbKind::Write,
+            Op::Cas { .. } => VerbKind::Cas,
+            Op::Faa { .. } => VerbKind::Faa,
+            Op::MaskedCas { .. } => VerbKind::MaskedCas,
+            Op::MaskedFaa { .. } => VerbKind::MaskedFaa,
+        }
+    }
+}
+
+/// How many verbs of one kind a node served, and their payload bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerbCount {
+    pub count: u64,
+    pub payload_bytes: u64,
+}
+
+/// Per target node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeStats {
+    /// Indexed like [`VerbKind::ALL`].
+    pub verbs: [VerbCount; 7],
+    /// Wire bytes received and sent by the node's NIC.
+    pub wire_bytes_in: u64,
+    pub wire_bytes_out: u64,
+    /// Time the NIC's receive pipeline (the IOPS bound) was busy.
+    pub nic_busy_ns: u64,
+    /// Time the NIC's send link was busy.
+    pub link_out_busy_ns: u64,
+    /// Host bytes the node's simulated memory occupies, and the non-zero bytes it stores.
+    pub host_bytes: u64,
+    pub nonzero_bytes: u64,
+}
+
+impl NodeStats {
+    pub fn verbs_of(&self, kind: VerbKind) -> VerbCount {
+        self.verbs[kind as usize]
+    }
+
+    /// Verbs of every one-sided kind.
+    pub fn one_sided_verbs(&self) -> u64 {
+        self.verbs[..6].iter().map(|v| v.count).sum()
+    }
+}
+
+/// How often each fault mode fired. A test that configures a fault asserts its counter moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultCounters {
+    pub delays_injected: u64,
+    pub torn_verbs: u64,
+    pub client_crashes: u64,
+    pub node_crashes: u64,
+    pub node_restarts: u64,
+    pub verbs_failed_node_down: u64,
+    pub calls_failed_node_down: u64,
+    pub verbs_slowed: u64,
+}
+
+/// A snapshot of a run's counters.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    pub now_ns: u64,
+    /// Steps executed (events).
+    pub steps: u64,
+    pub verbs_posted: u64,
+    pub batches_posted: u64,
+    pub calls_posted: u64,
+    /// Indexed by target node id (memory nodes).
+    pub nodes: Vec<NodeStats>,
+    pub faults: FaultCounters,
+    /// Hash of every executed step: equal for equal seeds and configs.
+    pub trace_hash: u64,
+}
