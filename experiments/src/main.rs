@@ -1,1 +1,158 @@
-fn main() {}
+//! The `dmkit` command.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use dmkit_experiments::perftest::{self, PerfPoint, PerfRegion, PerfVerb};
+use dmkit_experiments::sweep;
+use dmkit_sim::Profile;
+use std::process::ExitCode;
+
+/// dmkit: indexes on disaggregated memory, in a deterministic RDMA simulator and on hardware.
+#[derive(Parser, Debug)]
+#[command(name = "dmkit", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Measure the simulated NIC like perftest's ib_read_bw / ib_write_bw / ib_atomic_bw / ib_read_lat.
+    Perftest(PerftestArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Args, Debug)]
+struct PerftestArgs {
+    /// Verb to issue.
+    #[arg(long, value_enum, default_value = "read")]
+    verb: PerfVerb,
+    /// Bytes per READ or WRITE (atomics are always 8).
+    #[arg(long, default_value_t = 64)]
+    bytes: u64,
+    /// Total clients; a comma list sweeps (e.g. 1,8,64,256).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    clients: Vec<u32>,
+    /// Compute nodes the clients are spread over, round-robin.
+    #[arg(long, default_value_t = 8)]
+    compute_nodes: u16,
+    /// Memory nodes; each client sends its batches to them in turn.
+    #[arg(long, default_value_t = 1)]
+    memory_nodes: u16,
+    /// Host DRAM or the NIC's device memory.
+    #[arg(long, value_enum, default_value = "host")]
+    region: PerfRegion,
+    /// Draw targets from this many 8-byte words on separate lines (RMW contention); 0 spreads them.
+    #[arg(long, default_value_t = 0)]
+    hot_addresses: u64,
+    /// Verbs per doorbell batch.
+    #[arg(long, default_value_t = 1)]
+    batch: u32,
+    /// First byte of the region the clients use.
+    #[arg(long, default_value_t = 0)]
+    offset: u64,
+    /// Bytes of each memory node the clients spread over (0: 64 MiB of host, or all device memory).
+    #[arg(long, default_value_t = 0)]
+    span_bytes: u64,
+    /// NIC profile: an embedded name (cx6-100g, cx5-100g) or a TOML file.
+    #[arg(long, default_value = "cx6-100g")]
+    profile: String,
+    /// Seed of the run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Virtual warm-up before measuring, in microseconds.
+    #[arg(long, default_value_t = 200)]
+    warmup_us: u64,
+    /// Virtual measurement window, in microseconds.
+    #[arg(long, default_value_t = 2000)]
+    duration_us: u64,
+    /// Output: a table, or one JSON object per point (JSON lines).
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
+            print!("{e}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line: clap's message and the valid values, without its usage block.
+            let text = e.to_string();
+            let line: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+                .collect();
+            eprintln!("{}", line.join(" "));
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Perftest(args) => run_perftest(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_perftest(a: PerftestArgs) -> Result<(), String> {
+    let profile = Profile::load(&a.profile).map_err(|e| e.to_string())?;
+    if a.clients.contains(&0) {
+        return Err("--clients must be positive".into());
+    }
+    if a.compute_nodes == 0 || a.memory_nodes == 0 {
+        return Err("--compute-nodes and --memory-nodes must be positive".into());
+    }
+    let points: Vec<PerfPoint> = a
+        .clients
+        .iter()
+        .map(|&clients| PerfPoint {
+            verb: a.verb,
+            bytes: if matches!(a.verb, PerfVerb::Read | PerfVerb::Write) { a.bytes } else { 8 },
+            clients,
+            compute_nodes: a.compute_nodes,
+            memory_nodes: a.memory_nodes,
+            region: a.region,
+            hot_addresses: a.hot_addresses,
+            batch: a.batch,
+            offset: a.offset,
+            span_bytes: a.span_bytes,
+            profile: profile.clone(),
+            seed: a.seed,
+            warmup_ns: a.warmup_us * 1000,
+            duration_ns: a.duration_us * 1000,
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let results = sweep::run_points(&points, sweep::default_threads(), "perftest", perftest::run_point);
+    let results: Vec<_> = results.into_iter().collect::<Result<_, _>>()?;
+    match a.format {
+        Format::Table => {
+            print!("{}", perftest::table(&results));
+            let steps: u64 = results.iter().map(|r| r.sim_steps).sum();
+            let wall = started.elapsed().as_secs_f64();
+            eprintln!(
+                "profile {}, seed {}: {} simulator steps in {:.2} s wall-clock",
+                profile.name, a.seed, steps, wall
+            );
+        }
+        Format::Json => {
+            for r in &results {
+                println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+            }
+        }
+    }
+    Ok(())
+}

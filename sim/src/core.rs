@@ -523,15 +523,16 @@ impl Core {
     /// Picks and runs the next step. Returns false when no step is pending.
     pub(crate) fn step(&mut self) -> bool {
         let step = match &mut self.queue {
-            StepQueue::Timed(heap) => match heap.pop() {
-                Some(std::cmp::Reverse(s)) => s,
+            StepQueue::Timed(q) => match q.pop() {
+                Some(s) => s,
                 None => return false,
             },
             StepQueue::Chosen { steps, .. } if steps.is_empty() => return false,
             StepQueue::Chosen { .. } => {
-                let StepQueue::Chosen { steps, chooser } =
-                    std::mem::replace(&mut self.queue, StepQueue::Timed(Default::default()))
-                else {
+                let StepQueue::Chosen { steps, chooser } = std::mem::replace(
+                    &mut self.queue,
+                    StepQueue::Chosen { steps: Vec::new(), chooser: Box::new(crate::sched::EarliestChooser) },
+                ) else {
                     unreachable!()
                 };
                 let infos: Vec<StepInfo> = steps.iter().map(|s| self.info(s)).collect();

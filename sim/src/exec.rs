@@ -17,6 +17,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -51,6 +52,7 @@ struct Task {
 struct TaskWaker {
     id: TaskId,
     woken: Arc<Mutex<Vec<TaskId>>>,
+    any_woken: Arc<AtomicBool>,
 }
 
 impl Wake for TaskWaker {
@@ -59,6 +61,7 @@ impl Wake for TaskWaker {
     }
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.lock().unwrap_or_else(|e| e.into_inner()).push(self.id);
+        self.any_woken.store(true, Ordering::Release);
     }
 }
 
@@ -68,6 +71,8 @@ pub struct Sim {
     tasks: Vec<Option<Task>>,
     live_tasks: usize,
     woken: Arc<Mutex<Vec<TaskId>>>,
+    /// Set by foreign wakers, so the loop locks `woken` only when there is something in it.
+    any_woken: Arc<AtomicBool>,
     caps: Caps,
 }
 
@@ -104,6 +109,7 @@ impl Sim {
             tasks: Vec::new(),
             live_tasks: 0,
             woken: Arc::new(Mutex::new(Vec::new())),
+            any_woken: Arc::new(AtomicBool::new(false)),
             caps,
         })
     }
@@ -144,7 +150,8 @@ impl Sim {
 
     fn spawn_task(&mut self, future: Pin<Box<dyn Future<Output = ()>>>) -> TaskId {
         let id = self.tasks.len() as TaskId;
-        let waker = Waker::from(Arc::new(TaskWaker { id, woken: self.woken.clone() }));
+        let waker =
+            Waker::from(Arc::new(TaskWaker { id, woken: self.woken.clone(), any_woken: self.any_woken.clone() }));
         self.tasks.push(Some(Task { future, waker }));
         self.live_tasks += 1;
         let mut core = self.core.borrow_mut();
@@ -200,7 +207,11 @@ impl Sim {
 
     fn poll_ready(&mut self) {
         loop {
-            let woken = std::mem::take(&mut *self.woken.lock().unwrap_or_else(|e| e.into_inner()));
+            let woken = if self.any_woken.swap(false, Ordering::Acquire) {
+                std::mem::take(&mut *self.woken.lock().unwrap_or_else(|e| e.into_inner()))
+            } else {
+                Vec::new()
+            };
             let next = {
                 let mut core = self.core.borrow_mut();
                 for t in woken {
@@ -218,8 +229,8 @@ impl Sim {
                 self.core.borrow_mut().current_task = None;
                 continue;
             };
-            let waker = task.waker.clone();
-            let poll = task.future.as_mut().poll(&mut Context::from_waker(&waker));
+            let Task { future, waker } = task;
+            let poll = future.as_mut().poll(&mut Context::from_waker(waker));
             self.core.borrow_mut().current_task = None;
             if poll.is_ready() {
                 self.tasks[t as usize] = None;

@@ -135,15 +135,21 @@ impl StageCosts {
         (self.responder_op_ps as u64).max(self.link_ps(wire_bytes))
     }
 
-    /// The unloaded round trip, composed from the same pieces the simulator charges.
+    /// The unloaded round trip, composed from the same pieces the simulator charges, rounded
+    /// up to whole nanoseconds at the same three event boundaries (arrival, memory access,
+    /// completion).
     pub(crate) fn unloaded_round_trip_ns(&self, kind: Kind, len: u64, device: bool) -> u64 {
+        let up = |ps: u64| ps.div_ceil(PS_PER_NS) * PS_PER_NS;
         let req = self.request_bytes(kind, len);
         let resp = self.response_bytes(kind, len);
-        let mut t = self.requester_latency_ps + self.requester_tx_ps(req) + self.wire_latency_ps;
-        t += self.responder_rx_ps(req) + self.responder_latency_ps;
-        t += self.memory_stage_ps(kind, len, device);
-        t += self.link_ps(resp) + self.wire_latency_ps + self.link_ps(resp) + self.completion_latency_ps;
-        t.div_ceil(PS_PER_NS)
+        let arrive = up(self.requester_latency_ps + self.requester_tx_ps(req) + self.wire_latency_ps);
+        let exec = up(arrive
+            + self.responder_rx_ps(req)
+            + self.responder_latency_ps
+            + self.memory_stage_ps(kind, len, device));
+        let complete =
+            exec + self.link_ps(resp) + self.wire_latency_ps + self.link_ps(resp) + self.completion_latency_ps;
+        complete.div_ceil(PS_PER_NS)
     }
 
     /// Unloaded time from the end of the responder's receive pipeline to the memory access.
