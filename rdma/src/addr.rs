@@ -100,8 +100,11 @@ impl RemoteAddr {
         }
     }
 
-    /// The address `bytes` further on. Panics if the offset leaves the 48-bit space: use it for
-    /// offsets inside an object whose base the caller already validated.
+
+    /// The address `bytes` further on, in the same node and region. Panics if the offset leaves
+    /// the 48-bit space: use it for offsets inside an object whose base the caller already
+    /// validated (and [`RemoteAddr::checked_add`] for anything read from remote memory).
+    #[allow(clippy::should_implement_trait)] // offsets are u64, not addresses: no `Add<RemoteAddr>`
     pub fn add(self, bytes: u64) -> RemoteAddr {
         self.checked_add(bytes).expect("remote offset overflow")
     }

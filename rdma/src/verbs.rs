@@ -27,7 +27,7 @@ impl Op {
     }
 
     /// Bytes of remote memory the verb touches.
-    pub fn len(&self) -> u64 {
+    pub fn byte_len(&self) -> u64 {
         match self {
             Op::Read(b) | Op::Write(b) => b.len() as u64,
             _ => 8,
@@ -285,13 +285,13 @@ pub fn validate_batch(requests: &[Request], max_message_bytes: u64) -> Result<No
                 return Err(VerbsError::Unaligned { addr: r.addr });
             }
         } else {
-            let len = r.op.len();
+            let len = r.op.byte_len();
             if len == 0 || len > max_message_bytes {
                 return Err(VerbsError::InvalidLength { addr: r.addr, len });
             }
         }
-        if r.addr.checked_add(r.op.len()).is_none() {
-            return Err(VerbsError::OutOfRange { addr: r.addr, len: r.op.len() });
+        if r.addr.checked_add(r.op.byte_len()).is_none() {
+            return Err(VerbsError::OutOfRange { addr: r.addr, len: r.op.byte_len() });
         }
     }
     Ok(node)

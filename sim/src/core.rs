@@ -84,8 +84,10 @@ impl<T> std::ops::IndexMut<u32> for Slab<T> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     InTransit,
-    /// At the responder, waiting for the ordering rules (or the RMW address lock).
+    /// At the responder, waiting for the ordering rules.
     Waiting,
+    /// Allowed to start, but queued behind another two-step RMW on the same address.
+    LockWait,
     Running,
     Done,
 }
@@ -424,7 +426,7 @@ impl Core {
     pub(crate) fn post(&mut self, client: u32, requests: Vec<Request>, signaled: bool) -> Result<u32, VerbsError> {
         let node = validate_batch(&requests, self.cfg.profile.max_message_bytes)?;
         for r in &requests {
-            self.check_range(r.addr, r.op.len())?;
+            self.check_range(r.addr, r.op.byte_len())?;
             if self.cfg.masked_atomics == MaskedAtomics::Emulated
                 && matches!(r.op, Op::MaskedCas { .. } | Op::MaskedFaa { .. })
             {
@@ -447,7 +449,7 @@ impl Core {
         self.batches_posted += 1;
         for r in requests {
             let kind = kind_of(&r.op);
-            let req_bytes = self.costs.request_bytes(kind, r.op.len());
+            let req_bytes = self.costs.request_bytes(kind, r.op.byte_len());
             let tx_start = now_ps + self.costs.requester_latency_ps;
             let tx_done = self.compute_nics[cn].tx.serve(tx_start, self.costs.requester_tx_ps(req_bytes));
             let mut arrive_ps = tx_done + self.costs.wire_latency_ps;
@@ -559,7 +561,7 @@ impl Core {
                         let (a, l) = self.unit_range(verb, u);
                         (verb.addr.add(a - verb.addr.offset()), l)
                     }
-                    _ => (verb.addr, verb.op.len()),
+                    _ => (verb.addr, verb.op.byte_len()),
                 };
                 let writes =
                     !matches!(s.kind, StepKind::Arrive(_) | StepKind::RmwRead(_)) && !matches!(verb.op, Op::Read(_));
@@ -622,7 +624,7 @@ impl Core {
     fn arrive(&mut self, v: u32) {
         let (qp, node, kind, len, region) = {
             let verb = &self.verbs[v];
-            (verb.qp, verb.addr.node().0 as usize, verb.kind, verb.op.len(), verb.addr.region())
+            (verb.qp, verb.addr.node().0 as usize, verb.kind, verb.op.byte_len(), verb.addr.region())
         };
         let q = &mut self.qps[qp as usize];
         let head = q.in_transit.pop_front();
@@ -677,6 +679,10 @@ impl Core {
 
     /// The ordering table of DESIGN.md §1: may `v` start, given the verbs that arrived before
     /// it on its QP and are not done?
+    ///
+    /// A fence also stalls the send queue behind it, as on hardware (the requester does not
+    /// process later work requests until the fenced one may go): a verb never starts before
+    /// an earlier fenced verb of its QP has started.
     fn may_start(&self, v: u32) -> bool {
         let verb = &self.verbs[v];
         let later_is_read = matches!(verb.op, Op::Read(_));
@@ -693,7 +699,7 @@ impl Core {
                 // READ → anything: unordered unless the later verb is fenced.
                 Kind::Read => verb.fence,
             };
-            if blocks {
+            if blocks || (earlier.fence && earlier.phase == Phase::Waiting) {
                 return false;
             }
         }
@@ -703,7 +709,7 @@ impl Core {
     fn unit_count(&self, verb: &Verb) -> u32 {
         let u = self.mm().atomicity_bytes as u64;
         let first = verb.addr.offset() / u;
-        let last = (verb.addr.offset() + verb.op.len() - 1) / u;
+        let last = (verb.addr.offset() + verb.op.byte_len() - 1) / u;
         (last - first + 1) as u32
     }
 
@@ -711,7 +717,7 @@ impl Core {
     fn unit_range(&self, verb: &Verb, i: u32) -> (u64, u64) {
         let u = self.mm().atomicity_bytes as u64;
         let start = verb.addr.offset();
-        let end = start + verb.op.len();
+        let end = start + verb.op.byte_len();
         let lo = ((start / u + i as u64) * u).max(start);
         let hi = ((start / u + i as u64 + 1) * u).min(end);
         (lo, hi - lo)
@@ -737,7 +743,7 @@ impl Core {
             let key = verb.addr.raw();
             match self.nodes[verb.addr.node().0 as usize].rmw_locks.get_mut(&key) {
                 Some(waiters) => {
-                    verb.phase = Phase::Waiting;
+                    verb.phase = Phase::LockWait;
                     waiters.push_back(v);
                 }
                 None => {
@@ -786,7 +792,7 @@ impl Core {
         }
         if !self.verbs[v].failed {
             let verb = &self.verbs[v];
-            let (offset, len) = if u == WHOLE { (verb.addr.offset(), verb.op.len()) } else { self.unit_range(verb, u) };
+            let (offset, len) = if u == WHOLE { (verb.addr.offset(), verb.op.byte_len()) } else { self.unit_range(verb, u) };
             let at = (offset - verb.addr.offset()) as usize;
             let n = verb.addr.node().0 as usize;
             let region = verb.addr.region();
@@ -866,6 +872,7 @@ impl Core {
         match waiters.pop_front() {
             Some(next) => {
                 let t = ns_of(self.verbs[next].exec_ps).max(self.now_ns);
+                debug_assert_eq!(self.verbs[next].phase, Phase::LockWait);
                 self.verbs[next].phase = Phase::Running;
                 self.schedule(t, StepKind::RmwRead(next));
             }
@@ -893,7 +900,7 @@ impl Core {
             verb.resp_ps = now_ps + self.cfg.profile.transport_timeout_ns * PS_PER_NS;
             self.fault_counters.verbs_failed_node_down += 1;
         } else {
-            let len = verb.op.len();
+            let len = verb.op.byte_len();
             let kind_index = VerbKind::of(&verb.op) as usize;
             let resp_bytes = self.costs.response_bytes(verb.kind, len);
             let link = self.costs.link_ps(resp_bytes);

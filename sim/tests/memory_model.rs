@@ -19,9 +19,9 @@
 //! Where a source is weaker or silent, the cell is the one DESIGN.md §1 adopts, and the test
 //! says so.
 
-use dmkit_rdma::{NodeId, RemoteAddr, Request, Response, Verbs};
+use dmkit_rdma::{Buf, NodeId, RemoteAddr, Request, Response, Verbs};
 use dmkit_sim::{MemoryModel, RandomChooser, Sim, SimClient, SimConfig};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
@@ -33,7 +33,7 @@ use std::rc::Rc;
 const SEEDS: u64 = 1000;
 /// Seeds for scenarios whose weak outcome needs several unlikely choices in a row.
 const MANY_SEEDS: u64 = 5000;
-/// Seeds for IRIW's weak outcome (four clients must interleave just so: about 1 in 500).
+/// Seeds for IRIW's weak outcome (four clients must interleave just so: about 1 in 600).
 const IRIW_SEEDS: u64 = 20_000;
 
 /// No scenario here needs more than a few hundred steps; a run that exceeds this is a hang.
@@ -82,6 +82,9 @@ fn config(mm: MemoryModel) -> SimConfig {
 fn default_config() -> SimConfig {
     config(MemoryModel::default())
 }
+
+/// What a scenario hands back: computes the run's outcome once the run has ended.
+type Finish<T> = Box<dyn FnOnce(&Sim) -> T>;
 
 /// A value a task reports back to the test; read after the run.
 #[derive(Clone, Debug, Default)]
@@ -154,7 +157,7 @@ fn explore<T: Ord + Debug>(
     label: &str,
     cfg: &SimConfig,
     seeds: u64,
-    scenario: impl Fn(&mut Sim) -> Box<dyn FnOnce(&Sim) -> T>,
+    scenario: impl Fn(&mut Sim) -> Finish<T>,
 ) -> Outcomes<T> {
     let mut seen = BTreeMap::new();
     for seed in 0..seeds {
@@ -247,7 +250,7 @@ fn cell_write_then_rmw_placed_after() {
             old2.set(value(&out[1]));
         });
         spawn(sim, move |c| async move {
-            obs2.set(c.read(X, dmkit_rdma::Buf::zeroed(8)).await.unwrap().u64_at(0));
+            obs2.set(c.read(X, Buf::zeroed(8)).await.unwrap().u64_at(0));
         });
         Box::new(move |sim| (old.get(), mem_word(sim, X), obs.get()))
     });
@@ -266,7 +269,7 @@ fn cell_write_then_rmw_placed_after() {
 #[test]
 fn cell_rmw_then_read_sees_the_rmw() {
     let scenario = |fenced: bool| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> u64> {
+        move |sim: &mut Sim| -> Finish<u64> {
             let r = Rec::default();
             let r2 = r.clone();
             spawn(sim, move |c| async move {
@@ -304,7 +307,7 @@ fn cell_rmw_then_write_placed_after() {
             old2.set(value(&out[0]));
         });
         spawn(sim, move |c| async move {
-            obs2.set(c.read(X, dmkit_rdma::Buf::zeroed(8)).await.unwrap().u64_at(0));
+            obs2.set(c.read(X, Buf::zeroed(8)).await.unwrap().u64_at(0));
         });
         Box::new(move |sim| (old.get(), mem_word(sim, X), obs.get()))
     });
@@ -328,7 +331,7 @@ fn cell_rmw_then_rmw_placed_after() {
             cas2.set(value(&out[1]));
         });
         spawn(sim, move |c| async move {
-            obs2.set(c.read(X, dmkit_rdma::Buf::zeroed(8)).await.unwrap().u64_at(0));
+            obs2.set(c.read(X, Buf::zeroed(8)).await.unwrap().u64_at(0));
         });
         Box::new(move |sim| (faa.get(), cas.get(), mem_word(sim, X), obs.get()))
     });
@@ -345,7 +348,7 @@ fn cell_rmw_then_rmw_placed_after() {
 #[test]
 fn cell_read_then_read_either_order() {
     let scenario = |fenced: bool| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> (u64, u64)> {
+        move |sim: &mut Sim| -> Finish<(u64, u64)> {
             let (a, b) = (Rec::default(), Rec::default());
             let (a2, b2) = (a.clone(), b.clone());
             spawn(sim, move |c| async move {
@@ -376,7 +379,7 @@ fn cell_read_then_read_either_order() {
 #[test]
 fn cell_read_then_write_unless_fenced() {
     let scenario = |fenced: bool| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> u64> {
+        move |sim: &mut Sim| -> Finish<u64> {
             let r = Rec::default();
             let r2 = r.clone();
             spawn(sim, move |c| async move {
@@ -402,7 +405,7 @@ fn cell_read_then_write_unless_fenced() {
 #[test]
 fn cell_read_then_rmw_unless_fenced() {
     let scenario = |fenced: bool| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> (u64, u64)> {
+        move |sim: &mut Sim| -> Finish<(u64, u64)> {
             let (r, old) = (Rec::default(), Rec::default());
             let (r2, old2) = (r.clone(), old.clone());
             spawn(sim, move |c| async move {
@@ -438,7 +441,7 @@ fn cell_read_then_rmw_unless_fenced() {
 #[test]
 fn writes_on_different_qps_are_unordered() {
     let scenario = |x: RemoteAddr, y: RemoteAddr| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> (u64, u64)> {
+        move |sim: &mut Sim| -> Finish<(u64, u64)> {
             let (ry, rx) = (Rec::default(), Rec::default());
             let (ry2, rx2) = (ry.clone(), rx.clone());
             spawn(sim, move |c| async move {
@@ -492,10 +495,10 @@ fn completed_write_is_visible_to_later_reads() {
                 assert!(spins < SPIN_LIMIT, "the flag was never raised");
                 c.yield_now().await;
             }
-            after2.set(c.read(X, dmkit_rdma::Buf::zeroed(8)).await.unwrap().u64_at(0));
+            after2.set(c.read(X, Buf::zeroed(8)).await.unwrap().u64_at(0));
         });
         spawn(sim, move |c| async move {
-            before2.set(c.read(X, dmkit_rdma::Buf::zeroed(8)).await.unwrap().u64_at(0));
+            before2.set(c.read(X, Buf::zeroed(8)).await.unwrap().u64_at(0));
         });
         Box::new(move |_| (after.get(), before.get()))
     });
@@ -524,7 +527,7 @@ fn signalled_completion_covers_earlier_unsignaled_verbs() {
         Faa,
     }
     let scenario = |earlier: Earlier, wait: bool| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> u64> {
+        move |sim: &mut Sim| -> Finish<u64> {
             let flag = Rc::new(Cell::new(false));
             let seen = Rec::default();
             let (seen2, f1, f2) = (seen.clone(), flag.clone(), flag.clone());
@@ -547,7 +550,7 @@ fn signalled_completion_covers_earlier_unsignaled_verbs() {
                     assert!(spins < SPIN_LIMIT, "the flag was never raised");
                     c.yield_now().await;
                 }
-                seen2.set(c.read(X, dmkit_rdma::Buf::zeroed(8)).await.unwrap().u64_at(0));
+                seen2.set(c.read(X, Buf::zeroed(8)).await.unwrap().u64_at(0));
             });
             Box::new(move |_| seen.get())
         }
@@ -581,8 +584,8 @@ fn classify(buf: &[u8], unit: usize, old: u8, new: u8) -> String {
         .collect()
 }
 
-/// A READ concurrent with a WRITE over the same bytes, both at `addr` (the WRITE covers
-/// `write_len` bytes, the READ `read_len`): the READ's buffer, classified per `unit` bytes.
+/// A WRITE of `write_len` bytes at `LINES` (from all-`OLD` to all-`NEW`) concurrent with a READ
+/// of `read_len` bytes at `read_at`: the READ's buffer, classified per `piece` bytes.
 fn torn_read(
     label: &str,
     cfg: &SimConfig,
@@ -590,27 +593,25 @@ fn torn_read(
     read_at: RemoteAddr,
     read_len: usize,
     write_len: usize,
-    unit: usize,
+    piece: usize,
 ) -> Outcomes<String> {
     const OLD: u8 = 0x11;
     const NEW: u8 = 0x22;
     explore(label, cfg, seeds, move |sim| {
         sim.write_memory(LINES, &fill(OLD, write_len)).unwrap();
-        let got = Rc::new(Cell::new(None::<()>));
-        let out = Rc::new(std::cell::RefCell::new(Vec::new()));
-        let (out2, got2) = (out.clone(), got.clone());
+        let out = Rc::new(RefCell::new(Vec::new()));
+        let out2 = out.clone();
         spawn(sim, move |c| async move {
             c.write(LINES, fill(NEW, write_len).into()).await.unwrap();
         });
         spawn(sim, move |c| async move {
             let b = c.post(vec![Request::read_len(read_at, read_len)]).await.unwrap();
             *out2.borrow_mut() = bytes(b.into_iter().next().unwrap());
-            got2.set(Some(()));
         });
         Box::new(move |sim| {
-            assert!(got.get().is_some());
+            assert_eq!(out.borrow().len(), read_len, "the READ completed");
             assert_eq!(sim.read_memory(LINES, write_len).unwrap(), fill(NEW, write_len));
-            classify(&out.borrow(), unit, OLD, NEW)
+            classify(&out.borrow(), piece, OLD, NEW)
         })
     })
 }
@@ -621,8 +622,9 @@ fn torn_read(
 /// addresses, not to the verb: a 64-byte READ at offset 32 spans two units and can tear at its
 /// byte 32, never elsewhere.
 ///
-/// Source: RDMA^TSO (OOPSLA'24): a get or put is not atomic; the hardware guarantees single-copy
-/// atomicity only within an aligned cache line (PCIe/host memory); DESIGN.md §1 rule 2.
+/// Source: DESIGN.md §1 rule 2; RDMA^TSO (OOPSLA'24) models a get or put as per-location
+/// accesses with no single-copy atomicity across the whole message (on hardware, a PCIe
+/// transaction is at best atomic within one aligned cache line).
 #[test]
 fn reads_tear_between_units_never_inside_one() {
     let cfg = default_config();
@@ -640,8 +642,8 @@ fn reads_tear_between_units_never_inside_one() {
 /// 64-byte WRITE shows some words old and others new (a tear inside one 64-byte line), never a
 /// word that is part old, part new. With the default 64-byte unit the same READ is never torn.
 ///
-/// Source: RDMA^TSO (OOPSLA'24) and DESIGN.md §1 rule 2 (`atomicity_bytes` = 64 or 8; x86 and
-/// PCIe guarantee only aligned 8-byte single-copy atomicity in the weakest reading).
+/// Source: DESIGN.md §1 rule 2 (`atomicity_bytes` = 64 or 8: the weakest reading keeps only
+/// aligned 8-byte single-copy atomicity); RDMA^TSO (OOPSLA'24), non-atomic gets and puts.
 #[test]
 fn eight_byte_atomicity_tears_inside_a_line() {
     let eight = config(MemoryModel { atomicity_bytes: 8, ..MemoryModel::default() });
@@ -663,8 +665,8 @@ fn eight_byte_atomicity_tears_inside_a_line() {
 /// DESIGN.md §1 rule 2.
 #[test]
 fn read_unit_order_switch() {
-    let scenario = |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> String> {
-        let out = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let scenario = |sim: &mut Sim| -> Finish<String> {
+        let out = Rc::new(RefCell::new(Vec::new()));
         let out2 = out.clone();
         spawn(sim, move |c| async move {
             c.post(vec![Request::write(LINES.add(UNIT), fill(1, 64)), Request::write(LINES, fill(1, 64))])
@@ -695,7 +697,7 @@ fn read_unit_order_switch() {
 /// (ascending in practice for PCIe posted writes); DESIGN.md §1 rule 2.
 #[test]
 fn write_unit_order_switch() {
-    let scenario = |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> (u64, u64)> {
+    let scenario = |sim: &mut Sim| -> Finish<(u64, u64)> {
         let (u1, u0) = (Rec::default(), Rec::default());
         let (u1b, u0b) = (u1.clone(), u0.clone());
         spawn(sim, move |c| async move {
@@ -731,7 +733,7 @@ fn write_unit_order_switch() {
 /// with respect to non-atomic accesses to the implementation; DESIGN.md §1 rule 1.
 #[test]
 fn rmw_atomicity_with_writes_switch() {
-    let scenario = |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> (u64, u64)> {
+    let scenario = |sim: &mut Sim| -> Finish<(u64, u64)> {
         let old = Rec::default();
         let old2 = old.clone();
         spawn(sim, move |c| async move {
@@ -759,13 +761,9 @@ fn rmw_atomicity_with_writes_switch() {
 /// unrelated READ of another word (`[READ z, FAA x]`). The outcome is the final value and
 /// whether the old words of the successful increments were exactly `0..total` (each increment
 /// saw a distinct predecessor).
-fn increments(
-    clients: u64,
-    rounds: u64,
-    read_first: bool,
-) -> impl Fn(&mut Sim) -> Box<dyn FnOnce(&Sim) -> (u64, bool)> {
+fn increments(clients: u64, rounds: u64, read_first: bool) -> impl Fn(&mut Sim) -> Finish<(u64, bool)> {
     move |sim: &mut Sim| {
-        let olds = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let olds = Rc::new(RefCell::new(Vec::new()));
         for i in 0..clients {
             let olds = olds.clone();
             spawn(sim, move |c| async move {
@@ -778,7 +776,7 @@ fn increments(
                         };
                         olds.borrow_mut().push(old);
                     } else {
-                        let mut guess = c.read(X, dmkit_rdma::Buf::zeroed(8)).await.unwrap().u64_at(0);
+                        let mut guess = c.read(X, Buf::zeroed(8)).await.unwrap().u64_at(0);
                         for attempt in 0.. {
                             assert!(attempt < SPIN_LIMIT, "a CAS loop did not converge");
                             let old = c.cas(X, guess, guess + 1).await.unwrap();
@@ -820,7 +818,7 @@ fn rmws_are_atomic_with_each_other() {
             c.faa(X, 1).await.unwrap();
         });
         spawn(sim, move |c| async move {
-            let guess = c.read(X, dmkit_rdma::Buf::zeroed(8)).await.unwrap().u64_at(0);
+            let guess = c.read(X, Buf::zeroed(8)).await.unwrap().u64_at(0);
             if c.cas(X, guess, guess + 1).await.unwrap() != guess {
                 f2.set(true);
             }
@@ -836,40 +834,35 @@ fn rmws_are_atomic_with_each_other() {
 ///
 /// Source: InfiniBand vol. 1 §9.4.5; RDMA^TSO_RMW; DESIGN.md §1 rule 1.
 #[test]
-#[ignore = "simulator bug: see rmw_queued_on_address_lock_executes_once"]
+
 fn rmws_are_atomic_with_each_other_behind_reads() {
     explore("2 FAA + 2 CAS clients, [READ, FAA] batches", &default_config(), SEEDS, increments(4, 3, true))
         .always("every increment counted, once", |&(fin, exact)| fin == 12 && exact);
 }
 
-// ------------------------------------------------------------------------- 9. litmus shapes
-
-/// Minimal reproduction of a simulator bug: a two-step RMW that queues on its address lock
+/// Regression scenario for a simulator bug found by this suite: a two-step RMW that queues on its address lock
 /// (because another QP's RMW on the same word is between its read and write steps) is started
 /// AGAIN when any other verb of its own QP finishes meanwhile, so it sits in the lock's waiter
 /// queue twice and its RmwRead step runs twice.
 ///
 /// Client A: `FAA x +1`. Client B: `[READ z, FAA x +1]` (the READ does not order the FAA).
-/// Expected: final x = 2 and the FAAs return {0, 1}. Observed over seeds 0..3000 of the first
-/// scenario: 116 schedules silently apply B's FAA twice (final x = 3, B's FAA returns 2, its own
+/// Expected: final x = 2 and the FAAs return {0, 1}. Observed before the fix, over seeds 0..3000: 116 schedules silently apply B's FAA twice (final x = 3, B's FAA returns 2, its own
 /// first increment; first at seed 61), and 315 panic in the simulator (first at seed 6) because
 /// the stale duplicate RmwRead/RmwWrite step refers to a verb whose slab slot was freed when its
 /// batch completed ("slab slot is live") or reused by another verb ("an RMW"). The same happens
 /// with `[FAA x, READ z]` under `rmw_then_read_unordered` (the later READ finishing re-starts the
 /// queued FAA). Timed runs with the tearing fault split RMWs too and can hit it as well.
 ///
-/// Cause (sim/src/core.rs): `start` leaves a queued RMW in `Phase::Waiting`, and
-/// `finish_at_responder` re-runs `may_start` + `start` on every `Waiting` verb of the QP, which
-/// pushes it into `rmw_locks[addr]` a second time.
+/// Regression: `start` once left a lock-queued RMW in `Phase::Waiting`, and
+/// `finish_at_responder` re-ran `may_start` + `start` on it, queueing it twice (it now waits in
+/// `Phase::LockWait`).
 ///
 /// Source: InfiniBand vol. 1 §9.4.5 and RDMA^TSO_RMW (an atomic executes exactly once, atomically
 /// with respect to other atomics); DESIGN.md §1 rule 1.
 #[test]
-#[ignore = "simulator bug: an RMW queued on its address lock is re-started when another verb of its QP finishes \
-            (core.rs finish_at_responder re-starts Waiting RMWs), so it executes twice / panics"]
 fn rmw_queued_on_address_lock_executes_once() {
     let scenario = |read_first: bool| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> (u64, u64, u64)> {
+        move |sim: &mut Sim| -> Finish<(u64, u64, u64)> {
             let (a, b) = (Rec::default(), Rec::default());
             let (a2, b2) = (a.clone(), b.clone());
             spawn(sim, move |c| async move {
@@ -893,6 +886,8 @@ fn rmw_queued_on_address_lock_executes_once() {
         .always("each FAA applied once", |&o| o == (0, 1, 2));
 }
 
+// ------------------------------------------------------------------------- 9. litmus shapes
+
 /// Litmus MP (message passing), from RDMA^TSO (OOPSLA'24): the writer puts data then flag on
 /// one QP; the reader gets flag then data. The weak outcome flag=1, data=0 is allowed when the
 /// reader's two READs are unfenced (READ → READ unordered) and forbidden when the data READ is
@@ -910,7 +905,7 @@ fn litmus_mp() {
         WriteThenCas,
     }
     let scenario = |writer: Writer, fenced: bool| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> (u64, u64)> {
+        move |sim: &mut Sim| -> Finish<(u64, u64)> {
             let (flag, data) = (Rec::default(), Rec::default());
             let (flag2, data2) = (flag.clone(), data.clone());
             spawn(sim, move |c| async move {
@@ -966,7 +961,7 @@ fn litmus_sb() {
         TwoQpsAwaitWrite,
     }
     let scenario = |shape: Shape| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> (u64, u64)> {
+        move |sim: &mut Sim| -> Finish<(u64, u64)> {
             let (x, y) = match shape {
                 Shape::OneQpBatch => (X, Y),
                 _ => (RemoteAddr::host(NodeId(0), 0x1000), RemoteAddr::host(NodeId(1), 0x1000)),
@@ -1017,7 +1012,7 @@ fn litmus_sb() {
 #[test]
 fn litmus_2_plus_2w() {
     let scenario = |x: RemoteAddr, y: RemoteAddr| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> (u64, u64)> {
+        move |sim: &mut Sim| -> Finish<(u64, u64)> {
             for (first, second) in [(x, y), (y, x)] {
                 spawn(sim, move |c| async move {
                     c.post_unsignaled(vec![Request::write(first, word(1))]).unwrap();
@@ -1045,7 +1040,7 @@ fn litmus_2_plus_2w() {
 #[test]
 fn litmus_lb() {
     let scenario = |fenced: bool| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> (u64, u64)> {
+        move |sim: &mut Sim| -> Finish<(u64, u64)> {
             let (ra, rb) = (Rec::default(), Rec::default());
             for (read, write, rec) in [(X, Y, ra.clone()), (Y, X, rb.clone())] {
                 spawn(sim, move |c| async move {
@@ -1074,7 +1069,7 @@ fn litmus_lb() {
 #[test]
 fn litmus_iriw() {
     let scenario = |fenced: bool| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> [u64; 4]> {
+        move |sim: &mut Sim| -> Finish<[u64; 4]> {
             for a in [X, Y] {
                 spawn(sim, move |c| async move {
                     c.write(a, word(1).into()).await.unwrap();
@@ -1113,7 +1108,7 @@ fn litmus_iriw() {
 #[test]
 fn litmus_wrc() {
     let scenario = |fenced: bool| {
-        move |sim: &mut Sim| -> Box<dyn FnOnce(&Sim) -> (u64, u64, u64)> {
+        move |sim: &mut Sim| -> Finish<(u64, u64, u64)> {
             let (bx, cy, cx) = (Rec::default(), Rec::default(), Rec::default());
             let (bx2, cy2, cx2) = (bx.clone(), cy.clone(), cx.clone());
             spawn(sim, move |c| async move {

@@ -1,0 +1,81 @@
+//! The `dmkit` command as a user meets it: output formats, determinism, and one clear error line
+//! with exit code 2 for bad input.
+
+use std::process::{Command, Output};
+
+fn dmkit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dmkit")).args(args).output().expect("dmkit runs")
+}
+
+fn stderr_line(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(text.trim_end().lines().count(), 1, "exactly one error line, got: {text:?}");
+    assert!(!text.contains("panicked"), "{text}");
+    text
+}
+
+const SHORT: [&str; 4] = ["--warmup-us", "20", "--duration-us", "100"];
+
+#[test]
+fn perftest_json_has_the_schema_and_is_deterministic() {
+    let args = [&["perftest", "--verb", "read", "--clients", "1,32", "--format", "json", "--seed", "5"][..], &SHORT].concat();
+    let a = dmkit(&args);
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    let text = String::from_utf8(a.stdout.clone()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "one JSON object per point");
+    for (line, clients) in lines.iter().zip([1, 32]) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        for field in ["verb", "bytes", "clients", "throughput_mops", "throughput_gbytes_per_s", "latency_ns_p50", "latency_ns_p99"] {
+            assert!(v.get(field).is_some(), "missing {field} in {line}");
+        }
+        assert_eq!(v["clients"], clients);
+        assert_eq!(v["verb"], "read");
+        assert!(v["throughput_mops"].as_f64().unwrap() > 0.0);
+    }
+    let b = dmkit(&args);
+    assert_eq!(a.stdout, b.stdout, "same flags, same JSON");
+    let other = dmkit(&[&["perftest", "--verb", "read", "--clients", "1,32", "--format", "json", "--seed", "6"][..], &SHORT].concat());
+    assert!(other.status.success());
+}
+
+#[test]
+fn perftest_table_sweeps_clients() {
+    let out = dmkit(&[&["perftest", "--verb", "write", "--bytes", "256", "--clients", "1,4,16"][..], &SHORT].concat());
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 4, "header and three points:\n{text}");
+    assert!(text.lines().nth(3).unwrap().starts_with("write"));
+}
+
+#[test]
+fn bad_input_gives_one_line_and_exit_2() {
+    let cases: [(&[&str], &str); 8] = [
+        (&["perftest", "--verb", "bogus"], "bogus"),
+        (&["perftest", "--profile", "no-such-profile"], "no-such-profile"),
+        (&["perftest", "--verb", "cas", "--offset", "3"], "not 8-byte aligned"),
+        (&["perftest", "--offset", "68719476736"], "out of range"),
+        (&["perftest", "--region", "device", "--bytes", "1048576"], "out of range"),
+        (&["perftest", "--clients", "0"], "--clients"),
+        (&["perftest", "--memory-nodes", "0"], "--memory-nodes"),
+        (&["perftest", "--unknown-flag"], "--unknown-flag"),
+    ];
+    for (args, needle) in cases {
+        let out = dmkit(&[args, &SHORT].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let line = stderr_line(&out);
+        assert!(line.contains(needle), "{args:?}: '{line}' should mention '{needle}'");
+    }
+}
+
+#[test]
+fn a_malformed_profile_file_is_one_error_line() {
+    let dir = std::env::temp_dir().join(format!("dmkit-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "name = \"x\"\ndescription = \"y\"\n[nic]\nmtu_bytes = \"big\"\n[memory_node]\n").unwrap();
+    let out = dmkit(&[&["perftest", "--profile", path.to_str().unwrap()][..], &SHORT].concat());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_line(&out).contains("bad NIC profile"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
