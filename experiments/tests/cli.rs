@@ -18,7 +18,8 @@ const SHORT: [&str; 4] = ["--warmup-us", "20", "--duration-us", "100"];
 
 #[test]
 fn perftest_json_has_the_schema_and_is_deterministic() {
-    let args = [&["perftest", "--verb", "read", "--clients", "1,32", "--format", "json", "--seed", "5"][..], &SHORT].concat();
+    let args =
+        [&["perftest", "--verb", "read", "--clients", "1,32", "--format", "json", "--seed", "5"][..], &SHORT].concat();
     let a = dmkit(&args);
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
     let text = String::from_utf8(a.stdout.clone()).unwrap();
@@ -26,7 +27,15 @@ fn perftest_json_has_the_schema_and_is_deterministic() {
     assert_eq!(lines.len(), 2, "one JSON object per point");
     for (line, clients) in lines.iter().zip([1, 32]) {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        for field in ["verb", "bytes", "clients", "throughput_mops", "throughput_gbytes_per_s", "latency_ns_p50", "latency_ns_p99"] {
+        for field in [
+            "verb",
+            "bytes",
+            "clients",
+            "throughput_mops",
+            "throughput_gbytes_per_s",
+            "latency_ns_p50",
+            "latency_ns_p99",
+        ] {
             assert!(v.get(field).is_some(), "missing {field} in {line}");
         }
         assert_eq!(v["clients"], clients);
@@ -35,7 +44,9 @@ fn perftest_json_has_the_schema_and_is_deterministic() {
     }
     let b = dmkit(&args);
     assert_eq!(a.stdout, b.stdout, "same flags, same JSON");
-    let other = dmkit(&[&["perftest", "--verb", "read", "--clients", "1,32", "--format", "json", "--seed", "6"][..], &SHORT].concat());
+    let other = dmkit(
+        &[&["perftest", "--verb", "read", "--clients", "1,32", "--format", "json", "--seed", "6"][..], &SHORT].concat(),
+    );
     assert!(other.status.success());
 }
 

@@ -100,7 +100,6 @@ impl RemoteAddr {
         }
     }
 
-
     /// The address `bytes` further on, in the same node and region. Panics if the offset leaves
     /// the 48-bit space: use it for offsets inside an object whose base the caller already
     /// validated (and [`RemoteAddr::checked_add`] for anything read from remote memory).

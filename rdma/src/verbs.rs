@@ -190,8 +190,9 @@ pub struct Caps {
 ///    §10.8.3.3 (the fence); RDMA^TSO (OOPSLA'24) for the READ/WRITE cells; RDMA^TSO_RMW for the
 ///    atomics. Across QPs (another client, or this client's QP to another node) nothing is
 ///    ordered. Unsignaled verbs follow the same rules. A fenced request waits until every earlier
-///    READ and RMW of the QP has completed; fence whenever a WRITE, SEND or RMW depends on an
-///    earlier READ or RMW. The weaker reading, where a later READ may overtake an earlier RMW, is
+///    READ and RMW of the QP has completed, and the requests posted after it wait for it (the
+///    requester stops processing the send queue at the fence); fence whenever a WRITE, SEND or
+///    RMW depends on an earlier READ or RMW. The weaker reading, where a later READ may overtake an earlier RMW, is
 ///    the simulator switch `rmw_then_read_unordered` (default false; the seeds' CAS-then-READ
 ///    doorbell batches need the cell as written).
 /// 4. **Completion.** A delivered completion means the verb and every earlier verb of its QP are

@@ -792,7 +792,8 @@ impl Core {
         }
         if !self.verbs[v].failed {
             let verb = &self.verbs[v];
-            let (offset, len) = if u == WHOLE { (verb.addr.offset(), verb.op.byte_len()) } else { self.unit_range(verb, u) };
+            let (offset, len) =
+                if u == WHOLE { (verb.addr.offset(), verb.op.byte_len()) } else { self.unit_range(verb, u) };
             let at = (offset - verb.addr.offset()) as usize;
             let n = verb.addr.node().0 as usize;
             let region = verb.addr.region();
