@@ -6,6 +6,7 @@
 
 use crate::{NodeId, RemoteAddr, Verbs, VerbsError};
 use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
 
 /// The service id of the chunk allocator on every memory node.
 pub const ALLOCATOR_SERVICE: u16 = 0;
@@ -225,31 +226,41 @@ impl ChunkAllocator {
     }
 }
 
-/// Allocates `bytes` of host memory on `node` through its allocator service.
-pub async fn alloc<V: Verbs + ?Sized>(
+/// Allocates `bytes` of host memory on `node` through its allocator service. The request is
+/// sent when this is called.
+pub fn alloc<V: Verbs + ?Sized>(
     verbs: &V,
     node: NodeId,
     bytes: u64,
     align: u64,
-) -> Result<RemoteAddr, VerbsError> {
-    let reply = verbs.call(node, ALLOCATOR_SERVICE, AllocRequest::Alloc { bytes, align }.encode()).await?;
-    match AllocResponse::decode(&reply)? {
-        AllocResponse::Allocated(addr) => Ok(addr),
-        AllocResponse::Exhausted { requested_bytes } => {
-            Err(VerbsError::RemoteMemoryExhausted { node, requested_bytes })
+) -> impl Future<Output = Result<RemoteAddr, VerbsError>> {
+    let sent = verbs.call(node, ALLOCATOR_SERVICE, AllocRequest::Alloc { bytes, align }.encode());
+    async move {
+        match AllocResponse::decode(&sent.await?)? {
+            AllocResponse::Allocated(addr) => Ok(addr),
+            AllocResponse::Exhausted { requested_bytes } => {
+                Err(VerbsError::RemoteMemoryExhausted { node, requested_bytes })
+            }
+            AllocResponse::Rejected(msg) => Err(VerbsError::Protocol(msg)),
+            AllocResponse::Freed => Err(VerbsError::Protocol("allocator answered Freed to an Alloc".into())),
         }
-        AllocResponse::Rejected(msg) => Err(VerbsError::Protocol(msg)),
-        AllocResponse::Freed => Err(VerbsError::Protocol("allocator answered Freed to an Alloc".into())),
     }
 }
 
-/// Frees a block allocated by [`alloc`] with the same size.
-pub async fn free<V: Verbs + ?Sized>(verbs: &V, addr: RemoteAddr, bytes: u64) -> Result<(), VerbsError> {
-    let reply = verbs.call(addr.node(), ALLOCATOR_SERVICE, AllocRequest::Free { addr, bytes }.encode()).await?;
-    match AllocResponse::decode(&reply)? {
-        AllocResponse::Freed => Ok(()),
-        AllocResponse::Rejected(msg) => Err(VerbsError::Protocol(msg)),
-        other => Err(VerbsError::Protocol(format!("allocator answered {other:?} to a Free"))),
+/// Frees a block allocated by [`alloc`] with the same size. The request is sent when this is
+/// called.
+pub fn free<V: Verbs + ?Sized>(
+    verbs: &V,
+    addr: RemoteAddr,
+    bytes: u64,
+) -> impl Future<Output = Result<(), VerbsError>> {
+    let sent = verbs.call(addr.node(), ALLOCATOR_SERVICE, AllocRequest::Free { addr, bytes }.encode());
+    async move {
+        match AllocResponse::decode(&sent.await?)? {
+            AllocResponse::Freed => Ok(()),
+            AllocResponse::Rejected(msg) => Err(VerbsError::Protocol(msg)),
+            other => Err(VerbsError::Protocol(format!("allocator answered {other:?} to a Free"))),
+        }
     }
 }
 

@@ -7,17 +7,20 @@
 //! the verbs it really issues, and the caller sees them in the backend's counters.
 
 use crate::{RemoteAddr, Verbs, VerbsError, atomics};
+use std::future::Future;
 
 /// Upper bound on CAS attempts before giving up with [`VerbsError::Timeout`]: a bounded loop
 /// turns starvation into a report instead of a hang.
 pub const MAX_CAS_ATTEMPTS: u32 = 10_000;
 
+/// Runs the CAS loop after `first`, the already-posted READ of the word.
 async fn emulate_rmw<V: Verbs + ?Sized>(
     verbs: &V,
     addr: RemoteAddr,
+    first: impl Future<Output = Result<crate::Buf, VerbsError>>,
     apply: impl Fn(u64) -> Option<u64>,
 ) -> Result<u64, VerbsError> {
-    let buf = verbs.read(addr, crate::Buf::zeroed(8)).await?;
+    let buf = first.await?;
     let mut old = buf.u64_at(0);
     for _ in 0..MAX_CAS_ATTEMPTS {
         let Some(new) = apply(old) else { return Ok(old) };
@@ -33,27 +36,30 @@ async fn emulate_rmw<V: Verbs + ?Sized>(
     Err(VerbsError::Timeout(addr.node()))
 }
 
-/// Masked CAS from READ + CAS. Returns the whole old word, like the native verb.
-pub async fn masked_cas<V: Verbs + ?Sized>(
+/// Masked CAS from READ + CAS. Returns the whole old word, like the native verb. The READ is
+/// posted when this is called, like any verb.
+pub fn masked_cas<V: Verbs + ?Sized>(
     verbs: &V,
     addr: RemoteAddr,
     compare: u64,
     compare_mask: u64,
     swap: u64,
     swap_mask: u64,
-) -> Result<u64, VerbsError> {
-    emulate_rmw(verbs, addr, |old| {
+) -> impl Future<Output = Result<u64, VerbsError>> {
+    let first = verbs.read(addr, crate::Buf::zeroed(8));
+    emulate_rmw(verbs, addr, first, move |old| {
         ((old ^ compare) & compare_mask == 0).then(|| atomics::masked_cas(old, compare, compare_mask, swap, swap_mask))
     })
-    .await
 }
 
-/// Masked FAA from READ + CAS. Returns the whole old word, like the native verb.
-pub async fn masked_faa<V: Verbs + ?Sized>(
+/// Masked FAA from READ + CAS. Returns the whole old word, like the native verb. The READ is
+/// posted when this is called, like any verb.
+pub fn masked_faa<V: Verbs + ?Sized>(
     verbs: &V,
     addr: RemoteAddr,
     add: u64,
     boundary_mask: u64,
-) -> Result<u64, VerbsError> {
-    emulate_rmw(verbs, addr, |old| Some(atomics::masked_faa(old, add, boundary_mask))).await
+) -> impl Future<Output = Result<u64, VerbsError>> {
+    let first = verbs.read(addr, crate::Buf::zeroed(8));
+    emulate_rmw(verbs, addr, first, move |old| Some(atomics::masked_faa(old, add, boundary_mask)))
 }

@@ -106,6 +106,16 @@ pub struct Faults {
     pub slowdowns: Vec<Slowdown>,
 }
 
+/// The end of virtual time (about 106 days): picosecond stage arithmetic stays in `u64`
+/// below it, and a `sleep` longer than that ends there.
+pub const MAX_TIME_NS: u64 = u64::MAX / 1000 / 2;
+
+/// Largest extra delay a verb can draw (1000 s of virtual time).
+pub const MAX_FAULT_DELAY_NS: u64 = 1_000_000_000_000;
+
+/// Largest slowdown factor.
+pub const MAX_SLOWDOWN: f64 = 1e6;
+
 /// Everything a simulation needs besides the tasks it runs.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -172,8 +182,10 @@ impl SimConfig {
         }
         let f = &self.faults;
         if let Some(d) = f.extra_delay {
-            if !(0.0..=1.0).contains(&d.probability) || d.max_ns == 0 {
-                return err("extra delay needs a probability in [0, 1] and max_ns > 0".into());
+            if !(0.0..=1.0).contains(&d.probability) || d.max_ns == 0 || d.max_ns > MAX_FAULT_DELAY_NS {
+                return err(format!(
+                    "extra delay needs a probability in [0, 1] and 0 < max_ns <= {MAX_FAULT_DELAY_NS}, got {d:?}"
+                ));
             }
         }
         for c in &f.node_crashes {
@@ -185,8 +197,10 @@ impl SimConfig {
             }
         }
         for s in &f.slowdowns {
-            if s.node >= t.memory_nodes || !(s.factor.is_finite() && s.factor >= 1.0) || s.to_ns <= s.from_ns {
-                return err(format!("bad slowdown {s:?}: needs a memory node, factor >= 1 and from < to"));
+            if s.node >= t.memory_nodes || !(1.0..=MAX_SLOWDOWN).contains(&s.factor) || s.to_ns <= s.from_ns {
+                return err(format!(
+                    "bad slowdown {s:?}: needs a memory node, 1 <= factor <= {MAX_SLOWDOWN} and from < to"
+                ));
             }
         }
         Ok(())

@@ -221,6 +221,8 @@ pub(crate) struct Core {
     pub(crate) current_task: Option<TaskId>,
     /// Tasks a fault has crashed; the executor drops them.
     pub(crate) crashed_tasks: Vec<TaskId>,
+    /// The client each task runs for, if any (a finished task no longer holds its client).
+    pub(crate) task_clients: Vec<Option<u32>>,
     rng: ChaCha8Rng,
     split_units: bool,
     split_rmw: bool,
@@ -302,7 +304,8 @@ impl Core {
             queued: Vec::new(),
             current_task: None,
             crashed_tasks: Vec::new(),
-            rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_fa_0175),
+            task_clients: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0ffa_0175),
             split_units: chosen || tearing,
             split_rmw: (chosen || tearing) && !cfg.memory_model.rmw_atomic_with_writes,
             steps: 0,

@@ -140,7 +140,9 @@ impl Sim {
     /// Runs `future` as `client`'s task (a client crash drops it).
     pub fn spawn(&mut self, client: &SimClient, future: impl Future<Output = ()> + 'static) {
         let task = self.spawn_task(Box::pin(future));
-        self.core.borrow_mut().clients[client.id as usize].task = Some(task);
+        let mut core = self.core.borrow_mut();
+        core.clients[client.id as usize].task = Some(task);
+        core.task_clients[task as usize] = Some(client.id);
     }
 
     /// Runs `future` as a task of no client.
@@ -156,6 +158,7 @@ impl Sim {
         self.live_tasks += 1;
         let mut core = self.core.borrow_mut();
         core.queued.push(false);
+        core.task_clients.push(None);
         core.wake(Some(id));
         id
     }
@@ -235,6 +238,10 @@ impl Sim {
             if poll.is_ready() {
                 self.tasks[t as usize] = None;
                 self.live_tasks -= 1;
+                let mut core = self.core.borrow_mut();
+                if let Some(client) = core.task_clients[t as usize].take() {
+                    core.clients[client as usize].task = None;
+                }
             }
         }
     }
@@ -319,7 +326,7 @@ impl SimClient {
     pub fn sleep(&self, ns: u64) -> Sleep {
         let mut core = self.core.borrow_mut();
         let id = core.timers.insert(Timer { fired: false, abandoned: false, waiter: None });
-        let at = core.now_ns + ns;
+        let at = core.now_ns.saturating_add(ns).min(crate::config::MAX_TIME_NS);
         core.schedule(at, StepKind::Timer(id));
         Sleep { core: self.core.clone(), timer: Some(id) }
     }

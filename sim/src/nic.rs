@@ -22,8 +22,8 @@ impl Server {
     /// Serves work arriving at `arrive_ps` for `service_ps`; returns its finish time.
     pub(crate) fn serve(&mut self, arrive_ps: u64, service_ps: u64) -> u64 {
         let start = arrive_ps.max(self.next_free_ps);
-        self.next_free_ps = start + service_ps;
-        self.busy_ps += service_ps;
+        self.next_free_ps = start.saturating_add(service_ps);
+        self.busy_ps = self.busy_ps.saturating_add(service_ps);
         self.next_free_ps
     }
 

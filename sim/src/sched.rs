@@ -9,7 +9,7 @@ use dmkit_rdma::{NodeId, RemoteAddr};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 
 /// What kind of wait a step ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
