@@ -8,7 +8,6 @@
 
 use dmkit_rdma::{Buf, NodeId, Op, Region, RemoteAddr, Request, Response, Verbs, VerbsError};
 use dmkit_sim::{Profile, Sim, SimConfig, Topology};
-use hdrhistogram::Histogram;
 use rand::Rng;
 use serde::Serialize;
 use std::cell::RefCell;
@@ -207,10 +206,8 @@ pub fn run_point(p: &PerfPoint) -> Result<PerfResult, String> {
     if let Some(e) = tally.error {
         return Err(e.to_string());
     }
-    let mut hist = Histogram::<u64>::new(3).expect("3 significant digits is valid");
-    for &l in &tally.latencies {
-        hist.record(l.max(1)).expect("auto-resizing histogram");
-    }
+    let mut latencies = tally.latencies;
+    latencies.sort_unstable();
     let stats = sim.stats();
     let seconds = p.duration_ns as f64 / 1e9;
     let elapsed_ns = stats.now_ns.max(1) as f64;
@@ -230,15 +227,24 @@ pub fn run_point(p: &PerfPoint) -> Result<PerfResult, String> {
         verbs_measured: tally.verbs,
         throughput_mops: round3(tally.verbs as f64 / seconds / 1e6),
         throughput_gbytes_per_s: round3(tally.verbs as f64 * p.bytes as f64 / seconds / 1e9),
-        latency_ns_p50: hist.value_at_quantile(0.5),
-        latency_ns_p99: hist.value_at_quantile(0.99),
-        latency_ns_max: hist.max(),
+        latency_ns_p50: percentile(&latencies, 0.50),
+        latency_ns_p99: percentile(&latencies, 0.99),
+        latency_ns_max: latencies.last().copied().unwrap_or(0),
         mn_iops_utilisation: round3(stats.nodes.iter().map(|n| n.nic_busy_ns as f64).sum::<f64>() / mns / elapsed_ns),
         mn_bandwidth_utilisation: round3(
             stats.nodes.iter().map(|n| n.link_out_busy_ns as f64).sum::<f64>() / mns / elapsed_ns,
         ),
         sim_steps: stats.steps,
     })
+}
+
+/// The nearest-rank percentile of sorted samples (exact: every sample is kept).
+pub fn percentile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn round3(x: f64) -> f64 {

@@ -8,17 +8,26 @@
 //! - [`Verbs`]: READ, WRITE, CAS, FAA, masked CAS/FAA, doorbell batches, unsignaled batches and
 //!   two-sided `call`, with the memory model written on the trait.
 //! - [`Caps`]: what a backend can do; [`emulate`] gives masked atomics where it cannot.
+//! - [`ClientCtx`]: time, randomness, CPU and identity; [`Client`] = `Verbs + ClientCtx` is what
+//!   index code is written against.
+//! - [`service`]: server-side handlers and workers with local memory access; [`sync`]: local
+//!   notification and queues that work on any executor.
 //! - [`alloc`]: the memory node's chunk allocator, reached by `call`.
 
 mod addr;
 pub mod alloc;
 pub mod atomics;
 mod buf;
+mod ctx;
 pub mod emulate;
 mod error;
+pub mod service;
+pub mod sync;
 mod verbs;
 
 pub use addr::{NodeId, Region, RemoteAddr};
 pub use buf::Buf;
+pub use ctx::{Client, ClientCtx, ClientIdentity, CpuWork};
 pub use error::VerbsError;
+pub use rand_chacha::ChaCha8Rng;
 pub use verbs::{Caps, MaskedAtomics, Op, Request, Response, Verbs, validate_batch};

@@ -35,11 +35,18 @@ impl Default for MemoryModel {
     }
 }
 
-/// How many nodes of each kind. Memory nodes get ids `0..memory_nodes`, compute nodes follow.
+/// How many nodes of each kind. Memory nodes get ids `0..memory_nodes`, server nodes follow,
+/// then compute nodes. Memory and server nodes have registered memory (verbs may target them);
+/// compute nodes run clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Topology {
     pub memory_nodes: u16,
+    pub server_nodes: u16,
     pub compute_nodes: u16,
+    /// RPC threads of each memory node (its weak cores serving the chunk allocator).
+    pub memory_node_threads: u16,
+    /// RPC threads of each server node.
+    pub server_threads: u16,
     /// Host bytes at the bottom of every memory node that the allocator never hands out
     /// (superblocks at fixed addresses live there, and offset 0 stays the null pointer).
     pub reserved_bytes: u64,
@@ -47,7 +54,31 @@ pub struct Topology {
 
 impl Default for Topology {
     fn default() -> Self {
-        Topology { memory_nodes: 1, compute_nodes: 1, reserved_bytes: 1 << 20 }
+        Topology {
+            memory_nodes: 1,
+            server_nodes: 0,
+            compute_nodes: 1,
+            memory_node_threads: 1,
+            server_threads: 4,
+            reserved_bytes: 1 << 20,
+        }
+    }
+}
+
+impl Topology {
+    /// Nodes with registered memory: memory nodes, then server nodes.
+    pub fn target_nodes(&self) -> u16 {
+        self.memory_nodes + self.server_nodes
+    }
+
+    /// The node id of compute node `i`.
+    pub fn compute_node_id(&self, i: u16) -> dmkit_rdma::NodeId {
+        dmkit_rdma::NodeId(self.target_nodes() + i)
+    }
+
+    /// The node id of server node `i`.
+    pub fn server_node_id(&self, i: u16) -> dmkit_rdma::NodeId {
+        dmkit_rdma::NodeId(self.memory_nodes + i)
     }
 }
 
@@ -70,8 +101,9 @@ pub struct Tearing {
     pub window_ns: u64,
 }
 
-/// A memory node stops at `at_ns` (its memory and allocator state are lost) and, if
-/// `restart_at_ns` is set, comes back empty then.
+/// A memory or server node stops at `at_ns` (its memory, its services' state and its threads'
+/// tasks are lost) and, if `restart_at_ns` is set, comes back empty then, with its services
+/// created afresh.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeCrash {
     pub node: u16,
@@ -131,6 +163,9 @@ pub struct SimConfig {
     pub trace: bool,
     /// Stop with [`crate::SimError::StepLimit`] after this many steps.
     pub step_limit: Option<u64>,
+    /// Report [`crate::SimError::Spin`] when one task is polled this many times in a row without
+    /// virtual time advancing.
+    pub spin_poll_limit: u64,
 }
 
 impl Default for SimConfig {
@@ -145,6 +180,7 @@ impl Default for SimConfig {
             allocator_reuse: ReuseMode::Fifo,
             trace: false,
             step_limit: None,
+            spin_poll_limit: 100_000,
         }
     }
 }
@@ -171,7 +207,10 @@ impl SimConfig {
         if t.compute_nodes == 0 {
             return err("at least one compute node is needed".into());
         }
-        if t.memory_nodes as u32 + t.compute_nodes as u32 > dmkit_rdma::NodeId::MAX as u32 {
+        if t.memory_node_threads == 0 || (t.server_nodes > 0 && t.server_threads == 0) {
+            return err("memory and server nodes need at least one RPC thread".into());
+        }
+        if t.memory_nodes as u32 + t.server_nodes as u32 + t.compute_nodes as u32 > dmkit_rdma::NodeId::MAX as u32 {
             return err(format!("at most {} nodes fit in a remote address", dmkit_rdma::NodeId::MAX));
         }
         if t.reserved_bytes > self.profile.host_memory_bytes {
@@ -189,15 +228,19 @@ impl SimConfig {
             }
         }
         for c in &f.node_crashes {
-            if c.node >= t.memory_nodes {
-                return err(format!("node crash names node {}, but memory nodes are 0..{}", c.node, t.memory_nodes));
+            if c.node >= t.target_nodes() {
+                return err(format!(
+                    "node crash names node {}, but memory and server nodes are 0..{}",
+                    c.node,
+                    t.target_nodes()
+                ));
             }
             if c.restart_at_ns.is_some_and(|r| r <= c.at_ns) {
                 return err(format!("node {} restarts before it crashes", c.node));
             }
         }
         for s in &f.slowdowns {
-            if s.node >= t.memory_nodes || !(1.0..=MAX_SLOWDOWN).contains(&s.factor) || s.to_ns <= s.from_ns {
+            if s.node >= t.target_nodes() || !(1.0..=MAX_SLOWDOWN).contains(&s.factor) || s.to_ns <= s.from_ns {
                 return err(format!(
                     "bad slowdown {s:?}: needs a memory node, 1 <= factor <= {MAX_SLOWDOWN} and from < to"
                 ));

@@ -18,11 +18,12 @@ use crate::nic::{PS_PER_NS, Server, StageCosts};
 use crate::profile::rdma_op::Kind;
 use crate::sched::{Actor, Step, StepInfo, StepKind, StepQueue, WHOLE};
 use crate::stats::{FaultCounters, NodeStats, Stats, VerbKind};
-use dmkit_rdma::alloc::{AllocRequest, ChunkAllocator};
-use dmkit_rdma::{MaskedAtomics, NodeId, Op, Region, RemoteAddr, Request, Response, VerbsError, validate_batch};
+use dmkit_rdma::{
+    CpuWork, MaskedAtomics, NodeId, Op, Region, RemoteAddr, Request, Response, VerbsError, validate_batch,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 pub(crate) type TaskId = u32;
 
@@ -123,6 +124,7 @@ pub(crate) enum Outcome<T> {
 
 #[derive(Debug)]
 struct Batch {
+    client: u32,
     verbs: Vec<u32>,
     pending: u32,
     signaled: bool,
@@ -138,9 +140,36 @@ struct Rpc {
     service: u16,
     request: Vec<u8>,
     node_epoch: u64,
+    /// The RPC thread (its client id) handling it.
+    handler: Option<u32>,
     waiter: Option<TaskId>,
     result: Option<Result<Vec<u8>, VerbsError>>,
     outcome: Outcome<Vec<u8>>,
+}
+
+/// A request handed to the executor: run `service`'s handler for `rpc` as a task of the RPC
+/// thread's client `handler`.
+#[derive(Debug)]
+pub(crate) struct Dispatch {
+    pub(crate) rpc: u32,
+    pub(crate) node: NodeId,
+    pub(crate) service: u16,
+    pub(crate) handler: u32,
+    pub(crate) request: Vec<u8>,
+}
+
+/// A service CPU's access to its own node's memory.
+#[derive(Debug)]
+struct LocalOp {
+    addr: RemoteAddr,
+    op: Op,
+    node_epoch: u64,
+    units_left: u32,
+    next_unit: u32,
+    failed: bool,
+    old: u64,
+    waiter: Option<TaskId>,
+    outcome: Outcome<Response>,
 }
 
 #[derive(Debug)]
@@ -159,36 +188,56 @@ struct Qp {
     last_completion_ps: u64,
 }
 
+/// A memory or server node: registered memory, the responder side of its NIC, its services'
+/// RPC threads.
 #[derive(Debug)]
-struct MemoryNode {
+struct TargetNode {
     host: SparseMemory,
     device: SparseMemory,
     up: bool,
     epoch: u64,
     slowdown: f64,
-    rx: Server,
-    tx: Server,
     pcie: Server,
     atomic: Server,
-    rpc_cpu: Server,
     /// Per-address next-free time of the atomic unit (ps), pruned when stale.
     atomic_addr_free: FixedMap<u64, u64>,
     /// Two-step RMWs in flight per address, with the RMWs queued behind them.
     rmw_locks: FixedMap<u64, VecDeque<u32>>,
-    allocator: ChunkAllocator,
+    /// Service ids registered here.
+    services: BTreeSet<u16>,
+    /// The clients of the node's RPC threads, and which of them are idle.
+    rpc_threads: Vec<u32>,
+    idle_rpc_threads: VecDeque<u32>,
+    /// RPCs waiting for a thread, and RPCs being handled.
+    rpc_queue: VecDeque<u32>,
+    rpc_running: Vec<u32>,
     stats: NodeStats,
 }
 
+/// Every node's NIC: one link in each direction. Requests a node sends and responses it returns
+/// share its outbound link; the inbound server also enforces the responder's IOPS bound.
 #[derive(Debug, Default)]
-struct ComputeNic {
-    tx: Server,
-    rx: Server,
+struct Nic {
+    out_link: Server,
+    in_link: Server,
+}
+
+/// A serial CPU: the coroutines of one thread share it.
+#[derive(Debug)]
+pub(crate) struct Thread {
+    pub(crate) node: NodeId,
+    cpu_free_ps: u64,
+    pub(crate) coroutines: u32,
 }
 
 #[derive(Debug)]
 pub(crate) struct ClientInfo {
-    pub(crate) compute_node: u16,
+    pub(crate) node: NodeId,
+    pub(crate) thread: u32,
+    pub(crate) coroutine: u32,
     pub(crate) task: Option<TaskId>,
+    /// The client's random stream (shared by every handle to the client).
+    pub(crate) rng: std::rc::Rc<std::cell::RefCell<ChaCha8Rng>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -209,11 +258,17 @@ pub(crate) struct Core {
     verbs: Slab<Verb>,
     batches: Slab<Batch>,
     rpcs: Slab<Rpc>,
+    locals: Slab<LocalOp>,
     pub(crate) timers: Slab<Timer>,
     qps: Vec<Qp>,
-    nodes: Vec<MemoryNode>,
-    compute_nics: Vec<ComputeNic>,
+    nodes: Vec<TargetNode>,
+    nics: Vec<Nic>,
+    pub(crate) threads: Vec<Thread>,
     pub(crate) clients: Vec<ClientInfo>,
+    /// RPCs for the executor to start handlers for.
+    pub(crate) dispatches: Vec<Dispatch>,
+    /// Nodes that restarted: the executor creates their services afresh.
+    pub(crate) restarted: Vec<NodeId>,
     faults: Vec<FaultEvent>,
     /// Tasks to poll, and whether each is already queued.
     pub(crate) ready: VecDeque<TaskId>,
@@ -261,29 +316,26 @@ impl Core {
     pub(crate) fn new(cfg: SimConfig, queue: StepQueue) -> Core {
         let costs = StageCosts::new(&cfg.profile);
         let t = cfg.topology;
-        let nodes = (0..t.memory_nodes)
-            .map(|n| MemoryNode {
+        let nodes = (0..t.target_nodes())
+            .map(|_| TargetNode {
                 host: SparseMemory::new(),
                 device: SparseMemory::new(),
                 up: true,
                 epoch: 0,
                 slowdown: 1.0,
-                rx: Server::default(),
-                tx: Server::default(),
                 pcie: Server::default(),
                 atomic: Server::default(),
-                rpc_cpu: Server::default(),
                 atomic_addr_free: FixedMap::default(),
                 rmw_locks: FixedMap::default(),
-                allocator: ChunkAllocator::new(
-                    NodeId(n),
-                    t.reserved_bytes,
-                    cfg.profile.host_memory_bytes,
-                    cfg.allocator_reuse,
-                ),
+                services: BTreeSet::new(),
+                rpc_threads: Vec::new(),
+                idle_rpc_threads: VecDeque::new(),
+                rpc_queue: VecDeque::new(),
+                rpc_running: Vec::new(),
                 stats: NodeStats::default(),
             })
             .collect();
+        let all_nodes = t.target_nodes() as usize + t.compute_nodes as usize;
         let chosen = queue.is_chosen();
         let tearing = cfg.faults.tearing.is_some();
         let mut core = Core {
@@ -294,11 +346,15 @@ impl Core {
             verbs: Slab::default(),
             batches: Slab::default(),
             rpcs: Slab::default(),
+            locals: Slab::default(),
             timers: Slab::default(),
             qps: Vec::new(),
             nodes,
-            compute_nics: (0..t.compute_nodes).map(|_| ComputeNic::default()).collect(),
+            nics: (0..all_nodes).map(|_| Nic::default()).collect(),
+            threads: Vec::new(),
             clients: Vec::new(),
+            dispatches: Vec::new(),
+            restarted: Vec::new(),
             faults: Vec::new(),
             ready: VecDeque::new(),
             queued: Vec::new(),
@@ -334,6 +390,21 @@ impl Core {
         core
     }
 
+    /// Creates the RPC threads of every memory and server node. Called once, when the run
+    /// starts, so that the clients a user adds first get ids 0, 1, 2...
+    pub(crate) fn start_nodes(&mut self) {
+        let t = self.cfg.topology;
+        for n in 0..t.target_nodes() {
+            let threads = if n < t.memory_nodes { t.memory_node_threads } else { t.server_threads };
+            for _ in 0..threads {
+                let thread = self.add_thread(NodeId(n));
+                let client = self.add_client(thread);
+                self.nodes[n as usize].rpc_threads.push(client);
+                self.nodes[n as usize].idle_rpc_threads.push_back(client);
+            }
+        }
+    }
+
     fn mm(&self) -> &MemoryModel {
         &self.cfg.memory_model
     }
@@ -349,14 +420,81 @@ impl Core {
         self.queue.push(Step { time_ns, seq: self.seq, kind });
     }
 
-    pub(crate) fn add_client(&mut self, compute_node: u16) -> u32 {
-        self.clients.push(ClientInfo { compute_node, task: None });
+    /// A new thread (a serial CPU) on `node`.
+    pub(crate) fn add_thread(&mut self, node: NodeId) -> u32 {
+        self.threads.push(Thread { node, cpu_free_ps: 0, coroutines: 0 });
+        (self.threads.len() - 1) as u32
+    }
+
+    /// A new client (coroutine) on `thread`.
+    pub(crate) fn add_client(&mut self, thread: u32) -> u32 {
+        let t = &mut self.threads[thread as usize];
+        let coroutine = t.coroutines;
+        t.coroutines += 1;
+        let mut rng = ChaCha8Rng::seed_from_u64(self.cfg.seed);
+        rng.set_stream(self.clients.len() as u64 + 1);
+        let rng = std::rc::Rc::new(std::cell::RefCell::new(rng));
+        self.clients.push(ClientInfo { node: t.node, thread, coroutine, task: None, rng });
         let nodes = self.nodes.len();
         self.qps.extend((0..nodes).map(|_| Qp::default()));
         (self.clients.len() - 1) as u32
     }
 
-    fn qp_index(&self, client: u32, node: NodeId) -> u32 {
+    /// Registers a service id on a target node (its handler lives in the executor).
+    pub(crate) fn add_service(&mut self, node: NodeId, service: u16) -> Result<(), VerbsError> {
+        let n = self.nodes.get_mut(node.0 as usize).ok_or(VerbsError::NoSuchNode(node))?;
+        n.services.insert(service);
+        Ok(())
+    }
+
+    pub(crate) fn is_target(&self, node: NodeId) -> bool {
+        (node.0 as usize) < self.nodes.len()
+    }
+
+    /// Reserves `cost_ps` of the client's thread CPU starting no earlier than now; returns when
+    /// the work ends.
+    pub(crate) fn charge_thread(&mut self, client: u32, cost_ps: u64) -> u64 {
+        let now_ps = self.now_ps();
+        let t = &mut self.threads[self.clients[client as usize].thread as usize];
+        let end = t.cpu_free_ps.max(now_ps) + cost_ps;
+        t.cpu_free_ps = end;
+        end
+    }
+
+    /// `charge_cpu`: a timer that fires when the work is done, or `None` if it costs nothing and
+    /// the CPU is free.
+    pub(crate) fn charge_cpu(&mut self, client: u32, work: CpuWork, units: u64) -> Option<u32> {
+        let cost_ps = (self.cfg.profile.cpu.cost_ns(work, units) * PS_PER_NS as f64) as u64;
+        let end = self.charge_thread(client, cost_ps);
+        let at = ns_of(end);
+        if at <= self.now_ns {
+            return None;
+        }
+        let id = self.timers.insert(Timer { fired: false, abandoned: false, waiter: None });
+        self.schedule(at, StepKind::Timer(id));
+        Some(id)
+    }
+
+    /// Delivers a completion's wake-up to `client`'s task, after the poll that finds it. The
+    /// step runs `poll_ps` after the response arrived; if another coroutine held the thread's
+    /// CPU then, the wake-up waits for it.
+    fn wake_after_poll(&mut self, client: u32, waiter: Option<TaskId>) {
+        let now_ps = self.now_ps();
+        let poll_ps = self.costs.poll_ps;
+        let t = &mut self.threads[self.clients[client as usize].thread as usize];
+        if t.cpu_free_ps + poll_ps > now_ps {
+            let resume = t.cpu_free_ps + poll_ps;
+            t.cpu_free_ps = resume;
+            if let Some(task) = waiter {
+                self.schedule(ns_of(resume), StepKind::Wake(task));
+            }
+        } else {
+            t.cpu_free_ps = now_ps;
+            self.wake(waiter);
+        }
+    }
+
+    pub(crate) fn qp_index(&self, client: u32, node: NodeId) -> u32 {
         client * self.nodes.len() as u32 + node.0 as u32
     }
 
@@ -439,9 +577,10 @@ impl Core {
             }
         }
         let qp = self.qp_index(client, node);
-        let cn = self.clients[client as usize].compute_node as usize;
-        let now_ps = self.now_ps();
+        let nic = self.clients[client as usize].node.0 as usize;
+        let posted_ps = self.charge_thread(client, self.costs.post_cost_ps(requests.len() as u64));
         let batch = self.batches.insert(Batch {
+            client,
             verbs: Vec::with_capacity(requests.len()),
             pending: requests.len() as u32,
             signaled,
@@ -453,8 +592,8 @@ impl Core {
         for r in requests {
             let kind = kind_of(&r.op);
             let req_bytes = self.costs.request_bytes(kind, r.op.byte_len());
-            let tx_start = now_ps + self.costs.requester_latency_ps;
-            let tx_done = self.compute_nics[cn].tx.serve(tx_start, self.costs.requester_tx_ps(req_bytes));
+            let tx_start = posted_ps + self.costs.requester_latency_ps;
+            let tx_done = self.nics[nic].out_link.serve(tx_start, self.costs.requester_tx_ps(req_bytes));
             let mut arrive_ps = tx_done + self.costs.wire_latency_ps;
             if let Some(d) = self.cfg.faults.extra_delay {
                 if self.rng.random_bool(d.probability) {
@@ -570,13 +709,15 @@ impl Core {
                     !matches!(s.kind, StepKind::Arrive(_) | StepKind::RmwRead(_)) && !matches!(verb.op, Op::Read(_));
                 (Actor::Client(client), Some(addr), len as u32, writes)
             }
-            StepKind::Complete(b) => {
-                let v = self.batches[b].verbs[0];
-                (Actor::Client(self.verbs[v].qp / self.nodes.len() as u32), None, 0, false)
-            }
+            StepKind::Complete(b) => (Actor::Client(self.batches[b].client), None, 0, false),
             StepKind::RpcArrive(r) | StepKind::RpcComplete(r) => (Actor::Client(self.rpcs[r].client), None, 0, false),
-            StepKind::RpcHandle(r) => (Actor::Node(self.rpcs[r].node), None, 0, true),
             StepKind::Timer(t) => (Actor::Task(self.timers[t].waiter.unwrap_or(u32::MAX)), None, 0, false),
+            StepKind::Wake(task) => (Actor::Task(task), None, 0, false),
+            StepKind::Local(l, u) => {
+                let op = &self.locals[l];
+                let (addr, len) = if u == WHOLE { (op.addr, op.op.byte_len()) } else { (op.addr.add(u as u64 * 8), 8) };
+                (Actor::Node(op.addr.node()), Some(addr), len as u32, !matches!(op.op, Op::Read(_)))
+            }
             StepKind::Fault(_) => (Actor::Fault, None, 0, true),
         };
         StepInfo { time_ns: s.time_ns, seq: s.seq, class: s.kind.class(), actor, addr, len, writes }
@@ -587,15 +728,15 @@ impl Core {
         self.steps += 1;
         let id = match step.kind {
             StepKind::Timer(x)
+            | StepKind::Wake(x)
             | StepKind::Arrive(x)
             | StepKind::RmwRead(x)
             | StepKind::RmwWrite(x)
             | StepKind::Complete(x)
             | StepKind::RpcArrive(x)
-            | StepKind::RpcHandle(x)
             | StepKind::RpcComplete(x)
             | StepKind::Fault(x) => x as u64,
-            StepKind::Unit(v, u) => (v as u64) << 32 | u as u64,
+            StepKind::Unit(v, u) | StepKind::Local(v, u) => (v as u64) << 32 | u as u64,
         };
         self.trace_hash = mix(mix(mix(self.trace_hash, self.now_ns), step.kind.tag()), id);
         if let Some(trace) = &mut self.trace {
@@ -612,13 +753,14 @@ impl Core {
                     self.wake(waiter);
                 }
             }
+            StepKind::Wake(task) => self.wake(Some(task)),
+            StepKind::Local(l, u) => self.local_unit(l, u),
             StepKind::Arrive(v) => self.arrive(v),
             StepKind::Unit(v, u) => self.unit(v, u),
             StepKind::RmwRead(v) => self.rmw_read(v),
             StepKind::RmwWrite(v) => self.rmw_write(v),
             StepKind::Complete(b) => self.complete(b),
             StepKind::RpcArrive(r) => self.rpc_arrive(r),
-            StepKind::RpcHandle(r) => self.rpc_handle(r),
             StepKind::RpcComplete(r) => self.rpc_complete(r),
             StepKind::Fault(f) => self.fault(self.faults[f as usize]),
         }
@@ -648,7 +790,7 @@ impl Core {
         }
         let req_bytes = c.request_bytes(kind, len);
         let rx_service = (c.responder_rx_ps(req_bytes) as f64 * n.slowdown) as u64;
-        let rx_done = n.rx.serve(now_ps, rx_service);
+        let rx_done = self.nics[node].in_link.serve(now_ps, rx_service);
         n.stats.wire_bytes_in += req_bytes;
         let t = rx_done + (c.responder_latency_ps as f64 * n.slowdown) as u64;
         let device = region == Region::Device;
@@ -909,13 +1051,13 @@ impl Core {
             let resp_bytes = self.costs.response_bytes(verb.kind, len);
             let link = self.costs.link_ps(resp_bytes);
             let n = &mut self.nodes[node];
-            let out = n.tx.serve(now_ps, link) + self.costs.wire_latency_ps;
+            let out = self.nics[node].out_link.serve(now_ps, link) + self.costs.wire_latency_ps;
             n.stats.wire_bytes_out += resp_bytes;
             n.stats.verbs[kind_index].count += 1;
             n.stats.verbs[kind_index].payload_bytes += len;
             let client = qp / self.nodes.len() as u32;
-            let cn = self.clients[client as usize].compute_node as usize;
-            verb.resp_ps = self.compute_nics[cn].rx.serve(out, link) + self.costs.completion_latency_ps;
+            let requester = self.clients[client as usize].node.0 as usize;
+            verb.resp_ps = self.nics[requester].in_link.serve(out, link) + self.costs.completion_latency_ps;
         }
         // Later verbs of the QP that waited on this one may start now.
         let q = &mut self.qps[qp as usize];
@@ -951,7 +1093,7 @@ impl Core {
             if b.signaled {
                 let t = resp_max.max(q.last_completion_ps).max(self.now_ns * PS_PER_NS);
                 q.last_completion_ps = t;
-                self.schedule(ns_of(t), StepKind::Complete(batch));
+                self.schedule(ns_of(t + self.costs.poll_ps), StepKind::Complete(batch));
             } else {
                 q.last_completion_ps = q.last_completion_ps.max(resp_max);
                 let b = self.batches.remove(batch);
@@ -989,8 +1131,8 @@ impl Core {
             }
             _ => {
                 b.outcome = Outcome::Ready(result);
-                let waiter = b.waiter;
-                self.wake(waiter);
+                let (client, waiter) = (b.client, b.waiter);
+                self.wake_after_poll(client, waiter);
             }
         }
     }
@@ -1004,13 +1146,14 @@ impl Core {
         service: u16,
         request: Vec<u8>,
     ) -> Result<u32, VerbsError> {
-        if node.0 as usize >= self.nodes.len() {
+        if !self.is_target(node) {
             return Err(VerbsError::NoSuchNode(node));
         }
-        let cn = self.clients[client as usize].compute_node as usize;
+        let nic = self.clients[client as usize].node.0 as usize;
         let bytes = self.costs.send_bytes(request.len() as u64);
-        let tx_start = self.now_ps() + self.costs.requester_latency_ps;
-        let tx_done = self.compute_nics[cn].tx.serve(tx_start, self.costs.requester_tx_ps(bytes));
+        let posted_ps = self.charge_thread(client, self.costs.post_cost_ps(1));
+        let tx_start = posted_ps + self.costs.requester_latency_ps;
+        let tx_done = self.nics[nic].out_link.serve(tx_start, self.costs.requester_tx_ps(bytes));
         let arrive = tx_done + self.costs.wire_latency_ps;
         let r = self.rpcs.insert(Rpc {
             client,
@@ -1018,6 +1161,7 @@ impl Core {
             service,
             request,
             node_epoch: 0,
+            handler: None,
             waiter: None,
             result: None,
             outcome: Outcome::Pending,
@@ -1053,57 +1197,97 @@ impl Core {
         }
     }
 
-    fn rpc_fail(&mut self, r: u32) {
-        self.fault_counters.calls_failed_node_down += 1;
-        let node = self.rpcs[r].node;
-        self.rpcs[r].result = Some(Err(VerbsError::NodeDown(node)));
+    /// The caller learns of a failed RPC when its transport gives up.
+    fn rpc_fail(&mut self, r: u32, error: VerbsError) {
+        if matches!(error, VerbsError::NodeDown(_)) {
+            self.fault_counters.calls_failed_node_down += 1;
+        }
+        self.rpcs[r].result = Some(Err(error));
         let at = self.now_ns + self.cfg.profile.transport_timeout_ns;
         self.schedule(at, StepKind::RpcComplete(r));
     }
 
     fn rpc_arrive(&mut self, r: u32) {
-        let node = self.rpcs[r].node.0 as usize;
-        if !self.nodes[node].up {
-            self.rpc_fail(r);
+        let node = self.rpcs[r].node;
+        let n = node.0 as usize;
+        if !self.nodes[n].up {
+            self.rpc_fail(r, VerbsError::NodeDown(node));
             return;
         }
         let bytes = self.costs.send_bytes(self.rpcs[r].request.len() as u64);
         let now_ps = self.now_ps();
-        let c = &self.costs;
-        let n = &mut self.nodes[node];
-        n.stats.wire_bytes_in += bytes;
-        let rx = n.rx.serve(now_ps, (c.responder_rx_ps(bytes) as f64 * n.slowdown) as u64) + c.responder_latency_ps;
-        let handled = n.rpc_cpu.serve(rx, (c.rpc_handler_ps as f64 * n.slowdown) as u64);
-        self.rpcs[r].node_epoch = n.epoch;
-        self.schedule(ns_of(handled), StepKind::RpcHandle(r));
-    }
-
-    fn rpc_handle(&mut self, r: u32) {
-        let node = self.rpcs[r].node;
-        let n = &mut self.nodes[node.0 as usize];
-        if !n.up || n.epoch != self.rpcs[r].node_epoch {
-            self.rpc_fail(r);
+        let slowdown = self.nodes[n].slowdown;
+        let rx = (self.costs.responder_rx_ps(bytes) as f64 * slowdown) as u64;
+        self.nics[n].in_link.serve(now_ps, rx);
+        self.nodes[n].stats.wire_bytes_in += bytes;
+        self.rpcs[r].node_epoch = self.nodes[n].epoch;
+        let service = self.rpcs[r].service;
+        if !self.nodes[n].services.contains(&service) {
+            // Answered by the receiving thread without running a handler.
+            self.rpc_respond(r, Err(VerbsError::UnknownService { node, service }));
             return;
         }
-        let rpc = &mut self.rpcs[r];
-        let reply = match rpc.service {
-            dmkit_rdma::alloc::ALLOCATOR_SERVICE => match AllocRequest::decode(&rpc.request) {
-                Ok(req) => Ok(n.allocator.handle(req).encode()),
-                Err(e) => Err(e),
-            },
-            service => Err(VerbsError::UnknownService { node, service }),
-        };
-        let len = reply.as_ref().map_or(0, |b| b.len() as u64);
-        n.stats.verbs[VerbKind::Call as usize].count += 1;
-        n.stats.verbs[VerbKind::Call as usize].payload_bytes += rpc.request.len() as u64 + len;
+        self.nodes[n].rpc_queue.push_back(r);
+        self.dispatch_rpcs(n);
+    }
+
+    /// Hands queued RPCs to idle RPC threads of node `n`.
+    fn dispatch_rpcs(&mut self, n: usize) {
+        while !self.nodes[n].rpc_queue.is_empty() && !self.nodes[n].idle_rpc_threads.is_empty() {
+            let r = self.nodes[n].rpc_queue.pop_front().expect("non-empty");
+            let handler = self.nodes[n].idle_rpc_threads.pop_front().expect("non-empty");
+            self.nodes[n].rpc_running.push(r);
+            let dispatch = (self.costs.rpc_dispatch_ps as f64 * self.nodes[n].slowdown) as u64;
+            self.charge_thread(handler, dispatch);
+            let rpc = &mut self.rpcs[r];
+            rpc.handler = Some(handler);
+            self.dispatches.push(Dispatch {
+                rpc: r,
+                node: rpc.node,
+                service: rpc.service,
+                handler,
+                request: std::mem::take(&mut rpc.request),
+            });
+        }
+    }
+
+    /// A handler finished: its thread sends the reply and takes the next queued RPC.
+    pub(crate) fn rpc_reply(&mut self, r: u32, reply: Vec<u8>) {
+        let Some(rpc) = self.rpcs.get(r) else { return };
+        let (node, handler) = (rpc.node.0 as usize, rpc.handler.expect("a dispatched RPC has a handler"));
+        if self.nodes[node].epoch != self.rpcs[r].node_epoch || !self.nodes[node].up {
+            // The node crashed under the handler; the crash already failed the RPC.
+            return;
+        }
+        self.nodes[node].rpc_running.retain(|&x| x != r);
+        self.nodes[node].idle_rpc_threads.push_back(handler);
+        let posted = self.charge_thread(handler, self.costs.post_cost_ps(1));
+        self.send_reply(r, Ok(reply), posted);
+        self.dispatch_rpcs(node);
+    }
+
+    /// Replies from the NIC at once (no handler ran).
+    fn rpc_respond(&mut self, r: u32, result: Result<Vec<u8>, VerbsError>) {
+        let now_ps = self.now_ps();
+        self.send_reply(r, result, now_ps);
+    }
+
+    fn send_reply(&mut self, r: u32, result: Result<Vec<u8>, VerbsError>, at_ps: u64) {
+        let rpc = &self.rpcs[r];
+        let node = rpc.node.0 as usize;
+        let len = result.as_ref().map_or(0, |b| b.len() as u64);
         let bytes = self.costs.send_bytes(len);
         let link = self.costs.link_ps(bytes);
-        n.stats.wire_bytes_out += bytes;
-        let out = n.tx.serve(self.now_ns * PS_PER_NS, link) + self.costs.wire_latency_ps;
-        let cn = self.clients[rpc.client as usize].compute_node as usize;
-        let done = self.compute_nics[cn].rx.serve(out, link) + self.costs.completion_latency_ps;
-        rpc.result = Some(reply);
-        self.schedule(ns_of(done), StepKind::RpcComplete(r));
+        let stats = &mut self.nodes[node].stats;
+        stats.verbs[VerbKind::Call as usize].count += 1;
+        stats.verbs[VerbKind::Call as usize].payload_bytes += len;
+        stats.wire_bytes_out += bytes;
+        let out =
+            self.nics[node].out_link.serve(at_ps + self.costs.requester_latency_ps, link) + self.costs.wire_latency_ps;
+        let caller = self.clients[rpc.client as usize].node.0 as usize;
+        let done = self.nics[caller].in_link.serve(out, link) + self.costs.completion_latency_ps + self.costs.poll_ps;
+        self.rpcs[r].result = Some(result);
+        self.schedule(ns_of(done).max(self.now_ns), StepKind::RpcComplete(r));
     }
 
     fn rpc_complete(&mut self, r: u32) {
@@ -1115,9 +1299,137 @@ impl Core {
             }
             _ => {
                 rpc.outcome = Outcome::Ready(result);
-                let waiter = rpc.waiter;
+                let (client, waiter) = (rpc.client, rpc.waiter);
+                self.wake_after_poll(client, waiter);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- local memory (service CPUs)
+
+    /// A service CPU's access to its own node's memory: 8-byte atomic accesses in ascending
+    /// order (one step each in chooser and tearing runs), after the copy's CPU time.
+    pub(crate) fn local(&mut self, client: u32, offset: u64, op: Op) -> Result<u32, VerbsError> {
+        let node = self.clients[client as usize].node;
+        if !self.is_target(node) {
+            return Err(VerbsError::NoSuchNode(node));
+        }
+        if offset >= RemoteAddr::OFFSET_LIMIT {
+            return Err(VerbsError::OutOfRange { addr: RemoteAddr::host(node, 0), len: offset });
+        }
+        let addr = RemoteAddr::host(node, offset);
+        let len = op.byte_len();
+        if (op.is_rmw() && offset % 8 != 0) || len == 0 {
+            return Err(if len == 0 {
+                VerbsError::InvalidLength { addr, len }
+            } else {
+                VerbsError::Unaligned { addr }
+            });
+        }
+        self.check_range(addr, len)?;
+        let cost = (self.cfg.profile.cpu.cost_ns(CpuWork::CopyByte, len) * PS_PER_NS as f64) as u64;
+        let start = self.charge_thread(client, cost);
+        let words = ((offset + len).div_ceil(8) - offset / 8) as u32;
+        let split = self.split_units && words > 1;
+        let id = self.locals.insert(LocalOp {
+            addr,
+            op,
+            node_epoch: self.nodes[node.0 as usize].epoch,
+            units_left: if split { words } else { 1 },
+            next_unit: 0,
+            failed: false,
+            old: 0,
+            waiter: None,
+            outcome: Outcome::Pending,
+        });
+        let at = ns_of(start).max(self.now_ns);
+        self.schedule(at, StepKind::Local(id, if split { 0 } else { WHOLE }));
+        Ok(id)
+    }
+
+    fn local_unit(&mut self, l: u32, unit: u32) {
+        let (addr, node_epoch) = (self.locals[l].addr, self.locals[l].node_epoch);
+        let n = &self.nodes[addr.node().0 as usize];
+        if !n.up || n.epoch != node_epoch {
+            self.locals[l].failed = true;
+        }
+        if !self.locals[l].failed {
+            let len = self.locals[l].op.byte_len();
+            let (lo, hi) = if unit == WHOLE {
+                (addr.offset(), addr.offset() + len)
+            } else {
+                let word = addr.offset() / 8 + unit as u64;
+                ((word * 8).max(addr.offset()), ((word + 1) * 8).min(addr.offset() + len))
+            };
+            let at = (lo - addr.offset()) as usize;
+            let node = &mut self.nodes[addr.node().0 as usize];
+            let op = &mut self.locals[l];
+            match &mut op.op {
+                Op::Read(buf) => node.host.read(lo, &mut buf[at..at + (hi - lo) as usize]),
+                Op::Write(buf) => node.host.write(lo, &buf[at..at + (hi - lo) as usize]),
+                rmw => {
+                    let old = node.host.read_u64(lo);
+                    let new = rmw.rmw_new(old).expect("an RMW");
+                    if new != old {
+                        node.host.write_u64(lo, new);
+                    }
+                    op.old = old;
+                }
+            }
+        }
+        let op = &mut self.locals[l];
+        op.units_left -= 1;
+        if op.units_left > 0 {
+            op.next_unit += 1;
+            let d = self.tearing_delay();
+            self.schedule(self.now_ns + d, StepKind::Local(l, self.locals[l].next_unit));
+            return;
+        }
+        let op = &mut self.locals[l];
+        let result = if op.failed {
+            Err(VerbsError::NodeDown(addr.node()))
+        } else {
+            Ok(match std::mem::replace(&mut op.op, Op::Faa { add: 0 }) {
+                Op::Read(buf) => Response::Read(buf),
+                Op::Write(buf) => Response::Write(buf),
+                _ => Response::Atomic(op.old),
+            })
+        };
+        match op.outcome {
+            Outcome::Abandoned => {
+                self.locals.remove(l);
+            }
+            _ => {
+                op.outcome = Outcome::Ready(result);
+                let waiter = op.waiter;
                 self.wake(waiter);
             }
+        }
+    }
+
+    pub(crate) fn poll_local(&mut self, l: u32) -> Option<Result<Response, VerbsError>> {
+        let waiter = self.current_task;
+        let op = &mut self.locals[l];
+        match std::mem::replace(&mut op.outcome, Outcome::Pending) {
+            Outcome::Ready(result) => {
+                self.locals.remove(l);
+                Some(result)
+            }
+            other => {
+                op.outcome = other;
+                op.waiter = waiter;
+                None
+            }
+        }
+    }
+
+    pub(crate) fn drop_local(&mut self, l: u32) {
+        let op = &mut self.locals[l];
+        match op.outcome {
+            Outcome::Ready(_) => {
+                self.locals.remove(l);
+            }
+            _ => op.outcome = Outcome::Abandoned,
         }
     }
 
@@ -1131,27 +1443,46 @@ impl Core {
                     self.crashed_tasks.push(task);
                 }
             }
-            FaultEvent::CrashNode(n) => {
-                let node = &mut self.nodes[n as usize];
-                if node.up {
-                    node.up = false;
-                    node.epoch += 1;
-                    node.host.clear();
-                    node.device.clear();
-                    node.allocator.reset();
-                    self.fault_counters.node_crashes += 1;
-                }
-            }
+            FaultEvent::CrashNode(n) => self.crash_node(NodeId(n)),
             FaultEvent::RestartNode(n) => {
                 let node = &mut self.nodes[n as usize];
                 if !node.up {
                     node.up = true;
                     node.epoch += 1;
+                    node.idle_rpc_threads = node.rpc_threads.iter().copied().collect();
                     self.fault_counters.node_restarts += 1;
+                    self.restarted.push(NodeId(n));
                 }
             }
             FaultEvent::SlowStart(n, factor) => self.nodes[n as usize].slowdown = factor,
             FaultEvent::SlowEnd(n) => self.nodes[n as usize].slowdown = 1.0,
+        }
+    }
+
+    /// Crash-stop: memory and services' state are lost, every task on the node's threads is
+    /// dropped, and the RPCs it held fail at their callers.
+    fn crash_node(&mut self, node: NodeId) {
+        let n = node.0 as usize;
+        if !self.nodes[n].up {
+            return;
+        }
+        let target = &mut self.nodes[n];
+        target.up = false;
+        target.epoch += 1;
+        target.host.clear();
+        target.device.clear();
+        target.idle_rpc_threads.clear();
+        let lost: Vec<u32> = target.rpc_queue.drain(..).chain(target.rpc_running.drain(..)).collect();
+        self.fault_counters.node_crashes += 1;
+        for r in lost {
+            self.rpc_fail(r, VerbsError::NodeDown(node));
+        }
+        for c in 0..self.clients.len() {
+            if self.clients[c].node == node {
+                if let Some(task) = self.clients[c].task.take() {
+                    self.crashed_tasks.push(task);
+                }
+            }
         }
     }
 
@@ -1167,9 +1498,10 @@ impl Core {
             nodes: self
                 .nodes
                 .iter()
-                .map(|n| NodeStats {
-                    nic_busy_ns: n.rx.busy_ps() / PS_PER_NS,
-                    link_out_busy_ns: n.tx.busy_ps() / PS_PER_NS,
+                .zip(&self.nics)
+                .map(|(n, nic)| NodeStats {
+                    nic_busy_ns: nic.in_link.busy_ps() / PS_PER_NS,
+                    link_out_busy_ns: nic.out_link.busy_ps() / PS_PER_NS,
                     host_bytes: n.host.host_bytes() + n.device.host_bytes(),
                     nonzero_bytes: n.host.nonzero_line_bytes() + n.device.nonzero_line_bytes(),
                     ..n.stats.clone()
@@ -1182,6 +1514,6 @@ impl Core {
 
     /// Anything still in flight (verbs, calls) keeps the run going after tasks finish.
     pub(crate) fn in_flight(&self) -> usize {
-        self.verbs.live() + self.rpcs.live()
+        self.verbs.live() + self.rpcs.live() + self.locals.live()
     }
 }

@@ -9,10 +9,14 @@ use crate::config::{ConfigError, SimConfig};
 use crate::core::{Core, TaskId, Timer};
 use crate::sched::{Chooser, StepKind, StepQueue};
 use crate::stats::Stats;
-use dmkit_rdma::{Caps, NodeId, RemoteAddr, Request, Response, Verbs, VerbsError};
-use rand::SeedableRng;
+use dmkit_rdma::alloc::{ALLOCATOR_SERVICE, AllocRequest, ChunkAllocator};
+use dmkit_rdma::service::{LocalMemory, Service};
+use dmkit_rdma::{
+    Buf, Caps, ClientCtx, ClientIdentity, CpuWork, NodeId, Op, RemoteAddr, Request, Response, Verbs, VerbsError,
+};
 use rand_chacha::ChaCha8Rng;
 use std::cell::{RefCell, RefMut};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -28,6 +32,9 @@ pub enum SimError {
     Deadlock { blocked_tasks: usize, now_ns: u64 },
     /// The configured step limit was reached.
     StepLimit { steps: u64, now_ns: u64 },
+    /// A task was polled `polls` times in a row without virtual time advancing: a spin loop
+    /// that neither sleeps nor yields (see `SimConfig::spin_poll_limit`).
+    Spin { client: Option<u32>, polls: u64, now_ns: u64 },
 }
 
 impl fmt::Display for SimError {
@@ -37,6 +44,10 @@ impl fmt::Display for SimError {
                 write!(f, "deadlock at t={now_ns} ns: {blocked_tasks} tasks wait and no step is pending")
             }
             SimError::StepLimit { steps, now_ns } => write!(f, "step limit of {steps} reached at t={now_ns} ns"),
+            SimError::Spin { client, polls, now_ns } => match client {
+                Some(c) => write!(f, "client {c} spins: polled {polls} times at t={now_ns} ns without time advancing"),
+                None => write!(f, "a task spins: polled {polls} times at t={now_ns} ns without time advancing"),
+            },
         }
     }
 }
@@ -46,6 +57,51 @@ impl std::error::Error for SimError {}
 struct Task {
     future: Pin<Box<dyn Future<Output = ()>>>,
     waker: Waker,
+    /// Consecutive polls at one virtual time, for the spin detector.
+    last_poll_ns: u64,
+    polls_at_same_time: u64,
+}
+
+type HandlerFn = Rc<dyn Fn(SimClient, Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>>>>>;
+type WorkerFn = Rc<dyn Fn(SimClient, u32) -> Pin<Box<dyn Future<Output = ()>>>>;
+
+/// A service with its type erased, as the executor runs it.
+struct ServiceInstance {
+    handle: HandlerFn,
+    workers: u32,
+    run_worker: WorkerFn,
+}
+
+struct ServiceEntry {
+    factory: Box<dyn Fn() -> ServiceInstance>,
+    current: Option<ServiceInstance>,
+}
+
+fn erase<S: Service<SimClient>>(service: S) -> ServiceInstance {
+    let service = Arc::new(service);
+    let workers = service.workers();
+    let (h, w) = (service.clone(), service);
+    ServiceInstance {
+        handle: Rc::new(move |ctx, request| Box::pin(h.clone().handle(ctx, request))),
+        workers,
+        run_worker: Rc::new(move |ctx, index| Box::pin(w.clone().run_worker(ctx, index))),
+    }
+}
+
+/// The memory node's chunk allocator as a service: one weak core, a fixed handler cost.
+struct AllocatorService {
+    state: Mutex<ChunkAllocator>,
+    handler_ns: u64,
+}
+
+impl Service<SimClient> for AllocatorService {
+    async fn handle(self: Arc<Self>, ctx: SimClient, request: Vec<u8>) -> Vec<u8> {
+        ctx.charge_cpu(CpuWork::Nanoseconds, self.handler_ns).await;
+        match AllocRequest::decode(&request) {
+            Ok(r) => self.state.lock().unwrap_or_else(|e| e.into_inner()).handle(r).encode(),
+            Err(e) => dmkit_rdma::alloc::AllocResponse::Rejected(e.to_string()).encode(),
+        }
+    }
 }
 
 /// Wakes from foreign futures (anything not built on the simulator's own) land here.
@@ -69,6 +125,8 @@ impl Wake for TaskWaker {
 pub struct Sim {
     core: Rc<RefCell<Core>>,
     tasks: Vec<Option<Task>>,
+    services: BTreeMap<(u16, u16), ServiceEntry>,
+    started: bool,
     live_tasks: usize,
     woken: Arc<Mutex<Vec<TaskId>>>,
     /// Set by foreign wakers, so the loop locks `woken` only when there is something in it.
@@ -104,37 +162,149 @@ impl Sim {
             max_message_bytes: p.max_message_bytes,
             max_outstanding_reads_per_qp: p.max_outstanding_reads_per_qp as u32,
         };
-        Ok(Sim {
+        let topology = cfg.topology;
+        let (reserved, host_bytes, reuse, handler_ns) =
+            (topology.reserved_bytes, cfg.profile.host_memory_bytes, cfg.allocator_reuse, cfg.profile.rpc_handler_ns);
+        let mut sim = Sim {
             core: Rc::new(RefCell::new(Core::new(cfg, queue))),
             tasks: Vec::new(),
+            services: BTreeMap::new(),
+            started: false,
             live_tasks: 0,
             woken: Arc::new(Mutex::new(Vec::new())),
             any_woken: Arc::new(AtomicBool::new(false)),
             caps,
-        })
+        };
+        for n in 0..topology.memory_nodes {
+            sim.add_service(NodeId(n), ALLOCATOR_SERVICE, move || AllocatorService {
+                state: Mutex::new(ChunkAllocator::new(NodeId(n), reserved, host_bytes, reuse)),
+                handler_ns,
+            })
+            .expect("memory nodes take services");
+        }
+        Ok(sim)
     }
 
-    /// A new client on compute node `compute_node` (0-based among compute nodes). Its node id
-    /// is `memory_nodes + compute_node`.
-    pub fn add_client(&mut self, compute_node: u16) -> Result<SimClient, ConfigError> {
-        let mut core = self.core.borrow_mut();
-        let topology = core.cfg.topology;
-        if compute_node >= topology.compute_nodes {
-            return Err(ConfigError(format!(
-                "compute node {compute_node} does not exist (there are {})",
-                topology.compute_nodes
-            )));
+    /// Runs `factory()`'s service as `id` on memory or server node `node`: each `call` to it is
+    /// handled on one of the node's RPC threads, its workers get threads of their own, and a
+    /// crash and restart of the node creates it afresh.
+    pub fn add_service<S: Service<SimClient>>(
+        &mut self,
+        node: NodeId,
+        id: u16,
+        factory: impl Fn() -> S + 'static,
+    ) -> Result<(), ConfigError> {
+        self.core
+            .borrow_mut()
+            .add_service(node, id)
+            .map_err(|_| ConfigError(format!("{node} is not a memory or server node: services run there")))?;
+        let entry = ServiceEntry { factory: Box::new(move || erase(factory())), current: None };
+        if self.services.insert((node.0, id), entry).is_some() {
+            return Err(ConfigError(format!("{node} already runs service {id}")));
         }
-        let id = core.add_client(compute_node);
-        let mut rng = ChaCha8Rng::seed_from_u64(core.cfg.seed);
-        rng.set_stream(id as u64 + 1);
-        Ok(SimClient {
+        if self.started {
+            self.start_service(node, id);
+        }
+        Ok(())
+    }
+
+    fn start_service(&mut self, node: NodeId, id: u16) {
+        let entry = self.services.get_mut(&(node.0, id)).expect("registered");
+        let instance = (entry.factory)();
+        let (workers, run_worker) = (instance.workers, instance.run_worker.clone());
+        entry.current = Some(instance);
+        for index in 0..workers {
+            let client = {
+                let mut core = self.core.borrow_mut();
+                let thread = core.add_thread(node);
+                core.add_client(thread)
+            };
+            let ctx = self.handle(client);
+            let future = run_worker(ctx.clone(), index);
+            self.spawn(&ctx, future);
+        }
+    }
+
+    /// Creates the nodes' RPC threads and starts the services (at the first run).
+    fn start(&mut self) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        self.core.borrow_mut().start_nodes();
+        let keys: Vec<(u16, u16)> = self.services.keys().copied().collect();
+        for (node, id) in keys {
+            self.start_service(NodeId(node), id);
+        }
+    }
+
+    /// A handle to an existing client.
+    fn handle(&self, client: u32) -> SimClient {
+        let core = self.core.borrow();
+        let info = &core.clients[client as usize];
+        SimClient {
             core: self.core.clone(),
-            id,
-            node: NodeId(topology.memory_nodes + compute_node),
+            id: client,
+            node: info.node,
+            thread: info.thread,
+            coroutine: info.coroutine,
             caps: self.caps.clone(),
-            rng: Rc::new(RefCell::new(rng)),
-        })
+            rng: info.rng.clone(),
+        }
+    }
+
+    /// Starts handlers for dispatched RPCs and services of restarted nodes; true if it spawned
+    /// anything.
+    fn serve_requests(&mut self) -> bool {
+        let (dispatches, restarted) = {
+            let mut core = self.core.borrow_mut();
+            (std::mem::take(&mut core.dispatches), std::mem::take(&mut core.restarted))
+        };
+        let spawned = !dispatches.is_empty() || !restarted.is_empty();
+        for node in restarted {
+            let ids: Vec<u16> = self.services.range((node.0, 0)..=(node.0, u16::MAX)).map(|(&(_, id), _)| id).collect();
+            for id in ids {
+                self.start_service(node, id);
+            }
+        }
+        for d in dispatches {
+            let handle = match self.services.get(&(d.node.0, d.service)).and_then(|e| e.current.as_ref()) {
+                Some(instance) => instance.handle.clone(),
+                None => unreachable!("the core dispatches only to registered services"),
+            };
+            let ctx = self.handle(d.handler);
+            let core = self.core.clone();
+            let reply = handle(ctx.clone(), d.request);
+            self.spawn(&ctx, async move {
+                let bytes = reply.await;
+                core.borrow_mut().rpc_reply(d.rpc, bytes);
+            });
+        }
+        spawned
+    }
+
+    /// A new client on a thread of its own on compute node `compute_node` (0-based among
+    /// compute nodes; its node id is `Topology::compute_node_id`).
+    pub fn add_client(&mut self, compute_node: u16) -> Result<SimClient, ConfigError> {
+        let id = {
+            let mut core = self.core.borrow_mut();
+            let topology = core.cfg.topology;
+            if compute_node >= topology.compute_nodes {
+                return Err(ConfigError(format!(
+                    "compute node {compute_node} does not exist (there are {})",
+                    topology.compute_nodes
+                )));
+            }
+            let thread = core.add_thread(topology.compute_node_id(compute_node));
+            core.add_client(thread)
+        };
+        Ok(self.handle(id))
+    }
+
+    /// Another coroutine on `client`'s thread: the two share one CPU.
+    pub fn add_coroutine(&mut self, client: &SimClient) -> SimClient {
+        let id = self.core.borrow_mut().add_client(client.thread);
+        self.handle(id)
     }
 
     /// Runs `future` as `client`'s task (a client crash drops it).
@@ -154,7 +324,7 @@ impl Sim {
         let id = self.tasks.len() as TaskId;
         let waker =
             Waker::from(Arc::new(TaskWaker { id, woken: self.woken.clone(), any_woken: self.any_woken.clone() }));
-        self.tasks.push(Some(Task { future, waker }));
+        self.tasks.push(Some(Task { future, waker, last_poll_ns: u64::MAX, polls_at_same_time: 0 }));
         self.live_tasks += 1;
         let mut core = self.core.borrow_mut();
         core.queued.push(false);
@@ -174,8 +344,14 @@ impl Sim {
     }
 
     fn run_inner(&mut self, until: Option<u64>) -> Result<(), SimError> {
+        self.start();
         loop {
-            self.poll_ready();
+            loop {
+                self.poll_ready()?;
+                if !self.serve_requests() {
+                    break;
+                }
+            }
             let mut core = self.core.borrow_mut();
             if let Some(limit) = core.cfg.step_limit {
                 if core.steps >= limit {
@@ -208,31 +384,45 @@ impl Sim {
         }
     }
 
-    fn poll_ready(&mut self) {
+    fn poll_ready(&mut self) -> Result<(), SimError> {
         loop {
-            let woken = if self.any_woken.swap(false, Ordering::Acquire) {
-                std::mem::take(&mut *self.woken.lock().unwrap_or_else(|e| e.into_inner()))
-            } else {
-                Vec::new()
-            };
-            let next = {
+            if self.any_woken.swap(false, Ordering::Acquire) {
+                // Wakes from wakers (local notifications) go through the seam as steps, so a
+                // chooser decides when the woken task runs.
+                let woken = std::mem::take(&mut *self.woken.lock().unwrap_or_else(|e| e.into_inner()));
                 let mut core = self.core.borrow_mut();
+                let now = core.now_ns;
                 for t in woken {
-                    core.wake(Some(t));
+                    core.schedule(now, StepKind::Wake(t));
                 }
+            }
+            let (next, now_ns, spin_limit) = {
+                let mut core = self.core.borrow_mut();
                 let next = core.ready.pop_front();
                 if let Some(t) = next {
                     core.queued[t as usize] = false;
                     core.current_task = Some(t);
                 }
-                next
+                (next, core.now_ns, core.cfg.spin_poll_limit)
             };
-            let Some(t) = next else { return };
+            let Some(t) = next else { return Ok(()) };
             let Some(task) = self.tasks[t as usize].as_mut() else {
                 self.core.borrow_mut().current_task = None;
                 continue;
             };
-            let Task { future, waker } = task;
+            if task.last_poll_ns == now_ns {
+                task.polls_at_same_time += 1;
+                if task.polls_at_same_time >= spin_limit {
+                    let mut core = self.core.borrow_mut();
+                    core.current_task = None;
+                    let client = core.task_clients[t as usize];
+                    return Err(SimError::Spin { client, polls: task.polls_at_same_time, now_ns });
+                }
+            } else {
+                task.last_poll_ns = now_ns;
+                task.polls_at_same_time = 0;
+            }
+            let Task { future, waker, .. } = task;
             let poll = future.as_mut().poll(&mut Context::from_waker(waker));
             self.core.borrow_mut().current_task = None;
             if poll.is_ready() {
@@ -290,13 +480,15 @@ pub struct SimClient {
     core: Rc<RefCell<Core>>,
     id: u32,
     node: NodeId,
+    thread: u32,
+    coroutine: u32,
     caps: Caps,
     rng: Rc<RefCell<ChaCha8Rng>>,
 }
 
 impl fmt::Debug for SimClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SimClient({} on {})", self.id, self.node)
+        write!(f, "SimClient({} on {}, thread {}, coroutine {})", self.id, self.node, self.thread, self.coroutine)
     }
 }
 
@@ -322,7 +514,7 @@ impl SimClient {
         self.rng.borrow_mut()
     }
 
-    /// Waits `ns` of virtual time.
+    /// Waits `ns` of virtual time without using the CPU.
     pub fn sleep(&self, ns: u64) -> Sleep {
         let mut core = self.core.borrow_mut();
         let id = core.timers.insert(Timer { fired: false, abandoned: false, waiter: None });
@@ -331,9 +523,101 @@ impl SimClient {
         Sleep { core: self.core.clone(), timer: Some(id) }
     }
 
-    /// Lets every other step due now run first (a spin loop's back-off).
+    /// Hands the thread to its other coroutines: one coroutine switch of CPU time.
     pub fn yield_now(&self) -> Sleep {
-        self.sleep(0)
+        let switch_ns = self.core.borrow().cfg.profile.cpu.coroutine_switch_ns;
+        self.charge_cpu(CpuWork::Nanoseconds, switch_ns.ceil() as u64)
+    }
+
+    /// Spends CPU on this client's thread (see [`ClientCtx::charge_cpu`]).
+    pub fn charge_cpu(&self, work: CpuWork, units: u64) -> Sleep {
+        let timer = self.core.borrow_mut().charge_cpu(self.id, work, units);
+        Sleep { core: self.core.clone(), timer }
+    }
+
+    fn local_op(&self, offset: u64, op: Op) -> LocalFuture {
+        let posted = self.core.borrow_mut().local(self.id, offset, op);
+        LocalFuture { core: self.core.clone(), state: posted.map(Some).map_err(Some) }
+    }
+}
+
+impl ClientCtx for SimClient {
+    fn now_ns(&self) -> u64 {
+        SimClient::now_ns(self)
+    }
+    fn sleep(&self, ns: u64) -> impl Future<Output = ()> {
+        SimClient::sleep(self, ns)
+    }
+    fn yield_now(&self) -> impl Future<Output = ()> {
+        SimClient::yield_now(self)
+    }
+    fn with_rng<R>(&self, f: impl FnOnce(&mut ChaCha8Rng) -> R) -> R {
+        f(&mut self.rng.borrow_mut())
+    }
+    fn charge_cpu(&self, work: CpuWork, units: u64) -> impl Future<Output = ()> {
+        SimClient::charge_cpu(self, work, units)
+    }
+    fn identity(&self) -> ClientIdentity {
+        ClientIdentity { client: self.id, node: self.node, thread: self.thread, coroutine: self.coroutine }
+    }
+}
+
+impl LocalMemory for SimClient {
+    fn local_read(&self, offset: u64, len: usize) -> impl Future<Output = Result<Buf, VerbsError>> {
+        let done = self.local_op(offset, Op::Read(Buf::zeroed(len)));
+        async move { done.await?.into_buf() }
+    }
+    fn local_write(&self, offset: u64, data: Buf) -> impl Future<Output = Result<(), VerbsError>> {
+        let done = self.local_op(offset, Op::Write(data));
+        async move { done.await.map(|_| ()) }
+    }
+    fn local_cas(&self, offset: u64, expect: u64, swap: u64) -> impl Future<Output = Result<u64, VerbsError>> {
+        let done = self.local_op(offset, Op::Cas { expect, swap });
+        async move { done.await?.atomic() }
+    }
+    fn local_faa(&self, offset: u64, add: u64) -> impl Future<Output = Result<u64, VerbsError>> {
+        let done = self.local_op(offset, Op::Faa { add });
+        async move { done.await?.atomic() }
+    }
+}
+
+/// A local memory access in progress.
+pub struct LocalFuture {
+    core: Rc<RefCell<Core>>,
+    state: Result<Option<u32>, Option<VerbsError>>,
+}
+
+impl fmt::Debug for LocalFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LocalFuture({:?})", self.state)
+    }
+}
+
+impl Future for LocalFuture {
+    type Output = Result<Response, VerbsError>;
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.state {
+            Err(ref mut e) => Poll::Ready(Err(e.take().expect("LocalFuture polled after completion"))),
+            Ok(None) => panic!("LocalFuture polled after completion"),
+            Ok(Some(l)) => {
+                let result = self.core.borrow_mut().poll_local(l);
+                match result {
+                    Some(r) => {
+                        self.state = Ok(None);
+                        Poll::Ready(r)
+                    }
+                    None => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for LocalFuture {
+    fn drop(&mut self) {
+        if let Ok(Some(l)) = self.state {
+            self.core.borrow_mut().drop_local(l);
+        }
     }
 }
 

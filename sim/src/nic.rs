@@ -50,7 +50,10 @@ pub(crate) struct StageCosts {
     pub pcie_read_latency_ps: u64,
     pub pcie_write_latency_ps: u64,
     pub device_access_latency_ps: u64,
-    pub rpc_handler_ps: u64,
+    pub post_ps: u64,
+    pub post_per_verb_ps: u64,
+    pub poll_ps: u64,
+    pub rpc_dispatch_ps: u64,
     mtu: u64,
     packet_header: u64,
     rdma_header: u64,
@@ -80,7 +83,10 @@ impl StageCosts {
             pcie_read_latency_ps: ps(p.pcie_read_latency_ns),
             pcie_write_latency_ps: ps(p.pcie_write_latency_ns),
             device_access_latency_ps: ps(p.device_access_latency_ns),
-            rpc_handler_ps: ps(p.rpc_handler_ns),
+            post_ps: (p.cpu.post_ns * PS_PER_NS as f64) as u64,
+            post_per_verb_ps: (p.cpu.post_per_verb_ns * PS_PER_NS as f64) as u64,
+            poll_ps: (p.cpu.poll_ns * PS_PER_NS as f64) as u64,
+            rpc_dispatch_ps: (p.cpu.rpc_dispatch_ns * PS_PER_NS as f64) as u64,
             mtu: p.mtu_bytes,
             packet_header: p.packet_header_bytes,
             rdma_header: p.rdma_header_bytes,
@@ -135,20 +141,30 @@ impl StageCosts {
         (self.responder_op_ps as u64).max(self.link_ps(wire_bytes))
     }
 
-    /// The unloaded round trip, composed from the same pieces the simulator charges, rounded
-    /// up to whole nanoseconds at the same three event boundaries (arrival, memory access,
-    /// completion).
+    /// CPU time to post a batch of `verbs` verbs.
+    pub(crate) fn post_cost_ps(&self, verbs: u64) -> u64 {
+        self.post_ps + self.post_per_verb_ps * verbs
+    }
+
+    /// The unloaded round trip of one verb as its client sees it (post, network, memory, poll),
+    /// composed from the same pieces the simulator charges, rounded up to whole nanoseconds at
+    /// the same three event boundaries (arrival, memory access, completion).
     pub(crate) fn unloaded_round_trip_ns(&self, kind: Kind, len: u64, device: bool) -> u64 {
         let up = |ps: u64| ps.div_ceil(PS_PER_NS) * PS_PER_NS;
         let req = self.request_bytes(kind, len);
         let resp = self.response_bytes(kind, len);
-        let arrive = up(self.requester_latency_ps + self.requester_tx_ps(req) + self.wire_latency_ps);
+        let posted = self.post_cost_ps(1) + self.requester_latency_ps;
+        let arrive = up(posted + self.requester_tx_ps(req) + self.wire_latency_ps);
         let exec = up(arrive
             + self.responder_rx_ps(req)
             + self.responder_latency_ps
             + self.memory_stage_ps(kind, len, device));
-        let complete =
-            exec + self.link_ps(resp) + self.wire_latency_ps + self.link_ps(resp) + self.completion_latency_ps;
+        let complete = exec
+            + self.link_ps(resp)
+            + self.wire_latency_ps
+            + self.link_ps(resp)
+            + self.completion_latency_ps
+            + self.poll_ps;
         complete.div_ceil(PS_PER_NS)
     }
 

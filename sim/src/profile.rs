@@ -94,8 +94,45 @@ pub struct Profile {
     /// Memory-node CPU time per RPC (chunk allocator).
     pub rpc_handler_ns: u64,
     pub host_memory_bytes: u64,
+    /// Compute-side CPU costs.
+    pub cpu: CpuCosts,
     /// Basis and source of every parameter, by `section.name`.
     pub provenance: BTreeMap<String, Provenance>,
+}
+
+/// CPU time charged to a client's thread, in nanoseconds (per unit where it says so).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuCosts {
+    /// Posting a doorbell batch, plus this much per verb in it.
+    pub post_ns: f64,
+    pub post_per_verb_ns: f64,
+    /// Polling one completion.
+    pub poll_ns: f64,
+    /// `yield_now`: handing the thread to another coroutine.
+    pub coroutine_switch_ns: f64,
+    pub cache_lookup_level_ns: f64,
+    pub hash_ns_per_byte: f64,
+    pub checksum_ns_per_byte: f64,
+    pub node_search_ns_per_entry: f64,
+    pub copy_ns_per_byte: f64,
+    /// Receiving and dispatching one RPC on a server thread.
+    pub rpc_dispatch_ns: f64,
+}
+
+impl CpuCosts {
+    /// Nanoseconds of `units` of `work`.
+    pub fn cost_ns(&self, work: dmkit_rdma::CpuWork, units: u64) -> f64 {
+        use dmkit_rdma::CpuWork;
+        let per_unit = match work {
+            CpuWork::CacheLookupLevel => self.cache_lookup_level_ns,
+            CpuWork::HashByte => self.hash_ns_per_byte,
+            CpuWork::ChecksumByte => self.checksum_ns_per_byte,
+            CpuWork::NodeSearchEntry => self.node_search_ns_per_entry,
+            CpuWork::CopyByte => self.copy_ns_per_byte,
+            CpuWork::Nanoseconds => 1.0,
+        };
+        per_unit * units as f64
+    }
 }
 
 /// Names of the embedded profiles; the first is the default.
@@ -144,8 +181,9 @@ impl Profile {
         let mut r = Reader { provenance: BTreeMap::new() };
         let mut nic = r.section(&root, "nic")?;
         let mut mn = r.section(&root, "memory_node")?;
+        let mut cpu = r.section(&root, "cpu")?;
         for key in root.keys() {
-            if !["name", "description", "nic", "memory_node"].contains(&key.as_str()) {
+            if !["name", "description", "nic", "memory_node", "cpu"].contains(&key.as_str()) {
                 return Err(ProfileError(format!("unknown field '{key}'")));
             }
         }
@@ -186,9 +224,21 @@ impl Profile {
             max_message_bytes: r.int(&mut nic, "nic", "max_message_bytes", 64)?,
             rpc_handler_ns: r.int(&mut mn, "memory_node", "rpc_handler_ns", 0)?,
             host_memory_bytes: r.int(&mut mn, "memory_node", "host_memory_bytes", 1 << 20)?,
+            cpu: CpuCosts {
+                post_ns: r.number(&mut cpu, "cpu", "post_ns")?,
+                post_per_verb_ns: r.number(&mut cpu, "cpu", "post_per_verb_ns")?,
+                poll_ns: r.number(&mut cpu, "cpu", "poll_ns")?,
+                coroutine_switch_ns: r.number(&mut cpu, "cpu", "coroutine_switch_ns")?,
+                cache_lookup_level_ns: r.number(&mut cpu, "cpu", "cache_lookup_level_ns")?,
+                hash_ns_per_byte: r.number(&mut cpu, "cpu", "hash_ns_per_byte")?,
+                checksum_ns_per_byte: r.number(&mut cpu, "cpu", "checksum_ns_per_byte")?,
+                node_search_ns_per_entry: r.number(&mut cpu, "cpu", "node_search_ns_per_entry")?,
+                copy_ns_per_byte: r.number(&mut cpu, "cpu", "copy_ns_per_byte")?,
+                rpc_dispatch_ns: r.number(&mut cpu, "cpu", "rpc_dispatch_ns")?,
+            },
             provenance: BTreeMap::new(),
         };
-        for (section, rest) in [("nic", &nic), ("memory_node", &mn)] {
+        for (section, rest) in [("nic", &nic), ("memory_node", &mn), ("cpu", &cpu)] {
             if let Some(key) = rest.keys().next() {
                 return Err(ProfileError(format!("unknown field '{section}.{key}'")));
             }
@@ -311,7 +361,7 @@ mod tests {
         for name in EMBEDDED {
             let p = Profile::embedded(name).unwrap();
             assert_eq!(p.name, name);
-            assert_eq!(p.provenance.len(), 27, "{name}");
+            assert_eq!(p.provenance.len(), 37, "{name}");
             for (k, prov) in &p.provenance {
                 assert_ne!(prov.basis, Basis::Unstated, "{name}: {k} has no basis");
                 assert!(!prov.source.is_empty(), "{name}: {k} has no source");

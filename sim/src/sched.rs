@@ -14,8 +14,13 @@ use std::collections::BinaryHeap;
 /// What kind of wait a step ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StepClass {
-    /// A `sleep` or `yield_now` expires.
+    /// A `sleep`, `yield_now` or `charge_cpu` ends.
     Timer,
+    /// A task is woken: a local notification (any waker), or a completion whose poll waited for
+    /// the thread's CPU.
+    Wake,
+    /// A service's CPU reads or writes its node's memory (one 8-byte word when split).
+    Local,
     /// A verb reaches the responder NIC.
     Arrive,
     /// A READ samples, or a WRITE places, one atomicity unit (or the whole verb when units are
@@ -27,10 +32,8 @@ pub enum StepClass {
     RmwWrite,
     /// A doorbell batch's completion is delivered to its client.
     Complete,
-    /// An RPC reaches the server NIC.
+    /// An RPC reaches the server's NIC and joins the node's RPC queue.
     RpcArrive,
-    /// A server thread runs an RPC handler.
-    RpcHandle,
     /// An RPC response is delivered to its client.
     RpcComplete,
     /// A scheduled fault (crash, restart, slowdown).
@@ -41,13 +44,14 @@ impl StepClass {
     pub fn name(self) -> &'static str {
         match self {
             StepClass::Timer => "timer",
+            StepClass::Wake => "wake",
+            StepClass::Local => "local",
             StepClass::Arrive => "arrive",
             StepClass::Unit => "unit",
             StepClass::RmwRead => "rmw-read",
             StepClass::RmwWrite => "rmw-write",
             StepClass::Complete => "complete",
             StepClass::RpcArrive => "rpc-arrive",
-            StepClass::RpcHandle => "rpc-handle",
             StepClass::RpcComplete => "rpc-complete",
             StepClass::Fault => "fault",
         }
@@ -122,6 +126,9 @@ impl Chooser for EarliestChooser {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum StepKind {
     Timer(u32),
+    Wake(u32),
+    /// Local operation, unit index (`WHOLE` for the whole access).
+    Local(u32, u32),
     Arrive(u32),
     /// Verb, unit index (`WHOLE` for the whole access).
     Unit(u32, u32),
@@ -129,7 +136,6 @@ pub(crate) enum StepKind {
     RmwWrite(u32),
     Complete(u32),
     RpcArrive(u32),
-    RpcHandle(u32),
     RpcComplete(u32),
     Fault(u32),
 }
@@ -140,13 +146,14 @@ impl StepKind {
     pub(crate) fn class(self) -> StepClass {
         match self {
             StepKind::Timer(_) => StepClass::Timer,
+            StepKind::Wake(_) => StepClass::Wake,
+            StepKind::Local(..) => StepClass::Local,
             StepKind::Arrive(_) => StepClass::Arrive,
             StepKind::Unit(..) => StepClass::Unit,
             StepKind::RmwRead(_) => StepClass::RmwRead,
             StepKind::RmwWrite(_) => StepClass::RmwWrite,
             StepKind::Complete(_) => StepClass::Complete,
             StepKind::RpcArrive(_) => StepClass::RpcArrive,
-            StepKind::RpcHandle(_) => StepClass::RpcHandle,
             StepKind::RpcComplete(_) => StepClass::RpcComplete,
             StepKind::Fault(_) => StepClass::Fault,
         }
