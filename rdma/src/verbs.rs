@@ -297,3 +297,10 @@ pub fn validate_batch(requests: &[Request], max_message_bytes: u64) -> Result<No
     }
     Ok(node)
 }
+
+/// Direct access to remote memory outside time: invariant checks walk a structure through it.
+/// The simulator implements it; on hardware a quiescent memory node can serve it.
+pub trait MemoryView {
+    /// Reads `len` bytes at `addr`.
+    fn read_memory(&self, addr: RemoteAddr, len: usize) -> Result<Vec<u8>, VerbsError>;
+}

@@ -282,6 +282,8 @@ pub(crate) struct Core {
     split_units: bool,
     split_rmw: bool,
     pub(crate) steps: u64,
+    /// Bulk-load mode: verbs, calls and CPU cost no time (see `Sim::set_instant`).
+    pub(crate) instant: bool,
     verbs_posted: u64,
     batches_posted: u64,
     calls_posted: u64,
@@ -365,6 +367,7 @@ impl Core {
             split_units: chosen || tearing,
             split_rmw: (chosen || tearing) && !cfg.memory_model.rmw_atomic_with_writes,
             steps: 0,
+            instant: false,
             verbs_posted: 0,
             batches_posted: 0,
             calls_posted: 0,
@@ -455,6 +458,9 @@ impl Core {
     /// the work ends.
     pub(crate) fn charge_thread(&mut self, client: u32, cost_ps: u64) -> u64 {
         let now_ps = self.now_ps();
+        if self.instant {
+            return now_ps;
+        }
         let t = &mut self.threads[self.clients[client as usize].thread as usize];
         let end = t.cpu_free_ps.max(now_ps) + cost_ps;
         t.cpu_free_ps = end;
@@ -480,9 +486,9 @@ impl Core {
     /// CPU then, the wake-up waits for it.
     fn wake_after_poll(&mut self, client: u32, waiter: Option<TaskId>) {
         let now_ps = self.now_ps();
-        let poll_ps = self.costs.poll_ps;
+        let poll_ps = if self.instant { 0 } else { self.costs.poll_ps };
         let t = &mut self.threads[self.clients[client as usize].thread as usize];
-        if t.cpu_free_ps + poll_ps > now_ps {
+        if t.cpu_free_ps + poll_ps > now_ps && !self.instant {
             let resume = t.cpu_free_ps + poll_ps;
             t.cpu_free_ps = resume;
             if let Some(task) = waiter {
@@ -593,9 +599,15 @@ impl Core {
             let kind = kind_of(&r.op);
             let req_bytes = self.costs.request_bytes(kind, r.op.byte_len());
             let tx_start = posted_ps + self.costs.requester_latency_ps;
-            let tx_done = self.nics[nic].out_link.serve(tx_start, self.costs.requester_tx_ps(req_bytes));
+            let tx_done = if self.instant {
+                posted_ps
+            } else {
+                self.nics[nic].out_link.serve(tx_start, self.costs.requester_tx_ps(req_bytes))
+            };
             let mut arrive_ps = tx_done + self.costs.wire_latency_ps;
-            if let Some(d) = self.cfg.faults.extra_delay {
+            if self.instant {
+                arrive_ps = posted_ps;
+            } else if let Some(d) = self.cfg.faults.extra_delay {
                 if self.rng.random_bool(d.probability) {
                     arrive_ps += self.rng.random_range(1..=d.max_ns) * PS_PER_NS;
                     self.fault_counters.delays_injected += 1;
@@ -783,6 +795,17 @@ impl Core {
             return;
         }
         let now_ps = self.now_ps();
+        if self.instant {
+            let verb = &mut self.verbs[v];
+            verb.exec_ps = now_ps;
+            verb.node_epoch = self.nodes[node].epoch;
+            verb.phase = Phase::Waiting;
+            self.qps[qp as usize].at_responder.push_back(v);
+            if self.may_start(v) {
+                self.start(v);
+            }
+            return;
+        }
         let c = &self.costs;
         let n = &mut self.nodes[node];
         if n.slowdown > 1.0 {
@@ -870,7 +893,7 @@ impl Core {
 
     fn tearing_delay(&mut self) -> u64 {
         match self.cfg.faults.tearing {
-            Some(t) if !self.queue.is_chosen() => self.rng.random_range(0..=t.window_ns),
+            Some(t) if !self.queue.is_chosen() && !self.instant => self.rng.random_range(0..=t.window_ns),
             _ => 0,
         }
     }
@@ -1045,6 +1068,13 @@ impl Core {
         if verb.failed {
             verb.resp_ps = now_ps + self.cfg.profile.transport_timeout_ns * PS_PER_NS;
             self.fault_counters.verbs_failed_node_down += 1;
+        } else if self.instant {
+            verb.resp_ps = now_ps;
+            let kind_index = VerbKind::of(&verb.op) as usize;
+            let len = verb.op.byte_len();
+            let stats = &mut self.nodes[node].stats;
+            stats.verbs[kind_index].count += 1;
+            stats.verbs[kind_index].payload_bytes += len;
         } else {
             let len = verb.op.byte_len();
             let kind_index = VerbKind::of(&verb.op) as usize;
@@ -1093,7 +1123,8 @@ impl Core {
             if b.signaled {
                 let t = resp_max.max(q.last_completion_ps).max(self.now_ns * PS_PER_NS);
                 q.last_completion_ps = t;
-                self.schedule(ns_of(t + self.costs.poll_ps), StepKind::Complete(batch));
+                let poll = if self.instant { 0 } else { self.costs.poll_ps };
+                self.schedule(ns_of(t + poll), StepKind::Complete(batch));
             } else {
                 q.last_completion_ps = q.last_completion_ps.max(resp_max);
                 let b = self.batches.remove(batch);
@@ -1153,8 +1184,11 @@ impl Core {
         let bytes = self.costs.send_bytes(request.len() as u64);
         let posted_ps = self.charge_thread(client, self.costs.post_cost_ps(1));
         let tx_start = posted_ps + self.costs.requester_latency_ps;
-        let tx_done = self.nics[nic].out_link.serve(tx_start, self.costs.requester_tx_ps(bytes));
-        let arrive = tx_done + self.costs.wire_latency_ps;
+        let arrive = if self.instant {
+            posted_ps
+        } else {
+            self.nics[nic].out_link.serve(tx_start, self.costs.requester_tx_ps(bytes)) + self.costs.wire_latency_ps
+        };
         let r = self.rpcs.insert(Rpc {
             client,
             node,
@@ -1282,10 +1316,14 @@ impl Core {
         stats.verbs[VerbKind::Call as usize].count += 1;
         stats.verbs[VerbKind::Call as usize].payload_bytes += len;
         stats.wire_bytes_out += bytes;
-        let out =
-            self.nics[node].out_link.serve(at_ps + self.costs.requester_latency_ps, link) + self.costs.wire_latency_ps;
         let caller = self.clients[rpc.client as usize].node.0 as usize;
-        let done = self.nics[caller].in_link.serve(out, link) + self.costs.completion_latency_ps + self.costs.poll_ps;
+        let done = if self.instant {
+            at_ps
+        } else {
+            let out = self.nics[node].out_link.serve(at_ps + self.costs.requester_latency_ps, link)
+                + self.costs.wire_latency_ps;
+            self.nics[caller].in_link.serve(out, link) + self.costs.completion_latency_ps + self.costs.poll_ps
+        };
         self.rpcs[r].result = Some(result);
         self.schedule(ns_of(done).max(self.now_ns), StepKind::RpcComplete(r));
     }

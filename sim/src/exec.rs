@@ -440,6 +440,15 @@ impl Sim {
         self.core.borrow().now_ns
     }
 
+    /// Bulk-load mode: while on, verbs, calls and CPU work cost no virtual time and use no NIC
+    /// or CPU capacity, but still execute as steps with the memory model's semantics. Run an
+    /// index's own insert logic in it to build an initial structure as inserts would, without
+    /// simulated time; turn it off before measuring. Counters still count (take a `stats()`
+    /// baseline after loading).
+    pub fn set_instant(&mut self, on: bool) {
+        self.core.borrow_mut().instant = on;
+    }
+
     /// Tasks not yet finished or crashed.
     pub fn live_tasks(&self) -> usize {
         self.live_tasks
@@ -796,5 +805,11 @@ impl Verbs for SimClient {
                 None => dmkit_rdma::emulate::masked_faa(self, addr, add, boundary_mask).await,
             }
         }
+    }
+}
+
+impl dmkit_rdma::MemoryView for Sim {
+    fn read_memory(&self, addr: RemoteAddr, len: usize) -> Result<Vec<u8>, VerbsError> {
+        Sim::read_memory(self, addr, len)
     }
 }

@@ -1,0 +1,411 @@
+//! # The example index: a one-sided hash table with per-bucket locks
+//!
+//! Read this module to learn how a dmkit index is written. It is deliberately small, but it
+//! is complete and correct under the default (weakest) memory model, and every protection it
+//! relies on can be removed by name to watch the checkers catch the bug.
+//!
+//! ## Remote layout ([`layout`])
+//!
+//! A superblock at a fixed address on memory node 0 describes an array of buckets spread
+//! round-robin over the memory nodes. A bucket is a lock word followed by `slots` fixed-size
+//! slots; a slot holds one key and its value, their lengths, and a checksum.
+//!
+//! ## Compute-node state ([`cache`])
+//!
+//! Each compute node caches the superblock (one READ per node, not per operation). Its clients
+//! share it; its bytes are accounted.
+//!
+//! ## Operations (each checks the key and value against [`Limits`] first)
+//!
+//! - **search** — READ the whole bucket, lock-free. Each slot is decoded and its checksum
+//!   verified: a slot whose units were read across a concurrent WRITE fails the checksum and the
+//!   bucket is read again. A key lives in at most one slot of its bucket and a slot is read
+//!   whole, so search is linearizable per key. 1 round trip.
+//! - **insert / update / delete** — one doorbell batch `[CAS lock 0 → me, READ bucket]`: on one
+//!   QP a READ after an RMW sees it, so the bucket is read after the lock is taken. If the CAS
+//!   failed, back off and retry. Otherwise find the key (or a free slot), then one batch
+//!   `[WRITE slot, WRITE lock = 0]`: on one QP a WRITE is placed after the earlier WRITE, so no
+//!   one can take the lock before the slot is written. 2 round trips.
+//! - **scan** — unsupported (a hash table has no order).
+//!
+//! ## Invariants ([`Example::check_invariants`])
+//!
+//! With no operation in flight: every lock word is 0; every non-empty slot has valid lengths and
+//! checksum and holds a key that hashes to its bucket; no key appears twice in a bucket.
+//!
+//! ## Planted bugs
+//!
+//! - `no-lock`: writers skip the bucket lock. Two writers can pick the same free slot, or both
+//!   insert one key into two slots: an acknowledged insert is lost, or a deleted key reappears.
+//! - `unlock-before-write`: the unlock WRITE goes before the slot WRITE in the batch, so the next
+//!   writer can read the bucket before this write lands and overwrite it.
+//! - `no-checksum`: search trusts what it read, so a torn slot returns a value no one wrote.
+
+pub mod cache;
+pub mod layout;
+
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug};
+use cache::NodeCache;
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, Request};
+use layout::{Slot, Superblock};
+use rand::Rng;
+use std::collections::BTreeSet;
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// Options of the example hash table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExampleOptions {
+    /// Buckets in total.
+    pub buckets: u64,
+    pub slots_per_bucket: u32,
+    pub max_key_bytes: u32,
+    pub max_value_bytes: u32,
+    /// Memory nodes to spread buckets over (`0..memory_nodes`).
+    pub memory_nodes: u16,
+    /// Bound on attempts of one operation before [`IndexError::RetriesExhausted`].
+    pub max_retries: u32,
+    /// Planted bugs (removed protections), by name.
+    pub plants: BTreeSet<&'static str>,
+}
+
+impl Default for ExampleOptions {
+    fn default() -> Self {
+        ExampleOptions {
+            buckets: 1 << 16,
+            slots_per_bucket: 4,
+            max_key_bytes: 32,
+            max_value_bytes: 64,
+            memory_nodes: 1,
+            max_retries: 10_000,
+            plants: BTreeSet::new(),
+        }
+    }
+}
+
+const PLANTS: [PlantedBug; 3] = [
+    PlantedBug {
+        name: "no-lock",
+        description: "writers skip the bucket lock: concurrent writers overwrite each other's slots or duplicate a key",
+    },
+    PlantedBug {
+        name: "unlock-before-write",
+        description: "the unlock is posted before the slot WRITE: the next writer reads the bucket before the write lands",
+    },
+    PlantedBug {
+        name: "no-checksum",
+        description: "search does not verify slot checksums: a torn slot returns a value nobody wrote",
+    },
+];
+
+/// The example hash table's [`IndexKind`].
+#[derive(Debug)]
+pub struct Example;
+
+/// One client's handle.
+#[derive(Debug)]
+pub struct ExampleHandle<C> {
+    options: ExampleOptions,
+    node: Arc<NodeCache>,
+    ctx: C,
+    /// The lock word this client writes: its client id + 1 (never 0).
+    me: u64,
+    counters: Counters,
+}
+
+impl IndexKind for Example {
+    const NAME: &'static str = "example";
+    type Options = ExampleOptions;
+    type NodeState = NodeCache;
+    type Handle<C: Client + Clone + 'static> = ExampleHandle<C>;
+
+    fn limits(o: &ExampleOptions) -> Limits {
+        Limits {
+            min_key_bytes: 1,
+            max_key_bytes: o.max_key_bytes as usize,
+            max_value_bytes: o.max_value_bytes as usize,
+        }
+    }
+
+    fn validate(o: &ExampleOptions) -> Result<(), String> {
+        if o.buckets == 0 || o.slots_per_bucket == 0 {
+            return Err("the example index needs at least one bucket and one slot per bucket".into());
+        }
+        if o.max_key_bytes == 0 || o.max_key_bytes > 1024 || o.max_value_bytes > 4096 {
+            return Err("the example index takes keys of 1..=1024 bytes and values of up to 4096".into());
+        }
+        if o.memory_nodes == 0 || o.memory_nodes as usize > layout::MAX_MEMORY_NODES {
+            return Err(format!("the example index spreads over 1..={} memory nodes", layout::MAX_MEMORY_NODES));
+        }
+        if o.max_retries == 0 {
+            return Err("max_retries must be positive".into());
+        }
+        Ok(())
+    }
+
+    async fn create<C: Client>(o: &ExampleOptions, ctx: &C) -> Result<(), IndexError> {
+        Self::validate(o).map_err(IndexError::Corrupt)?;
+        let mut sb = Superblock {
+            buckets: o.buckets,
+            slots: o.slots_per_bucket,
+            max_key_bytes: o.max_key_bytes,
+            max_value_bytes: o.max_value_bytes,
+            bases: Vec::new(),
+        };
+        let nodes = o.memory_nodes as usize;
+        sb.bases = vec![dmkit_rdma::RemoteAddr::NULL; nodes];
+        for i in 0..nodes {
+            let bytes = sb.buckets_on(i).max(1) * sb.bucket_stride();
+            sb.bases[i] = dmkit_rdma::alloc::alloc(ctx, dmkit_rdma::NodeId(i as u16), bytes, 64).await?;
+        }
+        ctx.write(layout::superblock_addr(), Buf::from(sb.encode())).await?;
+        Ok(())
+    }
+
+    fn node_state(_: &ExampleOptions, _: &Caps) -> NodeCache {
+        NodeCache::default()
+    }
+
+    fn node_state_bytes(node: &NodeCache) -> u64 {
+        node.bytes()
+    }
+
+    fn open<C: Client + Clone + 'static>(o: &ExampleOptions, node: Arc<NodeCache>, ctx: C) -> ExampleHandle<C> {
+        let me = ctx.identity().client as u64 + 1;
+        ExampleHandle { options: o.clone(), node, ctx, me, counters: Counters::default() }
+    }
+
+    fn check_invariants(o: &ExampleOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+        let raw = memory
+            .read_memory(layout::superblock_addr(), layout::superblock_bytes(o.memory_nodes as usize))
+            .map_err(|e| e.to_string())?;
+        let sb = Superblock::decode(&raw)?;
+        let mut report = InvariantReport::default();
+        for b in 0..sb.buckets {
+            let bytes = memory.read_memory(sb.bucket_addr(b), sb.bucket_bytes()).map_err(|e| e.to_string())?;
+            let lock = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+            if lock != 0 {
+                return Err(format!("bucket {b}: lock word {lock:#x} held with no operation in flight"));
+            }
+            let mut keys = BTreeSet::new();
+            for i in 0..sb.slots as usize {
+                let at = sb.slot_offset(i);
+                match layout::decode_slot(&sb, &bytes[at..at + sb.slot_bytes()], true) {
+                    Slot::Empty => {}
+                    Slot::Torn => return Err(format!("bucket {b} slot {i}: bad lengths or checksum")),
+                    Slot::Item { key, .. } => {
+                        if sb.bucket_of(&key) != b {
+                            return Err(format!(
+                                "bucket {b} slot {i}: key {key:02x?} belongs to bucket {}",
+                                sb.bucket_of(&key)
+                            ));
+                        }
+                        if !keys.insert(key.clone()) {
+                            return Err(format!("bucket {b}: key {key:02x?} appears twice"));
+                        }
+                        report.items += 1;
+                    }
+                }
+            }
+            *report.structures.entry("buckets").or_default() += 1;
+        }
+        Ok(report)
+    }
+
+    fn planted_bugs() -> &'static [PlantedBug] {
+        &PLANTS
+    }
+
+    fn plant(o: &mut ExampleOptions, bug: &str) -> Result<(), String> {
+        let known = PLANTS.iter().find(|p| p.name == bug).ok_or_else(|| {
+            let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
+            format!("the example index has no planted bug '{bug}' (it has: {})", names.join(", "))
+        })?;
+        o.plants.insert(known.name);
+        Ok(())
+    }
+}
+
+/// What a writer does once it holds the bucket.
+enum Change<'a> {
+    Upsert(&'a [u8]),
+    Update(&'a [u8]),
+    Delete,
+}
+
+impl<C: Client + Clone + 'static> ExampleHandle<C> {
+    fn planted(&self, bug: &str) -> bool {
+        self.options.plants.contains(bug)
+    }
+
+    fn limits(&self) -> Limits {
+        Example::limits(&self.options)
+    }
+
+    /// The superblock, from the node's cache or (once per node) from remote memory.
+    async fn superblock(&self) -> Result<Arc<Superblock>, IndexError> {
+        self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
+        if let Some(sb) = self.node.get() {
+            return Ok(sb);
+        }
+        let len = layout::superblock_bytes(self.options.memory_nodes as usize);
+        let raw = self.ctx.read(layout::superblock_addr(), Buf::zeroed(len)).await?;
+        let sb = Superblock::decode(&raw).map_err(IndexError::Corrupt)?;
+        Ok(self.node.fill(sb))
+    }
+
+    async fn bucket_of(&self, sb: &Superblock, key: &[u8]) -> u64 {
+        self.ctx.charge_cpu(CpuWork::HashByte, key.len() as u64).await;
+        sb.bucket_of(key)
+    }
+
+    /// Waits a random, growing time after a failed lock attempt (bounded exponential backoff).
+    async fn back_off(&mut self, attempt: u32) {
+        self.counters.retries += 1;
+        let cap = 100u64 << attempt.min(6);
+        let ns = self.ctx.with_rng(|r| r.random_range(0..=cap));
+        self.ctx.sleep(ns).await;
+    }
+
+    /// Slots of a bucket image, decoded; `None` if any slot was torn.
+    async fn decode_bucket(&self, sb: &Superblock, bytes: &[u8], verify: bool) -> Option<Vec<Slot>> {
+        self.ctx.charge_cpu(CpuWork::ChecksumByte, if verify { bytes.len() as u64 } else { 0 }).await;
+        let slots: Vec<Slot> = (0..sb.slots as usize)
+            .map(|i| layout::decode_slot(sb, &bytes[sb.slot_offset(i)..sb.slot_offset(i) + sb.slot_bytes()], verify))
+            .collect();
+        (!slots.contains(&Slot::Torn)).then_some(slots)
+    }
+
+    async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.limits().check_key(key)?;
+        let sb = self.superblock().await?;
+        let b = self.bucket_of(&sb, key).await;
+        let verify = !self.planted("no-checksum");
+        let mut buf = Buf::zeroed(sb.bucket_bytes());
+        for attempt in 0..self.options.max_retries {
+            buf = self.ctx.read(sb.bucket_addr(b), buf).await?;
+            match self.decode_bucket(&sb, &buf, verify).await {
+                Some(slots) => {
+                    return Ok(slots.into_iter().find_map(|s| match s {
+                        Slot::Item { key: k, value } if k == key => Some(value),
+                        _ => None,
+                    }));
+                }
+                // A slot was read across a concurrent WRITE: read the bucket again.
+                None => self.back_off(attempt.min(2)).await,
+            }
+        }
+        Err(IndexError::RetriesExhausted { op: "search", retries: self.options.max_retries })
+    }
+
+    /// Locks the key's bucket, applies `change`, writes the slot and unlocks. Returns whether
+    /// the key existed.
+    async fn write(&mut self, op: &'static str, key: &[u8], change: Change<'_>) -> Result<bool, IndexError> {
+        self.limits().check_key(key)?;
+        if let Change::Upsert(v) | Change::Update(v) = change {
+            self.limits().check_value(v)?;
+        }
+        let sb = self.superblock().await?;
+        let b = self.bucket_of(&sb, key).await;
+        // The lock word opens the bucket.
+        let bucket = sb.bucket_addr(b);
+        let lock = bucket;
+        let locking = !self.planted("no-lock");
+        for attempt in 0..self.options.max_retries {
+            // [CAS lock, READ bucket]: the READ runs after the CAS on this QP, so if the CAS won,
+            // the image is the one no other writer can change until we unlock.
+            let mut batch = Vec::with_capacity(2);
+            if locking {
+                batch.push(Request::cas(lock, 0, self.me));
+            }
+            batch.push(Request::read_len(bucket, sb.bucket_bytes()));
+            let mut responses = self.ctx.post(batch).await?;
+            let image = responses.pop().expect("a READ response").into_buf()?;
+            if locking {
+                let old = responses.pop().expect("a CAS response").atomic()?;
+                if old != 0 {
+                    self.counters.lock_failures += 1;
+                    self.counters.cas_failures += 1;
+                    self.back_off(attempt).await;
+                    continue;
+                }
+            }
+            let Some(slots) = self.decode_bucket(&sb, &image, true).await else {
+                if locking {
+                    // Under the lock no WRITE can be in flight to this bucket: a torn image means
+                    // the protocol is broken. Release the lock and report it.
+                    self.ctx.post(vec![Request::write(lock, 0u64.to_le_bytes().to_vec())]).await?;
+                    return Err(IndexError::Corrupt(format!("bucket {b} read torn while locked")));
+                }
+                // Without the lock (a planted bug) writers race: read again.
+                self.back_off(attempt).await;
+                continue;
+            };
+            let found = slots.iter().position(|s| matches!(s, Slot::Item { key: k, .. } if k == key));
+            let free = slots.iter().position(|s| *s == Slot::Empty);
+            let (target, bytes) = match (&change, found, free) {
+                (Change::Upsert(v) | Change::Update(v), Some(i), _) => (Some(i), layout::encode_slot(&sb, key, v)),
+                (Change::Upsert(v), None, Some(i)) => (Some(i), layout::encode_slot(&sb, key, v)),
+                (Change::Delete, Some(i), _) => (Some(i), vec![0; sb.slot_bytes()]),
+                _ => (None, Vec::new()),
+            };
+            let unlock = Request::write(lock, 0u64.to_le_bytes().to_vec());
+            let mut batch = Vec::with_capacity(2);
+            match target {
+                Some(i) => {
+                    let write = Request::write(bucket.add(sb.slot_offset(i) as u64), bytes);
+                    if self.planted("unlock-before-write") {
+                        batch.extend([unlock, write]);
+                    } else {
+                        // On one QP the unlock is placed after the slot WRITE.
+                        batch.extend([write, unlock]);
+                    }
+                }
+                None if locking => batch.push(unlock),
+                None => {}
+            }
+            if !locking {
+                batch.retain(|r| r.addr != lock);
+            }
+            if !batch.is_empty() {
+                self.ctx.post(batch).await?;
+            }
+            return match (&change, found, target) {
+                (Change::Upsert(_), None, None) => Err(IndexError::Full),
+                _ => Ok(found.is_some()),
+            };
+        }
+        Err(IndexError::RetriesExhausted { op, retries: self.options.max_retries })
+    }
+}
+
+impl<C: Client + Clone + 'static> Index for ExampleHandle<C> {
+    async fn search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.do_search(key).await
+    }
+
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.write("insert", key, Change::Upsert(value)).await
+    }
+
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.write("update", key, Change::Update(value)).await
+    }
+
+    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
+        self.write("delete", key, Change::Delete).await
+    }
+
+    async fn scan(
+        &mut self,
+        _: Bound<&[u8]>,
+        _: Bound<&[u8]>,
+        _: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
+        Err(IndexError::Unsupported("scan"))
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}

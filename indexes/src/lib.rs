@@ -1,0 +1,214 @@
+//! # dmkit-indexes: indexes on disaggregated memory
+//!
+//! Every index is written against [`dmkit_rdma::Client`] (verbs plus the client context) and
+//! never names a backend. It implements [`Index`] (the operations of one client) and
+//! [`IndexKind`] (how to create, open, check and break it).
+//!
+//! - [`spec`]: the sequential specification, in words and as an executable model.
+//! - [`example`]: a small, fully documented one-sided hash table with per-bucket locks — read it
+//!   first to learn how an index is written.
+//! - [`bulk`]: loading an initial structure with an index's own insert logic.
+//!
+//! Three levels of state: remote memory; per compute node ([`IndexKind::NodeState`], shared by
+//! that node's clients, `Sync`, its bytes accounted); per client (the [`IndexKind::Handle`]).
+
+pub mod bulk;
+pub mod example;
+pub mod hash;
+pub mod spec;
+
+use dmkit_rdma::{Caps, Client, MemoryView, VerbsError};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// Why an index operation failed. Bad input is an error, never a panic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IndexError {
+    KeyTooShort {
+        len: usize,
+        min: usize,
+    },
+    KeyTooLong {
+        len: usize,
+        max: usize,
+    },
+    ValueTooLong {
+        len: usize,
+        max: usize,
+    },
+    /// The structure has no room for the key (a full bucket, a full table).
+    Full,
+    /// The index does not offer this operation (scans on hash indexes).
+    Unsupported(&'static str),
+    /// An operation retried more than its bound (contention, or a lock never released).
+    RetriesExhausted {
+        op: &'static str,
+        retries: u32,
+    },
+    /// The index read a remote structure that violates its invariants: a bug report.
+    Corrupt(String),
+    /// The verbs layer failed (node down, memory exhausted...).
+    Verbs(VerbsError),
+}
+
+impl From<VerbsError> for IndexError {
+    fn from(e: VerbsError) -> IndexError {
+        IndexError::Verbs(e)
+    }
+}
+
+impl fmt::Display for IndexError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IndexError::KeyTooShort { len, min } => write!(f, "key of {len} bytes is shorter than {min}"),
+            IndexError::KeyTooLong { len, max } => write!(f, "key of {len} bytes is longer than {max}"),
+            IndexError::ValueTooLong { len, max } => write!(f, "value of {len} bytes is longer than {max}"),
+            IndexError::Full => write!(f, "the index has no room for this key"),
+            IndexError::Unsupported(op) => write!(f, "this index does not support {op}"),
+            IndexError::RetriesExhausted { op, retries } => write!(f, "{op} gave up after {retries} retries"),
+            IndexError::Corrupt(msg) => write!(f, "corrupt remote structure: {msg}"),
+            IndexError::Verbs(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for IndexError {}
+
+/// Key and value sizes an index accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub min_key_bytes: usize,
+    pub max_key_bytes: usize,
+    pub max_value_bytes: usize,
+}
+
+impl Limits {
+    pub fn check_key(&self, key: &[u8]) -> Result<(), IndexError> {
+        if key.len() < self.min_key_bytes {
+            return Err(IndexError::KeyTooShort { len: key.len(), min: self.min_key_bytes });
+        }
+        if key.len() > self.max_key_bytes {
+            return Err(IndexError::KeyTooLong { len: key.len(), max: self.max_key_bytes });
+        }
+        Ok(())
+    }
+
+    pub fn check_value(&self, value: &[u8]) -> Result<(), IndexError> {
+        if value.len() > self.max_value_bytes {
+            return Err(IndexError::ValueTooLong { len: value.len(), max: self.max_value_bytes });
+        }
+        Ok(())
+    }
+}
+
+/// A client's counters: retries, failed lock and CAS attempts, and index-specific events
+/// (splits, displacements, resizes...) that checking presets require to be non-zero.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub retries: u64,
+    pub lock_failures: u64,
+    pub cas_failures: u64,
+    pub events: BTreeMap<&'static str, u64>,
+}
+
+impl Counters {
+    pub fn event(&mut self, name: &'static str) {
+        *self.events.entry(name).or_default() += 1;
+    }
+
+    /// Adds another client's counters.
+    pub fn merge(&mut self, other: &Counters) {
+        self.retries += other.retries;
+        self.lock_failures += other.lock_failures;
+        self.cas_failures += other.cas_failures;
+        for (k, v) in &other.events {
+            *self.events.entry(k).or_default() += v;
+        }
+    }
+}
+
+/// Key-value pairs, as scans return them.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The operations of one client (one coroutine) on an index. See [`spec`] for what each must
+/// do; every key and value is checked against the index's [`Limits`] first.
+pub trait Index {
+    fn search(&mut self, key: &[u8]) -> impl Future<Output = Result<Option<Vec<u8>>, IndexError>>;
+    /// Upsert: returns whether the key existed.
+    fn insert(&mut self, key: &[u8], value: &[u8]) -> impl Future<Output = Result<bool, IndexError>>;
+    /// Returns false (and changes nothing) if the key is absent.
+    fn update(&mut self, key: &[u8], value: &[u8]) -> impl Future<Output = Result<bool, IndexError>>;
+    fn delete(&mut self, key: &[u8]) -> impl Future<Output = Result<bool, IndexError>>;
+    /// Up to `limit` pairs with keys within the bounds, ascending.
+    fn scan(
+        &mut self,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Pairs, IndexError>>;
+    /// This client's counters so far.
+    fn counters(&self) -> &Counters;
+}
+
+/// A removable protection of an index's protocol, for `dmkit check --plant NAME`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlantedBug {
+    pub name: &'static str,
+    /// What the protection guards against, and what goes wrong without it.
+    pub description: &'static str,
+}
+
+/// What an invariant walk saw, for reports and for presets' non-vacuity checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InvariantReport {
+    /// Items (key-value pairs) found.
+    pub items: u64,
+    /// Remote nodes, buckets or blocks visited, by kind.
+    pub structures: BTreeMap<&'static str, u64>,
+}
+
+/// How to create, open, check and break one index.
+pub trait IndexKind: 'static {
+    /// Name used by `dmkit run --index` and `dmkit check --index`.
+    const NAME: &'static str;
+    type Options: Clone + fmt::Debug + Default + 'static;
+    /// State shared by the clients of one compute node (caches, local lock tables).
+    type NodeState: Send + Sync + 'static;
+    /// One client's handle.
+    type Handle<C: Client + Clone + 'static>: Index;
+
+    /// The key and value sizes these options accept.
+    fn limits(options: &Self::Options) -> Limits;
+
+    /// Checks options before anything is built: a clear error, never a panic later.
+    fn validate(options: &Self::Options) -> Result<(), String>;
+
+    /// Builds the empty remote structure (superblock, root) with one client, once per run.
+    fn create<C: Client>(options: &Self::Options, ctx: &C) -> impl Future<Output = Result<(), IndexError>>;
+
+    /// A compute node's fresh state.
+    fn node_state(options: &Self::Options, caps: &Caps) -> Self::NodeState;
+
+    /// Bytes a compute node's state occupies (cache consumption is a metric).
+    fn node_state_bytes(node: &Self::NodeState) -> u64;
+
+    /// A client's handle on its compute node's state.
+    fn open<C: Client + Clone + 'static>(
+        options: &Self::Options,
+        node: Arc<Self::NodeState>,
+        ctx: C,
+    ) -> Self::Handle<C>;
+
+    /// Walks the remote structure outside time and checks its invariants; call it when no
+    /// operation is in flight.
+    fn check_invariants(options: &Self::Options, memory: &dyn MemoryView) -> Result<InvariantReport, String>;
+
+    /// Every planted bug this index offers.
+    fn planted_bugs() -> &'static [PlantedBug];
+
+    /// Removes the protection named `bug` in `options`.
+    fn plant(options: &mut Self::Options, bug: &str) -> Result<(), String>;
+}
