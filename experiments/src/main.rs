@@ -70,6 +70,12 @@ struct PerftestArgs {
     /// Virtual measurement window, in microseconds.
     #[arg(long, default_value_t = 2000)]
     duration_us: u64,
+    /// `--verb call`: RPC threads of the server node running the echo service.
+    #[arg(long, default_value_t = 1)]
+    server_threads: u16,
+    /// `--verb call`: CPU nanoseconds the echo handler spends per request.
+    #[arg(long, default_value_t = 1000)]
+    handler_ns: u64,
     /// Output: a table, or one JSON object per point (JSON lines).
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
@@ -120,7 +126,7 @@ fn run_perftest(a: PerftestArgs) -> Result<(), String> {
         .iter()
         .map(|&clients| PerfPoint {
             verb: a.verb,
-            bytes: if matches!(a.verb, PerfVerb::Read | PerfVerb::Write) { a.bytes } else { 8 },
+            bytes: if matches!(a.verb, PerfVerb::Read | PerfVerb::Write | PerfVerb::Call) { a.bytes } else { 8 },
             clients,
             compute_nodes: a.compute_nodes,
             memory_nodes: a.memory_nodes,
@@ -133,6 +139,8 @@ fn run_perftest(a: PerftestArgs) -> Result<(), String> {
             seed: a.seed,
             warmup_ns: a.warmup_us * 1000,
             duration_ns: a.duration_us * 1000,
+            server_threads: a.server_threads,
+            handler_ns: a.handler_ns,
         })
         .collect();
     let started = std::time::Instant::now();

@@ -22,6 +22,8 @@ pub enum PerfVerb {
     Cas,
     Faa,
     MaskedCas,
+    /// A two-sided RPC to an echo service on a server node.
+    Call,
 }
 
 impl PerfVerb {
@@ -32,10 +34,11 @@ impl PerfVerb {
             PerfVerb::Cas => "cas",
             PerfVerb::Faa => "faa",
             PerfVerb::MaskedCas => "masked-cas",
+            PerfVerb::Call => "call",
         }
     }
     fn is_rmw(self) -> bool {
-        !matches!(self, PerfVerb::Read | PerfVerb::Write)
+        !matches!(self, PerfVerb::Read | PerfVerb::Write | PerfVerb::Call)
     }
 }
 
@@ -68,6 +71,25 @@ pub struct PerfPoint {
     pub seed: u64,
     pub warmup_ns: u64,
     pub duration_ns: u64,
+    /// `call`: RPC threads of the server node, and CPU time its handler spends per request.
+    pub server_threads: u16,
+    pub handler_ns: u64,
+}
+
+/// The service `perftest --verb call` measures: spends `handler_ns` of CPU and echoes the request.
+#[derive(Debug)]
+pub struct EchoService {
+    pub handler_ns: u64,
+}
+
+/// Service id of [`EchoService`] on perftest's server node.
+pub const ECHO_SERVICE: u16 = 1;
+
+impl dmkit_rdma::service::Service<dmkit_sim::SimClient> for EchoService {
+    async fn handle(self: std::sync::Arc<Self>, ctx: dmkit_sim::SimClient, request: Vec<u8>) -> Vec<u8> {
+        ctx.charge_cpu(dmkit_rdma::CpuWork::Nanoseconds, self.handler_ns).await;
+        request
+    }
 }
 
 /// One point's result: the JSON object `--format json` prints.
@@ -81,6 +103,8 @@ pub struct PerfResult {
     pub region: PerfRegion,
     pub hot_addresses: u64,
     pub batch: u32,
+    /// `call`: the server node's RPC threads (0 for one-sided verbs).
+    pub server_threads: u16,
     pub profile: String,
     pub seed: u64,
     pub duration_ns: u64,
@@ -116,13 +140,24 @@ pub fn run_point(p: &PerfPoint) -> Result<PerfResult, String> {
     if p.verb.is_rmw() && p.bytes != 8 {
         return Err(format!("{} acts on 8 bytes; got --bytes {}", p.verb.name(), p.bytes));
     }
-    let cfg = SimConfig {
-        profile: p.profile.clone(),
-        topology: Topology { memory_nodes: p.memory_nodes, compute_nodes: p.compute_nodes, ..Topology::default() },
-        seed: p.seed,
-        ..SimConfig::default()
+    let calls = p.verb == PerfVerb::Call;
+    if calls && p.server_threads == 0 {
+        return Err("--verb call needs --server-threads of at least 1".into());
+    }
+    let topology = Topology {
+        memory_nodes: p.memory_nodes,
+        compute_nodes: p.compute_nodes,
+        server_nodes: u16::from(calls),
+        server_threads: p.server_threads.max(1),
+        ..Topology::default()
     };
+    let cfg = SimConfig { profile: p.profile.clone(), topology, seed: p.seed, ..SimConfig::default() };
     let mut sim = Sim::new(cfg).map_err(|e| e.to_string())?;
+    let server = topology.server_node_id(0);
+    if calls {
+        let handler_ns = p.handler_ns;
+        sim.add_service(server, ECHO_SERVICE, move || EchoService { handler_ns }).map_err(|e| e.to_string())?;
+    }
     let span = match (p.span_bytes, p.region) {
         (0, PerfRegion::Host) => 64 << 20,
         (0, PerfRegion::Device) => p.profile.device_memory_bytes.saturating_sub(p.offset),
@@ -167,6 +202,7 @@ pub fn run_point(p: &PerfPoint) -> Result<PerfResult, String> {
                             PerfVerb::Write => Op::Write(buf),
                             PerfVerb::Cas => Op::Cas { expect: seen, swap: seen.wrapping_add(1) },
                             PerfVerb::Faa => Op::Faa { add: 1 },
+                            PerfVerb::Call => Op::Read(buf),
                             PerfVerb::MaskedCas => Op::MaskedCas {
                                 compare: seen,
                                 compare_mask: 0xffff,
@@ -178,6 +214,24 @@ pub fn run_point(p: &PerfPoint) -> Result<PerfResult, String> {
                     })
                     .collect();
                 let t0 = c.now_ns();
+                if calls {
+                    let mut request = spare.pop().unwrap_or_default().into_vec();
+                    request.resize(p.bytes as usize, 0);
+                    match c.call(server, ECHO_SERVICE, request).await {
+                        Ok(reply) => spare.push(reply.into()),
+                        Err(e) => {
+                            tally.borrow_mut().error.get_or_insert(e);
+                            return;
+                        }
+                    }
+                    let t1 = c.now_ns();
+                    if t1 >= warmup && t1 <= end {
+                        let mut t = tally.borrow_mut();
+                        t.verbs += 1;
+                        t.latencies.push(t1 - t0);
+                    }
+                    continue;
+                }
                 match c.post(requests).await {
                     Ok(responses) => {
                         for r in responses {
@@ -211,7 +265,13 @@ pub fn run_point(p: &PerfPoint) -> Result<PerfResult, String> {
     let stats = sim.stats();
     let seconds = p.duration_ns as f64 / 1e9;
     let elapsed_ns = stats.now_ns.max(1) as f64;
-    let mns = stats.nodes.len() as f64;
+    // Utilisation of the nodes the verbs target: the memory nodes, or the server for calls.
+    let targets: Vec<_> = if calls {
+        vec![stats.nodes[server.0 as usize].clone()]
+    } else {
+        stats.nodes[..p.memory_nodes as usize].to_vec()
+    };
+    let mns = targets.len() as f64;
     Ok(PerfResult {
         verb: p.verb,
         bytes: p.bytes,
@@ -221,6 +281,7 @@ pub fn run_point(p: &PerfPoint) -> Result<PerfResult, String> {
         region: p.region,
         hot_addresses: p.hot_addresses,
         batch: p.batch,
+        server_threads: if calls { p.server_threads } else { 0 },
         profile: p.profile.name.clone(),
         seed: p.seed,
         duration_ns: p.duration_ns,
@@ -230,9 +291,9 @@ pub fn run_point(p: &PerfPoint) -> Result<PerfResult, String> {
         latency_ns_p50: percentile(&latencies, 0.50),
         latency_ns_p99: percentile(&latencies, 0.99),
         latency_ns_max: latencies.last().copied().unwrap_or(0),
-        mn_iops_utilisation: round3(stats.nodes.iter().map(|n| n.nic_busy_ns as f64).sum::<f64>() / mns / elapsed_ns),
+        mn_iops_utilisation: round3(targets.iter().map(|n| n.nic_busy_ns as f64).sum::<f64>() / mns / elapsed_ns),
         mn_bandwidth_utilisation: round3(
-            stats.nodes.iter().map(|n| n.link_out_busy_ns as f64).sum::<f64>() / mns / elapsed_ns,
+            targets.iter().map(|n| n.link_out_busy_ns as f64).sum::<f64>() / mns / elapsed_ns,
         ),
         sim_steps: stats.steps,
     })

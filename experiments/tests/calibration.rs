@@ -25,6 +25,8 @@ fn point(verb: PerfVerb, bytes: u64, clients: u32) -> PerfPoint {
         seed: 7,
         warmup_ns: 100_000,
         duration_ns: 500_000,
+        server_threads: 1,
+        handler_ns: 1000,
     }
 }
 
@@ -203,4 +205,25 @@ fn perftest_is_deterministic_and_seed_sensitive() {
     assert_ne!(x.sim_steps + x.latency_ns_max, 0);
     // Another seed draws other addresses; the bound is the same, the run is not.
     assert!(within(x.throughput_mops, y.throughput_mops, 0.05));
+}
+
+/// `perftest --verb call`: an echo service on a server node serves at most one request per RPC
+/// thread at a time, each costing dispatch + handler + the reply's post on that thread.
+#[test]
+fn calls_are_bounded_by_the_server_threads() {
+    let profile = Profile::default_profile();
+    let cpu = &profile.cpu;
+    let per_call_ns = 2000.0 + cpu.rpc_dispatch_ns + cpu.post_ns + cpu.post_per_verb_ns;
+    let mut rates = Vec::new();
+    for threads in [1u16, 4] {
+        let mut p = point(PerfVerb::Call, 64, 64);
+        p.server_threads = threads;
+        p.handler_ns = 2000;
+        let r = run(p);
+        let bound = threads as f64 * 1e3 / per_call_ns;
+        assert!(within(r.throughput_mops, bound, 0.05), "{threads} threads: {} Mops/s vs {bound}", r.throughput_mops);
+        assert_eq!(r.server_threads, threads);
+        rates.push(r.throughput_mops);
+    }
+    assert!(within(rates[1], 4.0 * rates[0], 0.05), "{rates:?}");
 }

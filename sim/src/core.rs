@@ -125,6 +125,8 @@ pub(crate) enum Outcome<T> {
 #[derive(Debug)]
 struct Batch {
     client: u32,
+    /// When the post's CPU work ends and the verbs leave for the NIC.
+    posted_ps: u64,
     verbs: Vec<u32>,
     pending: u32,
     signaled: bool,
@@ -142,6 +144,8 @@ struct Rpc {
     node_epoch: u64,
     /// The RPC thread (its client id) handling it.
     handler: Option<u32>,
+    /// When the caller's post CPU work ends.
+    posted_ps: u64,
     waiter: Option<TaskId>,
     result: Option<Result<Vec<u8>, VerbsError>>,
     outcome: Outcome<Vec<u8>>,
@@ -179,9 +183,14 @@ pub(crate) struct Timer {
     pub(crate) waiter: Option<TaskId>,
 }
 
+/// `Verb::arrive_ps` of a verb whose post waits for its thread's CPU.
+const NOT_ISSUED: u64 = u64::MAX;
+
 #[derive(Debug, Default)]
 struct Qp {
     in_transit: VecDeque<u32>,
+    /// Whether the head of `in_transit` has its Arrive step scheduled.
+    head_scheduled: bool,
     last_arrive_ps: u64,
     at_responder: VecDeque<u32>,
     outstanding: VecDeque<u32>,
@@ -583,10 +592,14 @@ impl Core {
             }
         }
         let qp = self.qp_index(client, node);
-        let nic = self.clients[client as usize].node.0 as usize;
+        // The post's CPU work is booked now, in the thread's order; if the thread is busy, the
+        // verbs reach the NIC only when that work ends (an Issue step then), so that a post
+        // waiting for the CPU does not hold the NIC for other threads meanwhile.
+        let busy = self.thread_busy(client);
         let posted_ps = self.charge_thread(client, self.costs.post_cost_ps(requests.len() as u64));
         let batch = self.batches.insert(Batch {
             client,
+            posted_ps,
             verbs: Vec::with_capacity(requests.len()),
             pending: requests.len() as u32,
             signaled,
@@ -597,26 +610,6 @@ impl Core {
         self.batches_posted += 1;
         for r in requests {
             let kind = kind_of(&r.op);
-            let req_bytes = self.costs.request_bytes(kind, r.op.byte_len());
-            let tx_start = posted_ps + self.costs.requester_latency_ps;
-            let tx_done = if self.instant {
-                posted_ps
-            } else {
-                self.nics[nic].out_link.serve(tx_start, self.costs.requester_tx_ps(req_bytes))
-            };
-            let mut arrive_ps = tx_done + self.costs.wire_latency_ps;
-            if self.instant {
-                arrive_ps = posted_ps;
-            } else if let Some(d) = self.cfg.faults.extra_delay {
-                if self.rng.random_bool(d.probability) {
-                    arrive_ps += self.rng.random_range(1..=d.max_ns) * PS_PER_NS;
-                    self.fault_counters.delays_injected += 1;
-                }
-            }
-            // Never reorder a QP: a verb arrives no earlier than the one posted before it.
-            let q = &mut self.qps[qp as usize];
-            arrive_ps = arrive_ps.max(q.last_arrive_ps);
-            q.last_arrive_ps = arrive_ps;
             let v = self.verbs.insert(Verb {
                 batch,
                 qp,
@@ -624,7 +617,7 @@ impl Core {
                 op: r.op,
                 fence: r.fence,
                 kind,
-                arrive_ps,
+                arrive_ps: NOT_ISSUED,
                 exec_ps: 0,
                 node_epoch: 0,
                 phase: Phase::InTransit,
@@ -639,12 +632,69 @@ impl Core {
             let q = &mut self.qps[qp as usize];
             q.outstanding.push_back(v);
             q.in_transit.push_back(v);
-            if q.in_transit.len() == 1 {
-                self.schedule(ns_of(arrive_ps), StepKind::Arrive(v));
-            }
             self.verbs_posted += 1;
         }
+        if busy {
+            self.schedule(ns_of(posted_ps), StepKind::Issue(batch));
+        } else {
+            self.issue(batch);
+        }
         Ok(batch)
+    }
+
+    /// True if the client's thread has CPU work booked past now.
+    fn thread_busy(&self, client: u32) -> bool {
+        !self.instant && self.threads[self.clients[client as usize].thread as usize].cpu_free_ps > self.now_ps()
+    }
+
+    /// The requester-side stages of a batch's verbs: the compute node's NIC sends them, in
+    /// order, from the end of the post's CPU work.
+    fn issue(&mut self, batch: u32) {
+        let (client, posted_ps) = (self.batches[batch].client, self.batches[batch].posted_ps);
+        let nic = self.clients[client as usize].node.0 as usize;
+        let verbs = std::mem::take(&mut self.batches[batch].verbs);
+        let qp = self.verbs[verbs[0]].qp;
+        for &v in &verbs {
+            let (kind, len) = (self.verbs[v].kind, self.verbs[v].op.byte_len());
+            let arrive_ps = if self.instant {
+                posted_ps
+            } else {
+                let req_bytes = self.costs.request_bytes(kind, len);
+                let tx_start = posted_ps + self.costs.requester_latency_ps;
+                let tx_done = self.nics[nic].out_link.serve(tx_start, self.costs.requester_tx_ps(req_bytes));
+                let mut arrive_ps = tx_done + self.costs.wire_latency_ps;
+                if let Some(d) = self.cfg.faults.extra_delay {
+                    if self.rng.random_bool(d.probability) {
+                        arrive_ps += self.rng.random_range(1..=d.max_ns) * PS_PER_NS;
+                        self.fault_counters.delays_injected += 1;
+                    }
+                }
+                arrive_ps
+            };
+            // Never reorder a QP: a verb arrives no earlier than the one posted before it.
+            let q = &mut self.qps[qp as usize];
+            let arrive_ps = arrive_ps.max(q.last_arrive_ps);
+            q.last_arrive_ps = arrive_ps;
+            self.verbs[v].arrive_ps = arrive_ps;
+        }
+        self.batches[batch].verbs = verbs;
+        self.schedule_qp_head(qp);
+    }
+
+    /// Schedules the Arrive step of the QP's oldest verb in transit, once it has been issued.
+    fn schedule_qp_head(&mut self, qp: u32) {
+        let q = &self.qps[qp as usize];
+        if q.head_scheduled {
+            return;
+        }
+        if let Some(&head) = q.in_transit.front() {
+            let arrive_ps = self.verbs[head].arrive_ps;
+            if arrive_ps != NOT_ISSUED {
+                self.qps[qp as usize].head_scheduled = true;
+                let at = ns_of(arrive_ps).max(self.now_ns);
+                self.schedule(at, StepKind::Arrive(head));
+            }
+        }
     }
 
     /// Takes a batch's result if it is ready; otherwise registers the current task to be woken.
@@ -721,7 +771,8 @@ impl Core {
                     !matches!(s.kind, StepKind::Arrive(_) | StepKind::RmwRead(_)) && !matches!(verb.op, Op::Read(_));
                 (Actor::Client(client), Some(addr), len as u32, writes)
             }
-            StepKind::Complete(b) => (Actor::Client(self.batches[b].client), None, 0, false),
+            StepKind::Complete(b) | StepKind::Issue(b) => (Actor::Client(self.batches[b].client), None, 0, false),
+            StepKind::IssueCall(r) => (Actor::Client(self.rpcs[r].client), None, 0, false),
             StepKind::RpcArrive(r) | StepKind::RpcComplete(r) => (Actor::Client(self.rpcs[r].client), None, 0, false),
             StepKind::Timer(t) => (Actor::Task(self.timers[t].waiter.unwrap_or(u32::MAX)), None, 0, false),
             StepKind::Wake(task) => (Actor::Task(task), None, 0, false),
@@ -741,6 +792,8 @@ impl Core {
         let id = match step.kind {
             StepKind::Timer(x)
             | StepKind::Wake(x)
+            | StepKind::Issue(x)
+            | StepKind::IssueCall(x)
             | StepKind::Arrive(x)
             | StepKind::RmwRead(x)
             | StepKind::RmwWrite(x)
@@ -766,6 +819,8 @@ impl Core {
                 }
             }
             StepKind::Wake(task) => self.wake(Some(task)),
+            StepKind::Issue(b) => self.issue(b),
+            StepKind::IssueCall(r) => self.issue_call(r),
             StepKind::Local(l, u) => self.local_unit(l, u),
             StepKind::Arrive(v) => self.arrive(v),
             StepKind::Unit(v, u) => self.unit(v, u),
@@ -786,10 +841,8 @@ impl Core {
         let q = &mut self.qps[qp as usize];
         let head = q.in_transit.pop_front();
         debug_assert_eq!(head, Some(v), "verbs reach the responder in QP order");
-        if let Some(&next) = q.in_transit.front() {
-            let at = ns_of(self.verbs[next].arrive_ps).max(self.now_ns);
-            self.schedule(at, StepKind::Arrive(next));
-        }
+        q.head_scheduled = false;
+        self.schedule_qp_head(qp);
         if !self.nodes[node].up {
             self.fail_verb_now(v);
             return;
@@ -1180,15 +1233,8 @@ impl Core {
         if !self.is_target(node) {
             return Err(VerbsError::NoSuchNode(node));
         }
-        let nic = self.clients[client as usize].node.0 as usize;
-        let bytes = self.costs.send_bytes(request.len() as u64);
+        let busy = self.thread_busy(client);
         let posted_ps = self.charge_thread(client, self.costs.post_cost_ps(1));
-        let tx_start = posted_ps + self.costs.requester_latency_ps;
-        let arrive = if self.instant {
-            posted_ps
-        } else {
-            self.nics[nic].out_link.serve(tx_start, self.costs.requester_tx_ps(bytes)) + self.costs.wire_latency_ps
-        };
         let r = self.rpcs.insert(Rpc {
             client,
             node,
@@ -1196,13 +1242,33 @@ impl Core {
             request,
             node_epoch: 0,
             handler: None,
+            posted_ps,
             waiter: None,
             result: None,
             outcome: Outcome::Pending,
         });
         self.calls_posted += 1;
-        self.schedule(ns_of(arrive), StepKind::RpcArrive(r));
+        if busy {
+            self.schedule(ns_of(posted_ps), StepKind::IssueCall(r));
+        } else {
+            self.issue_call(r);
+        }
         Ok(r)
+    }
+
+    /// The SEND of a call leaves the caller's NIC.
+    fn issue_call(&mut self, r: u32) {
+        let rpc = &self.rpcs[r];
+        let posted_ps = rpc.posted_ps;
+        let arrive = if self.instant {
+            posted_ps
+        } else {
+            let nic = self.clients[rpc.client as usize].node.0 as usize;
+            let bytes = self.costs.send_bytes(rpc.request.len() as u64);
+            let tx_start = posted_ps + self.costs.requester_latency_ps;
+            self.nics[nic].out_link.serve(tx_start, self.costs.requester_tx_ps(bytes)) + self.costs.wire_latency_ps
+        };
+        self.schedule(ns_of(arrive).max(self.now_ns), StepKind::RpcArrive(r));
     }
 
     pub(crate) fn poll_call(&mut self, r: u32) -> Option<Result<Vec<u8>, VerbsError>> {
@@ -1521,6 +1587,11 @@ impl Core {
                     self.crashed_tasks.push(task);
                 }
             }
+        }
+        // The killed tasks' booked CPU work dies with them.
+        let now_ps = self.now_ps();
+        for t in self.threads.iter_mut().filter(|t| t.node == node) {
+            t.cpu_free_ps = t.cpu_free_ps.min(now_ps);
         }
     }
 

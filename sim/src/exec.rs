@@ -60,6 +60,7 @@ struct Task {
     /// Consecutive polls at one virtual time, for the spin detector.
     last_poll_ns: u64,
     polls_at_same_time: u64,
+    daemon: bool,
 }
 
 type HandlerFn = Rc<dyn Fn(SimClient, Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>>>>>;
@@ -194,14 +195,15 @@ impl Sim {
         id: u16,
         factory: impl Fn() -> S + 'static,
     ) -> Result<(), ConfigError> {
+        if self.services.contains_key(&(node.0, id)) {
+            return Err(ConfigError(format!("{node} already runs service {id}")));
+        }
         self.core
             .borrow_mut()
             .add_service(node, id)
             .map_err(|_| ConfigError(format!("{node} is not a memory or server node: services run there")))?;
         let entry = ServiceEntry { factory: Box::new(move || erase(factory())), current: None };
-        if self.services.insert((node.0, id), entry).is_some() {
-            return Err(ConfigError(format!("{node} already runs service {id}")));
-        }
+        self.services.insert((node.0, id), entry);
         if self.started {
             self.start_service(node, id);
         }
@@ -221,7 +223,10 @@ impl Sim {
             };
             let ctx = self.handle(client);
             let future = run_worker(ctx.clone(), index);
-            self.spawn(&ctx, future);
+            let task = self.spawn_task(future, true);
+            let mut core = self.core.borrow_mut();
+            core.clients[client as usize].task = Some(task);
+            core.task_clients[task as usize] = Some(client);
         }
     }
 
@@ -309,7 +314,7 @@ impl Sim {
 
     /// Runs `future` as `client`'s task (a client crash drops it).
     pub fn spawn(&mut self, client: &SimClient, future: impl Future<Output = ()> + 'static) {
-        let task = self.spawn_task(Box::pin(future));
+        let task = self.spawn_task(Box::pin(future), false);
         let mut core = self.core.borrow_mut();
         core.clients[client.id as usize].task = Some(task);
         core.task_clients[task as usize] = Some(client.id);
@@ -317,15 +322,20 @@ impl Sim {
 
     /// Runs `future` as a task of no client.
     pub fn spawn_detached(&mut self, future: impl Future<Output = ()> + 'static) {
-        self.spawn_task(Box::pin(future));
+        self.spawn_task(Box::pin(future), false);
     }
 
-    fn spawn_task(&mut self, future: Pin<Box<dyn Future<Output = ()>>>) -> TaskId {
+    /// A daemon (a service worker) waiting for work does not make a run a deadlock: a run ends
+    /// when no step is pending and every other task has finished. A daemon that keeps timers
+    /// pending keeps the run going (bound such runs with `run_until`).
+    fn spawn_task(&mut self, future: Pin<Box<dyn Future<Output = ()>>>, daemon: bool) -> TaskId {
         let id = self.tasks.len() as TaskId;
         let waker =
             Waker::from(Arc::new(TaskWaker { id, woken: self.woken.clone(), any_woken: self.any_woken.clone() }));
-        self.tasks.push(Some(Task { future, waker, last_poll_ns: u64::MAX, polls_at_same_time: 0 }));
-        self.live_tasks += 1;
+        self.tasks.push(Some(Task { future, waker, last_poll_ns: u64::MAX, polls_at_same_time: 0, daemon }));
+        if !daemon {
+            self.live_tasks += 1;
+        }
         let mut core = self.core.borrow_mut();
         core.queued.push(false);
         core.task_clients.push(None);
@@ -377,8 +387,10 @@ impl Sim {
             drop(core);
             for t in crashed {
                 // Dropping the future runs its destructors, which may touch the core.
-                if self.tasks[t as usize].take().is_some() {
-                    self.live_tasks -= 1;
+                if let Some(task) = self.tasks[t as usize].take() {
+                    if !task.daemon {
+                        self.live_tasks -= 1;
+                    }
                 }
             }
         }
@@ -426,8 +438,11 @@ impl Sim {
             let poll = future.as_mut().poll(&mut Context::from_waker(waker));
             self.core.borrow_mut().current_task = None;
             if poll.is_ready() {
-                self.tasks[t as usize] = None;
-                self.live_tasks -= 1;
+                if let Some(task) = self.tasks[t as usize].take() {
+                    if !task.daemon {
+                        self.live_tasks -= 1;
+                    }
+                }
                 let mut core = self.core.borrow_mut();
                 if let Some(client) = core.task_clients[t as usize].take() {
                     core.clients[client as usize].task = None;

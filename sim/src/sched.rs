@@ -21,6 +21,8 @@ pub enum StepClass {
     Wake,
     /// A service's CPU reads or writes its node's memory (one 8-byte word when split).
     Local,
+    /// A post whose thread was busy leaves for the NIC (its requester-side stages start).
+    Issue,
     /// A verb reaches the responder NIC.
     Arrive,
     /// A READ samples, or a WRITE places, one atomicity unit (or the whole verb when units are
@@ -46,6 +48,7 @@ impl StepClass {
             StepClass::Timer => "timer",
             StepClass::Wake => "wake",
             StepClass::Local => "local",
+            StepClass::Issue => "issue",
             StepClass::Arrive => "arrive",
             StepClass::Unit => "unit",
             StepClass::RmwRead => "rmw-read",
@@ -129,6 +132,8 @@ pub(crate) enum StepKind {
     Wake(u32),
     /// Local operation, unit index (`WHOLE` for the whole access).
     Local(u32, u32),
+    Issue(u32),
+    IssueCall(u32),
     Arrive(u32),
     /// Verb, unit index (`WHOLE` for the whole access).
     Unit(u32, u32),
@@ -148,6 +153,7 @@ impl StepKind {
             StepKind::Timer(_) => StepClass::Timer,
             StepKind::Wake(_) => StepClass::Wake,
             StepKind::Local(..) => StepClass::Local,
+            StepKind::Issue(_) | StepKind::IssueCall(_) => StepClass::Issue,
             StepKind::Arrive(_) => StepClass::Arrive,
             StepKind::Unit(..) => StepClass::Unit,
             StepKind::RmwRead(_) => StepClass::RmwRead,
