@@ -18,6 +18,45 @@ struct Cli {
 enum Command {
     /// Measure the simulated NIC like perftest's ib_read_bw / ib_write_bw / ib_atomic_bw / ib_read_lat.
     Perftest(PerftestArgs),
+    /// Model-check an index: explore schedules, check linearizability and invariants.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    /// Index to check.
+    #[arg(long)]
+    index: String,
+    /// Checking preset (default: the index's first).
+    #[arg(long)]
+    preset: Option<String>,
+    /// Override the preset's number of clients.
+    #[arg(long)]
+    clients: Option<u32>,
+    /// Wall-clock budget, split between random and PCT unless --mode is given.
+    #[arg(long, default_value_t = 60.0)]
+    seconds: f64,
+    /// Exploration strategy: random, pct (depth 3) or dfs (two preemptions, sleep sets).
+    #[arg(long)]
+    mode: Option<String>,
+    /// Seed of the exploration and of the clients' operations.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Remove the named protection (see --list-plants).
+    #[arg(long)]
+    plant: Option<String>,
+    /// List the index's planted bugs and exit.
+    #[arg(long)]
+    list_plants: bool,
+    /// Run one schedule again, from the string a failure printed.
+    #[arg(long)]
+    replay: Option<String>,
+    /// Stop after this many schedules per mode.
+    #[arg(long, default_value_t = u64::MAX)]
+    max_schedules: u64,
+    /// Write the history of the failing (or last) run as JSON lines.
+    #[arg(long)]
+    export_history: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -102,15 +141,43 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Perftest(args) => run_perftest(args),
+        Command::Perftest(args) => run_perftest(args).map(|()| ExitCode::SUCCESS),
+        Command::Check(args) => run_check(args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(msg) => {
             eprintln!("error: {msg}");
             ExitCode::from(2)
         }
     }
+}
+
+fn run_check(a: CheckArgs) -> Result<ExitCode, String> {
+    use dmkit_verify::{explore::Mode, registry};
+    if a.list_plants {
+        print!("{}", registry::list_plants(&a.index)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mode = a.mode.as_deref().map(Mode::parse).transpose()?;
+    let request = registry::CheckRequest {
+        index: a.index,
+        preset: a.preset,
+        clients: a.clients,
+        seconds: a.seconds,
+        mode,
+        seed: a.seed,
+        plant: a.plant,
+        replay: a.replay,
+        max_schedules: a.max_schedules,
+    };
+    let outcome = registry::run_check(&request)?;
+    print!("{}", outcome.report);
+    if let Some(path) = a.export_history {
+        std::fs::write(&path, &outcome.history).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("history written to {}", path.display());
+    }
+    Ok(if outcome.passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 fn run_perftest(a: PerftestArgs) -> Result<(), String> {

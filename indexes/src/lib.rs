@@ -13,6 +13,7 @@
 //! that node's clients, `Sync`, its bytes accounted); per client (the [`IndexKind::Handle`]).
 
 pub mod bulk;
+pub mod common;
 pub mod example;
 pub mod hash;
 pub mod spec;
@@ -174,6 +175,8 @@ pub struct InvariantReport {
 pub trait IndexKind: 'static {
     /// Name used by `dmkit run --index` and `dmkit check --index`.
     const NAME: &'static str;
+    /// Whether `scan` is offered (hash indexes return [`IndexError::Unsupported`]).
+    const SUPPORTS_SCAN: bool = true;
     type Options: Clone + fmt::Debug + Default + 'static;
     /// State shared by the clients of one compute node (caches, local lock tables).
     type NodeState: Send + Sync + 'static;

@@ -774,8 +774,8 @@ impl Core {
             StepKind::Complete(b) | StepKind::Issue(b) => (Actor::Client(self.batches[b].client), None, 0, false),
             StepKind::IssueCall(r) => (Actor::Client(self.rpcs[r].client), None, 0, false),
             StepKind::RpcArrive(r) | StepKind::RpcComplete(r) => (Actor::Client(self.rpcs[r].client), None, 0, false),
-            StepKind::Timer(t) => (Actor::Task(self.timers[t].waiter.unwrap_or(u32::MAX)), None, 0, false),
-            StepKind::Wake(task) => (Actor::Task(task), None, 0, false),
+            StepKind::Timer(t) => (self.task_actor(self.timers[t].waiter), None, 0, false),
+            StepKind::Wake(task) => (self.task_actor(Some(task)), None, 0, false),
             StepKind::Local(l, u) => {
                 let op = &self.locals[l];
                 let (addr, len) = if u == WHOLE { (op.addr, op.op.byte_len()) } else { (op.addr.add(u as u64 * 8), 8) };
@@ -784,6 +784,17 @@ impl Core {
             StepKind::Fault(_) => (Actor::Fault, None, 0, true),
         };
         StepInfo { time_ns: s.time_ns, seq: s.seq, class: s.kind.class(), actor, addr, len, writes }
+    }
+
+    /// A task's steps belong to its client, if it has one.
+    fn task_actor(&self, task: Option<TaskId>) -> Actor {
+        match task {
+            Some(t) => match self.task_clients.get(t as usize).copied().flatten() {
+                Some(c) => Actor::Client(c),
+                None => Actor::Task(t),
+            },
+            None => Actor::Task(u32::MAX),
+        }
     }
 
     fn run_step(&mut self, step: Step) {

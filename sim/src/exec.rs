@@ -532,6 +532,13 @@ impl SimClient {
         self.core.borrow().now_ns
     }
 
+    /// Steps executed so far: a logical clock for histories. Every step advances it, so an
+    /// operation that returned before another was invoked has a smaller value at its return
+    /// than the other at its invocation, in timed and chooser runs alike.
+    pub fn logical_time(&self) -> u64 {
+        self.core.borrow().steps
+    }
+
     /// The client's own random stream, derived from the run's seed and the client id. Never
     /// hold it across an `.await`.
     pub fn rng(&self) -> RefMut<'_, ChaCha8Rng> {

@@ -106,7 +106,8 @@ fn bound_from(v: &Value) -> Result<Bound<Vec<u8>>, String> {
 impl Record {
     /// The record as one JSON object (a line of the export format).
     pub fn to_json(&self) -> Value {
-        let mut o = json!({ "client": self.client, "invoke": self.invoke, "respond": self.respond, "op": self.op.name() });
+        let mut o =
+            json!({ "client": self.client, "invoke": self.invoke, "respond": self.respond, "op": self.op.name() });
         let m = o.as_object_mut().expect("an object");
         match &self.op {
             Op::Search { key } | Op::Delete { key } => {
@@ -125,7 +126,9 @@ impl Record {
         let result = match &self.outcome {
             Outcome::Found(v) => json!({ "found": v.as_ref().map(|v| hex(v)) }),
             Outcome::Existed(e) => json!({ "existed": e }),
-            Outcome::Scanned(pairs) => json!({ "pairs": pairs.iter().map(|(k, v)| json!([hex(k), hex(v)])).collect::<Vec<_>>() }),
+            Outcome::Scanned(pairs) => {
+                json!({ "pairs": pairs.iter().map(|(k, v)| json!([hex(k), hex(v)])).collect::<Vec<_>>() })
+            }
             Outcome::Failed(e) => json!({ "failed": e.to_string(), "effect_unknown": effect_unknown(e) }),
         };
         m.insert("result".into(), result);
@@ -225,9 +228,27 @@ mod tests {
     fn json_lines_round_trip() {
         let h = History {
             records: vec![
-                Record { client: 1, op: Op::Insert { key: vec![1], value: vec![2] }, outcome: Outcome::Existed(false), invoke: 1, respond: Some(5) },
-                Record { client: 2, op: Op::Search { key: vec![1] }, outcome: Outcome::Found(Some(vec![2])), invoke: 3, respond: Some(9) },
-                Record { client: 2, op: Op::Search { key: vec![7] }, outcome: Outcome::Found(None), invoke: 10, respond: Some(12) },
+                Record {
+                    client: 1,
+                    op: Op::Insert { key: vec![1], value: vec![2] },
+                    outcome: Outcome::Existed(false),
+                    invoke: 1,
+                    respond: Some(5),
+                },
+                Record {
+                    client: 2,
+                    op: Op::Search { key: vec![1] },
+                    outcome: Outcome::Found(Some(vec![2])),
+                    invoke: 3,
+                    respond: Some(9),
+                },
+                Record {
+                    client: 2,
+                    op: Op::Search { key: vec![7] },
+                    outcome: Outcome::Found(None),
+                    invoke: 10,
+                    respond: Some(12),
+                },
                 Record {
                     client: 3,
                     op: Op::Scan { start: Bound::Included(vec![0]), end: Bound::Excluded(vec![9]), limit: 4 },
@@ -235,7 +256,13 @@ mod tests {
                     invoke: 2,
                     respond: Some(20),
                 },
-                Record { client: 4, op: Op::Delete { key: vec![1] }, outcome: Outcome::Existed(true), invoke: 21, respond: None },
+                Record {
+                    client: 4,
+                    op: Op::Delete { key: vec![1] },
+                    outcome: Outcome::Existed(true),
+                    invoke: 21,
+                    respond: None,
+                },
             ],
         };
         assert_eq!(History::from_json_lines(&h.to_json_lines()), Ok(h.clone()));

@@ -1,10 +1,11 @@
 //! The example index's compute-node state: the cached superblock, shared by the node's clients.
 
 use super::layout::Superblock;
-use std::sync::{Arc, Mutex};
+use crate::common::primitive::{Mutex, lock};
+use std::sync::Arc;
 
 /// Per compute node. `Sync`: on hardware the node's threads share it; the lock is never held
-/// across an `.await`.
+/// across an `.await`. Its primitives come from `common::primitive`, so loom checks it.
 #[derive(Debug, Default)]
 pub struct NodeCache {
     superblock: Mutex<Option<Arc<Superblock>>>,
@@ -13,12 +14,13 @@ pub struct NodeCache {
 impl NodeCache {
     /// The cached superblock, if a client of this node has read it.
     pub fn get(&self) -> Option<Arc<Superblock>> {
-        self.superblock.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        lock(&self.superblock).clone()
     }
 
-    /// Caches `sb` unless another client did first; returns the cached one.
+    /// Caches `sb` unless another client did first; returns the cached one. Every caller gets
+    /// the same superblock, whoever filled the cache.
     pub fn fill(&self, sb: Superblock) -> Arc<Superblock> {
-        self.superblock.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(|| Arc::new(sb)).clone()
+        lock(&self.superblock).get_or_insert_with(|| Arc::new(sb)).clone()
     }
 
     /// Bytes held: the superblock's encoding (bases included).

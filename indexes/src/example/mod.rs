@@ -115,6 +115,7 @@ pub struct ExampleHandle<C> {
 
 impl IndexKind for Example {
     const NAME: &'static str = "example";
+    const SUPPORTS_SCAN: bool = false;
     type Options = ExampleOptions;
     type NodeState = NodeCache;
     type Handle<C: Client + Clone + 'static> = ExampleHandle<C>;

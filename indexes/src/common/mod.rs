@@ -1,0 +1,12 @@
+//! Compute-node machinery that several indexes share (DESIGN §3).
+//!
+//! - [`primitive`]: `Mutex`, `Arc` and atomics from `std`, or from loom under `cfg(loom)`. Every
+//!   structure here imports them from it and from nowhere else, so loom can check it.
+//! - [`chunk`]: the local chunk allocator — remote memory fetched in large chunks from the
+//!   memory nodes' allocator service and carved into small blocks without a round trip.
+//!
+//! Everything here is per compute node: shared by that node's clients (`Sync`), its bytes
+//! accounted, and never holding a lock across an `.await`.
+
+pub mod chunk;
+pub mod primitive;

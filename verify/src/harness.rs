@@ -1,0 +1,311 @@
+//! Checking any index: presets, the explored workload, and the verdict of each run.
+//!
+//! A [`Preset`] says how small the run is (clients, operations, key space, the index's options
+//! with tiny nodes) and which counters must move for a clean result to mean anything. Each run
+//! creates the index and preloads keys earliest-first, then lets the explorer choose every step
+//! while the clients run their operations; the run is judged by
+//! - liveness: the run ends within its step limit (else: livelock or a lock never released);
+//! - linearizability of the recorded history ([`crate::linearizability`]);
+//! - the index's own invariant walk ([`IndexKind::check_invariants`]).
+//!
+//! After an exploration, a preset's required counters summed over every run must be non-zero,
+//! or the result is reported as vacuous.
+
+use crate::explore::{self, Exploration, Judge, Mode, Phase, Scenario};
+use crate::history::{History, Record};
+use crate::linearizability;
+use dmkit_indexes::spec::{self, Op};
+use dmkit_indexes::{Counters, Index, IndexError, IndexKind};
+use dmkit_sim::{MemoryModel, Sim, SimConfig, SimError, Topology};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::cell::RefCell;
+use std::ops::Bound;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Percentages of each operation (they need not sum to 100; they are weights).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mix {
+    pub search: u32,
+    pub insert: u32,
+    pub update: u32,
+    pub delete: u32,
+    pub scan: u32,
+}
+
+/// A checking preset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Preset {
+    pub name: &'static str,
+    pub compute_nodes: u16,
+    pub memory_nodes: u16,
+    pub clients: u32,
+    pub ops_per_client: u32,
+    /// Keys are 8-byte big-endian integers `0..keys`.
+    pub keys: u64,
+    /// Bytes of each written value (at least 8): long enough to span atomicity units, so that
+    /// a torn read shows as a value nobody wrote.
+    pub value_bytes: usize,
+    /// Keys inserted before the explored part.
+    pub preload: u64,
+    pub mix: Mix,
+    pub scan_limit: usize,
+    /// Counters that must be non-zero over an exploration: `retries`, `lock_failures`,
+    /// `cas_failures`, or an index event name.
+    pub required_counters: &'static [&'static str],
+    /// Steps after which a run is reported as making no progress.
+    pub step_limit: u64,
+}
+
+/// An index the checker knows presets for.
+pub trait Checked: IndexKind {
+    /// Presets with the options each uses; the first is the default.
+    fn presets() -> Vec<(Preset, Self::Options)>;
+}
+
+/// The value client `client` writes in its `seq`-th operation: unique, so the checker can tell
+/// every write apart, and the same 8 bytes repeated, so any mix of two writes is a value nobody
+/// wrote.
+fn value_of(client: u32, seq: u32, len: usize) -> Vec<u8> {
+    let mut word = client.to_be_bytes().to_vec();
+    word.extend_from_slice(&seq.to_be_bytes());
+    word.iter().copied().cycle().take(len.max(8)).collect()
+}
+
+/// One index under exploration.
+pub struct IndexScenario<K: Checked> {
+    pub preset: Preset,
+    pub options: K::Options,
+    pub memory_model: MemoryModel,
+    /// Fixes the clients' operations (the explorer varies only the schedule).
+    pub workload_seed: u64,
+    /// Counters summed over every run of the exploration.
+    pub counters: Rc<RefCell<Counters>>,
+    /// The history of the last run.
+    pub last_history: Rc<RefCell<History>>,
+}
+
+impl<K: Checked> std::fmt::Debug for IndexScenario<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IndexScenario({} {}, {:?}, seed {})", K::NAME, self.preset.name, self.options, self.workload_seed)
+    }
+}
+
+impl<K: Checked> IndexScenario<K> {
+    pub fn new(preset: Preset, options: K::Options, workload_seed: u64) -> IndexScenario<K> {
+        IndexScenario {
+            preset,
+            options,
+            memory_model: MemoryModel::default(),
+            workload_seed,
+            counters: Rc::default(),
+            last_history: Rc::default(),
+        }
+    }
+
+    fn op(&self, rng: &mut ChaCha8Rng, client: u32, seq: u32) -> Op {
+        let m = self.preset.mix;
+        let total = m.search + m.insert + m.update + m.delete + m.scan;
+        let key = rng.random_range(0..self.preset.keys.max(1)).to_be_bytes().to_vec();
+        let mut pick = rng.random_range(0..total.max(1));
+        for (weight, kind) in [(m.search, 0), (m.insert, 1), (m.update, 2), (m.delete, 3), (m.scan, 4)] {
+            if pick < weight {
+                return match kind {
+                    0 => Op::Search { key },
+                    1 => Op::Insert { key, value: value_of(client, seq, self.preset.value_bytes) },
+                    2 => Op::Update { key, value: value_of(client, seq, self.preset.value_bytes) },
+                    3 => Op::Delete { key },
+                    _ => Op::Scan { start: Bound::Included(key), end: Bound::Unbounded, limit: self.preset.scan_limit },
+                };
+            }
+            pick -= weight;
+        }
+        Op::Search { key }
+    }
+}
+
+impl<K: Checked> Scenario for IndexScenario<K> {
+    fn config(&self) -> SimConfig {
+        SimConfig {
+            topology: Topology {
+                memory_nodes: self.preset.memory_nodes,
+                compute_nodes: self.preset.compute_nodes,
+                ..Topology::default()
+            },
+            memory_model: self.memory_model,
+            seed: self.workload_seed,
+            step_limit: Some(self.preset.step_limit),
+            ..SimConfig::default()
+        }
+    }
+
+    fn varies(&self) -> bool {
+        true
+    }
+
+    fn build(&self, sim: &mut Sim, phase: &Phase, variant: u64) -> Judge {
+        // Set-up, earliest-first: create the index and preload keys with one client.
+        let caps = sim.caps().clone();
+        let nodes: Vec<Arc<K::NodeState>> =
+            (0..self.preset.compute_nodes).map(|_| Arc::new(K::node_state(&self.options, &caps))).collect();
+        let creator = sim.add_client(0).expect("compute node 0 exists");
+        let (c, options, preload, value_bytes) =
+            (creator.clone(), self.options.clone(), self.preset.preload, self.preset.value_bytes);
+        let mut loader = K::open(&self.options, nodes[0].clone(), creator.clone());
+        let setup_failed = Rc::new(RefCell::new(None));
+        let failed = setup_failed.clone();
+        sim.spawn(&creator, async move {
+            if let Err(e) = K::create(&options, &c).await {
+                *failed.borrow_mut() = Some(format!("create: {e}"));
+                return;
+            }
+            for k in 0..preload {
+                if let Err(e) = loader.insert(&k.to_be_bytes(), &value_of(u32::MAX, k as u32, value_bytes)).await {
+                    *failed.borrow_mut() = Some(format!("preload: {e}"));
+                    return;
+                }
+            }
+        });
+        if let Err(e) = sim.run() {
+            return Box::new(move |_, _| Err(format!("set-up did not finish: {e}")));
+        }
+        if let Some(e) = setup_failed.borrow_mut().take() {
+            return Box::new(move |_, _| Err(e));
+        }
+        // The preloaded keys, as completed inserts before time 0 of the history.
+        let mut history = History::default();
+        for k in 0..preload {
+            history.records.push(Record {
+                client: u32::MAX,
+                op: Op::Insert {
+                    key: k.to_be_bytes().to_vec(),
+                    value: value_of(u32::MAX, k as u32, self.preset.value_bytes),
+                },
+                outcome: spec::Outcome::Existed(false),
+                invoke: 0,
+                respond: Some(0),
+            });
+        }
+        let history = Rc::new(RefCell::new(history));
+        let run_counters = Rc::new(RefCell::new(Counters::default()));
+        // The last client to finish audits the final state: it searches every key, so a lost
+        // or resurrected write shows in the history even if no operation read it afterwards.
+        let running = Rc::new(RefCell::new(self.preset.clients));
+        let audit: Vec<Op> = (0..self.preset.keys).map(|k| Op::Search { key: k.to_be_bytes().to_vec() }).collect();
+        phase.explore();
+        for i in 0..self.preset.clients {
+            let cn = (i % self.preset.compute_nodes as u32) as u16;
+            let client = sim.add_client(cn).expect("compute node exists");
+            let mut handle = K::open(&self.options, nodes[cn as usize].clone(), client.clone());
+            let mut rng = ChaCha8Rng::seed_from_u64(
+                self.workload_seed ^ variant.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (0x5eed_0000 + i as u64),
+            );
+            let ops: Vec<Op> = (0..self.preset.ops_per_client).map(|s| self.op(&mut rng, i, s)).collect();
+            let (history, run_counters, c) = (history.clone(), run_counters.clone(), client.clone());
+            let (running, audit) = (running.clone(), audit.clone());
+            sim.spawn(&client, async move {
+                let mut ops = ops;
+                let mut audited = false;
+                while !ops.is_empty() {
+                    let op = ops.remove(0);
+                    let invoke = c.logical_time();
+                    // Record the invocation first: a crash leaves it indeterminate.
+                    let at = {
+                        let mut h = history.borrow_mut();
+                        h.records.push(Record {
+                            client: i,
+                            op: op.clone(),
+                            outcome: spec::Outcome::Existed(false),
+                            invoke,
+                            respond: None,
+                        });
+                        h.records.len() - 1
+                    };
+                    let outcome = spec::apply(&mut handle, &op).await;
+                    let respond = c.logical_time();
+                    let mut h = history.borrow_mut();
+                    h.records[at].outcome = outcome;
+                    h.records[at].respond = Some(respond);
+                    drop(h);
+                    if ops.is_empty() && !audited {
+                        audited = true;
+                        let mut left = running.borrow_mut();
+                        *left -= 1;
+                        if *left == 0 {
+                            ops = audit.clone();
+                        }
+                    }
+                }
+                run_counters.borrow_mut().merge(handle.counters());
+            });
+        }
+        let (options, last, total, scans) =
+            (self.options.clone(), self.last_history.clone(), self.counters.clone(), K::SUPPORTS_SCAN);
+        Box::new(move |sim: &Sim, outcome: Result<(), SimError>| {
+            *last.borrow_mut() = history.borrow().clone();
+            total.borrow_mut().merge(&run_counters.borrow());
+            match outcome {
+                Ok(()) => {}
+                Err(SimError::StepLimit { steps, .. }) => {
+                    return Err(format!(
+                        "no progress: the run did not end within {steps} steps (livelock, or a lock never released)"
+                    ));
+                }
+                Err(e) => return Err(format!("the run failed: {e}")),
+            }
+            // An index that detects a broken invariant reports it: that is a failure, not an
+            // operation of unknown effect.
+            if let Some(r) = history
+                .borrow()
+                .records
+                .iter()
+                .find(|r| matches!(r.outcome, spec::Outcome::Failed(IndexError::Corrupt(_))))
+            {
+                return Err(format!("client {} reported corruption during {}: {:?}", r.client, r.op.name(), r.outcome));
+            }
+            if let Err(v) = linearizability::check(&history.borrow(), scans) {
+                return Err(v.to_string());
+            }
+            K::check_invariants(&options, sim).map(|_| ()).map_err(|e| format!("invariant violated: {e}"))
+        })
+    }
+}
+
+/// The value of counter `name` in `c`.
+pub fn counter(c: &Counters, name: &str) -> u64 {
+    match name {
+        "retries" => c.retries,
+        "lock_failures" => c.lock_failures,
+        "cas_failures" => c.cas_failures,
+        other => c.events.get(other).copied().unwrap_or(0),
+    }
+}
+
+/// An exploration of one index, and whether it counted.
+#[derive(Debug)]
+pub struct IndexCheck {
+    pub exploration: Exploration,
+    pub counters: Counters,
+    /// Required counters that stayed zero (a clean result then proves nothing).
+    pub vacuous: Vec<&'static str>,
+}
+
+/// Explores an index scenario and checks its required counters.
+pub fn check_index<K: Checked>(
+    scenario: &IndexScenario<K>,
+    mode: Mode,
+    seed: u64,
+    budget: Duration,
+    max_schedules: u64,
+) -> IndexCheck {
+    let exploration = explore::explore(scenario, mode, seed, budget, max_schedules);
+    let counters = scenario.counters.borrow().clone();
+    let vacuous = if exploration.failure.is_none() {
+        scenario.preset.required_counters.iter().copied().filter(|name| counter(&counters, name) == 0).collect()
+    } else {
+        Vec::new()
+    };
+    IndexCheck { exploration, counters, vacuous }
+}

@@ -1,0 +1,215 @@
+//! The indexes `dmkit check` knows, their presets, and one entry point that runs a check from
+//! command-line arguments.
+
+use crate::explore::{self, Mode};
+use crate::harness::{Checked, IndexCheck, IndexScenario, Mix, Preset, check_index};
+use dmkit_indexes::IndexKind;
+use dmkit_indexes::example::{Example, ExampleOptions};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+impl Checked for Example {
+    fn presets() -> Vec<(Preset, ExampleOptions)> {
+        let tiny = ExampleOptions { buckets: 2, slots_per_bucket: 4, max_retries: 200, ..ExampleOptions::default() };
+        vec![
+            (
+                Preset {
+                    name: "default",
+                    compute_nodes: 2,
+                    memory_nodes: 1,
+                    clients: 3,
+                    ops_per_client: 5,
+                    keys: 4,
+                    value_bytes: 48,
+                    preload: 2,
+                    mix: Mix { search: 35, insert: 25, update: 20, delete: 20, scan: 0 },
+                    scan_limit: 4,
+                    required_counters: &["lock_failures"],
+                    step_limit: 200_000,
+                },
+                tiny.clone(),
+            ),
+            (
+                Preset {
+                    name: "hot",
+                    compute_nodes: 2,
+                    memory_nodes: 2,
+                    clients: 4,
+                    ops_per_client: 6,
+                    keys: 2,
+                    value_bytes: 48,
+                    preload: 1,
+                    mix: Mix { search: 40, insert: 30, update: 20, delete: 10, scan: 0 },
+                    scan_limit: 4,
+                    required_counters: &["lock_failures", "retries"],
+                    step_limit: 400_000,
+                },
+                ExampleOptions { memory_nodes: 2, ..tiny.clone() },
+            ),
+            (
+                // Small enough for DFS: two writers, short runs, every key in one bucket.
+                Preset {
+                    name: "pair",
+                    compute_nodes: 2,
+                    memory_nodes: 1,
+                    clients: 2,
+                    ops_per_client: 3,
+                    keys: 2,
+                    value_bytes: 48,
+                    preload: 1,
+                    mix: Mix { search: 30, insert: 40, update: 20, delete: 10, scan: 0 },
+                    scan_limit: 4,
+                    required_counters: &["lock_failures"],
+                    step_limit: 100_000,
+                },
+                ExampleOptions { buckets: 1, ..tiny },
+            ),
+        ]
+    }
+}
+
+/// Names `dmkit check --index` accepts.
+pub fn index_names() -> Vec<&'static str> {
+    vec![Example::NAME]
+}
+
+/// What `dmkit check` was asked to do.
+#[derive(Clone, Debug)]
+pub struct CheckRequest {
+    pub index: String,
+    pub preset: Option<String>,
+    pub clients: Option<u32>,
+    pub seconds: f64,
+    /// `None`: random, then PCT, half the budget each.
+    pub mode: Option<Mode>,
+    pub seed: u64,
+    pub plant: Option<String>,
+    pub replay: Option<String>,
+    pub max_schedules: u64,
+}
+
+/// The result: a report for the terminal and whether the check passed; `history` is the JSON
+/// lines of the failing run (or of the last run if clean).
+#[derive(Clone, Debug)]
+pub struct CheckOutcome {
+    pub passed: bool,
+    pub report: String,
+    pub history: String,
+}
+
+/// Planted bugs of an index, one per line: `name: description`.
+pub fn list_plants(index: &str) -> Result<String, String> {
+    let plants = match index {
+        "example" => Example::planted_bugs(),
+        other => return Err(unknown(other)),
+    };
+    Ok(plants.iter().map(|p| format!("{}: {}\n", p.name, p.description)).collect())
+}
+
+fn unknown(index: &str) -> String {
+    format!("unknown index '{index}' (known: {})", index_names().join(", "))
+}
+
+/// Runs a check. `Err` is for bad arguments (exit 2); a failed check is `Ok` with `passed: false`.
+pub fn run_check(req: &CheckRequest) -> Result<CheckOutcome, String> {
+    match req.index.as_str() {
+        "example" => run::<Example>(req),
+        other => Err(unknown(other)),
+    }
+}
+
+fn run<K: Checked>(req: &CheckRequest) -> Result<CheckOutcome, String> {
+    let presets = K::presets();
+    let names: Vec<&str> = presets.iter().map(|(p, _)| p.name).collect();
+    let (mut preset, mut options) = match &req.preset {
+        None => presets[0].clone(),
+        Some(name) => presets
+            .iter()
+            .find(|(p, _)| p.name == name)
+            .cloned()
+            .ok_or_else(|| format!("index {} has no preset '{name}' (presets: {})", K::NAME, names.join(", ")))?,
+    };
+    if let Some(c) = req.clients {
+        if c == 0 {
+            return Err("--clients must be positive".into());
+        }
+        preset.clients = c;
+    }
+    if let Some(bug) = &req.plant {
+        K::plant(&mut options, bug)?;
+    }
+    K::validate(&options)?;
+    if !(req.seconds > 0.0 && req.seconds.is_finite()) {
+        return Err("--seconds must be positive".into());
+    }
+    let scenario = IndexScenario::<K>::new(preset.clone(), options, req.seed);
+    let command = format!(
+        "dmkit check --index {} --preset {}{} --seed {}{}",
+        K::NAME,
+        preset.name,
+        req.clients.map(|c| format!(" --clients {c}")).unwrap_or_default(),
+        req.seed,
+        req.plant.as_ref().map(|p| format!(" --plant {p}")).unwrap_or_default(),
+    );
+    if let Some(replay) = &req.replay {
+        let (variant, choices) = explore::decode_replay(replay)?;
+        let verdict = explore::replay(&scenario, variant, &choices);
+        let history = scenario.last_history.borrow().to_json_lines();
+        return Ok(match verdict {
+            Ok(()) => CheckOutcome { passed: true, report: "replayed schedule: clean\n".into(), history },
+            Err(e) => CheckOutcome { passed: false, report: format!("replayed schedule: VIOLATION\n{e}\n"), history },
+        });
+    }
+    let budget = Duration::from_secs_f64(req.seconds);
+    let modes: Vec<(Mode, Duration)> = match req.mode {
+        Some(m) => vec![(m, budget)],
+        None => vec![(Mode::Random, budget / 2), (Mode::Pct { depth: 3 }, budget / 2)],
+    };
+    let mut report = String::new();
+    let _ = writeln!(
+        report,
+        "{}: preset {} ({} clients x {} ops on {} keys, {} compute nodes, {} memory nodes){}",
+        K::NAME,
+        preset.name,
+        preset.clients,
+        preset.ops_per_client,
+        preset.keys,
+        preset.compute_nodes,
+        preset.memory_nodes,
+        req.plant.as_ref().map(|p| format!(", planted bug {p}")).unwrap_or_default()
+    );
+    let mut vacuous = Vec::new();
+    for (mode, budget) in modes {
+        let IndexCheck { exploration: e, counters, vacuous: v } =
+            check_index(&scenario, mode, req.seed, budget, req.max_schedules);
+        let _ = writeln!(
+            report,
+            "  {:<6} {} schedules, {} steps in {:.1} s ({:.0} schedules/s){}",
+            mode.name(),
+            e.schedules,
+            e.steps,
+            e.elapsed.as_secs_f64(),
+            e.schedules_per_second(),
+            if e.complete { ", bound exhausted" } else { "" }
+        );
+        if let Some(f) = e.failure {
+            let _ = writeln!(report, "VIOLATION in schedule {} ({}):\n{}", f.schedule, mode.name(), f.message);
+            let _ = writeln!(report, "replay: {command} --replay {}", f.replay_string());
+            let history = scenario.last_history.borrow().to_json_lines();
+            return Ok(CheckOutcome { passed: false, report, history });
+        }
+        let _ = writeln!(
+            report,
+            "  counters so far: retries {}, lock failures {}, CAS failures {}, events {:?}",
+            counters.retries, counters.lock_failures, counters.cas_failures, counters.events
+        );
+        vacuous = v;
+    }
+    let history = scenario.last_history.borrow().to_json_lines();
+    if !vacuous.is_empty() {
+        let _ = writeln!(report, "VACUOUS: required counters stayed zero: {}", vacuous.join(", "));
+        return Ok(CheckOutcome { passed: false, report, history });
+    }
+    let _ = writeln!(report, "clean");
+    Ok(CheckOutcome { passed: true, report, history })
+}

@@ -1,0 +1,619 @@
+//! The linearizability checker on hand-written histories (each verdict asserted, and for each
+//! rejection the key and the exact minimal set of conflicting operations), and a property test:
+//! histories of a sequential run, widened to overlap, are accepted; a corrupted search is not.
+
+use dmkit_indexes::IndexError;
+use dmkit_indexes::spec::{Op, Outcome, SpecMap};
+use dmkit_verify::history::{History, Record};
+use dmkit_verify::linearizability::{CheckOptions, Violation, ViolationKind, check, check_with};
+use proptest::prelude::*;
+use std::ops::Bound;
+
+fn key(n: u8) -> Vec<u8> {
+    vec![0x6b, n]
+}
+
+fn val(n: u8) -> Vec<u8> {
+    vec![0xff, n]
+}
+
+fn rec(client: u32, invoke: u64, respond: impl Into<Option<u64>>, op: Op, outcome: Outcome) -> Record {
+    Record { client, op, outcome, invoke, respond: respond.into() }
+}
+
+fn search(client: u32, at: (u64, u64), k: u8, found: Option<u8>) -> Record {
+    rec(client, at.0, at.1, Op::Search { key: key(k) }, Outcome::Found(found.map(val)))
+}
+
+fn insert(client: u32, at: (u64, u64), k: u8, v: u8, existed: bool) -> Record {
+    rec(client, at.0, at.1, Op::Insert { key: key(k), value: val(v) }, Outcome::Existed(existed))
+}
+
+fn update(client: u32, at: (u64, u64), k: u8, v: u8, existed: bool) -> Record {
+    rec(client, at.0, at.1, Op::Update { key: key(k), value: val(v) }, Outcome::Existed(existed))
+}
+
+fn delete(client: u32, at: (u64, u64), k: u8, existed: bool) -> Record {
+    rec(client, at.0, at.1, Op::Delete { key: key(k) }, Outcome::Existed(existed))
+}
+
+/// A scan of `[key(from), key(to))` with `limit` that returned `pairs` (key, value) numbers.
+fn scan(client: u32, at: (u64, u64), from: u8, to: u8, limit: usize, pairs: &[(u8, u8)]) -> Record {
+    rec(
+        client,
+        at.0,
+        at.1,
+        Op::Scan { start: Bound::Included(key(from)), end: Bound::Excluded(key(to)), limit },
+        Outcome::Scanned(pairs.iter().map(|&(k, v)| (key(k), val(v))).collect()),
+    )
+}
+
+/// An indeterminate record: the same operation, failed with an error whose effect is unknown.
+fn unknown(mut r: Record) -> Record {
+    r.outcome = Outcome::Failed(IndexError::RetriesExhausted { op: "write", retries: 8 });
+    r
+}
+
+/// An indeterminate record: the same operation, never returned.
+fn pending(mut r: Record) -> Record {
+    r.respond = None;
+    r
+}
+
+fn history(records: Vec<Record>) -> History {
+    History { records }
+}
+
+#[track_caller]
+fn accepts(records: Vec<Record>) {
+    let h = history(records);
+    if let Err(v) = check(&h, true) {
+        panic!("a linearizable history was rejected:\n{v}");
+    }
+}
+
+#[track_caller]
+fn rejects(records: Vec<Record>, scans_supported: bool) -> Violation {
+    let h = history(records);
+    let v = check(&h, scans_supported).expect_err("a non-linearizable history was accepted");
+    assert!(v.is_violation(), "{v}");
+    assert_eq!(v.operations.len(), v.details.len());
+    v
+}
+
+/// Rejected as not linearizable, at `k`, with exactly `core` as the minimal conflict.
+#[track_caller]
+fn rejects_at(records: Vec<Record>, k: u8, core: &[usize]) -> Violation {
+    let v = rejects(records, true);
+    assert_eq!(v.kind, ViolationKind::NotLinearizable, "{v}");
+    assert_eq!(v.key, Some(key(k)), "{v}");
+    assert_eq!(v.operations, core, "{v}");
+    v
+}
+
+// ---------------------------------------------------------------- accepted
+
+#[test]
+fn accepts_sequential_history() {
+    accepts(vec![
+        search(1, (0, 1), 1, None),
+        update(1, (2, 3), 1, 1, false),
+        delete(1, (4, 5), 1, false),
+        insert(1, (6, 7), 1, 1, false),
+        search(2, (8, 9), 1, Some(1)),
+        insert(2, (10, 11), 1, 2, true),
+        update(1, (12, 13), 1, 3, true),
+        search(1, (14, 15), 1, Some(3)),
+        scan(3, (16, 17), 0, 9, 10, &[(1, 3)]),
+        delete(2, (18, 19), 1, true),
+        search(2, (20, 21), 1, None),
+        scan(3, (22, 23), 0, 9, 10, &[]),
+        insert(1, (24, 25), 2, 7, false),
+        search(1, (26, 27), 2, Some(7)),
+    ]);
+}
+
+#[test]
+fn accepts_search_overlapping_insert_seeing_old_or_new() {
+    for seen in [1, 2] {
+        accepts(vec![
+            insert(1, (0, 1), 1, 1, false),
+            insert(1, (10, 20), 1, 2, true),
+            search(2, (12, 15), 1, Some(seen)),
+            search(2, (21, 22), 1, Some(2)),
+        ]);
+    }
+    // Absent before, present after: an overlapping search may see either.
+    for seen in [None, Some(1)] {
+        accepts(vec![insert(1, (10, 20), 1, 1, false), search(2, (5, 15), 1, seen)]);
+    }
+}
+
+#[test]
+fn accepts_concurrent_upserts_seen_in_either_order() {
+    for last in [1, 2] {
+        accepts(vec![
+            insert(3, (0, 1), 1, 0, false),
+            insert(1, (2, 10), 1, 1, true),
+            insert(2, (3, 11), 1, 2, true),
+            search(3, (12, 13), 1, Some(last)),
+            search(4, (14, 15), 1, Some(last)),
+        ]);
+    }
+    // From an absent key, `existed` tells which came first; either is fine.
+    for (first, second) in [(1, 2), (2, 1)] {
+        accepts(vec![
+            insert(1, (2, 10), 1, 1, first == 2),
+            insert(2, (3, 11), 1, 2, first == 1),
+            search(3, (12, 13), 1, Some(second)),
+        ]);
+    }
+}
+
+#[test]
+fn accepts_indeterminate_writes_that_did_or_did_not_happen() {
+    for (seen, make) in [(1, unknown as fn(Record) -> Record), (2, unknown), (1, pending), (2, pending)] {
+        accepts(vec![
+            insert(1, (0, 1), 1, 1, false),
+            make(insert(2, (2, 3), 1, 2, true)),
+            search(3, (4, 5), 1, Some(seen)),
+            search(3, (6, 7), 1, Some(seen)),
+        ]);
+    }
+    // An indeterminate write may take effect after its failure was reported (a write still in
+    // flight): its response is at infinity.
+    accepts(vec![
+        insert(1, (0, 1), 1, 1, false),
+        unknown(delete(2, (2, 3), 1, true)),
+        search(3, (4, 5), 1, Some(1)),
+        search(3, (6, 7), 1, None),
+    ]);
+    // Certainly-no-effect failures constrain nothing.
+    accepts(vec![
+        rec(1, 0, 1, Op::Insert { key: key(1), value: val(1) }, Outcome::Failed(IndexError::Full)),
+        search(2, (2, 3), 1, None),
+    ]);
+}
+
+#[test]
+fn rejects_an_indeterminate_write_that_happened_and_then_unhappened() {
+    rejects_at(
+        vec![
+            insert(1, (0, 1), 1, 1, false),
+            pending(insert(2, (2, 3), 1, 2, true)),
+            search(3, (4, 5), 1, Some(2)),
+            search(3, (6, 7), 1, Some(1)),
+        ],
+        1,
+        &[0, 1, 2, 3],
+    );
+}
+
+#[test]
+fn accepts_delete_races() {
+    for (a, b) in [(true, false), (false, true)] {
+        accepts(vec![
+            insert(1, (0, 1), 1, 1, false),
+            delete(2, (2, 10), 1, a),
+            delete(3, (3, 11), 1, b),
+            search(1, (12, 13), 1, None),
+        ]);
+    }
+    // A delete racing an insert: the search after both sees what the order implies.
+    accepts(vec![insert(1, (0, 10), 1, 1, false), delete(2, (1, 11), 1, false), search(3, (12, 13), 1, Some(1))]);
+    accepts(vec![insert(1, (0, 10), 1, 1, false), delete(2, (1, 11), 1, true), search(3, (12, 13), 1, None)]);
+}
+
+#[test]
+fn rejects_two_deletes_that_both_removed_the_key() {
+    rejects_at(
+        vec![insert(1, (0, 1), 1, 1, false), delete(2, (2, 10), 1, true), delete(3, (3, 11), 1, true)],
+        1,
+        &[0, 1, 2],
+    );
+}
+
+#[test]
+fn accepts_non_atomic_scan_that_is_fine_per_key() {
+    let setup = || vec![insert(1, (0, 1), 1, 1, false), insert(1, (2, 3), 2, 1, false), insert(1, (2, 3), 3, 1, false)];
+    // k1 before its write, k2 after its (later) write: no single instant, but per key fine; k3
+    // was deleted during the scan and is missing.
+    let mut records = setup();
+    records.extend([
+        scan(2, (10, 30), 0, 9, 10, &[(1, 1), (2, 2)]),
+        insert(1, (11, 12), 1, 2, true),
+        insert(1, (13, 14), 2, 2, true),
+        delete(3, (15, 16), 3, true),
+    ]);
+    accepts(records);
+    // And the other way round.
+    let mut records = setup();
+    records.extend([
+        scan(2, (10, 30), 0, 9, 10, &[(1, 2), (2, 1), (3, 1)]),
+        insert(1, (11, 12), 1, 2, true),
+        insert(1, (13, 14), 2, 2, true),
+    ]);
+    accepts(records);
+}
+
+#[test]
+fn accepts_scan_cut_at_its_limit() {
+    let mut records: Vec<Record> = (1..=5).map(|k| insert(1, (0, 1), k, k, false)).collect();
+    records.push(scan(2, (2, 3), 0, 9, 2, &[(1, 1), (2, 2)]));
+    records.push(scan(2, (4, 5), 2, 9, 1, &[(2, 2)]));
+    records.push(scan(2, (6, 7), 0, 9, 0, &[]));
+    records.push(scan(2, (8, 9), 4, 4, 3, &[]));
+    records.push(scan(2, (8, 9), 5, 3, 3, &[]));
+    accepts(records);
+}
+
+#[test]
+fn accepts_unsupported_scans_on_a_hash_index() {
+    let unsupported = || {
+        rec(
+            2,
+            2,
+            3,
+            Op::Scan { start: Bound::Unbounded, end: Bound::Unbounded, limit: 10 },
+            Outcome::Failed(IndexError::Unsupported("scan")),
+        )
+    };
+    let h = history(vec![insert(1, (0, 1), 1, 1, false), unsupported(), search(1, (4, 5), 1, Some(1))]);
+    let report = check(&h, false).expect("unsupported scans are fine on a hash index");
+    assert_eq!((report.keys_checked, report.operations_checked, report.operations_skipped), (1, 2, 1));
+    // ... but not on an index that supports scans.
+    let v = check(&h, true).unwrap_err();
+    assert_eq!((v.kind, v.operations.clone()), (ViolationKind::ScanSupport, vec![1]), "{v}");
+}
+
+#[test]
+fn report_counts_keys_operations_and_states() {
+    let h = history(vec![
+        insert(1, (0, 1), 1, 1, false),
+        insert(1, (0, 1), 2, 1, false),
+        scan(2, (2, 3), 0, 9, 10, &[(1, 1), (2, 1)]),
+        pending(search(3, (4, 5), 3, None)),
+    ]);
+    let report = check(&h, true).unwrap();
+    assert_eq!(report.keys_checked, 3, "key 3 appears in the history, so the scan observed it absent");
+    assert_eq!(report.operations_checked, 3);
+    assert_eq!(report.operations_skipped, 1);
+    assert_eq!(report.observations_checked, 5, "two inserts and the scan's three observations");
+    assert!(report.states_explored >= 4 && report.max_states_one_key >= 2, "{report:?}");
+}
+
+#[test]
+fn checks_a_history_read_from_json_lines() {
+    let text = r#"{"client":1,"invoke":7,"respond":90,"op":"insert","key":"6b01","value":"ff00","result":{"existed":false}}
+{"client":3,"invoke":120,"respond":311,"op":"search","key":"6b01","result":{"found":"ff00"}}
+{"client":4,"invoke":100,"respond":180,"op":"scan","start":{"included":"6b00"},"end":"unbounded","limit":10,"result":{"pairs":[["6b01","ff00"]]}}
+{"client":5,"invoke":5,"respond":null,"op":"delete","key":"6b01","result":{"failed":"node 0 is down"}}
+{"client":6,"invoke":400,"respond":410,"op":"scan","start":"unbounded","end":"unbounded","limit":10,"result":{"failed":"key too long","effect_unknown":false}}
+"#;
+    let h = History::from_json_lines(text).unwrap();
+    check(&h, true).expect("linearizable (the delete never happened, or happened after 311)");
+    let mut h = h;
+    h.records.push(search(3, (400, 401), 1, Some(0)));
+    h.records.push(search(3, (402, 403), 1, None));
+    h.records.push(search(3, (404, 405), 1, Some(0)));
+    let v = check(&h, true).unwrap_err();
+    // Once the key was seen absent after being present, only the delete can explain it, so
+    // it cannot be present again.
+    assert_eq!(
+        (v.kind, v.key.clone(), v.operations.clone()),
+        (ViolationKind::NotLinearizable, Some(key(1)), vec![0, 3, 6, 7]),
+        "{v}"
+    );
+}
+
+#[test]
+fn initial_contents_count_as_present_from_the_start() {
+    let h = history(vec![search(1, (0, 1), 1, Some(1)), scan(2, (2, 3), 0, 9, 10, &[(1, 1)])]);
+    check(&h, true).unwrap_err();
+    let options =
+        CheckOptions { initial: [(key(1), val(1)), (key(2), val(2))].into_iter().collect(), ..CheckOptions::default() };
+    // The scan misses key 2, present from the start.
+    let v = check_with(&h, true, &options).unwrap_err();
+    assert_eq!((v.key.clone(), v.operations.clone()), (Some(key(2)), vec![1]), "{v}");
+    let h = history(vec![search(1, (0, 1), 1, Some(1)), scan(2, (2, 3), 0, 9, 10, &[(1, 1), (2, 2)])]);
+    check_with(&h, true, &options).unwrap();
+}
+
+// ---------------------------------------------------------------- rejected
+
+#[test]
+fn rejects_read_of_a_value_never_written() {
+    let v = rejects_at(
+        vec![insert(1, (0, 1), 1, 1, false), search(2, (2, 3), 1, Some(9)), insert(1, (4, 5), 2, 9, false)],
+        1,
+        &[1],
+    );
+    assert!(v.details[0].contains("search 6b01 -> found ff09"), "{v}");
+}
+
+#[test]
+fn rejects_stale_read_after_a_completed_write() {
+    rejects_at(
+        vec![
+            insert(1, (0, 1), 1, 1, false),
+            search(2, (2, 3), 1, Some(1)),
+            insert(3, (0, 3), 2, 5, false),
+            insert(1, (4, 5), 1, 2, true),
+            search(2, (6, 7), 1, Some(1)),
+            search(3, (8, 9), 2, Some(5)),
+        ],
+        1,
+        &[0, 3, 4],
+    );
+}
+
+#[test]
+fn rejects_concurrent_upserts_seen_in_opposite_orders() {
+    rejects_at(
+        vec![
+            insert(3, (0, 1), 1, 0, false),
+            insert(1, (2, 10), 1, 1, true),
+            insert(2, (3, 11), 1, 2, true),
+            search(3, (12, 13), 1, Some(2)),
+            search(4, (14, 15), 1, Some(1)),
+        ],
+        1,
+        &[0, 1, 2, 3, 4],
+    );
+}
+
+#[test]
+fn rejects_delete_that_missed_a_present_key() {
+    rejects_at(
+        vec![
+            insert(1, (0, 1), 1, 1, false),
+            search(2, (2, 3), 1, Some(1)),
+            delete(2, (4, 5), 1, false),
+            search(2, (6, 7), 1, Some(1)),
+        ],
+        1,
+        &[0, 2],
+    );
+}
+
+#[test]
+fn rejects_lost_insert_and_prints_each_conflicting_operation() {
+    let v = rejects_at(
+        vec![
+            insert(1, (10, 20), 1, 1, false),
+            insert(1, (21, 22), 2, 2, false),
+            search(2, (30, 40), 1, None),
+            search(2, (41, 42), 2, Some(2)),
+        ],
+        1,
+        &[0, 2],
+    );
+    let text = v.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].starts_with("not linearizable: key 6b01: "), "{text}");
+    assert_eq!(lines[1].trim(), "#0 client 1 [10, 20] insert 6b01 = ff01 -> existed=false", "{text}");
+    assert_eq!(lines[2].trim(), "#2 client 2 [30, 40] search 6b01 -> found none", "{text}");
+}
+
+#[test]
+fn rejects_update_that_found_an_absent_key() {
+    rejects_at(vec![search(1, (0, 1), 1, None), update(2, (2, 3), 1, 1, true)], 1, &[1]);
+    rejects_at(
+        vec![
+            insert(1, (0, 1), 1, 1, false),
+            delete(1, (2, 3), 1, true),
+            update(2, (4, 5), 1, 2, true),
+            search(2, (6, 7), 1, Some(2)),
+        ],
+        1,
+        &[0, 1, 2],
+    );
+}
+
+#[test]
+fn rejects_scan_missing_a_key_present_throughout() {
+    let v = rejects_at(
+        vec![
+            insert(1, (0, 1), 1, 1, false),
+            insert(1, (2, 3), 2, 2, false),
+            insert(1, (4, 5), 3, 3, false),
+            scan(2, (6, 7), 0, 9, 10, &[(1, 1), (3, 3)]),
+        ],
+        2,
+        &[1, 3],
+    );
+    assert!(v.details[1].contains("(so 6b02 absent at some instant of the scan)"), "{v}");
+    // Cut at its limit, a scan still may not skip a key below its last one.
+    rejects_at(
+        vec![
+            insert(1, (0, 1), 1, 1, false),
+            insert(1, (2, 3), 2, 2, false),
+            insert(1, (4, 5), 3, 3, false),
+            scan(2, (6, 7), 0, 9, 2, &[(1, 1), (3, 3)]),
+        ],
+        2,
+        &[1, 3],
+    );
+}
+
+#[test]
+fn rejects_scan_returning_a_value_never_written() {
+    rejects_at(
+        vec![
+            insert(1, (0, 1), 1, 1, false),
+            insert(1, (0, 1), 2, 2, false),
+            scan(2, (2, 3), 0, 9, 10, &[(1, 1), (2, 7)]),
+        ],
+        2,
+        &[2],
+    );
+}
+
+#[test]
+fn rejects_malformed_scan_results() {
+    let setup = || vec![insert(1, (0, 1), 1, 1, false), insert(1, (0, 1), 2, 2, false)];
+    for (pairs, limit, from) in [
+        (&[(2, 2), (1, 1)][..], 10, 0), // unordered
+        (&[(1, 1), (1, 1)][..], 10, 0), // a duplicate
+        (&[(1, 1), (2, 2)][..], 1, 0),  // over the limit
+        (&[(1, 1), (2, 2)][..], 10, 2), // below the start bound
+    ] {
+        let mut records = setup();
+        records.push(scan(2, (2, 3), from, 9, limit, pairs));
+        let v = rejects(records, true);
+        assert_eq!((v.kind, v.operations.clone()), (ViolationKind::ScanShape, vec![2]), "{v}");
+    }
+}
+
+#[test]
+fn rejects_successful_scan_on_an_index_without_scans() {
+    let v = rejects(vec![insert(1, (0, 1), 1, 1, false), scan(2, (2, 3), 0, 9, 10, &[(1, 1)])], false);
+    assert_eq!((v.kind, v.operations.clone()), (ViolationKind::ScanSupport, vec![1]), "{v}");
+}
+
+#[test]
+fn rejects_malformed_records() {
+    let v = rejects(vec![rec(1, 0, 1, Op::Search { key: key(1) }, Outcome::Existed(true))], true);
+    assert_eq!(v.kind, ViolationKind::MalformedRecord, "{v}");
+    let v = rejects(vec![insert(1, (5, 4), 1, 1, false)], true);
+    assert_eq!(v.kind, ViolationKind::MalformedRecord, "{v}");
+}
+
+#[test]
+fn a_search_over_its_bound_is_inconclusive_and_a_real_violation_wins() {
+    // Twelve concurrent upserts of distinct values, and a read that sees the first one: the
+    // greedy order fails and the search must backtrack.
+    let mut records = vec![insert(99, (0, 1), 1, 99, false)];
+    records.extend((0..12).map(|i| insert(i, (2, 100), 1, i as u8, true)));
+    records.push(search(20, (101, 102), 1, Some(0)));
+    let h = history(records.clone());
+    let tight = CheckOptions { max_states_per_key: 5, ..CheckOptions::default() };
+    let v = check_with(&h, true, &tight).unwrap_err();
+    assert!(v.is_inconclusive() && !v.is_violation(), "{v}");
+    assert_eq!(v.kind, ViolationKind::Inconclusive);
+    assert_eq!(v.key, Some(key(1)));
+    assert!(v.to_string().starts_with("inconclusive: key 6b01: "), "{v}");
+    let report = check(&h, true).expect("within the default bound, linearizable");
+    assert!(report.states_explored > 5, "{report:?}");
+    // A lost insert on key 2 is a violation even though key 1 is inconclusive.
+    records.push(insert(30, (0, 1), 2, 1, false));
+    records.push(search(30, (2, 3), 2, None));
+    let v = check_with(&history(records), true, &tight).unwrap_err();
+    assert_eq!(
+        (v.kind, v.key.clone(), v.operations.clone()),
+        (ViolationKind::NotLinearizable, Some(key(2)), vec![14, 15]),
+        "{v}"
+    );
+}
+
+// ---------------------------------------------------------------- property
+
+/// One generated operation: keys and values are small numbers.
+#[derive(Clone, Debug)]
+enum Gen {
+    Search(u8),
+    Insert(u8, u8),
+    Update(u8, u8),
+    Delete(u8),
+    Scan { from: u8, span: Option<u8>, limit: usize },
+}
+
+fn gen_op() -> impl Strategy<Value = Gen> {
+    prop_oneof![
+        3 => (0..5u8).prop_map(Gen::Search),
+        3 => (0..5u8, 0..4u8).prop_map(|(k, v)| Gen::Insert(k, v)),
+        1 => (0..5u8, 0..4u8).prop_map(|(k, v)| Gen::Update(k, v)),
+        2 => (0..5u8).prop_map(Gen::Delete),
+        1 => (0..5u8, proptest::option::of(0..4u8), 0..4usize).prop_map(|(from, span, limit)| Gen::Scan { from, span, limit }),
+    ]
+}
+
+fn int_key(k: u8) -> Vec<u8> {
+    u64::from(k).to_be_bytes().to_vec()
+}
+
+/// What happened to a write: completed, effect unknown but it happened, effect unknown and it
+/// did not happen, never returned (but happened).
+#[derive(Clone, Copy, Debug)]
+enum Fate {
+    Done,
+    UnknownHappened,
+    UnknownNot,
+    Pending,
+}
+
+fn fate() -> impl Strategy<Value = Fate> {
+    prop_oneof![12 => Just(Fate::Done), 1 => Just(Fate::UnknownHappened), 1 => Just(Fate::UnknownNot), 1 => Just(Fate::Pending)]
+}
+
+/// Runs `ops` on the model one after another, ten time units apart, then widens each interval by
+/// `(before, after)`: the sequential order stays a linearization.
+fn sequential_history(ops: &[(Gen, u64, u64, Fate)]) -> History {
+    let mut model = SpecMap::new();
+    let mut records = Vec::new();
+    for (i, (g, before, after, fate)) in ops.iter().enumerate() {
+        let op = match g {
+            Gen::Search(k) => Op::Search { key: int_key(*k) },
+            Gen::Insert(k, v) => Op::Insert { key: int_key(*k), value: vec![*v] },
+            Gen::Update(k, v) => Op::Update { key: int_key(*k), value: vec![*v] },
+            Gen::Delete(k) => Op::Delete { key: int_key(*k) },
+            Gen::Scan { from, span, limit } => Op::Scan {
+                start: Bound::Included(int_key(*from)),
+                end: span.map_or(Bound::Unbounded, |s| Bound::Excluded(int_key(from + s))),
+                limit: *limit,
+            },
+        };
+        let is_write = matches!(g, Gen::Insert(..) | Gen::Update(..) | Gen::Delete(_));
+        let fate = if is_write { *fate } else { Fate::Done };
+        let outcome = match fate {
+            Fate::UnknownNot => Outcome::Failed(IndexError::RetriesExhausted { op: "write", retries: 3 }),
+            Fate::UnknownHappened => {
+                model.apply(&op, true);
+                Outcome::Failed(IndexError::RetriesExhausted { op: "write", retries: 8 })
+            }
+            Fate::Done | Fate::Pending => model.apply(&op, true),
+        };
+        let t = 1000 + 10 * i as u64;
+        let respond = if matches!(fate, Fate::Pending) { None } else { Some(t + 5 + after) };
+        records.push(Record { client: i as u32 % 7, op, outcome, invoke: t - before, respond });
+    }
+    History { records }
+}
+
+fn proptest_cases() -> u32 {
+    if std::env::var("CI").is_ok_and(|v| v == "true") { 64 } else { 256 }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(proptest_cases()))]
+
+    #[test]
+    fn sequential_histories_widened_are_accepted_and_a_corrupted_search_is_not(
+        ops in proptest::collection::vec((gen_op(), 0..40u64, 0..40u64, fate()), 1..60),
+        pick in any::<proptest::sample::Index>(),
+    ) {
+        let mut h = sequential_history(&ops);
+        if let Err(v) = check(&h, true) {
+            return Err(TestCaseError::fail(format!("rejected a sequential history:\n{v}\n{}", h.to_json_lines())));
+        }
+        let searches: Vec<usize> = h
+            .records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| matches!(r.op, Op::Search { .. }))
+            .map(|(i, _)| i)
+            .collect();
+        let at = if searches.is_empty() {
+            let t = 2000 + 10 * h.records.len() as u64;
+            h.records.push(Record { client: 0, op: Op::Search { key: int_key(0) }, outcome: Outcome::Found(None), invoke: t, respond: Some(t + 1) });
+            h.records.len() - 1
+        } else {
+            searches[pick.index(searches.len())]
+        };
+        h.records[at].outcome = Outcome::Found(Some(vec![0xee, 0xee]));
+        let v = check(&h, true).expect_err("a search of a value never written was accepted");
+        prop_assert_eq!(v.kind, ViolationKind::NotLinearizable);
+        prop_assert_eq!(&v.operations, &vec![at]);
+    }
+}
