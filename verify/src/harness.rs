@@ -266,7 +266,12 @@ impl<K: Checked> Scenario for IndexScenario<K> {
                 return Err(format!("client {} reported corruption during {}: {:?}", r.client, r.op.name(), r.outcome));
             }
             if let Err(v) = linearizability::check(&history.borrow(), scans) {
-                return Err(v.to_string());
+                // An inconclusive check is not a clean run either: say so, distinctly.
+                return Err(if v.is_inconclusive() {
+                    format!("inconclusive (checker bound exceeded): {v}")
+                } else {
+                    v.to_string()
+                });
             }
             K::check_invariants(&options, sim).map(|_| ()).map_err(|e| format!("invariant violated: {e}"))
         })

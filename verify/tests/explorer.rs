@@ -200,14 +200,6 @@ fn example_scenario_for(mode: Mode, plant: Option<&str>, seed: u64) -> IndexScen
     IndexScenario::new(preset, options, seed)
 }
 
-fn example_scenario(plant: Option<&str>, seed: u64) -> IndexScenario<Example> {
-    let (preset, mut options) = Example::presets().remove(0);
-    if let Some(bug) = plant {
-        Example::plant(&mut options, bug).unwrap();
-    }
-    IndexScenario::new(preset, options, seed)
-}
-
 #[test]
 fn the_example_index_is_clean_in_every_mode_and_not_vacuously() {
     for mode in [Mode::Random, Mode::Pct { depth: 3 }, Mode::Dfs { preemptions: 2 }] {

@@ -1,6 +1,8 @@
 //! The linearizability checker on hand-written histories (each verdict asserted, and for each
-//! rejection the key and the exact minimal set of conflicting operations), and a property test:
-//! histories of a sequential run, widened to overlap, are accepted; a corrupted search is not.
+//! rejection the key and the exact minimal set of conflicting operations), and two property
+//! tests: histories of a sequential run, widened to overlap, are accepted and a corrupted search
+//! is not; on small concurrent histories the verdict agrees with a brute-force checker and the
+//! reported core is itself not linearizable.
 
 use dmkit_indexes::IndexError;
 use dmkit_indexes::spec::{Op, Outcome, SpecMap};
@@ -507,6 +509,20 @@ fn a_search_over_its_bound_is_inconclusive_and_a_real_violation_wins() {
     );
 }
 
+#[test]
+fn a_stale_read_on_a_hot_key_is_decided_without_search() {
+    // Twelve overlapping upserts, a delete after all of them, then a read of one of their
+    // values: no search needed (a bound of 5 configurations would make the search inconclusive).
+    let mut records = vec![insert(99, (0, 1), 1, 99, false)];
+    records.extend((0..12).map(|i| insert(i, (2, 100), 1, i as u8, true)));
+    records.push(delete(20, (101, 102), 1, true));
+    records.push(search(21, (103, 104), 1, Some(3)));
+    let tight = CheckOptions { max_states_per_key: 5, ..CheckOptions::default() };
+    let v = check_with(&history(records), true, &tight).unwrap_err();
+    assert_eq!((v.kind, v.key.clone()), (ViolationKind::NotLinearizable, Some(key(1))), "{v}");
+    assert_eq!(v.operations, [0, 4, 13, 14], "{v}");
+}
+
 // ---------------------------------------------------------------- property
 
 /// One generated operation: keys and values are small numbers.
@@ -581,7 +597,11 @@ fn sequential_history(ops: &[(Gen, u64, u64, Fate)]) -> History {
     History { records }
 }
 
+/// 64 cases under `CI=true`, 256 otherwise; `PROPTEST_CASES` overrides both.
 fn proptest_cases() -> u32 {
+    if let Some(cases) = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()) {
+        return cases;
+    }
     if std::env::var("CI").is_ok_and(|v| v == "true") { 64 } else { 256 }
 }
 
@@ -615,5 +635,121 @@ proptest! {
         let v = check(&h, true).expect_err("a search of a value never written was accepted");
         prop_assert_eq!(v.kind, ViolationKind::NotLinearizable);
         prop_assert_eq!(&v.operations, &vec![at]);
+    }
+}
+
+// ---------------------------------------------------------------- against brute force
+
+/// Whether `records` (single-key operations only) have a linearization, by trying every order:
+/// an operation may go next if no remaining determinate operation returned before it was
+/// invoked; an indeterminate one may also be left out, and returns whatever the model says.
+fn brute_force(records: &[Record]) -> bool {
+    type Seen = std::collections::HashSet<(Vec<bool>, Vec<(Vec<u8>, Vec<u8>)>)>;
+    fn go(records: &[&Record], left: &mut Vec<bool>, model: &SpecMap, failed: &mut Seen) -> bool {
+        let contents = |m: &SpecMap| m.scan(Bound::Unbounded, Bound::Unbounded, usize::MAX);
+        let pending: Vec<usize> = (0..records.len()).filter(|&i| left[i]).collect();
+        if pending.iter().all(|&i| records[i].indeterminate()) {
+            return true;
+        }
+        if failed.contains(&(left.clone(), contents(model))) {
+            return false;
+        }
+        for &i in &pending {
+            let r = records[i];
+            let blocked = pending
+                .iter()
+                .any(|&j| j != i && !records[j].indeterminate() && records[j].respond.is_some_and(|t| t < r.invoke));
+            if blocked {
+                continue;
+            }
+            let mut next = model.clone();
+            let outcome = next.apply(&r.op, true);
+            if !r.indeterminate() && outcome != r.outcome {
+                continue;
+            }
+            left[i] = false;
+            let found = go(records, left, &next, failed) || (r.indeterminate() && go(records, left, model, failed));
+            left[i] = true;
+            if found {
+                return true;
+            }
+        }
+        failed.insert((left.clone(), contents(model)));
+        false
+    }
+    let records: Vec<&Record> =
+        records.iter().filter(|r| !matches!(r.outcome, Outcome::Failed(_)) || r.indeterminate()).collect();
+    let mut left = vec![true; records.len()];
+    go(&records, &mut left, &SpecMap::new(), &mut Seen::new())
+}
+
+/// A small concurrent history: each operation takes effect at a point inside its interval, in
+/// point order, so its results are true; then perhaps one result is changed.
+fn concurrent_history(
+    ops: &[(u8, u8, u8, u64, u64, u64, u8)],
+    corrupt: Option<(proptest::sample::Index, u8)>,
+) -> History {
+    let mut by_point: Vec<usize> = (0..ops.len()).collect();
+    by_point.sort_by_key(|&i| (ops[i].3 + ops[i].5 % (ops[i].4 + 1), i));
+    let mut model = SpecMap::new();
+    let mut records: Vec<Option<Record>> = vec![None; ops.len()];
+    for i in by_point {
+        let (kind, k, v, invoke, len, _, fate) = ops[i];
+        let (key, value) = (vec![k], vec![v]);
+        let op = match kind % 4 {
+            0 => Op::Search { key },
+            1 => Op::Insert { key, value },
+            2 => Op::Update { key, value },
+            _ => Op::Delete { key },
+        };
+        let is_write = kind % 4 != 0;
+        // fate: 0-5 completed; 6 never returned (happened); 7 failed, effect unknown, did not happen
+        let (outcome, respond) = match fate {
+            6 if is_write => (model.apply(&op, true), None),
+            7 if is_write => {
+                (Outcome::Failed(IndexError::RetriesExhausted { op: "w", retries: 1 }), Some(invoke + len))
+            }
+            _ => (model.apply(&op, true), Some(invoke + len)),
+        };
+        records[i] = Some(Record { client: i as u32, op, outcome, invoke, respond });
+    }
+    let mut records: Vec<Record> = records.into_iter().map(Option::unwrap).collect();
+    if let Some((at, flip)) = corrupt {
+        let r = &mut records[at.index(ops.len())];
+        r.outcome = match &r.outcome {
+            Outcome::Found(_) => Outcome::Found((flip % 4 != 0).then(|| vec![flip % 4])),
+            Outcome::Existed(e) => Outcome::Existed(!e),
+            other => other.clone(),
+        };
+    }
+    History { records }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(proptest_cases()))]
+
+    #[test]
+    fn agrees_with_brute_force_and_reports_a_non_linearizable_core(
+        ops in proptest::collection::vec((0..4u8, 0..2u8, 1..4u8, 0..40u64, 0..20u64, 0..100u64, 0..8u8), 1..13),
+        corrupt in proptest::option::of((any::<proptest::sample::Index>(), 0..8u8)),
+    ) {
+        let h = concurrent_history(&ops, corrupt);
+        let expected = brute_force(&h.records);
+        match check(&h, true) {
+            Ok(_) => prop_assert!(expected, "accepted a non-linearizable history:\n{}", h.to_json_lines()),
+            Err(v) => {
+                prop_assert!(!expected, "rejected a linearizable history:\n{v}\n{}", h.to_json_lines());
+                prop_assert_eq!(v.kind, ViolationKind::NotLinearizable);
+                let core: Vec<Record> = v.operations.iter().map(|&i| h.records[i].clone()).collect();
+                prop_assert!(!brute_force(&core), "the reported core is linearizable:\n{v}");
+                let on_key = |r: &Record| match &r.op {
+                    Op::Search { key } | Op::Insert { key, .. } | Op::Update { key, .. } | Op::Delete { key } => {
+                        Some(key) == v.key.as_ref()
+                    }
+                    Op::Scan { .. } => false,
+                };
+                prop_assert!(core.iter().all(on_key), "{}", v);
+            }
+        }
     }
 }
