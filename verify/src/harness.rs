@@ -278,6 +278,33 @@ impl<K: Checked> Scenario for IndexScenario<K> {
     }
 }
 
+/// Runs `ops` one after another on a fresh index with one client in a timed simulation, and
+/// returns what the index answered beside what the specification answers: the body of a
+/// proptest over operation sequences (proptest then shrinks a failing sequence to a minimal one).
+pub fn run_sequence<K: IndexKind>(options: &K::Options, ops: &[Op]) -> (Vec<spec::Outcome>, Vec<spec::Outcome>) {
+    let mut sim = Sim::new(SimConfig::default()).expect("the default configuration is valid");
+    let client = sim.add_client(0).expect("compute node 0 exists");
+    let node = Arc::new(K::node_state(options, sim.caps()));
+    let mut handle = K::open(options, node, client.clone());
+    let got = Rc::new(RefCell::new(Vec::new()));
+    let (g, c, o, todo) = (got.clone(), client.clone(), options.clone(), ops.to_vec());
+    sim.spawn(&client, async move {
+        if let Err(e) = K::create(&o, &c).await {
+            g.borrow_mut().push(spec::Outcome::Failed(e));
+            return;
+        }
+        for op in &todo {
+            let out = spec::apply(&mut handle, op).await;
+            g.borrow_mut().push(out);
+        }
+    });
+    sim.run().expect("a sequential run ends");
+    let mut model = spec::SpecMap::new();
+    let want = ops.iter().map(|op| model.apply(op, K::SUPPORTS_SCAN)).collect();
+    let got = got.borrow().clone();
+    (got, want)
+}
+
 /// The value of counter `name` in `c`.
 pub fn counter(c: &Counters, name: &str) -> u64 {
     match name {

@@ -233,3 +233,56 @@ fn replay_strings_survive_the_command_line() {
     let choices = vec![0, 0, 0, 3, 1, 0, 0, 0, 0, 12];
     assert_eq!(decode_choices(&encode_choices(&choices)).unwrap(), choices);
 }
+
+/// The liveness bound: a run that does not end within the preset's step limit is reported as
+/// making no progress (here the limit is set far below what the workload needs).
+#[test]
+fn a_run_without_progress_is_reported() {
+    let (mut preset, options) = Example::presets().remove(0);
+    preset.step_limit = 150;
+    let scenario = IndexScenario::<Example>::new(preset, options, 5);
+    let check = check_index(&scenario, Mode::Random, 5, find_budget(), 10);
+    let f = check.exploration.failure.expect("the step bound fires");
+    assert!(f.message.contains("no progress"), "{}", f.message);
+    assert_eq!(explore::replay(&scenario, f.variant, &f.choices), Err(f.message.clone()));
+}
+
+/// A lock that is never released: client A takes it and stops; client B waits for it forever
+/// (sleeping between attempts). Only the step bound ends the run.
+struct AbandonedLock;
+
+impl Scenario for AbandonedLock {
+    fn config(&self) -> SimConfig {
+        SimConfig { step_limit: Some(20_000), ..SimConfig::default() }
+    }
+
+    fn build(&self, sim: &mut Sim, phase: &Phase, _variant: u64) -> Judge {
+        phase.explore();
+        let (a, b) = (sim.add_client(0).unwrap(), sim.add_client(0).unwrap());
+        let (a2, b2) = (a.clone(), b.clone());
+        sim.spawn(&a, async move {
+            a2.cas(RECORD, 0, 1).await.unwrap();
+        });
+        sim.spawn(&b, async move {
+            b2.sleep(10_000).await;
+            while b2.cas(RECORD, 0, 2).await.unwrap() != 0 {
+                b2.sleep(1_000).await;
+            }
+        });
+        Box::new(|_: &Sim, outcome| match outcome {
+            Err(SimError::StepLimit { steps, .. }) => {
+                Err(format!("no progress within {steps} steps: a lock never released"))
+            }
+            other => other.map_err(|e| e.to_string()),
+        })
+    }
+}
+
+#[test]
+fn a_lock_never_released_is_found_as_livelock() {
+    for mode in [Mode::Random, Mode::Pct { depth: 3 }, Mode::Dfs { preemptions: 2 }] {
+        let e = explore::explore(&AbandonedLock, mode, 9, find_budget(), 50);
+        let f = e.failure.unwrap_or_else(|| panic!("{mode:?}: the stuck lock went unnoticed"));
+        assert!(f.message.contains("lock never released"), "{}", f.message);
+    }
+}
