@@ -4,4 +4,5 @@
 //! independent points on the machine's cores.
 
 pub mod perftest;
+pub mod run;
 pub mod sweep;

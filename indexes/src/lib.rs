@@ -162,13 +162,19 @@ pub struct PlantedBug {
     pub description: &'static str,
 }
 
-/// What an invariant walk saw, for reports and for presets' non-vacuity checks.
+/// What an invariant walk saw, for reports (load factor, memory per item) and for presets'
+/// non-vacuity checks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InvariantReport {
     /// Items (key-value pairs) found.
     pub items: u64,
     /// Remote nodes, buckets or blocks visited, by kind.
     pub structures: BTreeMap<&'static str, u64>,
+    /// Remote bytes the structure occupies (allocated for it).
+    pub remote_bytes: u64,
+    /// Items it could hold without growing, where that is fixed (hash tables): load factor is
+    /// `items / capacity_items`.
+    pub capacity_items: Option<u64>,
 }
 
 /// How to create, open, check and break one index.

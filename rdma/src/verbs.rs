@@ -265,7 +265,8 @@ pub trait Verbs {
     }
 }
 
-fn single(mut responses: Vec<Response>) -> Result<Response, VerbsError> {
+/// The response of a one-verb batch.
+pub fn single(mut responses: Vec<Response>) -> Result<Response, VerbsError> {
     match (responses.pop(), responses.is_empty()) {
         (Some(r), true) => Ok(r),
         _ => Err(VerbsError::Protocol("a one-verb batch must return exactly one response".into())),

@@ -17,7 +17,7 @@ use crate::memory::{FixedMap, SparseMemory};
 use crate::nic::{PS_PER_NS, Server, StageCosts};
 use crate::profile::rdma_op::Kind;
 use crate::sched::{Actor, Step, StepInfo, StepKind, StepQueue, WHOLE};
-use crate::stats::{FaultCounters, NodeStats, Stats, VerbKind};
+use crate::stats::{ClientStats, FaultCounters, NodeStats, Stats, VerbKind};
 use dmkit_rdma::{
     CpuWork, MaskedAtomics, NodeId, Op, Region, RemoteAddr, Request, Response, VerbsError, validate_batch,
 };
@@ -122,8 +122,82 @@ pub(crate) enum Outcome<T> {
     Abandoned,
 }
 
+/// Something a task waits for: a batch, a call, a local access. Its result is taken by the
+/// future that posted it, or dropped if that future is gone.
+pub(crate) trait Awaited {
+    type Output;
+    fn outcome(&mut self) -> &mut Outcome<Self::Output>;
+    fn waiter(&mut self) -> &mut Option<TaskId>;
+}
+
+/// The slab of each awaited kind, so one generic future serves them all.
+pub(crate) trait AwaitedSlab<A: Awaited> {
+    fn slab(core: &mut Core) -> &mut Slab<A>;
+}
+
+impl Core {
+    /// Takes the result if it is ready (freeing the slot); otherwise registers the current task
+    /// to be woken.
+    pub(crate) fn poll_awaited<A: Awaited>(&mut self, id: u32) -> Option<Result<A::Output, VerbsError>>
+    where
+        Core: AwaitedSlab<A>,
+    {
+        let waiter = self.current_task;
+        let slab = <Core as AwaitedSlab<A>>::slab(self);
+        let item = &mut slab[id];
+        match std::mem::replace(item.outcome(), Outcome::Pending) {
+            Outcome::Ready(result) => {
+                slab.remove(id);
+                Some(result)
+            }
+            other => {
+                *item.outcome() = other;
+                *item.waiter() = waiter;
+                None
+            }
+        }
+    }
+
+    /// The waiting future is gone: free a ready result now, or discard it when it comes.
+    pub(crate) fn drop_awaited<A: Awaited>(&mut self, id: u32)
+    where
+        Core: AwaitedSlab<A>,
+    {
+        let slab = <Core as AwaitedSlab<A>>::slab(self);
+        match slab[id].outcome() {
+            Outcome::Ready(_) => {
+                slab.remove(id);
+            }
+            other => *other = Outcome::Abandoned,
+        }
+    }
+}
+
+macro_rules! awaited {
+    ($kind:ty, $output:ty, $slab:ident) => {
+        impl Awaited for $kind {
+            type Output = $output;
+            fn outcome(&mut self) -> &mut Outcome<$output> {
+                &mut self.outcome
+            }
+            fn waiter(&mut self) -> &mut Option<TaskId> {
+                &mut self.waiter
+            }
+        }
+        impl AwaitedSlab<$kind> for Core {
+            fn slab(core: &mut Core) -> &mut Slab<$kind> {
+                &mut core.$slab
+            }
+        }
+    };
+}
+
+awaited!(Batch, Vec<Response>, batches);
+awaited!(Rpc, Vec<u8>, rpcs);
+awaited!(LocalOp, Response, locals);
+
 #[derive(Debug)]
-struct Batch {
+pub(crate) struct Batch {
     client: u32,
     /// When the post's CPU work ends and the verbs leave for the NIC.
     posted_ps: u64,
@@ -136,7 +210,7 @@ struct Batch {
 }
 
 #[derive(Debug)]
-struct Rpc {
+pub(crate) struct Rpc {
     client: u32,
     node: NodeId,
     service: u16,
@@ -164,7 +238,7 @@ pub(crate) struct Dispatch {
 
 /// A service CPU's access to its own node's memory.
 #[derive(Debug)]
-struct LocalOp {
+pub(crate) struct LocalOp {
     addr: RemoteAddr,
     op: Op,
     node_epoch: u64,
@@ -247,6 +321,7 @@ pub(crate) struct ClientInfo {
     pub(crate) task: Option<TaskId>,
     /// The client's random stream (shared by every handle to the client).
     pub(crate) rng: std::rc::Rc<std::cell::RefCell<ChaCha8Rng>>,
+    pub(crate) stats: ClientStats,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -446,7 +521,14 @@ impl Core {
         let mut rng = ChaCha8Rng::seed_from_u64(self.cfg.seed);
         rng.set_stream(self.clients.len() as u64 + 1);
         let rng = std::rc::Rc::new(std::cell::RefCell::new(rng));
-        self.clients.push(ClientInfo { node: t.node, thread, coroutine, task: None, rng });
+        self.clients.push(ClientInfo {
+            node: t.node,
+            thread,
+            coroutine,
+            task: None,
+            rng,
+            stats: ClientStats::default(),
+        });
         let nodes = self.nodes.len();
         self.qps.extend((0..nodes).map(|_| Qp::default()));
         (self.clients.len() - 1) as u32
@@ -610,6 +692,9 @@ impl Core {
         self.batches_posted += 1;
         for r in requests {
             let kind = kind_of(&r.op);
+            let counted = &mut self.clients[client as usize].stats.verbs[VerbKind::of(&r.op) as usize];
+            counted.count += 1;
+            counted.payload_bytes += r.op.byte_len();
             let v = self.verbs.insert(Verb {
                 batch,
                 qp,
@@ -694,33 +779,6 @@ impl Core {
                 let at = ns_of(arrive_ps).max(self.now_ns);
                 self.schedule(at, StepKind::Arrive(head));
             }
-        }
-    }
-
-    /// Takes a batch's result if it is ready; otherwise registers the current task to be woken.
-    pub(crate) fn poll_batch(&mut self, batch: u32) -> Option<Result<Vec<Response>, VerbsError>> {
-        let waiter = self.current_task;
-        let b = &mut self.batches[batch];
-        match std::mem::replace(&mut b.outcome, Outcome::Pending) {
-            Outcome::Ready(result) => {
-                self.batches.remove(batch);
-                Some(result)
-            }
-            other => {
-                b.outcome = other;
-                b.waiter = waiter;
-                None
-            }
-        }
-    }
-
-    pub(crate) fn drop_batch(&mut self, batch: u32) {
-        let b = &mut self.batches[batch];
-        match b.outcome {
-            Outcome::Ready(_) => {
-                self.batches.remove(batch);
-            }
-            _ => b.outcome = Outcome::Abandoned,
         }
     }
 
@@ -1227,6 +1285,7 @@ impl Core {
             _ => {
                 b.outcome = Outcome::Ready(result);
                 let (client, waiter) = (b.client, b.waiter);
+                self.clients[client as usize].stats.round_trips += 1;
                 self.wake_after_poll(client, waiter);
             }
         }
@@ -1246,6 +1305,9 @@ impl Core {
         }
         let busy = self.thread_busy(client);
         let posted_ps = self.charge_thread(client, self.costs.post_cost_ps(1));
+        let counted = &mut self.clients[client as usize].stats.verbs[VerbKind::Call as usize];
+        counted.count += 1;
+        counted.payload_bytes += request.len() as u64;
         let r = self.rpcs.insert(Rpc {
             client,
             node,
@@ -1280,32 +1342,6 @@ impl Core {
             self.nics[nic].out_link.serve(tx_start, self.costs.requester_tx_ps(bytes)) + self.costs.wire_latency_ps
         };
         self.schedule(ns_of(arrive).max(self.now_ns), StepKind::RpcArrive(r));
-    }
-
-    pub(crate) fn poll_call(&mut self, r: u32) -> Option<Result<Vec<u8>, VerbsError>> {
-        let waiter = self.current_task;
-        let rpc = &mut self.rpcs[r];
-        match std::mem::replace(&mut rpc.outcome, Outcome::Pending) {
-            Outcome::Ready(result) => {
-                self.rpcs.remove(r);
-                Some(result)
-            }
-            other => {
-                rpc.outcome = other;
-                rpc.waiter = waiter;
-                None
-            }
-        }
-    }
-
-    pub(crate) fn drop_call(&mut self, r: u32) {
-        let rpc = &mut self.rpcs[r];
-        match rpc.outcome {
-            Outcome::Ready(_) => {
-                self.rpcs.remove(r);
-            }
-            _ => rpc.outcome = Outcome::Abandoned,
-        }
     }
 
     /// The caller learns of a failed RPC when its transport gives up.
@@ -1415,6 +1451,7 @@ impl Core {
             _ => {
                 rpc.outcome = Outcome::Ready(result);
                 let (client, waiter) = (rpc.client, rpc.waiter);
+                self.clients[client as usize].stats.round_trips += 1;
                 self.wake_after_poll(client, waiter);
             }
         }
@@ -1519,32 +1556,6 @@ impl Core {
                 let waiter = op.waiter;
                 self.wake(waiter);
             }
-        }
-    }
-
-    pub(crate) fn poll_local(&mut self, l: u32) -> Option<Result<Response, VerbsError>> {
-        let waiter = self.current_task;
-        let op = &mut self.locals[l];
-        match std::mem::replace(&mut op.outcome, Outcome::Pending) {
-            Outcome::Ready(result) => {
-                self.locals.remove(l);
-                Some(result)
-            }
-            other => {
-                op.outcome = other;
-                op.waiter = waiter;
-                None
-            }
-        }
-    }
-
-    pub(crate) fn drop_local(&mut self, l: u32) {
-        let op = &mut self.locals[l];
-        match op.outcome {
-            Outcome::Ready(_) => {
-                self.locals.remove(l);
-            }
-            _ => op.outcome = Outcome::Abandoned,
         }
     }
 

@@ -6,7 +6,7 @@
 //! its seed, its configuration and its chooser.
 
 use crate::config::{ConfigError, SimConfig};
-use crate::core::{Core, TaskId, Timer};
+use crate::core::{Awaited, AwaitedSlab, Batch, Core, LocalOp, Rpc, TaskId, Timer};
 use crate::sched::{Chooser, StepKind, StepQueue};
 use crate::stats::Stats;
 use dmkit_rdma::alloc::{ALLOCATOR_SERVICE, AllocRequest, ChunkAllocator};
@@ -532,6 +532,11 @@ impl SimClient {
         self.core.borrow().now_ns
     }
 
+    /// This client's counters so far (verbs and bytes by kind, round trips waited for).
+    pub fn stats(&self) -> crate::stats::ClientStats {
+        self.core.borrow().clients[self.id as usize].stats
+    }
+
     /// Steps executed so far: a logical clock for histories. Every step advances it, so an
     /// operation that returned before another was invoked has a smaller value at its return
     /// than the other at its invocation, in timed and chooser runs alike.
@@ -568,7 +573,7 @@ impl SimClient {
 
     fn local_op(&self, offset: u64, op: Op) -> LocalFuture {
         let posted = self.core.borrow_mut().local(self.id, offset, op);
-        LocalFuture { core: self.core.clone(), state: posted.map(Some).map_err(Some) }
+        LocalFuture::new(&self.core, posted)
     }
 }
 
@@ -609,46 +614,6 @@ impl LocalMemory for SimClient {
     fn local_faa(&self, offset: u64, add: u64) -> impl Future<Output = Result<u64, VerbsError>> {
         let done = self.local_op(offset, Op::Faa { add });
         async move { done.await?.atomic() }
-    }
-}
-
-/// A local memory access in progress.
-pub struct LocalFuture {
-    core: Rc<RefCell<Core>>,
-    state: Result<Option<u32>, Option<VerbsError>>,
-}
-
-impl fmt::Debug for LocalFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LocalFuture({:?})", self.state)
-    }
-}
-
-impl Future for LocalFuture {
-    type Output = Result<Response, VerbsError>;
-    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.state {
-            Err(ref mut e) => Poll::Ready(Err(e.take().expect("LocalFuture polled after completion"))),
-            Ok(None) => panic!("LocalFuture polled after completion"),
-            Ok(Some(l)) => {
-                let result = self.core.borrow_mut().poll_local(l);
-                match result {
-                    Some(r) => {
-                        self.state = Ok(None);
-                        Poll::Ready(r)
-                    }
-                    None => Poll::Pending,
-                }
-            }
-        }
-    }
-}
-
-impl Drop for LocalFuture {
-    fn drop(&mut self) {
-        if let Ok(Some(l)) = self.state {
-            self.core.borrow_mut().drop_local(l);
-        }
     }
 }
 
@@ -696,26 +661,53 @@ impl Drop for Sleep {
     }
 }
 
-/// A posted doorbell batch.
-pub struct BatchFuture {
+/// A posted batch, call or local access: resolves to its result when the simulator delivers
+/// it. Dropping it does not cancel anything (the operation was posted); the result is discarded.
+pub(crate) struct Awaiting<A: Awaited>
+where
+    Core: AwaitedSlab<A>,
+{
     core: Rc<RefCell<Core>>,
     state: Result<Option<u32>, Option<VerbsError>>,
+    kind: std::marker::PhantomData<fn() -> A>,
 }
 
-impl fmt::Debug for BatchFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "BatchFuture({:?})", self.state)
+/// A posted doorbell batch.
+pub(crate) type BatchFuture = Awaiting<Batch>;
+/// A `call` in flight.
+pub(crate) type CallFuture = Awaiting<Rpc>;
+/// A service CPU's local memory access in flight.
+pub(crate) type LocalFuture = Awaiting<LocalOp>;
+
+impl<A: Awaited> Awaiting<A>
+where
+    Core: AwaitedSlab<A>,
+{
+    fn new(core: &Rc<RefCell<Core>>, posted: Result<u32, VerbsError>) -> Awaiting<A> {
+        Awaiting { core: core.clone(), state: posted.map(Some).map_err(Some), kind: std::marker::PhantomData }
     }
 }
 
-impl Future for BatchFuture {
-    type Output = Result<Vec<Response>, VerbsError>;
+impl<A: Awaited> fmt::Debug for Awaiting<A>
+where
+    Core: AwaitedSlab<A>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Awaiting<{}>({:?})", std::any::type_name::<A>(), self.state)
+    }
+}
+
+impl<A: Awaited> Future for Awaiting<A>
+where
+    Core: AwaitedSlab<A>,
+{
+    type Output = Result<A::Output, VerbsError>;
     fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.state {
-            Err(ref mut e) => Poll::Ready(Err(e.take().expect("BatchFuture polled after completion"))),
-            Ok(None) => panic!("BatchFuture polled after completion"),
-            Ok(Some(b)) => {
-                let result = self.core.borrow_mut().poll_batch(b);
+            Err(ref mut e) => Poll::Ready(Err(e.take().expect("polled after completion"))),
+            Ok(None) => panic!("polled after completion"),
+            Ok(Some(id)) => {
+                let result = self.core.borrow_mut().poll_awaited::<A>(id);
                 match result {
                     Some(r) => {
                         self.state = Ok(None);
@@ -728,50 +720,13 @@ impl Future for BatchFuture {
     }
 }
 
-impl Drop for BatchFuture {
+impl<A: Awaited> Drop for Awaiting<A>
+where
+    Core: AwaitedSlab<A>,
+{
     fn drop(&mut self) {
-        if let Ok(Some(b)) = self.state {
-            self.core.borrow_mut().drop_batch(b);
-        }
-    }
-}
-
-/// A `call` in flight.
-pub struct CallFuture {
-    core: Rc<RefCell<Core>>,
-    state: Result<Option<u32>, Option<VerbsError>>,
-}
-
-impl fmt::Debug for CallFuture {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CallFuture({:?})", self.state)
-    }
-}
-
-impl Future for CallFuture {
-    type Output = Result<Vec<u8>, VerbsError>;
-    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.state {
-            Err(ref mut e) => Poll::Ready(Err(e.take().expect("CallFuture polled after completion"))),
-            Ok(None) => panic!("CallFuture polled after completion"),
-            Ok(Some(r)) => {
-                let result = self.core.borrow_mut().poll_call(r);
-                match result {
-                    Some(out) => {
-                        self.state = Ok(None);
-                        Poll::Ready(out)
-                    }
-                    None => Poll::Pending,
-                }
-            }
-        }
-    }
-}
-
-impl Drop for CallFuture {
-    fn drop(&mut self) {
-        if let Ok(Some(r)) = self.state {
-            self.core.borrow_mut().drop_call(r);
+        if let Ok(Some(id)) = self.state {
+            self.core.borrow_mut().drop_awaited::<A>(id);
         }
     }
 }
@@ -783,7 +738,7 @@ impl Verbs for SimClient {
 
     fn post(&self, requests: Vec<Request>) -> impl Future<Output = Result<Vec<Response>, VerbsError>> {
         let posted = self.core.borrow_mut().post(self.id, requests, true);
-        BatchFuture { core: self.core.clone(), state: posted.map(Some).map_err(Some) }
+        BatchFuture::new(&self.core, posted)
     }
 
     fn post_unsignaled(&self, requests: Vec<Request>) -> Result<(), VerbsError> {
@@ -792,7 +747,7 @@ impl Verbs for SimClient {
 
     fn call(&self, node: NodeId, service: u16, request: Vec<u8>) -> impl Future<Output = Result<Vec<u8>, VerbsError>> {
         let posted = self.core.borrow_mut().call(self.id, node, service, request);
-        CallFuture { core: self.core.clone(), state: posted.map(Some).map_err(Some) }
+        CallFuture::new(&self.core, posted)
     }
 
     fn masked_cas(
@@ -807,7 +762,7 @@ impl Verbs for SimClient {
         let posted = native.then(|| self.post(vec![Request::masked_cas(addr, compare, compare_mask, swap, swap_mask)]));
         async move {
             match posted {
-                Some(done) => done.await?.pop().ok_or(VerbsError::Protocol("empty batch result".into()))?.atomic(),
+                Some(done) => dmkit_rdma::single(done.await?)?.atomic(),
                 None => dmkit_rdma::emulate::masked_cas(self, addr, compare, compare_mask, swap, swap_mask).await,
             }
         }
@@ -823,7 +778,7 @@ impl Verbs for SimClient {
         let posted = native.then(|| self.post(vec![Request::masked_faa(addr, add, boundary_mask)]));
         async move {
             match posted {
-                Some(done) => done.await?.pop().ok_or(VerbsError::Protocol("empty batch result".into()))?.atomic(),
+                Some(done) => dmkit_rdma::single(done.await?)?.atomic(),
                 None => dmkit_rdma::emulate::masked_faa(self, addr, add, boundary_mask).await,
             }
         }

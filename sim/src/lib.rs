@@ -31,8 +31,8 @@ mod stats;
 pub use config::{
     ClientCrash, ConfigError, ExtraDelay, Faults, MemoryModel, NodeCrash, SimConfig, Slowdown, Tearing, Topology,
 };
-pub use exec::{BatchFuture, CallFuture, LocalFuture, Sim, SimClient, SimError, Sleep};
+pub use exec::{Sim, SimClient, SimError, Sleep};
 pub use memory::{LINE_BYTES, SparseMemory};
 pub use profile::{Basis, Profile, ProfileError};
 pub use sched::{Actor, Chooser, EarliestChooser, RandomChooser, StepClass, StepInfo};
-pub use stats::{FaultCounters, NodeStats, Stats, VerbCount, VerbKind};
+pub use stats::{ClientStats, FaultCounters, NodeStats, Stats, VerbCount, VerbKind};

@@ -111,3 +111,49 @@ pub struct Stats {
     /// Hash of every executed step: equal for equal seeds and configs.
     pub trace_hash: u64,
 }
+
+/// One client's counters: what its operations cost. Per-operation metrics are differences of
+/// two snapshots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Verbs posted, by kind (indexed like [`VerbKind::ALL`]; calls included), with payload bytes.
+    pub verbs: [VerbCount; 7],
+    /// Completions the client waited for: doorbell batches and calls (each one round trip on
+    /// its critical path).
+    pub round_trips: u64,
+}
+
+impl ClientStats {
+    pub fn verbs_of(&self, kind: VerbKind) -> VerbCount {
+        self.verbs[kind as usize]
+    }
+
+    /// Payload bytes fetched by READs.
+    pub fn bytes_read(&self) -> u64 {
+        self.verbs[VerbKind::Read as usize].payload_bytes
+    }
+
+    /// Payload bytes stored by WRITEs.
+    pub fn bytes_written(&self) -> u64 {
+        self.verbs[VerbKind::Write as usize].payload_bytes
+    }
+
+    /// `self - earlier`, field by field.
+    pub fn since(&self, earlier: &ClientStats) -> ClientStats {
+        let mut out = *self;
+        for (o, e) in out.verbs.iter_mut().zip(&earlier.verbs) {
+            o.count -= e.count;
+            o.payload_bytes -= e.payload_bytes;
+        }
+        out.round_trips -= earlier.round_trips;
+        out
+    }
+
+    pub fn add(&mut self, other: &ClientStats) {
+        for (o, e) in self.verbs.iter_mut().zip(&other.verbs) {
+            o.count += e.count;
+            o.payload_bytes += e.payload_bytes;
+        }
+        self.round_trips += other.round_trips;
+    }
+}

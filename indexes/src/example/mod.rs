@@ -210,6 +210,9 @@ impl IndexKind for Example {
             }
             *report.structures.entry("buckets").or_default() += 1;
         }
+        report.remote_bytes =
+            (0..sb.bases.len()).map(|i| sb.buckets_on(i).max(1) * sb.bucket_stride()).sum::<u64>() + raw.len() as u64;
+        report.capacity_items = Some(sb.buckets * sb.slots as u64);
         Ok(report)
     }
 

@@ -1,0 +1,355 @@
+//! `dmkit run`: one experiment — load an index, warm up, measure — and the metric schema every
+//! index reports in.
+//!
+//! Clients are spread round-robin over compute nodes; each compute node has
+//! `threads_per_cn` threads of `coroutines` clients (a thread is a serial CPU its coroutines
+//! share). Every client runs operations from its own [`OpSource`] back to back (closed loop);
+//! operations that *complete* inside the measurement window count, with their latency, the
+//! round trips they waited for, and the verbs and bytes they issued.
+
+use dmkit_indexes::spec::{self, Op, Outcome};
+use dmkit_indexes::{Counters, Index, IndexKind};
+use dmkit_sim::{ClientStats, Profile, Sim, SimConfig, Topology, VerbKind};
+use serde::Serialize;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Where a client's operations come from.
+pub trait OpSource {
+    /// The next operation, or `None` when the client is done.
+    fn next_op(&mut self) -> Option<Op>;
+}
+
+/// How the initial keys get into the index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadMethod {
+    /// The index's own inserts with no simulated time (`Sim::set_instant`).
+    Bulk,
+    /// Timed inserts by one client before the run (not measured).
+    Insert,
+}
+
+/// Topology and timing of a run.
+#[derive(Clone, Debug)]
+pub struct RunSetup {
+    pub profile: Profile,
+    pub compute_nodes: u16,
+    pub memory_nodes: u16,
+    pub threads_per_cn: u32,
+    pub coroutines: u32,
+    pub load: LoadMethod,
+    pub warmup_ns: u64,
+    pub duration_ns: u64,
+    pub seed: u64,
+}
+
+impl RunSetup {
+    pub fn clients(&self) -> u32 {
+        self.compute_nodes as u32 * self.threads_per_cn * self.coroutines
+    }
+}
+
+/// Latency and throughput of one kind of operation, or of all.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct OpMetrics {
+    pub operations: u64,
+    pub throughput_mops: f64,
+    pub latency_ns_p50: u64,
+    pub latency_ns_p90: u64,
+    pub latency_ns_p99: u64,
+    pub latency_ns_p999: u64,
+    pub latency_ns_max: u64,
+}
+
+/// The metric schema (DESIGN.md §5): one JSON object per run.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RunResult {
+    pub index: String,
+    pub config: String,
+    pub workload: String,
+    pub profile: String,
+    pub clients: u32,
+    pub compute_nodes: u16,
+    pub memory_nodes: u16,
+    pub threads_per_cn: u32,
+    pub coroutines: u32,
+    pub keys: u64,
+    pub seed: u64,
+    pub duration_ns: u64,
+    pub operations: u64,
+    pub throughput_mops: f64,
+    pub latency_ns_p50: u64,
+    pub latency_ns_p90: u64,
+    pub latency_ns_p99: u64,
+    pub latency_ns_p999: u64,
+    pub per_op: BTreeMap<String, OpMetrics>,
+    /// Completions waited for per operation (dependent remote waits on the critical path).
+    pub round_trips_per_op: f64,
+    pub bytes_read_per_op: f64,
+    pub bytes_written_per_op: f64,
+    /// Bytes READ per byte of key and value the operations asked for.
+    pub read_amplification: f64,
+    pub verbs_per_op: BTreeMap<String, f64>,
+    pub mn_iops_utilisation: f64,
+    pub mn_bandwidth_utilisation: f64,
+    pub cache_bytes_per_cn: f64,
+    /// `None` when the index has no cache, or did not count hits.
+    pub cache_hit_ratio: Option<f64>,
+    pub remote_bytes_used: u64,
+    pub metadata_bytes_per_item: Option<f64>,
+    pub load_factor: Option<f64>,
+    pub retries_per_op: f64,
+    pub lock_failures: u64,
+    pub cas_failures: u64,
+    /// Read-delegation and write-combining ratios (indexes with RDWC).
+    pub rdwc: Option<BTreeMap<String, f64>>,
+    /// Operations that returned an error, by error.
+    pub errors: BTreeMap<String, u64>,
+    /// Index-specific counters.
+    pub index_counters: BTreeMap<String, u64>,
+    /// Simulator steps of the whole run.
+    pub sim_steps: u64,
+}
+
+#[derive(Default)]
+struct Tally {
+    latencies: BTreeMap<&'static str, Vec<u64>>,
+    cost: ClientStats,
+    useful_bytes: u64,
+    counters: Counters,
+    errors: BTreeMap<String, u64>,
+}
+
+/// Exact nearest-rank percentile of sorted samples.
+fn percentile(sorted: &[u64], q: f64) -> u64 {
+    crate::perftest::percentile(sorted, q)
+}
+
+fn op_metrics(mut samples: Vec<u64>, seconds: f64) -> OpMetrics {
+    samples.sort_unstable();
+    OpMetrics {
+        operations: samples.len() as u64,
+        throughput_mops: round3(samples.len() as f64 / seconds / 1e6),
+        latency_ns_p50: percentile(&samples, 0.50),
+        latency_ns_p90: percentile(&samples, 0.90),
+        latency_ns_p99: percentile(&samples, 0.99),
+        latency_ns_p999: percentile(&samples, 0.999),
+        latency_ns_max: samples.last().copied().unwrap_or(0),
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn useful_bytes(op: &Op, outcome: &Outcome) -> u64 {
+    match (op, outcome) {
+        (Op::Search { key }, Outcome::Found(v)) => key.len() as u64 + v.as_ref().map_or(0, |v| v.len() as u64),
+        (Op::Insert { key, value } | Op::Update { key, value }, _) => (key.len() + value.len()) as u64,
+        (Op::Delete { key }, _) => key.len() as u64,
+        (Op::Scan { .. }, Outcome::Scanned(pairs)) => pairs.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum(),
+        _ => 0,
+    }
+}
+
+/// Runs index `K` with `options`: loads `items`, then runs every client's source for the
+/// warm-up and the measured window. `names` = (index config name, workload name).
+pub fn run_index<K: IndexKind>(
+    setup: &RunSetup,
+    options: &K::Options,
+    names: (&str, &str),
+    items: Vec<(Vec<u8>, Vec<u8>)>,
+    mut sources: Vec<Box<dyn OpSource>>,
+) -> Result<RunResult, String> {
+    K::validate(options)?;
+    let clients = setup.clients();
+    if clients == 0 || sources.len() != clients as usize {
+        return Err(format!("{} operation sources for {clients} clients", sources.len()));
+    }
+    if setup.duration_ns == 0 {
+        return Err("the measured duration must be positive".into());
+    }
+    let cfg = SimConfig {
+        profile: setup.profile.clone(),
+        topology: Topology {
+            memory_nodes: setup.memory_nodes,
+            compute_nodes: setup.compute_nodes,
+            ..Topology::default()
+        },
+        seed: setup.seed,
+        ..SimConfig::default()
+    };
+    let mut sim = Sim::new(cfg).map_err(|e| e.to_string())?;
+    let caps = sim.caps().clone();
+    let nodes: Vec<Arc<K::NodeState>> =
+        (0..setup.compute_nodes).map(|_| Arc::new(K::node_state(options, &caps))).collect();
+    let keys = items.len() as u64;
+    let item_bytes = items.iter().map(|(k, v)| (k.len() + v.len()) as f64).sum::<f64>() / (keys.max(1) as f64);
+
+    // Create and load with one client.
+    sim.set_instant(setup.load == LoadMethod::Bulk);
+    let loader = sim.add_client(0).map_err(|e| e.to_string())?;
+    let failure = Rc::new(RefCell::new(None));
+    {
+        let (c, o, f) = (loader.clone(), options.clone(), failure.clone());
+        let mut handle = K::open(options, nodes[0].clone(), loader.clone());
+        sim.spawn(&loader, async move {
+            if let Err(e) = K::create(&o, &c).await {
+                *f.borrow_mut() = Some(format!("creating the index: {e}"));
+                return;
+            }
+            if let Err(e) = dmkit_indexes::bulk::load(&mut handle, items).await {
+                *f.borrow_mut() = Some(format!("loading: {e}"));
+            }
+        });
+    }
+    sim.run().map_err(|e| e.to_string())?;
+    if let Some(f) = failure.borrow_mut().take() {
+        return Err(f);
+    }
+    sim.set_instant(false);
+    let start = sim.now_ns();
+    let (warmup_end, end) = (start + setup.warmup_ns, start + setup.warmup_ns + setup.duration_ns);
+    let baseline = sim.stats();
+
+    // The measured clients.
+    let tally = Rc::new(RefCell::new(Tally::default()));
+    let mut index = 0usize;
+    for cn in 0..setup.compute_nodes {
+        for _ in 0..setup.threads_per_cn {
+            let first = sim.add_client(cn).map_err(|e| e.to_string())?;
+            let mut thread = vec![first.clone()];
+            for _ in 1..setup.coroutines {
+                thread.push(sim.add_coroutine(&first));
+            }
+            for client in thread {
+                let mut source = std::mem::replace(&mut sources[index], Box::new(Done));
+                index += 1;
+                let mut handle = K::open(options, nodes[cn as usize].clone(), client.clone());
+                let (c, tally) = (client.clone(), tally.clone());
+                sim.spawn(&client, async move {
+                    while c.now_ns() < end {
+                        let Some(op) = source.next_op() else { break };
+                        let (t0, s0) = (c.now_ns(), c.stats());
+                        let outcome = spec::apply(&mut handle, &op).await;
+                        let t1 = c.now_ns();
+                        if t1 > warmup_end && t1 <= end {
+                            let mut t = tally.borrow_mut();
+                            t.latencies.entry(op.name()).or_default().push(t1 - t0);
+                            t.cost.add(&c.stats().since(&s0));
+                            t.useful_bytes += useful_bytes(&op, &outcome);
+                            if let Outcome::Failed(e) = &outcome {
+                                *t.errors.entry(e.to_string()).or_default() += 1;
+                            }
+                        }
+                    }
+                    tally.borrow_mut().counters.merge(handle.counters());
+                });
+            }
+        }
+    }
+    sim.run().map_err(|e| e.to_string())?;
+    let stats = sim.stats();
+    let report = K::check_invariants(options, &sim).map_err(|e| format!("after the run, invariant violated: {e}"))?;
+    let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
+
+    let seconds = setup.duration_ns as f64 / 1e9;
+    let all: Vec<u64> = tally.latencies.values().flatten().copied().collect();
+    let overall = op_metrics(all, seconds);
+    let ops = overall.operations.max(1) as f64;
+    let per_op = tally.latencies.into_iter().map(|(k, v)| (k.to_string(), op_metrics(v, seconds))).collect();
+    let elapsed = (stats.now_ns - baseline.now_ns).max(1) as f64;
+    let mns = setup.memory_nodes as usize;
+    let busy = |f: fn(&dmkit_sim::NodeStats) -> u64| {
+        (0..mns).map(|n| (f(&stats.nodes[n]) - f(&baseline.nodes[n])) as f64).sum::<f64>() / mns as f64 / elapsed
+    };
+    let verbs_per_op = VerbKind::ALL
+        .iter()
+        .filter(|k| tally.cost.verbs_of(**k).count > 0)
+        .map(|k| (k.name().to_string(), round3(tally.cost.verbs_of(*k).count as f64 / ops)))
+        .collect();
+    let cache_bytes = nodes.iter().map(|n| K::node_state_bytes(n) as f64).sum::<f64>() / nodes.len() as f64;
+    let hits = tally.counters.events.get("cache_hits").copied();
+    let misses = tally.counters.events.get("cache_misses").copied();
+    Ok(RunResult {
+        index: K::NAME.to_string(),
+        config: names.0.to_string(),
+        workload: names.1.to_string(),
+        profile: setup.profile.name.clone(),
+        clients,
+        compute_nodes: setup.compute_nodes,
+        memory_nodes: setup.memory_nodes,
+        threads_per_cn: setup.threads_per_cn,
+        coroutines: setup.coroutines,
+        keys,
+        seed: setup.seed,
+        duration_ns: setup.duration_ns,
+        operations: overall.operations,
+        throughput_mops: overall.throughput_mops,
+        latency_ns_p50: overall.latency_ns_p50,
+        latency_ns_p90: overall.latency_ns_p90,
+        latency_ns_p99: overall.latency_ns_p99,
+        latency_ns_p999: overall.latency_ns_p999,
+        per_op,
+        round_trips_per_op: round3(tally.cost.round_trips as f64 / ops),
+        bytes_read_per_op: round3(tally.cost.bytes_read() as f64 / ops),
+        bytes_written_per_op: round3(tally.cost.bytes_written() as f64 / ops),
+        read_amplification: round3(tally.cost.bytes_read() as f64 / tally.useful_bytes.max(1) as f64),
+        verbs_per_op,
+        mn_iops_utilisation: round3(busy(|n| n.nic_busy_ns)),
+        mn_bandwidth_utilisation: round3(busy(|n| n.link_out_busy_ns)),
+        cache_bytes_per_cn: round3(cache_bytes),
+        cache_hit_ratio: match (hits, misses) {
+            (Some(h), Some(m)) if h + m > 0 => Some(round3(h as f64 / (h + m) as f64)),
+            _ => None,
+        },
+        remote_bytes_used: report.remote_bytes,
+        // Remote bytes beyond the items' own key and value bytes (metadata and empty space),
+        // per item.
+        metadata_bytes_per_item: (report.items > 0)
+            .then(|| round3((report.remote_bytes as f64 / report.items as f64 - item_bytes).max(0.0))),
+        load_factor: report.capacity_items.filter(|&c| c > 0).map(|c| round3(report.items as f64 / c as f64)),
+        retries_per_op: round3(tally.counters.retries as f64 / ops),
+        lock_failures: tally.counters.lock_failures,
+        cas_failures: tally.counters.cas_failures,
+        rdwc: None,
+        errors: tally.errors,
+        index_counters: tally.counters.events.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        sim_steps: stats.steps,
+    })
+}
+
+struct Done;
+
+impl OpSource for Done {
+    fn next_op(&mut self) -> Option<Op> {
+        None
+    }
+}
+
+/// A one-line-per-run table.
+pub fn table(results: &[RunResult]) -> String {
+    let mut out = format!(
+        "{:<10} {:<10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}\n",
+        "index", "workload", "clients", "Mops/s", "p50 ns", "p99 ns", "p999 ns", "RTT/op", "rd B/op", "wr B/op"
+    );
+    for r in results {
+        out.push_str(&format!(
+            "{:<10} {:<10} {:>7} {:>9.3} {:>9} {:>9} {:>9} {:>7.2} {:>9.1} {:>9.1}\n",
+            r.index,
+            r.workload,
+            r.clients,
+            r.throughput_mops,
+            r.latency_ns_p50,
+            r.latency_ns_p99,
+            r.latency_ns_p999,
+            r.round_trips_per_op,
+            r.bytes_read_per_op,
+            r.bytes_written_per_op
+        ));
+    }
+    out
+}
