@@ -6,3 +6,4 @@
 pub mod perftest;
 pub mod run;
 pub mod sweep;
+pub mod workload;

@@ -20,6 +20,58 @@ enum Command {
     Perftest(PerftestArgs),
     /// Model-check an index: explore schedules, check linearizability and invariants.
     Check(CheckArgs),
+    /// Run one experiment: load an index, warm up, measure; print the metric schema.
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Index to run.
+    #[arg(long)]
+    index: String,
+    /// The index's named configuration.
+    #[arg(long, default_value = "default")]
+    config: String,
+    /// Workload: YCSB a, b, c, d, e, f or load.
+    #[arg(long, default_value = "c")]
+    workload: String,
+    /// Keys loaded before the run (record count).
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Bytes per value (default: the workload's).
+    #[arg(long)]
+    value_bytes: Option<usize>,
+    /// NIC profile: an embedded name (cx6-100g, cx5-100g) or a TOML file.
+    #[arg(long, default_value = "cx6-100g")]
+    profile: String,
+    #[arg(long, default_value_t = 8)]
+    compute_nodes: u16,
+    #[arg(long, default_value_t = 1)]
+    memory_nodes: u16,
+    /// Threads per compute node (each a serial CPU).
+    #[arg(long, default_value_t = 8)]
+    threads_per_cn: u32,
+    /// Clients (coroutines) per thread.
+    #[arg(long, default_value_t = 1)]
+    coroutines: u32,
+    /// Total clients, instead of --threads-per-cn: spread evenly over the compute nodes.
+    #[arg(long)]
+    clients: Option<u32>,
+    /// How keys are loaded: bulk (no simulated time) or insert (timed, not measured).
+    #[arg(long, default_value = "bulk")]
+    load: String,
+    #[arg(long, default_value_t = 100)]
+    warmup_us: u64,
+    #[arg(long, default_value_t = 1000)]
+    duration_us: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output: a table, or the JSON object of the metric schema.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Also write result.jsonl and result.csv into this directory.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -143,6 +195,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Perftest(args) => run_perftest(args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => run_check(args),
+        Command::Run(args) => run_run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
@@ -151,6 +204,72 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn run_run(a: RunArgs) -> Result<(), String> {
+    use dmkit_experiments::run::{self, LoadMethod, RunRequest, RunSetup};
+    let profile = Profile::load(&a.profile).map_err(|e| e.to_string())?;
+    let load = match a.load.as_str() {
+        "bulk" => LoadMethod::Bulk,
+        "insert" => LoadMethod::Insert,
+        other => return Err(format!("--load must be bulk or insert, got '{other}'")),
+    };
+    if a.compute_nodes == 0 || a.memory_nodes == 0 || a.coroutines == 0 {
+        return Err("--compute-nodes, --memory-nodes and --coroutines must be positive".into());
+    }
+    let threads_per_cn = match a.clients {
+        Some(0) => return Err("--clients must be positive".into()),
+        Some(c) => {
+            let per_thread_group = a.compute_nodes as u32 * a.coroutines;
+            if c % per_thread_group != 0 {
+                return Err(format!(
+                    "--clients {c} does not spread evenly over {} compute nodes x {} coroutines",
+                    a.compute_nodes, a.coroutines
+                ));
+            }
+            c / per_thread_group
+        }
+        None => a.threads_per_cn,
+    };
+    if threads_per_cn == 0 {
+        return Err("--threads-per-cn must be positive".into());
+    }
+    let request = RunRequest {
+        index: a.index,
+        config: a.config,
+        workload: a.workload,
+        keys: a.keys,
+        value_bytes: a.value_bytes,
+        setup: RunSetup {
+            profile,
+            compute_nodes: a.compute_nodes,
+            memory_nodes: a.memory_nodes,
+            threads_per_cn,
+            coroutines: a.coroutines,
+            load,
+            warmup_ns: a.warmup_us * 1000,
+            duration_ns: a.duration_us * 1000,
+            seed: a.seed,
+        },
+    };
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_message(format!("running {} / {}", request.index, request.workload));
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    let result = run::run_request(&request);
+    bar.finish_and_clear();
+    let result = result?;
+    let json = serde_json::to_string(&result).map_err(|e| e.to_string())?;
+    match a.format {
+        Format::Table => print!("{}", run::table(std::slice::from_ref(&result))),
+        Format::Json => println!("{json}"),
+    }
+    if let Some(dir) = a.out {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::write(dir.join("result.jsonl"), format!("{json}\n")).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("result.csv"), run::csv(std::slice::from_ref(&result))).map_err(|e| e.to_string())?;
+        eprintln!("wrote {}/result.jsonl and result.csv", dir.display());
+    }
+    Ok(())
 }
 
 fn run_check(a: CheckArgs) -> Result<ExitCode, String> {

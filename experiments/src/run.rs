@@ -353,3 +353,138 @@ pub fn table(results: &[RunResult]) -> String {
     }
     out
 }
+
+/// A client's operations from a workload stream. A read-modify-write becomes a search followed
+/// by an update of the same key (two operations in the per-operation metrics).
+#[allow(missing_debug_implementations)] // the stream holds generator state not worth printing
+pub struct WorkloadSource {
+    stream: crate::workload::Stream,
+    pending: Option<Op>,
+}
+
+impl WorkloadSource {
+    pub fn new(stream: crate::workload::Stream) -> WorkloadSource {
+        WorkloadSource { stream, pending: None }
+    }
+}
+
+impl OpSource for WorkloadSource {
+    fn next_op(&mut self) -> Option<Op> {
+        use crate::workload::WorkloadOp as W;
+        if let Some(op) = self.pending.take() {
+            return Some(op);
+        }
+        Some(match self.stream.next_op() {
+            W::Search { key } => Op::Search { key: key.bytes },
+            W::Update { key, value } => Op::Update { key: key.bytes, value },
+            W::Insert { key, value } => Op::Insert { key: key.bytes, value },
+            W::Delete { key } => Op::Delete { key: key.bytes },
+            W::Scan { start, limit } => {
+                Op::Scan { start: std::ops::Bound::Included(start.bytes), end: std::ops::Bound::Unbounded, limit }
+            }
+            W::ReadModifyWrite { key, value } => {
+                self.pending = Some(Op::Update { key: key.bytes.clone(), value });
+                Op::Search { key: key.bytes }
+            }
+        })
+    }
+}
+
+/// What `dmkit run` was asked to do.
+#[derive(Clone, Debug)]
+pub struct RunRequest {
+    pub index: String,
+    pub config: String,
+    pub workload: String,
+    pub keys: u64,
+    pub value_bytes: Option<usize>,
+    pub setup: RunSetup,
+}
+
+/// Names `dmkit run --index` accepts.
+pub fn index_names() -> Vec<&'static str> {
+    vec![dmkit_indexes::example::Example::NAME]
+}
+
+/// Runs a request: builds the workload and the index's named configuration, then
+/// [`run_index`]. Errors are one line (bad index, config or workload).
+pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
+    use crate::workload::{SharedState, WorkloadSpec, load_items};
+    if req.keys == 0 {
+        return Err("--keys must be positive".into());
+    }
+    let mut spec = WorkloadSpec::from_name(&req.workload, req.keys).map_err(|e| e.to_string())?;
+    if let Some(v) = req.value_bytes {
+        spec.value_bytes = v;
+    }
+    spec.validate().map_err(|e| e.to_string())?;
+    let loading = req.workload.eq_ignore_ascii_case("load");
+    let items: Vec<(Vec<u8>, Vec<u8>)> = if loading { Vec::new() } else { load_items(&spec).collect() };
+    let shared = SharedState::for_spec(&spec);
+    let clients = req.setup.clients();
+    let sources: Vec<Box<dyn OpSource>> = (0..clients)
+        .map(|c| Box::new(WorkloadSource::new(spec.stream(req.setup.seed, c, &shared))) as Box<dyn OpSource>)
+        .collect();
+    let needs_scans = spec.mix.scan > 0.0;
+    match req.index.as_str() {
+        "example" => {
+            use dmkit_indexes::example::{Example, ExampleOptions};
+            if needs_scans && !Example::SUPPORTS_SCAN {
+                return Err(format!("index example does not support scans, and workload {} has them", spec.name));
+            }
+            if req.config != "default" {
+                return Err(format!("index example has no configuration '{}' (configurations: default)", req.config));
+            }
+            // The example table has no overflow buckets: 16 slots with 2 keys per bucket on
+            // average after loading leaves room for the run's inserts (a full bucket would need
+            // more than 16 of Poisson(2) keys).
+            let slots = 16u32;
+            let options = ExampleOptions {
+                buckets: req.keys.div_ceil(2).max(1),
+                slots_per_bucket: slots,
+                max_key_bytes: 32,
+                max_value_bytes: spec.value_bytes.max(8) as u32,
+                memory_nodes: req.setup.memory_nodes,
+                ..ExampleOptions::default()
+            };
+            run_index::<Example>(&req.setup, &options, (&req.config, &spec.name), items, sources)
+        }
+        other => Err(format!("unknown index '{other}' (known: {})", index_names().join(", "))),
+    }
+}
+
+/// CSV of results: a header and one line per run, the scalar fields of the schema.
+pub fn csv(results: &[RunResult]) -> String {
+    let mut out = String::from(
+        "index,config,workload,profile,clients,keys,seed,throughput_mops,latency_ns_p50,latency_ns_p90,latency_ns_p99,latency_ns_p999,round_trips_per_op,bytes_read_per_op,bytes_written_per_op,read_amplification,mn_iops_utilisation,mn_bandwidth_utilisation,cache_bytes_per_cn,remote_bytes_used,retries_per_op,lock_failures,cas_failures\n",
+    );
+    for r in results {
+        out.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            r.index,
+            r.config,
+            r.workload,
+            r.profile,
+            r.clients,
+            r.keys,
+            r.seed,
+            r.throughput_mops,
+            r.latency_ns_p50,
+            r.latency_ns_p90,
+            r.latency_ns_p99,
+            r.latency_ns_p999,
+            r.round_trips_per_op,
+            r.bytes_read_per_op,
+            r.bytes_written_per_op,
+            r.read_amplification,
+            r.mn_iops_utilisation,
+            r.mn_bandwidth_utilisation,
+            r.cache_bytes_per_cn,
+            r.remote_bytes_used,
+            r.retries_per_op,
+            r.lock_failures,
+            r.cas_failures
+        ));
+    }
+    out
+}

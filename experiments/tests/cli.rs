@@ -90,3 +90,81 @@ fn a_malformed_profile_file_is_one_error_line() {
     assert!(stderr_line(&out).contains("bad NIC profile"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn run_prints_the_full_metric_schema() {
+    let out = dmkit(&[
+        "run",
+        "--index",
+        "example",
+        "--workload",
+        "a",
+        "--keys",
+        "20000",
+        "--clients",
+        "64",
+        "--duration-us",
+        "200",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for field in [
+        "index",
+        "config",
+        "workload",
+        "clients",
+        "throughput_mops",
+        "latency_ns_p50",
+        "latency_ns_p90",
+        "latency_ns_p99",
+        "latency_ns_p999",
+        "per_op",
+        "round_trips_per_op",
+        "bytes_read_per_op",
+        "bytes_written_per_op",
+        "read_amplification",
+        "verbs_per_op",
+        "mn_iops_utilisation",
+        "mn_bandwidth_utilisation",
+        "cache_bytes_per_cn",
+        "cache_hit_ratio",
+        "remote_bytes_used",
+        "metadata_bytes_per_item",
+        "load_factor",
+        "retries_per_op",
+        "lock_failures",
+        "cas_failures",
+        "rdwc",
+        "index_counters",
+    ] {
+        assert!(v.get(field).is_some(), "missing {field}");
+    }
+    assert_eq!(v["clients"], 64);
+    assert!(v["throughput_mops"].as_f64().unwrap() > 1.0);
+    // YCSB A is half searches, half updates; a search is one round trip, an update two.
+    let per_op = v["per_op"].as_object().unwrap();
+    assert!(per_op.contains_key("search") && per_op.contains_key("update"), "{per_op:?}");
+    let rtt = v["round_trips_per_op"].as_f64().unwrap();
+    assert!((1.3..=1.8).contains(&rtt), "round trips per op {rtt}");
+    assert!(v["load_factor"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn run_bad_configs_give_one_line_and_exit_2() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["run", "--index", "nope"], "unknown index"),
+        (&["run", "--index", "example", "--keys", "0"], "--keys"),
+        (&["run", "--index", "example", "--workload", "zz"], "zz"),
+        (&["run", "--index", "example", "--workload", "e", "--keys", "1000"], "scans"),
+        (&["run", "--index", "example", "--config", "huge"], "huge"),
+        (&["run", "--index", "example", "--profile", "/no/such/file.toml"], "/no/such/file.toml"),
+    ];
+    for (args, needle) in cases {
+        let out = dmkit(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let line = stderr_line(&out);
+        assert!(line.contains(needle), "{args:?}: '{line}' should mention '{needle}'");
+    }
+}

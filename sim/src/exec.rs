@@ -415,7 +415,9 @@ impl Sim {
                     core.queued[t as usize] = false;
                     core.current_task = Some(t);
                 }
-                (next, core.now_ns, core.cfg.spin_poll_limit)
+                // In instant (bulk-load) mode time stands still by design: no spin detection.
+                let limit = if core.instant { u64::MAX } else { core.cfg.spin_poll_limit };
+                (next, core.now_ns, limit)
             };
             let Some(t) = next else { return Ok(()) };
             let Some(task) = self.tasks[t as usize].as_mut() else {
