@@ -320,6 +320,21 @@ impl Sim {
         core.task_clients[task as usize] = Some(client.id);
     }
 
+    /// Runs `future` as `client`'s task and keeps what it returns: take it after the run.
+    pub fn spawn_output<T: 'static>(
+        &mut self,
+        client: &SimClient,
+        future: impl Future<Output = T> + 'static,
+    ) -> TaskOutput<T> {
+        let out = TaskOutput(Rc::new(RefCell::new(None)));
+        let slot = out.0.clone();
+        self.spawn(client, async move {
+            let value = future.await;
+            *slot.borrow_mut() = Some(value);
+        });
+        out
+    }
+
     /// Runs `future` as a task of no client.
     pub fn spawn_detached(&mut self, future: impl Future<Output = ()> + 'static) {
         self.spawn_task(Box::pin(future), false);
@@ -495,6 +510,22 @@ impl Sim {
     /// The trace lines recorded so far (with `SimConfig::trace`), one per executed step.
     pub fn take_trace(&mut self) -> Vec<String> {
         self.core.borrow_mut().trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+}
+
+/// What a task spawned with [`Sim::spawn_output`] returned.
+#[derive(Debug)]
+pub struct TaskOutput<T>(Rc<RefCell<Option<T>>>);
+
+impl<T> TaskOutput<T> {
+    /// The output, if the task has finished (and it was not taken yet).
+    pub fn try_take(&self) -> Option<T> {
+        self.0.borrow_mut().take()
+    }
+
+    /// The output; panics if the task has not finished (a test's expectation).
+    pub fn take(&self) -> T {
+        self.try_take().expect("the task ran to completion")
     }
 }
 

@@ -17,7 +17,7 @@ use dmkit_sim::{
     VerbKind,
 };
 use rand::Rng;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
 use std::task::Poll;
@@ -33,25 +33,6 @@ fn host(offset: u64) -> RemoteAddr {
 /// The default config with a step limit, so that a regression shows up as an error, not a hang.
 fn config() -> SimConfig {
     SimConfig { step_limit: Some(2_000_000), ..SimConfig::default() }
-}
-
-/// Runs `future` as `client`'s task; the returned cell holds its output once it finished.
-fn spawn_with<T: 'static>(
-    sim: &mut Sim,
-    client: &SimClient,
-    future: impl Future<Output = T> + 'static,
-) -> Rc<RefCell<Option<T>>> {
-    let out = Rc::new(RefCell::new(None));
-    let o = out.clone();
-    sim.spawn(client, async move {
-        let value = future.await;
-        *o.borrow_mut() = Some(value);
-    });
-    out
-}
-
-fn take<T>(cell: &Rc<RefCell<Option<T>>>) -> T {
-    cell.borrow_mut().take().expect("the task ran to completion")
 }
 
 fn u64_at(sim: &Sim, addr: RemoteAddr) -> u64 {
@@ -72,7 +53,7 @@ fn read_latencies(seed: u64, extra_delay: Option<ExtraDelay>) -> (Vec<u64>, Stat
     let mut sim = Sim::new(cfg).unwrap();
     let c = sim.add_client(0).unwrap();
     let c2 = c.clone();
-    let out = spawn_with(&mut sim, &c, async move {
+    let out = sim.spawn_output(&c, async move {
         let mut latencies = Vec::new();
         for i in 0..20 {
             let t0 = c2.now_ns();
@@ -82,7 +63,7 @@ fn read_latencies(seed: u64, extra_delay: Option<ExtraDelay>) -> (Vec<u64>, Stat
         latencies
     });
     sim.run().unwrap();
-    (take(&out), sim.stats())
+    (out.take(), sim.stats())
 }
 
 #[test]
@@ -114,14 +95,14 @@ fn extra_delay_never_reorders_a_qp() {
         let c = sim.add_client(0).unwrap();
         let c2 = c.clone();
         let word = host(BASE);
-        let out = spawn_with(&mut sim, &c, async move {
+        let out = sim.spawn_output(&c, async move {
             for v in 1..=WRITES {
                 c2.post_unsignaled(vec![Request::write(word, v.to_le_bytes().to_vec())]).unwrap();
             }
             c2.read(word, Buf::zeroed(8)).await.unwrap().u64_at(0)
         });
         sim.run().unwrap();
-        assert_eq!(take(&out), WRITES, "seed {seed}: the READ must see the QP's last WRITE");
+        assert_eq!(out.take(), WRITES, "seed {seed}: the READ must see the QP's last WRITE");
         assert_eq!(u64_at(&sim, word), WRITES, "seed {seed}: the last WRITE must be placed last");
         let stats = sim.stats();
         assert_eq!(stats.faults.delays_injected, WRITES + 1);
@@ -148,7 +129,7 @@ fn tearing_run(seed: u64, tearing: Option<Tearing>) -> (Vec<[u64; 4]>, Stats) {
         }
     });
     let r = reader.clone();
-    let out = spawn_with(&mut sim, &reader, async move {
+    let out = sim.spawn_output(&reader, async move {
         let mut seen = Vec::new();
         for _ in 0..60 {
             let b = r.read(record, Buf::zeroed(256)).await.unwrap();
@@ -166,7 +147,7 @@ fn tearing_run(seed: u64, tearing: Option<Tearing>) -> (Vec<[u64; 4]>, Stats) {
         seen
     });
     sim.run().unwrap();
-    (take(&out), sim.stats())
+    (out.take(), sim.stats())
 }
 
 fn is_torn(units: &[u64; 4]) -> bool {
@@ -314,7 +295,7 @@ fn rmw_behind_a_read_runs_once() {
             b2.faa(word, 1).await.unwrap();
         });
         let a2 = a.clone();
-        spawn_with(sim, &a, async move {
+        sim.spawn_output(&a, async move {
             a2.sleep(500).await;
             a2.post(vec![Request::read_len(other, 64), Request::faa(word, 1)]).await
         })
@@ -328,7 +309,7 @@ fn rmw_behind_a_read_runs_once() {
         let mut sim = Sim::new(cfg).unwrap();
         let out = scenario(&mut sim);
         sim.run().unwrap();
-        assert!(take(&out).is_ok());
+        assert!(out.take().is_ok());
         assert_eq!(u64_at(&sim, word), 2, "seed {seed}: two FAAs of 1");
     }
     // Chooser runs with the default memory model.
@@ -336,7 +317,7 @@ fn rmw_behind_a_read_runs_once() {
         let mut sim = Sim::with_chooser(config(), Box::new(RandomChooser::new(seed))).unwrap();
         let out = scenario(&mut sim);
         sim.run().unwrap();
-        assert!(take(&out).is_ok());
+        assert!(out.take().is_ok());
         assert_eq!(u64_at(&sim, word), 2, "chooser seed {seed}: two FAAs of 1");
     }
 }
@@ -350,7 +331,7 @@ fn memory_node_crash_stop_and_restart() {
     let c = sim.add_client(0).unwrap();
     let c2 = c.clone();
     let raw = host(BASE);
-    let out = spawn_with(&mut sim, &c, async move {
+    let out = sim.spawn_output(&c, async move {
         // Before the crash: allocate, write, read back.
         let block = alloc::alloc(&c2, NodeId(0), 4096, 64).await.unwrap();
         c2.write(block, Buf::from(vec![0x5a; 64])).await.unwrap();
@@ -374,7 +355,7 @@ fn memory_node_crash_stop_and_restart() {
         (block, down_read, down_alloc, after_block, after_raw, reread, block_again)
     });
     sim.run().unwrap();
-    let (block, down_read, down_alloc, after_block, after_raw, reread, block_again) = take(&out);
+    let (block, down_read, down_alloc, after_block, after_raw, reread, block_again) = out.take();
     assert_eq!(down_read, Err(VerbsError::NodeDown(NodeId(0))));
     assert_eq!(down_alloc, Err(VerbsError::NodeDown(NodeId(0))));
     assert!(after_block.iter().all(|&b| b == 0), "memory is empty after the restart: {after_block:?}");
@@ -399,7 +380,7 @@ fn slowdown_slows_reads_only_inside_its_window() {
     let mut sim = Sim::new(cfg).unwrap();
     let c = sim.add_client(0).unwrap();
     let c2 = c.clone();
-    let out = spawn_with(&mut sim, &c, async move {
+    let out = sim.spawn_output(&c, async move {
         let mut latencies = Vec::new();
         for at in [0, 150_000, 250_000] {
             c2.sleep(at - c2.now_ns()).await;
@@ -410,7 +391,7 @@ fn slowdown_slows_reads_only_inside_its_window() {
         latencies
     });
     sim.run().unwrap();
-    let latencies = take(&out);
+    let latencies = out.take();
     let (before, during, after) = (latencies[0], latencies[1], latencies[2]);
     assert!(during > before + 1_000, "slowed READ {during} ns vs {before} ns before the window");
     assert!(during > after + 1_000, "slowed READ {during} ns vs {after} ns after the window");
@@ -438,7 +419,7 @@ fn unpolled_dropped_futures_still_land() {
 
     // And from inside a task: one dropped unpolled, one dropped after it was polled once.
     let c2 = c.clone();
-    let out = spawn_with(&mut sim, &c, async move {
+    let out = sim.spawn_output(&c, async move {
         drop(c2.faa(faa_word, 1000));
         let mut polled = Box::pin(c2.faa(faa_word, 10_000));
         let first = std::future::poll_fn(|cx| Poll::Ready(polled.as_mut().poll(cx).is_pending())).await;
@@ -448,7 +429,7 @@ fn unpolled_dropped_futures_still_land() {
         (first, next)
     });
     sim.run().unwrap();
-    let (first_poll_pending, next_block) = take(&out);
+    let (first_poll_pending, next_block) = out.take();
     assert!(first_poll_pending, "a verb cannot complete before virtual time advances");
 
     assert_eq!(sim.read_memory(wrote, 64).unwrap(), vec![0xab; 64], "dropped WRITE landed");
@@ -516,9 +497,9 @@ fn crashing_tasks_with_pending_futures_neither_leaks_nor_panics() {
     // The simulator stays usable: a new client on the same sim runs normally.
     let d = sim.add_client(0).unwrap();
     let d2 = d.clone();
-    let out = spawn_with(&mut sim, &d, async move { d2.faa(host(BASE + 64), 1).await.unwrap() });
+    let out = sim.spawn_output(&d, async move { d2.faa(host(BASE + 64), 1).await.unwrap() });
     sim.run().unwrap();
-    assert_eq!(take(&out), posted);
+    assert_eq!(out.take(), posted);
 }
 
 // ================================================================== 3. determinism
@@ -649,7 +630,7 @@ fn bad_verbs_give_errors_and_post_nothing() {
     let c = sim.add_client(0).unwrap();
     let c2 = c.clone();
     let n0 = NodeId(0);
-    let out = spawn_with(&mut sim, &c, async move {
+    let out = sim.spawn_output(&c, async move {
         let mut errors = Vec::new();
         let host_end = RemoteAddr::host(n0, profile.host_memory_bytes - 4);
         let dev_end = RemoteAddr::device(n0, profile.device_memory_bytes);
@@ -682,7 +663,7 @@ fn bad_verbs_give_errors_and_post_nothing() {
         errors
     });
     sim.run().unwrap();
-    let errors = take(&out);
+    let errors = out.take();
     let host_end = RemoteAddr::host(n0, SimConfig::default().profile.host_memory_bytes - 4);
     let dev_end = RemoteAddr::device(n0, SimConfig::default().profile.device_memory_bytes);
     let expected = vec![
@@ -713,14 +694,14 @@ fn bad_verbs_give_errors_and_post_nothing() {
 
     // In range at the very end of both regions works.
     let c3 = c.clone();
-    let out = spawn_with(&mut sim, &c, async move {
+    let out = sim.spawn_output(&c, async move {
         let last_host = RemoteAddr::host(NodeId(1), SimConfig::default().profile.host_memory_bytes - 8);
         let last_dev = RemoteAddr::device(NodeId(1), SimConfig::default().profile.device_memory_bytes - 8);
         c3.write(last_host, Buf::from(vec![1; 8])).await.unwrap();
         (c3.faa(last_host, 1).await.unwrap(), c3.faa(last_dev, 1).await.unwrap())
     });
     sim.run().unwrap();
-    assert_eq!(take(&out), (0x0101_0101_0101_0101, 0));
+    assert_eq!(out.take(), (0x0101_0101_0101_0101, 0));
 
     // Direct access is checked too.
     assert!(matches!(sim.read_memory(host_end, 8), Err(VerbsError::OutOfRange { .. })));
@@ -733,7 +714,7 @@ fn bad_calls_give_errors() {
     let mut sim = Sim::new(config()).unwrap();
     let c = sim.add_client(0).unwrap();
     let c2 = c.clone();
-    let out = spawn_with(&mut sim, &c, async move {
+    let out = sim.spawn_output(&c, async move {
         (
             c2.call(NodeId(0), 42, vec![1, 2, 3]).await,
             c2.call(NodeId(0), ALLOCATOR_SERVICE, vec![1, 2, 3]).await,
@@ -743,7 +724,7 @@ fn bad_calls_give_errors() {
         )
     });
     sim.run().unwrap();
-    let (unknown, malformed, bad_align, zero, bad_free) = take(&out);
+    let (unknown, malformed, bad_align, zero, bad_free) = out.take();
     assert_eq!(unknown, Err(VerbsError::UnknownService { node: NodeId(0), service: 42 }));
     // The call itself succeeds; the allocator service answers with a rejection.
     let malformed = malformed.expect("the call reaches the service");
@@ -763,7 +744,7 @@ fn masked_sequence(mode: MaskedAtomics) -> (Vec<u64>, u64, Stats, Result<Vec<Res
     sim.write_memory(word, &0x00ff_0000_1234_0012u64.to_le_bytes()).unwrap();
     let c = sim.add_client(0).unwrap();
     let c2 = c.clone();
-    let out = spawn_with(&mut sim, &c, async move {
+    let out = sim.spawn_output(&c, async move {
         let mut olds = Vec::new();
         // Low byte matches: swap the high byte.
         olds.push(c2.masked_cas(word, 0x12, 0xff, 0xab << 56, 0xff << 56).await.unwrap());
@@ -779,7 +760,7 @@ fn masked_sequence(mode: MaskedAtomics) -> (Vec<u64>, u64, Stats, Result<Vec<Res
         (olds, in_batch)
     });
     sim.run().unwrap();
-    let (olds, in_batch) = take(&out);
+    let (olds, in_batch) = out.take();
     (olds, u64_at(&sim, word), sim.stats(), in_batch)
 }
 
@@ -856,9 +837,9 @@ fn bad_configs_are_refused() {
 fn run_client<T: 'static, F: Future<Output = T> + 'static>(cfg: SimConfig, body: impl FnOnce(SimClient) -> F) -> T {
     let mut sim = Sim::new(cfg).unwrap();
     let c = sim.add_client(0).unwrap();
-    let out = spawn_with(&mut sim, &c, body(c.clone()));
+    let out = sim.spawn_output(&c, body(c.clone()));
     sim.run().unwrap();
-    take(&out)
+    out.take()
 }
 
 #[test]

@@ -19,12 +19,11 @@ use dmkit_rdma::sync::Queue;
 use dmkit_rdma::{Buf, ClientCtx, CpuWork, NodeId, RemoteAddr, Verbs, VerbsError};
 use dmkit_sim::profile::rdma_op::Kind;
 use dmkit_sim::{
-    Chooser, NodeCrash, RandomChooser, Sim, SimClient, SimConfig, SimError, StepClass, StepInfo, VerbKind,
+    Chooser, NodeCrash, RandomChooser, Sim, SimClient, SimConfig, SimError, StepClass, StepInfo, TaskOutput, VerbKind,
 };
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -77,25 +76,6 @@ fn read_rtt(cfg: &SimConfig) -> u64 {
     cfg.profile.unloaded_round_trip_ns(Kind::Read, 64, false)
 }
 
-/// Runs `future` as `client`'s task; the returned cell holds its output once it finished.
-fn spawn_with<T: 'static>(
-    sim: &mut Sim,
-    client: &SimClient,
-    future: impl Future<Output = T> + 'static,
-) -> Rc<RefCell<Option<T>>> {
-    let out = Rc::new(RefCell::new(None));
-    let o = out.clone();
-    sim.spawn(client, async move {
-        let value = future.await;
-        *o.borrow_mut() = Some(value);
-    });
-    out
-}
-
-fn take<T>(cell: &Rc<RefCell<Option<T>>>) -> T {
-    cell.borrow_mut().take().expect("the task ran to completion")
-}
-
 fn word(v: u64) -> Vec<u8> {
     v.to_le_bytes().to_vec()
 }
@@ -142,11 +122,11 @@ fn coroutines_of_one_thread_never_compute_in_parallel() {
         .into_iter()
         .map(|client| {
             let cl = client.clone();
-            spawn_with(&mut sim, client, async move { compute(&cl, WORK).await })
+            sim.spawn_output(client, async move { compute(&cl, WORK).await })
         })
         .collect();
     sim.run().unwrap();
-    let ends: Vec<u64> = outs.iter().map(take).collect();
+    let ends: Vec<u64> = outs.iter().map(TaskOutput::take).collect();
     let mut same_thread = [ends[0], ends[1]];
     same_thread.sort_unstable();
     assert_eq!(same_thread, [work, 2 * work], "coroutines of one thread compute one after the other");
@@ -165,11 +145,11 @@ fn charge_cpu_delays_only_its_own_thread() {
     let other = sim.add_client(0).unwrap();
 
     let a2 = a.clone();
-    let a_end = spawn_with(&mut sim, &a, async move { compute(&a2, WORK).await });
+    let a_end = sim.spawn_output(&a, async move { compute(&a2, WORK).await });
     // Another thread of the same compute node READs while A computes (until B posts: see
     // `a_deferred_post_does_not_hold_the_nic_for_other_threads`).
     let o = other.clone();
-    let other_latencies = spawn_with(&mut sim, &other, async move {
+    let other_latencies = sim.spawn_output(&other, async move {
         let mut latencies = Vec::new();
         while o.now_ns() + rtt < B_POSTS_AT {
             latencies.push(timed_read(&o, host(BASE)).await);
@@ -178,18 +158,18 @@ fn charge_cpu_delays_only_its_own_thread() {
     });
     // B sleeps (no CPU), then posts during A's computation.
     let b2 = b.clone();
-    let b_out = spawn_with(&mut sim, &b, async move {
+    let b_out = sim.spawn_output(&b, async move {
         b2.sleep(B_POSTS_AT).await;
         let posted_at = b2.now_ns();
         (posted_at, timed_read(&b2, host(BASE + 64)).await)
     });
     sim.run().unwrap();
 
-    assert_eq!(take(&a_end), work, "A's work is not delayed by B's post, which queues behind it");
-    let latencies = take(&other_latencies);
+    assert_eq!(a_end.take(), work, "A's work is not delayed by B's post, which queues behind it");
+    let latencies = other_latencies.take();
     assert_eq!(latencies.len() as u64, B_POSTS_AT / rtt, "READs on the other thread: {latencies:?}");
     assert!(latencies.iter().all(|&l| l == rtt), "another thread's READs took {latencies:?}, unloaded is {rtt}");
-    let (posted_at, b_latency) = take(&b_out);
+    let (posted_at, b_latency) = b_out.take();
     assert_eq!(posted_at, B_POSTS_AT);
     // B's post starts when A's work ends; from there it is an unloaded round trip.
     assert_eq!(b_latency, (work - B_POSTS_AT) + rtt, "B's READ left only after A's remaining work");
@@ -215,12 +195,12 @@ fn a_deferred_post_does_not_hold_the_nic_for_other_threads() {
         b2.read(host(BASE), Buf::zeroed(64)).await.unwrap();
     });
     let o = other.clone();
-    let latency = spawn_with(&mut sim, &other, async move {
+    let latency = sim.spawn_output(&other, async move {
         o.sleep(1_000).await;
         timed_read(&o, host(BASE + 64)).await
     });
     sim.run().unwrap();
-    assert_eq!(take(&latency), rtt, "another thread's READ, posted while B's post waits for A's work");
+    assert_eq!(latency.take(), rtt, "another thread's READ, posted while B's post waits for A's work");
 }
 
 /// A completion that arrives while another coroutine of the thread computes is found by the
@@ -236,16 +216,16 @@ fn a_completion_waits_for_the_computing_coroutine() {
     let a = sim.add_coroutine(&c);
     // C is polled first: it posts at t=0, then A computes after C's post.
     let c2 = c.clone();
-    let c_end = spawn_with(&mut sim, &c, async move {
+    let c_end = sim.spawn_output(&c, async move {
         c2.read(host(BASE), Buf::zeroed(64)).await.unwrap();
         c2.now_ns()
     });
     let a2 = a.clone();
-    let a_end = spawn_with(&mut sim, &a, async move { compute(&a2, WORK).await });
+    let a_end = sim.spawn_output(&a, async move { compute(&a2, WORK).await });
     sim.run().unwrap();
     assert!(rtt < work, "the READ's response arrives during A's work");
-    assert_eq!(take(&a_end), post + work, "A's work starts after C's post");
-    assert_eq!(take(&c_end), post + work + poll, "C's completion is polled after A's work");
+    assert_eq!(a_end.take(), post + work, "A's work starts after C's post");
+    assert_eq!(c_end.take(), post + work + poll, "C's completion is polled after A's work");
 }
 
 // ================================================================== 2. CPU costs
@@ -260,11 +240,11 @@ fn two_concurrent_reads(coroutines: bool) -> [u64; 2] {
         .into_iter()
         .map(|(client, offset)| {
             let cl = client.clone();
-            spawn_with(&mut sim, client, async move { timed_read(&cl, host(offset)).await })
+            sim.spawn_output(client, async move { timed_read(&cl, host(offset)).await })
         })
         .collect();
     sim.run().unwrap();
-    let mut l = [take(&outs[0]), take(&outs[1])];
+    let mut l = [outs[0].take(), outs[1].take()];
     l.sort_unstable();
     l
 }
@@ -279,7 +259,7 @@ fn post_and_poll_are_charged_and_contended() {
     let mut sim = Sim::new(config()).unwrap();
     let c = sim.add_client(0).unwrap();
     let c2 = c.clone();
-    let single = spawn_with(&mut sim, &c, async move {
+    let single = sim.spawn_output(&c, async move {
         let mut l = Vec::new();
         for i in 0..5 {
             l.push(timed_read(&c2, host(BASE + i * 64)).await);
@@ -287,7 +267,7 @@ fn post_and_poll_are_charged_and_contended() {
         l
     });
     sim.run().unwrap();
-    assert_eq!(take(&single), vec![rtt; 5]);
+    assert_eq!(single.take(), vec![rtt; 5]);
 
     let threads = two_concurrent_reads(false);
     let coroutines = two_concurrent_reads(true);
@@ -349,7 +329,7 @@ fn yield_loop(same_thread: bool) -> (u64, u64, u64) {
         f.set(Some(s.now_ns()));
     });
     let (f, s) = (flag.clone(), spinner.clone());
-    let out = spawn_with(&mut sim, &spinner, async move {
+    let out = sim.spawn_output(&spinner, async move {
         let mut yields = 0u64;
         while f.get().is_none() {
             s.yield_now().await;
@@ -359,7 +339,7 @@ fn yield_loop(same_thread: bool) -> (u64, u64, u64) {
     });
     sim.run().unwrap_or_else(|e| panic!("a yield loop is not a spin: {e}"));
     let set_at = flag.get().expect("the flag was set");
-    let (yields, seen_at) = take(&out);
+    let (yields, seen_at) = out.take();
     (yields, set_at, seen_at)
 }
 
@@ -488,7 +468,7 @@ fn a_handler_issues_verbs_and_calls() {
         .map(|_| {
             let c = sim.add_client(0).unwrap();
             let c2 = c.clone();
-            spawn_with(&mut sim, &c, async move {
+            sim.spawn_output(&c, async move {
                 let mut replies = Vec::new();
                 for _ in 0..CALLS {
                     replies.push(c2.call(server, SVC, Vec::new()).await.unwrap());
@@ -499,7 +479,7 @@ fn a_handler_issues_verbs_and_calls() {
         .collect();
     sim.run().unwrap();
     let mut blocks = Vec::new();
-    for reply in outs.iter().flat_map(take) {
+    for reply in outs.iter().flat_map(TaskOutput::take) {
         assert_eq!(reply.len(), 16, "the handler's READ and allocation succeeded");
         assert_eq!(u64_of(&reply[..8]), VALUE, "the handler READ the word on memory node 0");
         let block = RemoteAddr::from_raw(u64_of(&reply[8..]));
@@ -561,7 +541,7 @@ fn local_memory_of_a_service_node() {
     sim.add_service(server, SVC, move || LocalOps { results: r.clone(), host_bytes }).unwrap();
     let c = sim.add_client(0).unwrap();
     let c2 = c.clone();
-    let out = spawn_with(&mut sim, &c, async move {
+    let out = sim.spawn_output(&c, async move {
         c2.write(RemoteAddr::host(server, REMOTE_WORD), Buf::from(word(0x5eed))).await.unwrap();
         c2.call(server, SVC, Vec::new()).await.unwrap();
         let seen = c2.read(RemoteAddr::host(server, LOCAL_WORD), Buf::zeroed(8)).await.unwrap().u64_at(0);
@@ -592,7 +572,7 @@ fn local_memory_of_a_service_node() {
     assert_eq!(get("unaligned cas"), Err(VerbsError::Unaligned { addr: RemoteAddr::host(server, LOCAL_WORD + 4) }));
     assert_eq!(get("unaligned faa"), Err(VerbsError::Unaligned { addr: RemoteAddr::host(server, LOCAL_WORD + 1) }));
 
-    let (seen, node, local_read, local_cas, local_write) = take(&out);
+    let (seen, node, local_read, local_cas, local_write) = out.take();
     assert_eq!(seen, 22 + 5, "a remote READ sees the service's local stores");
     assert_eq!(mem_u64(&sim, RemoteAddr::host(server, LOCAL_WORD)), 27);
     assert_eq!(local_read, Err(VerbsError::NoSuchNode(node)), "a compute node has no registered memory");
@@ -640,11 +620,11 @@ fn local_cas_vs_remote_faa(rmw_atomic_with_writes: bool) -> BTreeMap<(u64, u64, 
         sim.add_service(server, SVC, || LocalCas).unwrap();
         let (a, b) = (sim.add_client(0).unwrap(), sim.add_client(0).unwrap());
         let a2 = a.clone();
-        let cas_old = spawn_with(sim, &a, async move { u64_of(&a2.call(server, SVC, Vec::new()).await.unwrap()) });
+        let cas_old = sim.spawn_output(&a, async move { u64_of(&a2.call(server, SVC, Vec::new()).await.unwrap()) });
         let b2 = b.clone();
         let faa_old =
-            spawn_with(sim, &b, async move { b2.faa(RemoteAddr::host(server, LOCAL_WORD), 1).await.unwrap() });
-        Box::new(move |sim| (take(&cas_old), take(&faa_old), mem_u64(sim, RemoteAddr::host(server, LOCAL_WORD))))
+            sim.spawn_output(&b, async move { b2.faa(RemoteAddr::host(server, LOCAL_WORD), 1).await.unwrap() });
+        Box::new(move |sim| (cas_old.take(), faa_old.take(), mem_u64(sim, RemoteAddr::host(server, LOCAL_WORD))))
     })
 }
 
@@ -701,11 +681,11 @@ fn a_wide_local_write_is_atomic_per_word_only() {
             a2.call(server, SVC, Vec::new()).await.unwrap();
         });
         let b2 = b.clone();
-        let read = spawn_with(sim, &b, async move {
+        let read = sim.spawn_output(&b, async move {
             let buf = b2.read(RemoteAddr::host(server, LOCAL_WORD), Buf::zeroed(16)).await.unwrap();
             (buf.u64_at(0), buf.u64_at(8))
         });
-        Box::new(move |_| take(&read))
+        Box::new(move |_| read.take())
     });
     for &(w0, w1) in seen.keys() {
         assert!(w0 == 0 || w0 == PAIR[0], "word 0 is torn: {w0:#x}; outcomes {seen:x?}");
@@ -900,7 +880,7 @@ fn server_crash_stop_and_restart() {
 
     let a2 = a.clone();
     let call = move |c: SimClient| async move { c.call(server, SVC, Vec::new()).await.map(|r| u64_of(&r)) };
-    let a_out = spawn_with(&mut sim, &a, async move {
+    let a_out = sim.spawn_output(&a, async move {
         let mut before = Vec::new();
         for _ in 0..3 {
             before.push(call(a2.clone()).await);
@@ -923,7 +903,7 @@ fn server_crash_stop_and_restart() {
     });
     // B's call is being handled (its handler sleeps) when the crash hits.
     let b2 = b.clone();
-    let b_out = spawn_with(&mut sim, &b, async move {
+    let b_out = sim.spawn_output(&b, async move {
         b2.sleep(CRASH_NS - 5_000).await;
         let r = b2.call(server, SVC, SLEEP_REQUEST.to_vec()).await;
         (r, b2.now_ns())
@@ -940,7 +920,7 @@ fn server_crash_stop_and_restart() {
     assert_eq!(made.get(), 1, "nothing is created while the node is down");
     sim.run().unwrap();
 
-    let (before, down, after, marker) = take(&a_out);
+    let (before, down, after, marker) = a_out.take();
     assert_eq!(before, vec![Ok(1), Ok(2), Ok(3)]);
     for (r, latency) in &down {
         assert_eq!(*r, Err(VerbsError::NodeDown(server)), "a call while the node is down");
@@ -948,7 +928,7 @@ fn server_crash_stop_and_restart() {
     }
     assert_eq!(after, vec![Ok(1), Ok(2)], "the restarted service starts from fresh state");
     assert!(marker & MARK == MARK && marker & !MARK >= RESTART_NS, "the restarted worker marked memory: {marker:#x}");
-    let (b_result, b_done) = take(&b_out);
+    let (b_result, b_done) = b_out.take();
     assert_eq!(b_result, Err(VerbsError::NodeDown(server)), "the call in progress at the crash fails");
     assert_eq!(b_done, CRASH_NS + timeout, "it fails a transport timeout after the crash");
 
@@ -977,13 +957,13 @@ fn a_crash_frees_the_threads_of_the_handlers_it_killed() {
     sim.add_service(server, SVC + 1, || Compute { ns: 0 }).unwrap();
     let (a, b) = (sim.add_client(0).unwrap(), sim.add_client(0).unwrap());
     let a2 = a.clone();
-    let long = spawn_with(&mut sim, &a, async move {
+    let long = sim.spawn_output(&a, async move {
         // After B's reference call: the node has one RPC thread.
         a2.sleep(CRASH_NS / 2).await;
         a2.call(server, SVC, Vec::new()).await
     });
     let b2 = b.clone();
-    let quick = spawn_with(&mut sim, &b, async move {
+    let quick = sim.spawn_output(&b, async move {
         // An unloaded call for reference, before anything happens.
         let t0 = b2.now_ns();
         b2.call(server, SVC + 1, Vec::new()).await.unwrap();
@@ -995,8 +975,8 @@ fn a_crash_frees_the_threads_of_the_handlers_it_killed() {
         (unloaded, b2.now_ns() - t0)
     });
     sim.run().unwrap();
-    assert_eq!(take(&long), Err(VerbsError::NodeDown(server)));
-    let (unloaded, after_restart) = take(&quick);
+    assert_eq!(long.take(), Err(VerbsError::NodeDown(server)));
+    let (unloaded, after_restart) = quick.take();
     assert_eq!(
         after_restart, unloaded,
         "after the restart a call is served at once (the killed handler's {LONG_NS} ns of work died with it)"
@@ -1021,7 +1001,7 @@ fn unknown_services_and_bad_registrations() {
 
     let c = sim.add_client(0).unwrap();
     let c2 = c.clone();
-    let out = spawn_with(&mut sim, &c, async move {
+    let out = sim.spawn_output(&c, async move {
         (
             c2.call(server, 9, Vec::new()).await,
             c2.call(server, ALLOCATOR_SERVICE, Vec::new()).await,
@@ -1031,7 +1011,7 @@ fn unknown_services_and_bad_registrations() {
         )
     });
     sim.run().unwrap();
-    let (unknown, no_allocator, unknown_on_memory, to_compute, known) = take(&out);
+    let (unknown, no_allocator, unknown_on_memory, to_compute, known) = out.take();
     assert_eq!(unknown, Err(VerbsError::UnknownService { node: server, service: 9 }));
     assert_eq!(
         no_allocator,
@@ -1065,11 +1045,11 @@ fn a_refused_registration_keeps_the_first_service() {
     assert!(sim.add_service(NodeId(0), ALLOCATOR_SERVICE, || Tag(3)).is_err());
     let c = sim.add_client(0).unwrap();
     let c2 = c.clone();
-    let out = spawn_with(&mut sim, &c, async move {
+    let out = sim.spawn_output(&c, async move {
         (c2.call(server, SVC, Vec::new()).await.map(|r| u64_of(&r)), alloc::alloc(&c2, NodeId(0), 64, 64).await.is_ok())
     });
     sim.run().unwrap();
-    assert_eq!(take(&out), (Ok(1), true), "the first registration serves; the allocator allocates");
+    assert_eq!(out.take(), (Ok(1), true), "the first registration serves; the allocator allocates");
 }
 
 /// Once the run has started, a refused registration must not disturb the running service.
@@ -1083,9 +1063,9 @@ fn a_refused_registration_mid_run_keeps_the_running_service() {
     assert!(sim.add_service(server, SVC, || Tag(2)).is_err());
     let c = sim.add_client(0).unwrap();
     let c2 = c.clone();
-    let out = spawn_with(&mut sim, &c, async move { c2.call(server, SVC, Vec::new()).await.map(|r| u64_of(&r)) });
+    let out = sim.spawn_output(&c, async move { c2.call(server, SVC, Vec::new()).await.map(|r| u64_of(&r)) });
     sim.run().unwrap();
-    assert_eq!(take(&out), Ok(1));
+    assert_eq!(out.take(), Ok(1));
 }
 
 /// A service may be added after the run has started: it is created at once, with its workers.
@@ -1102,7 +1082,7 @@ fn a_service_added_mid_run_serves() {
     sim.run().unwrap();
     sim.add_service(server, SVC, || Tag(7)).unwrap();
     let c2 = c.clone();
-    let out = spawn_with(&mut sim, &c, async move { c2.call(server, SVC, Vec::new()).await.map(|r| u64_of(&r)) });
+    let out = sim.spawn_output(&c, async move { c2.call(server, SVC, Vec::new()).await.map(|r| u64_of(&r)) });
     sim.run().unwrap();
-    assert_eq!(take(&out), Ok(7));
+    assert_eq!(out.take(), Ok(7));
 }
