@@ -26,45 +26,47 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct RunArgs {
+    /// A run file (TOML, with an optional [sweep]); instead of the flags below.
+    file: Option<std::path::PathBuf>,
     /// Index to run.
-    #[arg(long)]
-    index: String,
+    #[arg(long, required_unless_present = "file", conflicts_with = "file")]
+    index: Option<String>,
     /// The index's named configuration.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = "default", conflicts_with = "file")]
     config: String,
     /// Workload: YCSB a, b, c, d, e, f or load.
-    #[arg(long, default_value = "c")]
+    #[arg(long, default_value = "c", conflicts_with = "file")]
     workload: String,
     /// Keys loaded before the run (record count).
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, conflicts_with = "file")]
     keys: u64,
     /// Bytes per value (default: the workload's).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "file")]
     value_bytes: Option<usize>,
     /// NIC profile: an embedded name (cx6-100g, cx5-100g) or a TOML file.
-    #[arg(long, default_value = "cx6-100g")]
+    #[arg(long, default_value = "cx6-100g", conflicts_with = "file")]
     profile: String,
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, conflicts_with = "file")]
     compute_nodes: u16,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "file")]
     memory_nodes: u16,
     /// Threads per compute node (each a serial CPU).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, conflicts_with = "file")]
     threads_per_cn: u32,
     /// Clients (coroutines) per thread.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "file")]
     coroutines: u32,
     /// Total clients, instead of --threads-per-cn: spread evenly over the compute nodes.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "file")]
     clients: Option<u32>,
     /// How keys are loaded: bulk (no simulated time) or insert (timed, not measured).
-    #[arg(long, default_value = "bulk")]
+    #[arg(long, default_value = "bulk", conflicts_with = "file")]
     load: String,
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, conflicts_with = "file")]
     warmup_us: u64,
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, conflicts_with = "file")]
     duration_us: u64,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "file")]
     seed: u64,
     /// Output: a table, or the JSON object of the metric schema.
     #[arg(long, value_enum, default_value = "table")]
@@ -207,66 +209,73 @@ fn main() -> ExitCode {
 }
 
 fn run_run(a: RunArgs) -> Result<(), String> {
-    use dmkit_experiments::run::{self, LoadMethod, RunRequest, RunSetup};
-    let profile = Profile::load(&a.profile).map_err(|e| e.to_string())?;
-    let load = match a.load.as_str() {
-        "bulk" => LoadMethod::Bulk,
-        "insert" => LoadMethod::Insert,
-        other => return Err(format!("--load must be bulk or insert, got '{other}'")),
-    };
-    if a.compute_nodes == 0 || a.memory_nodes == 0 || a.coroutines == 0 {
-        return Err("--compute-nodes, --memory-nodes and --coroutines must be positive".into());
-    }
-    let threads_per_cn = match a.clients {
-        Some(0) => return Err("--clients must be positive".into()),
-        Some(c) => {
-            let per_thread_group = a.compute_nodes as u32 * a.coroutines;
-            if c % per_thread_group != 0 {
-                return Err(format!(
-                    "--clients {c} does not spread evenly over {} compute nodes x {} coroutines",
-                    a.compute_nodes, a.coroutines
-                ));
-            }
-            c / per_thread_group
+    use dmkit_experiments::run::{self, LoadMethod, RunFile, RunRequest, RunSetup};
+    let requests: Vec<RunRequest> = match &a.file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            RunFile::parse(&text)?.requests()?
         }
-        None => a.threads_per_cn,
+        None => {
+            let profile = Profile::load(&a.profile).map_err(|e| e.to_string())?;
+            let load = match a.load.as_str() {
+                "bulk" => LoadMethod::Bulk,
+                "insert" => LoadMethod::Insert,
+                other => return Err(format!("--load must be bulk or insert, got '{other}'")),
+            };
+            if a.compute_nodes == 0 || a.memory_nodes == 0 || a.coroutines == 0 {
+                return Err("--compute-nodes, --memory-nodes and --coroutines must be positive".into());
+            }
+            let threads_per_cn = match a.clients {
+                Some(0) => return Err("--clients must be positive".into()),
+                Some(c) => {
+                    let per_thread_group = a.compute_nodes as u32 * a.coroutines;
+                    if c % per_thread_group != 0 {
+                        return Err(format!(
+                            "--clients {c} does not spread evenly over {} compute nodes x {} coroutines",
+                            a.compute_nodes, a.coroutines
+                        ));
+                    }
+                    c / per_thread_group
+                }
+                None => a.threads_per_cn,
+            };
+            if threads_per_cn == 0 {
+                return Err("--threads-per-cn must be positive".into());
+            }
+            vec![RunRequest {
+                index: a.index.clone().expect("clap requires --index without a file"),
+                config: a.config.clone(),
+                workload: a.workload.clone(),
+                keys: a.keys,
+                value_bytes: a.value_bytes,
+                setup: RunSetup {
+                    profile,
+                    compute_nodes: a.compute_nodes,
+                    memory_nodes: a.memory_nodes,
+                    threads_per_cn,
+                    coroutines: a.coroutines,
+                    load,
+                    warmup_ns: a.warmup_us * 1000,
+                    duration_ns: a.duration_us * 1000,
+                    seed: a.seed,
+                },
+            }]
+        }
     };
-    if threads_per_cn == 0 {
-        return Err("--threads-per-cn must be positive".into());
-    }
-    let request = RunRequest {
-        index: a.index,
-        config: a.config,
-        workload: a.workload,
-        keys: a.keys,
-        value_bytes: a.value_bytes,
-        setup: RunSetup {
-            profile,
-            compute_nodes: a.compute_nodes,
-            memory_nodes: a.memory_nodes,
-            threads_per_cn,
-            coroutines: a.coroutines,
-            load,
-            warmup_ns: a.warmup_us * 1000,
-            duration_ns: a.duration_us * 1000,
-            seed: a.seed,
-        },
-    };
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_message(format!("running {} / {}", request.index, request.workload));
-    bar.enable_steady_tick(std::time::Duration::from_millis(200));
-    let result = run::run_request(&request);
-    bar.finish_and_clear();
-    let result = result?;
-    let json = serde_json::to_string(&result).map_err(|e| e.to_string())?;
+    // Independent runs go on every core; results come back in file order.
+    let results = sweep::run_points(&requests, sweep::default_threads(), "dmkit run", run::run_request);
+    let results: Vec<_> = results.into_iter().collect::<Result<_, _>>()?;
+    let lines: Vec<String> =
+        results.iter().map(serde_json::to_string).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     match a.format {
-        Format::Table => print!("{}", run::table(std::slice::from_ref(&result))),
-        Format::Json => println!("{json}"),
+        Format::Table => print!("{}", run::table(&results)),
+        Format::Json => lines.iter().for_each(|l| println!("{l}")),
     }
-    if let Some(dir) = a.out {
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        std::fs::write(dir.join("result.jsonl"), format!("{json}\n")).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("result.csv"), run::csv(std::slice::from_ref(&result))).map_err(|e| e.to_string())?;
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let jsonl: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(dir.join("result.jsonl"), jsonl).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("result.csv"), run::csv(&results)).map_err(|e| e.to_string())?;
         eprintln!("wrote {}/result.jsonl and result.csv", dir.display());
     }
     Ok(())

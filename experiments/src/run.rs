@@ -488,3 +488,173 @@ pub fn csv(results: &[RunResult]) -> String {
     }
     out
 }
+
+/// A run file: the TOML form of `dmkit run`'s flags, plus an optional `[sweep]` whose lists
+/// expand into one run per combination (in file order, the last list varying fastest).
+///
+/// ```toml
+/// index = "example"
+/// workload = "c"
+/// keys = 100000
+/// compute_nodes = 8
+/// threads_per_cn = 8
+///
+/// [sweep]
+/// threads_per_cn = [1, 2, 4, 8]
+/// workload = ["a", "c"]
+/// ```
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunFile {
+    pub index: String,
+    #[serde(default = "default_config")]
+    pub config: String,
+    #[serde(default = "default_workload")]
+    pub workload: String,
+    #[serde(default = "default_keys")]
+    pub keys: u64,
+    pub value_bytes: Option<usize>,
+    #[serde(default = "default_profile")]
+    pub profile: String,
+    #[serde(default = "default_compute_nodes")]
+    pub compute_nodes: u16,
+    #[serde(default = "one_u16")]
+    pub memory_nodes: u16,
+    #[serde(default = "default_threads")]
+    pub threads_per_cn: u32,
+    #[serde(default = "one_u32")]
+    pub coroutines: u32,
+    #[serde(default = "default_load")]
+    pub load: String,
+    #[serde(default = "default_warmup")]
+    pub warmup_us: u64,
+    #[serde(default = "default_duration")]
+    pub duration_us: u64,
+    #[serde(default = "one_u64")]
+    pub seed: u64,
+    #[serde(default)]
+    pub sweep: Sweep,
+}
+
+/// Lists to sweep; each present list multiplies the number of runs.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    pub workload: Option<Vec<String>>,
+    pub keys: Option<Vec<u64>>,
+    pub value_bytes: Option<Vec<usize>>,
+    pub compute_nodes: Option<Vec<u16>>,
+    pub memory_nodes: Option<Vec<u16>>,
+    pub threads_per_cn: Option<Vec<u32>>,
+    pub coroutines: Option<Vec<u32>>,
+    pub seed: Option<Vec<u64>>,
+}
+
+fn default_config() -> String {
+    "default".into()
+}
+fn default_workload() -> String {
+    "c".into()
+}
+fn default_keys() -> u64 {
+    100_000
+}
+fn default_profile() -> String {
+    "cx6-100g".into()
+}
+fn default_compute_nodes() -> u16 {
+    8
+}
+fn one_u16() -> u16 {
+    1
+}
+fn default_threads() -> u32 {
+    8
+}
+fn one_u32() -> u32 {
+    1
+}
+fn default_load() -> String {
+    "bulk".into()
+}
+fn default_warmup() -> u64 {
+    100
+}
+fn default_duration() -> u64 {
+    1000
+}
+fn one_u64() -> u64 {
+    1
+}
+
+impl RunFile {
+    /// Parses a run file; errors are one line.
+    pub fn parse(text: &str) -> Result<RunFile, String> {
+        toml::from_str(text).map_err(|e| format!("bad run file: {}", e.message().replace('\n', " ")))
+    }
+
+    /// Every run the file describes, as requests.
+    pub fn requests(&self) -> Result<Vec<RunRequest>, String> {
+        let profile = Profile::load(&self.profile).map_err(|e| e.to_string())?;
+        let load = match self.load.as_str() {
+            "bulk" => LoadMethod::Bulk,
+            "insert" => LoadMethod::Insert,
+            other => return Err(format!("load must be bulk or insert, got '{other}'")),
+        };
+        let mut points = vec![self.clone()];
+        let s = &self.sweep;
+        macro_rules! expand {
+            ($field:ident, $wrap:expr) => {
+                if let Some(values) = &s.$field {
+                    if values.is_empty() {
+                        return Err(format!("sweep.{} is an empty list", stringify!($field)));
+                    }
+                    points = points
+                        .into_iter()
+                        .flat_map(|p| {
+                            values.iter().map(move |v| {
+                                let mut q = p.clone();
+                                q.$field = $wrap(v.clone());
+                                q
+                            })
+                        })
+                        .collect();
+                }
+            };
+        }
+        expand!(workload, |v| v);
+        expand!(keys, |v| v);
+        expand!(value_bytes, Some);
+        expand!(compute_nodes, |v| v);
+        expand!(memory_nodes, |v| v);
+        expand!(threads_per_cn, |v| v);
+        expand!(coroutines, |v| v);
+        expand!(seed, |v| v);
+        points
+            .into_iter()
+            .map(|p| {
+                if p.compute_nodes == 0 || p.memory_nodes == 0 || p.threads_per_cn == 0 || p.coroutines == 0 {
+                    return Err("compute_nodes, memory_nodes, threads_per_cn and coroutines must be positive".into());
+                }
+                Ok(RunRequest {
+                    index: p.index,
+                    config: p.config,
+                    workload: p.workload,
+                    keys: p.keys,
+                    value_bytes: p.value_bytes,
+                    setup: RunSetup {
+                        profile: profile.clone(),
+                        compute_nodes: p.compute_nodes,
+                        memory_nodes: p.memory_nodes,
+                        threads_per_cn: p.threads_per_cn,
+                        coroutines: p.coroutines,
+                        load,
+                        warmup_ns: p.warmup_us * 1000,
+                        duration_ns: p.duration_us * 1000,
+                        seed: p.seed,
+                    },
+                })
+            })
+            .collect()
+    }
+}

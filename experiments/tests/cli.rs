@@ -168,3 +168,38 @@ fn run_bad_configs_give_one_line_and_exit_2() {
         assert!(line.contains(needle), "{args:?}: '{line}' should mention '{needle}'");
     }
 }
+
+#[test]
+fn a_run_file_sweeps_every_combination_in_order() {
+    let dir = std::env::temp_dir().join(format!("dmkit-run-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("sweep.toml");
+    std::fs::write(
+        &file,
+        "index = \"example\"\nkeys = 5000\ncompute_nodes = 2\nduration_us = 100\nwarmup_us = 20\n\n[sweep]\nworkload = [\"a\", \"c\"]\nthreads_per_cn = [1, 4]\n",
+    )
+    .unwrap();
+    let out_dir = dir.join("out");
+    let out = dmkit(&["run", file.to_str().unwrap(), "--format", "json", "--out", out_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let points: Vec<(String, u64)> =
+        rows.iter().map(|r| (r["workload"].as_str().unwrap().to_string(), r["clients"].as_u64().unwrap())).collect();
+    let expected: Vec<(String, u64)> =
+        [("ycsb-a", 2), ("ycsb-a", 8), ("ycsb-c", 2), ("ycsb-c", 8)].iter().map(|(w, c)| (w.to_string(), *c)).collect();
+    assert_eq!(points, expected, "the last list varies fastest");
+    let csv = std::fs::read_to_string(out_dir.join("result.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 5, "a header and four rows");
+    assert_eq!(std::fs::read_to_string(out_dir.join("result.jsonl")).unwrap().lines().count(), 4);
+    // A file and flags together, or an unknown field, are one-line errors.
+    let both = dmkit(&["run", file.to_str().unwrap(), "--index", "example"]);
+    assert_eq!(both.status.code(), Some(2));
+    std::fs::write(&file, "index = \"example\"\nbogus = 1\n").unwrap();
+    let bad = dmkit(&["run", file.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr_line(&bad).contains("bogus"));
+    std::fs::write(&file, "index = \"example\"\n[sweep]\nkeys = []\n").unwrap();
+    assert!(stderr_line(&dmkit(&["run", file.to_str().unwrap()])).contains("empty"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
