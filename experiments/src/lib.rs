@@ -1,9 +1,13 @@
 //! # dmkit-experiments: workloads, runner, reports and the `dmkit` command
 //!
-//! So far: [`perftest`], the simulator's ib_*_bw / ib_read_lat, and [`sweep`], which runs
-//! independent points on the machine's cores.
+//! - [`perftest`]: the simulator's ib_*_bw / ib_read_lat.
+//! - [`workload`]: YCSB and other workload generators, traces.
+//! - [`run`]: one experiment (or a sweep from a run file) and the metric schema.
+//! - [`plot`]: curves from results, SVG and PNG.
+//! - [`sweep`]: independent points on every core.
 
 pub mod perftest;
+pub mod plot;
 pub mod run;
 pub mod sweep;
 pub mod workload;

@@ -22,6 +22,31 @@ enum Command {
     Check(CheckArgs),
     /// Run one experiment: load an index, warm up, measure; print the metric schema.
     Run(RunArgs),
+    /// Plot results (JSON lines from `dmkit run --out`) as SVG and PNG.
+    Plot(PlotArgs),
+}
+
+#[derive(Args, Debug)]
+struct PlotArgs {
+    /// Results: JSON lines, one run per line (e.g. results/result.jsonl).
+    results: std::path::PathBuf,
+    /// Output path without extension: writes OUT.svg and OUT.png.
+    #[arg(long)]
+    out: std::path::PathBuf,
+    /// Field on the x axis (default: a throughput-latency curve).
+    #[arg(long)]
+    x: Option<String>,
+    /// Field on the y axis.
+    #[arg(long)]
+    y: Option<String>,
+    /// Fields whose values name a series (comma list).
+    #[arg(long, value_delimiter = ',')]
+    series: Option<Vec<String>>,
+    /// Field that orders a series' points (default: clients for throughput-latency, else x).
+    #[arg(long)]
+    order_by: Option<String>,
+    #[arg(long)]
+    title: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -198,6 +223,7 @@ fn main() -> ExitCode {
         Command::Perftest(args) => run_perftest(args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => run_check(args),
         Command::Run(args) => run_run(args).map(|()| ExitCode::SUCCESS),
+        Command::Plot(args) => run_plot(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
@@ -278,6 +304,38 @@ fn run_run(a: RunArgs) -> Result<(), String> {
         std::fs::write(dir.join("result.csv"), run::csv(&results)).map_err(|e| e.to_string())?;
         eprintln!("wrote {}/result.jsonl and result.csv", dir.display());
     }
+    Ok(())
+}
+
+fn run_plot(a: PlotArgs) -> Result<(), String> {
+    use dmkit_experiments::plot::{self, PlotSpec};
+    let text = std::fs::read_to_string(&a.results).map_err(|e| format!("cannot read {}: {e}", a.results.display()))?;
+    let rows = plot::read_results(&text).map_err(|e| format!("{}: {e}", a.results.display()))?;
+    let mut spec = PlotSpec::throughput_latency();
+    if a.x.is_some() || a.y.is_some() {
+        spec.order_by = None;
+        spec.title = format!("{} vs {}", a.y.as_deref().unwrap_or(&spec.y), a.x.as_deref().unwrap_or(&spec.x));
+    }
+    if let Some(x) = a.x {
+        spec.x = x;
+    }
+    if let Some(y) = a.y {
+        spec.y = y;
+    }
+    if let Some(s) = a.series {
+        spec.series = s;
+    }
+    if a.order_by.is_some() {
+        spec.order_by = a.order_by;
+    }
+    if let Some(t) = a.title {
+        spec.title = t;
+    }
+    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    plot::plot(&rows, &spec, &a.out)?;
+    eprintln!("wrote {} and {}", a.out.with_extension("svg").display(), a.out.with_extension("png").display());
     Ok(())
 }
 
