@@ -93,6 +93,9 @@ struct RunArgs {
     duration_us: u64,
     #[arg(long, default_value_t = 1, conflicts_with = "file")]
     seed: u64,
+    /// Add a throughput time series with this interval (microseconds) to the JSON.
+    #[arg(long, default_value_t = 0, conflicts_with = "file")]
+    timeseries_us: u64,
     /// Output: a table, or the JSON object of the metric schema.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
@@ -284,6 +287,7 @@ fn run_run(a: RunArgs) -> Result<(), String> {
                     warmup_ns: a.warmup_us * 1000,
                     duration_ns: a.duration_us * 1000,
                     seed: a.seed,
+                    timeseries_ns: a.timeseries_us * 1000,
                 },
             }]
         }

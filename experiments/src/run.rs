@@ -44,6 +44,8 @@ pub struct RunSetup {
     pub warmup_ns: u64,
     pub duration_ns: u64,
     pub seed: u64,
+    /// Report throughput per interval of this many ns over warm-up and measurement (0: off).
+    pub timeseries_ns: u64,
 }
 
 impl RunSetup {
@@ -110,12 +112,27 @@ pub struct RunResult {
     pub errors: BTreeMap<String, u64>,
     /// Index-specific counters.
     pub index_counters: BTreeMap<String, u64>,
+    /// Throughput per interval from the start of the warm-up, when asked for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeseries: Vec<TimePoint>,
     /// Simulator steps of the whole run.
     pub sim_steps: u64,
 }
 
+/// Operations completed in one interval of a throughput time series.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TimePoint {
+    /// Start of the interval, from the start of the warm-up.
+    pub t_us: f64,
+    pub operations: u64,
+    pub throughput_mops: f64,
+}
+
 #[derive(Default)]
 struct Tally {
+    /// Completion times (ns from the start of the warm-up) of every operation, if a time series
+    /// was asked for.
+    completions: Vec<u64>,
     latencies: BTreeMap<&'static str, Vec<u64>>,
     cost: ClientStats,
     useful_bytes: u64,
@@ -214,6 +231,7 @@ pub fn run_index<K: IndexKind>(
     let start = sim.now_ns();
     let (warmup_end, end) = (start + setup.warmup_ns, start + setup.warmup_ns + setup.duration_ns);
     let baseline = sim.stats();
+    let timeseries = setup.timeseries_ns > 0;
 
     // The measured clients.
     let tally = Rc::new(RefCell::new(Tally::default()));
@@ -236,6 +254,9 @@ pub fn run_index<K: IndexKind>(
                         let (t0, s0) = (c.now_ns(), c.stats());
                         let outcome = spec::apply(&mut handle, &op).await;
                         let t1 = c.now_ns();
+                        if timeseries && t1 <= end {
+                            tally.borrow_mut().completions.push(t1 - start);
+                        }
                         if t1 > warmup_end && t1 <= end {
                             let mut t = tally.borrow_mut();
                             t.latencies.entry(op.name()).or_default().push(t1 - t0);
@@ -257,6 +278,24 @@ pub fn run_index<K: IndexKind>(
     let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
 
     let seconds = setup.duration_ns as f64 / 1e9;
+    let mut series = Vec::new();
+    if timeseries {
+        let step = setup.timeseries_ns;
+        let buckets = (setup.warmup_ns + setup.duration_ns).div_ceil(step) as usize;
+        let mut counts = vec![0u64; buckets];
+        for &t in &tally.completions {
+            counts[((t / step) as usize).min(buckets - 1)] += 1;
+        }
+        series = counts
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| TimePoint {
+                t_us: (i as u64 * step) as f64 / 1e3,
+                operations: n,
+                throughput_mops: round3(n as f64 / (step as f64 / 1e9) / 1e6),
+            })
+            .collect();
+    }
     let all: Vec<u64> = tally.latencies.values().flatten().copied().collect();
     let overall = op_metrics(all, seconds);
     let ops = overall.operations.max(1) as f64;
@@ -318,6 +357,7 @@ pub fn run_index<K: IndexKind>(
         rdwc: None,
         errors: tally.errors,
         index_counters: tally.counters.events.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        timeseries: series,
         sim_steps: stats.steps,
     })
 }
@@ -532,6 +572,9 @@ pub struct RunFile {
     pub duration_us: u64,
     #[serde(default = "one_u64")]
     pub seed: u64,
+    /// Throughput time series interval (0: off).
+    #[serde(default)]
+    pub timeseries_us: u64,
     #[serde(default)]
     pub sweep: Sweep,
 }
@@ -652,6 +695,7 @@ impl RunFile {
                         warmup_ns: p.warmup_us * 1000,
                         duration_ns: p.duration_us * 1000,
                         seed: p.seed,
+                        timeseries_ns: p.timeseries_us * 1000,
                     },
                 })
             })

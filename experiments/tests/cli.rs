@@ -203,3 +203,35 @@ fn a_run_file_sweeps_every_combination_in_order() {
     assert!(stderr_line(&dmkit(&["run", file.to_str().unwrap()])).contains("empty"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn run_reports_a_throughput_time_series_on_request() {
+    let args = [
+        "run",
+        "--index",
+        "example",
+        "--workload",
+        "c",
+        "--keys",
+        "5000",
+        "--clients",
+        "16",
+        "--warmup-us",
+        "100",
+        "--duration-us",
+        "300",
+    ];
+    let plain: serde_json::Value =
+        serde_json::from_slice(&dmkit(&[&args[..], &["--format", "json"]].concat()).stdout).unwrap();
+    assert!(plain.get("timeseries").is_none(), "no series unless asked");
+    let out = dmkit(&[&args[..], &["--format", "json", "--timeseries-us", "50"]].concat());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let series = v["timeseries"].as_array().unwrap();
+    assert_eq!(series.len(), 8, "400 us of warm-up and measurement in 50-us intervals");
+    // The intervals after the warm-up hold the measured operations.
+    let measured: u64 =
+        series.iter().filter(|p| p["t_us"].as_f64().unwrap() >= 100.0).map(|p| p["operations"].as_u64().unwrap()).sum();
+    let operations = v["operations"].as_u64().unwrap();
+    assert!(measured.abs_diff(operations) * 100 <= operations, "{measured} vs {operations}");
+    assert_eq!(v["throughput_mops"], plain["throughput_mops"], "asking for the series changes nothing else");
+}
