@@ -4,10 +4,12 @@
 //! - [`workload`]: YCSB and other workload generators, traces.
 //! - [`run`]: one experiment (or a sweep from a run file) and the metric schema.
 //! - [`plot`]: curves from results, SVG and PNG.
+//! - [`reproduce`]: a paper's figure: its sweep, its numbers beside ours.
 //! - [`sweep`]: independent points on every core.
 
 pub mod perftest;
 pub mod plot;
+pub mod reproduce;
 pub mod run;
 pub mod sweep;
 pub mod workload;

@@ -24,6 +24,25 @@ enum Command {
     Run(RunArgs),
     /// Plot results (JSON lines from `dmkit run --out`) as SVG and PNG.
     Plot(PlotArgs),
+    /// Reproduce a paper's figures: run their sweeps and set our numbers beside the paper's.
+    Reproduce(ReproduceArgs),
+}
+
+#[derive(Args, Debug)]
+struct ReproduceArgs {
+    /// Paper (a folder of figure files).
+    paper: String,
+    /// One figure (default: all of the paper's).
+    figure: Option<String>,
+    /// reduced (minutes) or full.
+    #[arg(long, default_value = "reduced")]
+    scale: String,
+    /// Folder of figure files.
+    #[arg(long, default_value = dmkit_experiments::reproduce::FIGURES_DIR)]
+    figures: std::path::PathBuf,
+    /// Output folder (default: results/PAPER/FIGURE).
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -227,6 +246,7 @@ fn main() -> ExitCode {
         Command::Check(args) => run_check(args),
         Command::Run(args) => run_run(args).map(|()| ExitCode::SUCCESS),
         Command::Plot(args) => run_plot(args).map(|()| ExitCode::SUCCESS),
+        Command::Reproduce(args) => run_reproduce(args),
     };
     match result {
         Ok(code) => code,
@@ -341,6 +361,25 @@ fn run_plot(a: PlotArgs) -> Result<(), String> {
     plot::plot(&rows, &spec, &a.out)?;
     eprintln!("wrote {} and {}", a.out.with_extension("svg").display(), a.out.with_extension("png").display());
     Ok(())
+}
+
+fn run_reproduce(a: ReproduceArgs) -> Result<ExitCode, String> {
+    use dmkit_experiments::reproduce::{self, Figure};
+    let files = reproduce::figure_files(&a.figures, &a.paper, a.figure.as_deref())?;
+    let mut outside = 0;
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let figure = Figure::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let out = a
+            .out
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("results").join(&figure.paper).join(&figure.figure));
+        let (report, failures) = reproduce::reproduce(&figure, &a.scale, &out, sweep::default_threads())?;
+        print!("{report}");
+        eprintln!("wrote {}", out.display());
+        outside += failures;
+    }
+    Ok(if outside == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 fn run_check(a: CheckArgs) -> Result<ExitCode, String> {

@@ -1,0 +1,247 @@
+//! `dmkit reproduce PAPER [FIGURE]`: a paper's figure as a run file plus the paper's numbers.
+//!
+//! A figure file (`experiments/configs/figures/<paper>/<figure>.toml`) holds:
+//!
+//! ```toml
+//! paper = "smart"
+//! figure = "fig14"
+//! title = "YCSB throughput, 16 CNs, 2 MNs"
+//! source = "SMART (TOS'24) Fig. 14(b) and (d), and Section 5.2"
+//! tolerance = 0.20                       # |ours / paper - 1| allowed, for values and ratios
+//!
+//! [compare]                              # the comparison point of each series
+//! metric = "throughput_mops"
+//! over = "peak"                          # the peak over the sweep (or "min", "last")
+//! series = ["index", "config", "workload"]
+//!
+//! [[published]]                          # a number the paper states, for one series
+//! series = { index = "smart", workload = "ycsb-c" }
+//! value = 96.0
+//!
+//! [[ratio]]                              # a ratio the paper states between two series
+//! numerator = { index = "smart", workload = "ycsb-a" }
+//! denominator = { index = "sherman", config = "sherman-smart", workload = "ycsb-a" }
+//! value = 6.1
+//!
+//! [run.reduced]                          # a run file (with its [run.reduced.sweep])
+//! [run.full]
+//! ```
+//!
+//! Reproducing runs the sweep at the chosen scale, finds each series' comparison point, and
+//! writes `result.jsonl`, `result.csv`, the throughput–latency plot and `report.md`: the paper's
+//! numbers beside ours with their ratio and whether it is within the tolerance. A series or
+//! field the results lack is reported as missing, never as a pass.
+
+use crate::run::{RunFile, RunResult, csv, run_request};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Where figure files live, from the repository's root.
+pub const FIGURES_DIR: &str = "experiments/configs/figures";
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Figure {
+    pub paper: String,
+    pub figure: String,
+    pub title: String,
+    pub source: String,
+    pub tolerance: f64,
+    pub compare: Compare,
+    #[serde(default)]
+    pub published: Vec<Published>,
+    #[serde(default)]
+    pub ratio: Vec<Ratio>,
+    pub run: Scales,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Compare {
+    pub metric: String,
+    /// `peak`, `min` or `last` (in sweep order).
+    pub over: String,
+    pub series: Vec<String>,
+}
+
+/// Which results a number is about: every field named must match.
+pub type Selector = BTreeMap<String, String>;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Published {
+    pub series: Selector,
+    pub value: f64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ratio {
+    pub numerator: Selector,
+    pub denominator: Selector,
+    pub value: f64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scales {
+    pub reduced: RunFile,
+    pub full: Option<RunFile>,
+}
+
+impl Figure {
+    pub fn parse(text: &str) -> Result<Figure, String> {
+        let f: Figure =
+            toml::from_str(text).map_err(|e| format!("bad figure file: {}", e.message().replace('\n', " ")))?;
+        if !(f.tolerance > 0.0 && f.tolerance.is_finite()) {
+            return Err("bad figure file: tolerance must be positive".into());
+        }
+        if !["peak", "min", "last"].contains(&f.compare.over.as_str()) {
+            return Err(format!("bad figure file: compare.over is '{}' (peak, min, last)", f.compare.over));
+        }
+        Ok(f)
+    }
+}
+
+fn matches(row: &Value, sel: &Selector) -> bool {
+    sel.iter().all(|(k, v)| match row.get(k) {
+        Some(Value::String(s)) => s == v,
+        // Numbers and booleans match their JSON text ("64", "true").
+        Some(other) => serde_json::to_string(other).is_ok_and(|text| text == *v),
+        None => false,
+    })
+}
+
+/// The comparison value of the results `sel` selects: peak, min or last of the metric.
+pub fn comparison_point(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<f64> {
+    let values: Vec<f64> =
+        rows.iter().filter(|r| matches(r, sel)).filter_map(|r| r.get(&compare.metric)?.as_f64()).collect();
+    match compare.over.as_str() {
+        "peak" => values.iter().copied().reduce(f64::max),
+        "min" => values.iter().copied().reduce(f64::min),
+        _ => values.last().copied(),
+    }
+}
+
+fn describe(sel: &Selector) -> String {
+    sel.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
+}
+
+/// The markdown report: every published number and ratio beside ours. Returns the report and
+/// how many comparisons fell outside the tolerance or were missing.
+pub fn report(figure: &Figure, rows: &[Value], scale: &str) -> (String, usize) {
+    let mut out = String::new();
+    let mut failures = 0;
+    let _ = writeln!(out, "# {} {}: {}\n", figure.paper, figure.figure, figure.title);
+    let _ = writeln!(
+        out,
+        "Source: {}. Scale: {scale}. Comparison point: {} of `{}` per series; tolerance ±{:.0}%.\n",
+        figure.source,
+        figure.compare.over,
+        figure.compare.metric,
+        figure.tolerance * 100.0
+    );
+    let mut verdict = |paper: f64, ours: Option<f64>| match ours {
+        Some(o) => {
+            let ratio = o / paper;
+            let ok = (ratio - 1.0).abs() <= figure.tolerance;
+            if !ok {
+                failures += 1;
+            }
+            (format!("{o:.3}"), format!("{ratio:.2}"), if ok { "yes" } else { "**no**" }.to_string())
+        }
+        None => {
+            failures += 1;
+            ("missing".into(), "-".into(), "**missing**".into())
+        }
+    };
+    if !figure.published.is_empty() {
+        let _ = writeln!(out, "| series | paper | ours | ours / paper | within |\n|---|---|---|---|---|");
+        for p in &figure.published {
+            let (ours, ratio, ok) = verdict(p.value, comparison_point(rows, &figure.compare, &p.series));
+            let _ = writeln!(out, "| {} | {} | {ours} | {ratio} | {ok} |", describe(&p.series), p.value);
+        }
+        out.push('\n');
+    }
+    if !figure.ratio.is_empty() {
+        let _ = writeln!(out, "| ratio | paper | ours | ours / paper | within |\n|---|---|---|---|---|");
+        for r in &figure.ratio {
+            let n = comparison_point(rows, &figure.compare, &r.numerator);
+            let d = comparison_point(rows, &figure.compare, &r.denominator);
+            let ours = match (n, d) {
+                (Some(n), Some(d)) if d > 0.0 => Some(n / d),
+                _ => None,
+            };
+            let (ours, ratio, ok) = verdict(r.value, ours);
+            let _ = writeln!(
+                out,
+                "| ({}) / ({}) | {} | {ours} | {ratio} | {ok} |",
+                describe(&r.numerator),
+                describe(&r.denominator),
+                r.value
+            );
+        }
+        out.push('\n');
+    }
+    (out, failures)
+}
+
+/// Figure files of `paper` under `figures` (all, or the one named `figure`), sorted.
+pub fn figure_files(figures: &Path, paper: &str, figure: Option<&str>) -> Result<Vec<PathBuf>, String> {
+    let dir = figures.join(paper);
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    files.sort();
+    if let Some(f) = figure {
+        files.retain(|p| p.file_stem().is_some_and(|s| s == f));
+    }
+    if files.is_empty() {
+        return Err(match figure {
+            Some(f) => {
+                format!("no figure '{f}' for paper '{paper}' in {} (figures come with the index issues)", dir.display())
+            }
+            None => format!("no figures for paper '{paper}' in {} (figures come with the index issues)", dir.display()),
+        });
+    }
+    Ok(files)
+}
+
+/// Runs one figure at `scale` and writes its outputs into `out`; returns the report and the
+/// number of comparisons outside the tolerance.
+pub fn reproduce(figure: &Figure, scale: &str, out: &Path, threads: usize) -> Result<(String, usize), String> {
+    let run = match scale {
+        "reduced" => &figure.run.reduced,
+        "full" => figure.run.full.as_ref().ok_or("this figure has no full-scale run")?,
+        other => return Err(format!("--scale must be reduced or full, got '{other}'")),
+    };
+    let requests = run.requests()?;
+    let results: Vec<RunResult> =
+        crate::sweep::run_points(&requests, threads, &format!("{} {}", figure.paper, figure.figure), run_request)
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+    let lines: Vec<String> =
+        results.iter().map(serde_json::to_string).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let rows: Vec<Value> =
+        lines.iter().map(|l| serde_json::from_str(l)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    std::fs::write(out.join("result.jsonl"), lines.iter().map(|l| format!("{l}\n")).collect::<String>())
+        .map_err(|e| e.to_string())?;
+    std::fs::write(out.join("result.csv"), csv(&results)).map_err(|e| e.to_string())?;
+    let spec = crate::plot::PlotSpec {
+        series: figure.compare.series.clone(),
+        title: figure.title.clone(),
+        ..crate::plot::PlotSpec::throughput_latency()
+    };
+    crate::plot::plot(&rows, &spec, &out.join("curve"))?;
+    let (text, failures) = report(figure, &rows, scale);
+    std::fs::write(out.join("report.md"), &text).map_err(|e| e.to_string())?;
+    Ok((text, failures))
+}

@@ -1,0 +1,113 @@
+//! The figure machinery of `dmkit reproduce`, on a test figure over the example index: the
+//! "published" numbers here are test inputs chosen around what the run gives, to check the
+//! comparison point, the ratio, the tolerance and the report; they are no paper's claims.
+
+use dmkit_experiments::reproduce::{self, Compare, Figure, Selector, comparison_point, report};
+use serde_json::json;
+
+fn sel(pairs: &[(&str, &str)]) -> Selector {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn rows() -> Vec<serde_json::Value> {
+    vec![
+        json!({"index": "example", "workload": "ycsb-a", "clients": 8, "throughput_mops": 2.0}),
+        json!({"index": "example", "workload": "ycsb-a", "clients": 64, "throughput_mops": 10.0}),
+        json!({"index": "example", "workload": "ycsb-a", "clients": 128, "throughput_mops": 8.0}),
+        json!({"index": "example", "workload": "ycsb-c", "clients": 64, "throughput_mops": 12.5}),
+    ]
+}
+
+const FIGURE: &str = r#"
+paper = "test"
+figure = "ycsb"
+title = "example index, YCSB A and C"
+source = "a test figure"
+tolerance = 0.2
+
+[compare]
+metric = "throughput_mops"
+over = "peak"
+series = ["index", "workload"]
+
+[[published]]
+series = { index = "example", workload = "ycsb-a" }
+value = 9.0
+
+[[published]]
+series = { index = "example", workload = "ycsb-c" }
+value = 20.0
+
+[[published]]
+series = { index = "sherman", workload = "ycsb-c" }
+value = 5.0
+
+[[ratio]]
+numerator = { index = "example", workload = "ycsb-c" }
+denominator = { index = "example", workload = "ycsb-a" }
+value = 1.2
+
+[run.reduced]
+index = "example"
+keys = 4000
+compute_nodes = 2
+warmup_us = 20
+duration_us = 100
+
+[run.reduced.sweep]
+workload = ["a", "c"]
+threads_per_cn = [1, 4]
+"#;
+
+#[test]
+fn comparison_points_are_peak_min_or_last() {
+    let mut c = Compare { metric: "throughput_mops".into(), over: "peak".into(), series: vec![] };
+    let a = sel(&[("workload", "ycsb-a")]);
+    assert_eq!(comparison_point(&rows(), &c, &a), Some(10.0));
+    c.over = "min".into();
+    assert_eq!(comparison_point(&rows(), &c, &a), Some(2.0));
+    c.over = "last".into();
+    assert_eq!(comparison_point(&rows(), &c, &a), Some(8.0));
+    assert_eq!(comparison_point(&rows(), &c, &sel(&[("workload", "ycsb-z")])), None);
+}
+
+#[test]
+fn the_report_sets_ours_beside_the_paper_and_counts_every_gap() {
+    let figure = Figure::parse(FIGURE).unwrap();
+    let (text, failures) = report(&figure, &rows(), "reduced");
+    // A: 10 vs 9 (within 20%); C: 12.5 vs 20 (outside); sherman: missing; C/A = 1.25 vs 1.2 (within).
+    assert!(text.contains("| index=example, workload=ycsb-a | 9 | 10.000 | 1.11 | yes |"), "{text}");
+    assert!(text.contains("| index=example, workload=ycsb-c | 20 | 12.500 | 0.62 | **no** |"), "{text}");
+    assert!(text.contains("| index=sherman, workload=ycsb-c | 5 | missing | - | **missing** |"), "{text}");
+    assert!(text.contains("| 1.2 | 1.250 | 1.04 | yes |"), "{text}");
+    assert_eq!(failures, 2, "one value outside the tolerance and one missing series");
+}
+
+#[test]
+fn bad_figure_files_are_one_line_errors() {
+    for (text, needle) in [
+        (FIGURE.replace("tolerance = 0.2", "tolerance = 0.0"), "tolerance"),
+        (FIGURE.replace("over = \"peak\"", "over = \"best\""), "best"),
+        (FIGURE.replace("paper = \"test\"", "paper = \"test\"\nbogus = 1"), "bogus"),
+    ] {
+        let err = Figure::parse(&text).unwrap_err();
+        assert!(err.contains(needle) && !err.contains('\n'), "{err}");
+    }
+    let dir = std::env::temp_dir().join(format!("dmkit-figures-{}", std::process::id()));
+    assert!(reproduce::figure_files(&dir, "nopaper", None).unwrap_err().contains("nopaper"));
+}
+
+#[test]
+fn a_figure_runs_end_to_end_into_csv_plot_and_report() {
+    let dir = std::env::temp_dir().join(format!("dmkit-reproduce-{}", std::process::id()));
+    let figure = Figure::parse(FIGURE).unwrap();
+    let (text, failures) = reproduce::reproduce(&figure, "reduced", &dir, 2).unwrap();
+    assert!(text.starts_with("# test ycsb"));
+    assert!(failures >= 1, "the sherman series is missing from these results");
+    for file in ["result.jsonl", "result.csv", "curve.svg", "curve.png", "report.md"] {
+        assert!(dir.join(file).exists(), "{file} written");
+    }
+    assert_eq!(std::fs::read_to_string(dir.join("result.jsonl")).unwrap().lines().count(), 4);
+    assert!(reproduce::reproduce(&figure, "full", &dir, 2).unwrap_err().contains("full-scale"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
