@@ -87,6 +87,21 @@ struct RunArgs {
     /// Bytes per value (default: the workload's).
     #[arg(long, conflicts_with = "file")]
     value_bytes: Option<usize>,
+    /// Bytes per key, 8..=256 (default 8-byte integers; other sizes pad the integer).
+    #[arg(long, conflicts_with = "file")]
+    key_bytes: Option<usize>,
+    /// E-mail-like string keys (of --key-bytes, default 32).
+    #[arg(long, conflicts_with = "file")]
+    email_keys: bool,
+    /// Skew θ of the workload's Zipfian or latest distribution.
+    #[arg(long, conflicts_with = "file")]
+    theta: Option<f64>,
+    /// The index's cache budget per compute node, in bytes.
+    #[arg(long, conflicts_with = "file")]
+    cache_bytes: Option<u64>,
+    /// Operations per client after the warm-up, instead of --duration-us.
+    #[arg(long, conflicts_with_all = ["file", "duration_us"])]
+    ops_per_client: Option<u64>,
     /// NIC profile: an embedded name (cx6-100g, cx5-100g) or a TOML file.
     #[arg(long, default_value = "cx6-100g", conflicts_with = "file")]
     profile: String,
@@ -297,6 +312,11 @@ fn run_run(a: RunArgs) -> Result<(), String> {
                 workload: a.workload.clone(),
                 keys: a.keys,
                 value_bytes: a.value_bytes,
+                key_bytes: a.key_bytes,
+                email_keys: a.email_keys,
+                theta: a.theta,
+                ops_per_client: a.ops_per_client,
+                cache_bytes: a.cache_bytes,
                 setup: RunSetup {
                     profile,
                     compute_nodes: a.compute_nodes,
@@ -305,7 +325,7 @@ fn run_run(a: RunArgs) -> Result<(), String> {
                     coroutines: a.coroutines,
                     load,
                     warmup_ns: a.warmup_us * 1000,
-                    duration_ns: a.duration_us * 1000,
+                    duration_ns: if a.ops_per_client.is_some() { 0 } else { a.duration_us * 1000 },
                     seed: a.seed,
                     timeseries_ns: a.timeseries_us * 1000,
                 },

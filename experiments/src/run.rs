@@ -16,10 +16,25 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
+/// One measured operation: usually one index operation; a read-modify-write is a search then
+/// an update of the same key, measured as one (as YCSB F counts it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Task {
+    /// The name its latency is reported under (`search`, `insert`, ..., `read_modify_write`).
+    pub name: &'static str,
+    pub ops: Vec<Op>,
+}
+
+impl Task {
+    pub fn single(op: Op) -> Task {
+        Task { name: op.name(), ops: vec![op] }
+    }
+}
+
 /// Where a client's operations come from.
 pub trait OpSource {
     /// The next operation, or `None` when the client is done.
-    fn next_op(&mut self) -> Option<Op>;
+    fn next_op(&mut self) -> Option<Task>;
 }
 
 /// How the initial keys get into the index.
@@ -186,9 +201,8 @@ pub fn run_index<K: IndexKind>(
     if clients == 0 || sources.len() != clients as usize {
         return Err(format!("{} operation sources for {clients} clients", sources.len()));
     }
-    if setup.duration_ns == 0 {
-        return Err("the measured duration must be positive".into());
-    }
+    // A duration of 0 runs every source to its end (an operation count per client) and
+    // measures everything completed after the warm-up.
     let cfg = SimConfig {
         profile: setup.profile.clone(),
         topology: Topology {
@@ -229,7 +243,8 @@ pub fn run_index<K: IndexKind>(
     }
     sim.set_instant(false);
     let start = sim.now_ns();
-    let (warmup_end, end) = (start + setup.warmup_ns, start + setup.warmup_ns + setup.duration_ns);
+    let end = if setup.duration_ns == 0 { u64::MAX } else { start + setup.warmup_ns + setup.duration_ns };
+    let warmup_end = start + setup.warmup_ns;
     let baseline = sim.stats();
     let timeseries = setup.timeseries_ns > 0;
 
@@ -250,20 +265,30 @@ pub fn run_index<K: IndexKind>(
                 let (c, tally) = (client.clone(), tally.clone());
                 sim.spawn(&client, async move {
                     while c.now_ns() < end {
-                        let Some(op) = source.next_op() else { break };
+                        let Some(task) = source.next_op() else { break };
                         let (t0, s0) = (c.now_ns(), c.stats());
-                        let outcome = spec::apply(&mut handle, &op).await;
+                        let mut outcomes = Vec::with_capacity(task.ops.len());
+                        for op in &task.ops {
+                            let outcome = spec::apply(&mut handle, op).await;
+                            let failed = matches!(outcome, Outcome::Failed(_));
+                            outcomes.push(outcome);
+                            if failed {
+                                break;
+                            }
+                        }
                         let t1 = c.now_ns();
                         if timeseries && t1 <= end {
                             tally.borrow_mut().completions.push(t1 - start);
                         }
                         if t1 > warmup_end && t1 <= end {
                             let mut t = tally.borrow_mut();
-                            t.latencies.entry(op.name()).or_default().push(t1 - t0);
+                            t.latencies.entry(task.name).or_default().push(t1 - t0);
                             t.cost.add(&c.stats().since(&s0));
-                            t.useful_bytes += useful_bytes(&op, &outcome);
-                            if let Outcome::Failed(e) = &outcome {
-                                *t.errors.entry(e.to_string()).or_default() += 1;
+                            for (op, outcome) in task.ops.iter().zip(&outcomes) {
+                                t.useful_bytes += useful_bytes(op, outcome);
+                                if let Outcome::Failed(e) = outcome {
+                                    *t.errors.entry(e.to_string()).or_default() += 1;
+                                }
                             }
                         }
                     }
@@ -277,11 +302,13 @@ pub fn run_index<K: IndexKind>(
     let report = K::check_invariants(options, &sim).map_err(|e| format!("after the run, invariant violated: {e}"))?;
     let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
 
-    let seconds = setup.duration_ns as f64 / 1e9;
+    let measured_ns =
+        if setup.duration_ns == 0 { stats.now_ns.saturating_sub(warmup_end).max(1) } else { setup.duration_ns };
+    let seconds = measured_ns as f64 / 1e9;
     let mut series = Vec::new();
     if timeseries {
         let step = setup.timeseries_ns;
-        let buckets = (setup.warmup_ns + setup.duration_ns).div_ceil(step) as usize;
+        let buckets = (setup.warmup_ns + measured_ns).div_ceil(step) as usize;
         let mut counts = vec![0u64; buckets];
         for &t in &tally.completions {
             counts[((t / step) as usize).min(buckets - 1)] += 1;
@@ -325,7 +352,7 @@ pub fn run_index<K: IndexKind>(
         coroutines: setup.coroutines,
         keys,
         seed: setup.seed,
-        duration_ns: setup.duration_ns,
+        duration_ns: measured_ns,
         operations: overall.operations,
         throughput_mops: overall.throughput_mops,
         latency_ns_p50: overall.latency_ns_p50,
@@ -365,7 +392,7 @@ pub fn run_index<K: IndexKind>(
 struct Done;
 
 impl OpSource for Done {
-    fn next_op(&mut self) -> Option<Op> {
+    fn next_op(&mut self) -> Option<Task> {
         None
     }
 }
@@ -394,38 +421,35 @@ pub fn table(results: &[RunResult]) -> String {
     out
 }
 
-/// A client's operations from a workload stream. A read-modify-write becomes a search followed
-/// by an update of the same key (two operations in the per-operation metrics).
+/// A client's operations from a workload stream.
 #[allow(missing_debug_implementations)] // the stream holds generator state not worth printing
 pub struct WorkloadSource {
     stream: crate::workload::Stream,
-    pending: Option<Op>,
 }
 
 impl WorkloadSource {
     pub fn new(stream: crate::workload::Stream) -> WorkloadSource {
-        WorkloadSource { stream, pending: None }
+        WorkloadSource { stream }
     }
 }
 
 impl OpSource for WorkloadSource {
-    fn next_op(&mut self) -> Option<Op> {
+    fn next_op(&mut self) -> Option<Task> {
         use crate::workload::WorkloadOp as W;
-        if let Some(op) = self.pending.take() {
-            return Some(op);
-        }
         Some(match self.stream.next_op() {
-            W::Search { key } => Op::Search { key: key.bytes },
-            W::Update { key, value } => Op::Update { key: key.bytes, value },
-            W::Insert { key, value } => Op::Insert { key: key.bytes, value },
-            W::Delete { key } => Op::Delete { key: key.bytes },
-            W::Scan { start, limit } => {
-                Op::Scan { start: std::ops::Bound::Included(start.bytes), end: std::ops::Bound::Unbounded, limit }
-            }
-            W::ReadModifyWrite { key, value } => {
-                self.pending = Some(Op::Update { key: key.bytes.clone(), value });
-                Op::Search { key: key.bytes }
-            }
+            W::Search { key } => Task::single(Op::Search { key: key.bytes }),
+            W::Update { key, value } => Task::single(Op::Update { key: key.bytes, value }),
+            W::Insert { key, value } => Task::single(Op::Insert { key: key.bytes, value }),
+            W::Delete { key } => Task::single(Op::Delete { key: key.bytes }),
+            W::Scan { start, limit } => Task::single(Op::Scan {
+                start: std::ops::Bound::Included(start.bytes),
+                end: std::ops::Bound::Unbounded,
+                limit,
+            }),
+            W::ReadModifyWrite { key, value } => Task {
+                name: "read_modify_write",
+                ops: vec![Op::Search { key: key.bytes.clone() }, Op::Update { key: key.bytes, value }],
+            },
         })
     }
 }
@@ -438,7 +462,57 @@ pub struct RunRequest {
     pub workload: String,
     pub keys: u64,
     pub value_bytes: Option<usize>,
+    /// Key size: 8-byte integers by default; other sizes are padded integers, or e-mail-like
+    /// strings with `email_keys`.
+    pub key_bytes: Option<usize>,
+    pub email_keys: bool,
+    /// The skew θ of the workload's Zipfian or latest distribution.
+    pub theta: Option<f64>,
+    /// Run this many operations per client after the warm-up instead of a fixed duration.
+    pub ops_per_client: Option<u64>,
+    /// The index's cache budget per compute node (indexes with a compute-node cache).
+    pub cache_bytes: Option<u64>,
     pub setup: RunSetup,
+}
+
+/// Applies a request's key size, θ and value size to a workload spec.
+fn shape_workload(spec: &mut crate::workload::WorkloadSpec, req: &RunRequest) -> Result<(), String> {
+    use crate::workload::{Distribution, KeyFormat, KeyOrder};
+    if let Some(v) = req.value_bytes {
+        spec.value_bytes = v;
+    }
+    let order = match spec.key_format {
+        KeyFormat::Integer { order } | KeyFormat::Padded { order, .. } => order,
+        KeyFormat::Email { .. } => KeyOrder::Hashed,
+    };
+    spec.key_format = match (req.key_bytes, req.email_keys) {
+        (None, false) => spec.key_format,
+        (Some(8), false) => KeyFormat::Integer { order },
+        (Some(bytes), false) => KeyFormat::Padded { bytes, order },
+        (bytes, true) => KeyFormat::Email { bytes: bytes.unwrap_or(32), domain_first: false },
+    };
+    if let Some(t) = req.theta {
+        spec.distribution = match spec.distribution {
+            Distribution::ScrambledZipfian { .. } => Distribution::ScrambledZipfian { theta: t },
+            Distribution::Zipfian { .. } => Distribution::Zipfian { theta: t },
+            Distribution::Latest { .. } => Distribution::Latest { theta: t },
+            other => return Err(format!("--theta needs a skewed workload; {} is {other:?}", spec.name)),
+        };
+    }
+    spec.validate().map_err(|e| e.to_string())
+}
+
+/// Stops a client's source after `left` operations.
+struct Limited {
+    inner: Box<dyn OpSource>,
+    left: u64,
+}
+
+impl OpSource for Limited {
+    fn next_op(&mut self) -> Option<Task> {
+        self.left = self.left.checked_sub(1)?;
+        self.inner.next_op()
+    }
 }
 
 /// Names `dmkit run --index` accepts.
@@ -454,16 +528,20 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
         return Err("--keys must be positive".into());
     }
     let mut spec = WorkloadSpec::from_name(&req.workload, req.keys).map_err(|e| e.to_string())?;
-    if let Some(v) = req.value_bytes {
-        spec.value_bytes = v;
-    }
-    spec.validate().map_err(|e| e.to_string())?;
+    shape_workload(&mut spec, req)?;
     let loading = req.workload.eq_ignore_ascii_case("load");
     let items: Vec<(Vec<u8>, Vec<u8>)> = if loading { Vec::new() } else { load_items(&spec).collect() };
     let shared = SharedState::for_spec(&spec);
     let clients = req.setup.clients();
     let sources: Vec<Box<dyn OpSource>> = (0..clients)
-        .map(|c| Box::new(WorkloadSource::new(spec.stream(req.setup.seed, c, &shared))) as Box<dyn OpSource>)
+        .map(|c| {
+            let source: Box<dyn OpSource> = Box::new(WorkloadSource::new(spec.stream(req.setup.seed, c, &shared)));
+            match req.ops_per_client {
+                // Warm-up operations come first: a client that finishes its quota early stops.
+                Some(n) => Box::new(Limited { inner: source, left: n }) as Box<dyn OpSource>,
+                None => source,
+            }
+        })
         .collect();
     let needs_scans = spec.mix.scan > 0.0;
     match req.index.as_str() {
@@ -471,6 +549,10 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             use dmkit_indexes::example::{Example, ExampleOptions};
             if needs_scans && !Example::SUPPORTS_SCAN {
                 return Err(format!("index example does not support scans, and workload {} has them", spec.name));
+            }
+            if req.cache_bytes.is_some() {
+                // Its only compute-node state is the superblock: a budget would change nothing.
+                return Err("index example has no compute-node cache: --cache-bytes does not apply".into());
             }
             if req.config != "default" {
                 return Err(format!("index example has no configuration '{}' (configurations: default)", req.config));
@@ -482,7 +564,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             let options = ExampleOptions {
                 buckets: req.keys.div_ceil(2).max(1),
                 slots_per_bucket: slots,
-                max_key_bytes: 32,
+                max_key_bytes: spec.key_format.key_bytes().max(8) as u32,
                 max_value_bytes: spec.value_bytes.max(8) as u32,
                 memory_nodes: req.setup.memory_nodes,
                 ..ExampleOptions::default()
@@ -554,6 +636,12 @@ pub struct RunFile {
     #[serde(default = "default_keys")]
     pub keys: u64,
     pub value_bytes: Option<usize>,
+    pub key_bytes: Option<usize>,
+    #[serde(default)]
+    pub email_keys: bool,
+    pub theta: Option<f64>,
+    pub ops_per_client: Option<u64>,
+    pub cache_bytes: Option<u64>,
     #[serde(default = "default_profile")]
     pub profile: String,
     #[serde(default = "default_compute_nodes")]
@@ -585,12 +673,15 @@ pub struct RunFile {
 pub struct Sweep {
     pub workload: Option<Vec<String>>,
     pub keys: Option<Vec<u64>>,
+    pub key_bytes: Option<Vec<usize>>,
+    pub theta: Option<Vec<f64>>,
     pub value_bytes: Option<Vec<usize>>,
     pub compute_nodes: Option<Vec<u16>>,
     pub memory_nodes: Option<Vec<u16>>,
     pub threads_per_cn: Option<Vec<u32>>,
     pub coroutines: Option<Vec<u32>>,
     pub seed: Option<Vec<u64>>,
+    pub cache_bytes: Option<Vec<u64>>,
 }
 
 fn default_config() -> String {
@@ -667,12 +758,15 @@ impl RunFile {
         }
         expand!(workload, |v| v);
         expand!(keys, |v| v);
+        expand!(key_bytes, Some);
+        expand!(theta, Some);
         expand!(value_bytes, Some);
         expand!(compute_nodes, |v| v);
         expand!(memory_nodes, |v| v);
         expand!(threads_per_cn, |v| v);
         expand!(coroutines, |v| v);
         expand!(seed, |v| v);
+        expand!(cache_bytes, Some);
         points
             .into_iter()
             .map(|p| {
@@ -685,6 +779,11 @@ impl RunFile {
                     workload: p.workload,
                     keys: p.keys,
                     value_bytes: p.value_bytes,
+                    key_bytes: p.key_bytes,
+                    email_keys: p.email_keys,
+                    theta: p.theta,
+                    ops_per_client: p.ops_per_client,
+                    cache_bytes: p.cache_bytes,
                     setup: RunSetup {
                         profile: profile.clone(),
                         compute_nodes: p.compute_nodes,
@@ -693,7 +792,7 @@ impl RunFile {
                         coroutines: p.coroutines,
                         load,
                         warmup_ns: p.warmup_us * 1000,
-                        duration_ns: p.duration_us * 1000,
+                        duration_ns: if p.ops_per_client.is_some() { 0 } else { p.duration_us * 1000 },
                         seed: p.seed,
                         timeseries_ns: p.timeseries_us * 1000,
                     },

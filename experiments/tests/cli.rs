@@ -235,3 +235,35 @@ fn run_reports_a_throughput_time_series_on_request() {
     assert!(measured.abs_diff(operations) * 100 <= operations, "{measured} vs {operations}");
     assert_eq!(v["throughput_mops"], plain["throughput_mops"], "asking for the series changes nothing else");
 }
+
+#[test]
+fn run_takes_key_size_skew_and_an_operation_count() {
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = dmkit(
+            &[&["run", "--index", "example", "--keys", "5000", "--clients", "16", "--format", "json"][..], args]
+                .concat(),
+        );
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // Longer keys mean wider slots: a search reads more bytes.
+    let small = json(&["--workload", "c", "--duration-us", "200"]);
+    let wide = json(&["--workload", "c", "--duration-us", "200", "--key-bytes", "64", "--email-keys"]);
+    assert!(wide["bytes_read_per_op"].as_f64().unwrap() > small["bytes_read_per_op"].as_f64().unwrap());
+    // An operation count replaces the duration: every operation after the warm-up is measured.
+    let counted = json(&["--workload", "c", "--ops-per-client", "100", "--warmup-us", "0"]);
+    assert_eq!(counted["operations"], 1600);
+    // YCSB F: a read-modify-write is one measured operation (a search then an update).
+    let f = json(&["--workload", "f", "--duration-us", "200"]);
+    assert!(f["per_op"]["read_modify_write"]["operations"].as_u64().unwrap() > 0, "{}", f["per_op"]);
+    assert!(f["per_op"].get("update").is_none(), "updates of F are inside its read-modify-writes");
+    for (args, needle) in [
+        (&["--cache-bytes", "1000"][..], "no compute-node cache"),
+        (&["--key-bytes", "300"][..], "256"),
+        (&["--workload", "load", "--theta", "0.5"][..], "theta"),
+    ] {
+        let out = dmkit(&[&["run", "--index", "example", "--keys", "1000"][..], args].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr_line(&out).contains(needle));
+    }
+}
