@@ -96,6 +96,8 @@ enum Phase {
 #[derive(Debug)]
 struct Verb {
     batch: u32,
+    /// The next verb of the same batch, or `NO_VERB`.
+    next_in_batch: u32,
     qp: u32,
     addr: RemoteAddr,
     op: Op,
@@ -201,7 +203,9 @@ pub(crate) struct Batch {
     client: u32,
     /// When the post's CPU work ends and the verbs leave for the NIC.
     posted_ps: u64,
-    verbs: Vec<u32>,
+    /// The batch's verbs in order, linked through `Verb::next_in_batch` (no allocation per batch).
+    first_verb: u32,
+    len: u32,
     pending: u32,
     signaled: bool,
     resp_ps_max: u64,
@@ -259,6 +263,9 @@ pub(crate) struct Timer {
 
 /// `Verb::arrive_ps` of a verb whose post waits for its thread's CPU.
 const NOT_ISSUED: u64 = u64::MAX;
+
+/// End of a batch's verb list.
+const NO_VERB: u32 = u32::MAX;
 
 #[derive(Debug, Default)]
 struct Qp {
@@ -682,7 +689,8 @@ impl Core {
         let batch = self.batches.insert(Batch {
             client,
             posted_ps,
-            verbs: Vec::with_capacity(requests.len()),
+            first_verb: NO_VERB,
+            len: requests.len() as u32,
             pending: requests.len() as u32,
             signaled,
             resp_ps_max: 0,
@@ -690,6 +698,7 @@ impl Core {
             outcome: Outcome::Pending,
         });
         self.batches_posted += 1;
+        let mut last = None;
         for r in requests {
             let kind = kind_of(&r.op);
             let counted = &mut self.clients[client as usize].stats.verbs[VerbKind::of(&r.op) as usize];
@@ -697,6 +706,7 @@ impl Core {
             counted.payload_bytes += r.op.byte_len();
             let v = self.verbs.insert(Verb {
                 batch,
+                next_in_batch: NO_VERB,
                 qp,
                 addr: r.addr,
                 op: r.op,
@@ -713,7 +723,11 @@ impl Core {
                 rmw_new: 0,
                 resp_ps: 0,
             });
-            self.batches[batch].verbs.push(v);
+            match last {
+                Some(prev) => self.verbs[prev].next_in_batch = v,
+                None => self.batches[batch].first_verb = v,
+            }
+            last = Some(v);
             let q = &mut self.qps[qp as usize];
             q.outstanding.push_back(v);
             q.in_transit.push_back(v);
@@ -737,9 +751,12 @@ impl Core {
     fn issue(&mut self, batch: u32) {
         let (client, posted_ps) = (self.batches[batch].client, self.batches[batch].posted_ps);
         let nic = self.clients[client as usize].node.0 as usize;
-        let verbs = std::mem::take(&mut self.batches[batch].verbs);
-        let qp = self.verbs[verbs[0]].qp;
-        for &v in &verbs {
+        let first = self.batches[batch].first_verb;
+        let qp = self.verbs[first].qp;
+        let mut next = first;
+        while next != NO_VERB {
+            let v = next;
+            next = self.verbs[v].next_in_batch;
             let (kind, len) = (self.verbs[v].kind, self.verbs[v].op.byte_len());
             let arrive_ps = if self.instant {
                 posted_ps
@@ -762,7 +779,6 @@ impl Core {
             q.last_arrive_ps = arrive_ps;
             self.verbs[v].arrive_ps = arrive_ps;
         }
-        self.batches[batch].verbs = verbs;
         self.schedule_qp_head(qp);
     }
 
@@ -1250,18 +1266,20 @@ impl Core {
             } else {
                 q.last_completion_ps = q.last_completion_ps.max(resp_max);
                 let b = self.batches.remove(batch);
-                for v in b.verbs {
-                    self.verbs.remove(v);
+                let mut next = b.first_verb;
+                while next != NO_VERB {
+                    next = self.verbs.remove(next).next_in_batch;
                 }
             }
         }
     }
 
     fn complete(&mut self, batch: u32) {
-        let verbs = std::mem::take(&mut self.batches[batch].verbs);
-        let mut result = Ok(Vec::with_capacity(verbs.len()));
-        for v in verbs {
-            let verb = self.verbs.remove(v);
+        let mut next = self.batches[batch].first_verb;
+        let mut result = Ok(Vec::with_capacity(self.batches[batch].len as usize));
+        while next != NO_VERB {
+            let verb = self.verbs.remove(next);
+            next = verb.next_in_batch;
             let response = if verb.failed {
                 Err(VerbsError::NodeDown(verb.addr.node()))
             } else {
