@@ -127,6 +127,10 @@ struct RunArgs {
     duration_us: u64,
     #[arg(long, default_value_t = 1, conflicts_with = "file")]
     seed: u64,
+    /// Write every operation of the run (one run only) as a history in JSON lines, for any
+    /// linearizability checker (format: dmkit_verify::history).
+    #[arg(long)]
+    export_history: Option<std::path::PathBuf>,
     /// Add a throughput time series with this interval (microseconds) to the JSON.
     #[arg(long, default_value_t = 0, conflicts_with = "file")]
     timeseries_us: u64,
@@ -328,10 +332,14 @@ fn run_run(a: RunArgs) -> Result<(), String> {
                     duration_ns: if a.ops_per_client.is_some() { 0 } else { a.duration_us * 1000 },
                     seed: a.seed,
                     timeseries_ns: a.timeseries_us * 1000,
+                    record_history: a.export_history.is_some(),
                 },
             }]
         }
     };
+    if a.export_history.is_some() && a.file.is_some() {
+        return Err("--export-history takes one run, not a run file".into());
+    }
     // Independent runs go on every core; results come back in file order.
     let results = sweep::run_points(&requests, sweep::default_threads(), "dmkit run", run::run_request);
     let results: Vec<_> = results.into_iter().collect::<Result<_, _>>()?;
@@ -340,6 +348,10 @@ fn run_run(a: RunArgs) -> Result<(), String> {
     match a.format {
         Format::Table => print!("{}", run::table(&results)),
         Format::Json => lines.iter().for_each(|l| println!("{l}")),
+    }
+    if let (Some(path), Some(history)) = (&a.export_history, results.first().and_then(|r| r.history.as_ref())) {
+        std::fs::write(path, history.to_json_lines()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("history of {} operations written to {}", history.records.len(), path.display());
     }
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;

@@ -61,6 +61,8 @@ pub struct RunSetup {
     pub seed: u64,
     /// Report throughput per interval of this many ns over warm-up and measurement (0: off).
     pub timeseries_ns: u64,
+    /// Record every operation of the measured clients as a history (for `--export-history`).
+    pub record_history: bool,
 }
 
 impl RunSetup {
@@ -130,6 +132,10 @@ pub struct RunResult {
     /// Throughput per interval from the start of the warm-up, when asked for.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timeseries: Vec<TimePoint>,
+    /// Every operation the clients ran, with logical invoke and respond times, when asked for
+    /// (JSON lines in the format of `dmkit_verify::history`; not part of the JSON object).
+    #[serde(skip)]
+    pub history: Option<dmkit_verify::history::History>,
     /// Simulator steps of the whole run.
     pub sim_steps: u64,
 }
@@ -145,6 +151,7 @@ pub struct TimePoint {
 
 #[derive(Default)]
 struct Tally {
+    history: dmkit_verify::history::History,
     /// Completion times (ns from the start of the warm-up) of every operation, if a time series
     /// was asked for.
     completions: Vec<u64>,
@@ -218,6 +225,22 @@ pub fn run_index<K: IndexKind>(
     let nodes: Vec<Arc<K::NodeState>> =
         (0..setup.compute_nodes).map(|_| Arc::new(K::node_state(options, &caps))).collect();
     let keys = items.len() as u64;
+    // A recorded history starts with the loaded keys, as inserts completed at time 0, so that a
+    // checker knows the initial contents.
+    let preload: Vec<dmkit_verify::history::Record> = if setup.record_history {
+        items
+            .iter()
+            .map(|(k, v)| dmkit_verify::history::Record {
+                client: u32::MAX,
+                op: Op::Insert { key: k.clone(), value: v.clone() },
+                outcome: Outcome::Existed(false),
+                invoke: 0,
+                respond: Some(0),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let item_bytes = items.iter().map(|(k, v)| (k.len() + v.len()) as f64).sum::<f64>() / (keys.max(1) as f64);
 
     // Create and load with one client.
@@ -247,9 +270,11 @@ pub fn run_index<K: IndexKind>(
     let warmup_end = start + setup.warmup_ns;
     let baseline = sim.stats();
     let timeseries = setup.timeseries_ns > 0;
+    let record = setup.record_history;
 
     // The measured clients.
     let tally = Rc::new(RefCell::new(Tally::default()));
+    tally.borrow_mut().history.records = preload;
     let mut index = 0usize;
     for cn in 0..setup.compute_nodes {
         for _ in 0..setup.threads_per_cn {
@@ -269,7 +294,17 @@ pub fn run_index<K: IndexKind>(
                         let (t0, s0) = (c.now_ns(), c.stats());
                         let mut outcomes = Vec::with_capacity(task.ops.len());
                         for op in &task.ops {
+                            let invoke = c.logical_time();
                             let outcome = spec::apply(&mut handle, op).await;
+                            if record {
+                                tally.borrow_mut().history.records.push(dmkit_verify::history::Record {
+                                    client: c.id(),
+                                    op: op.clone(),
+                                    outcome: outcome.clone(),
+                                    invoke,
+                                    respond: Some(c.logical_time()),
+                                });
+                            }
                             let failed = matches!(outcome, Outcome::Failed(_));
                             outcomes.push(outcome);
                             if failed {
@@ -385,6 +420,7 @@ pub fn run_index<K: IndexKind>(
         errors: tally.errors,
         index_counters: tally.counters.events.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         timeseries: series,
+        history: record.then_some(tally.history),
         sim_steps: stats.steps,
     })
 }
@@ -795,6 +831,7 @@ impl RunFile {
                         duration_ns: if p.ops_per_client.is_some() { 0 } else { p.duration_us * 1000 },
                         seed: p.seed,
                         timeseries_ns: p.timeseries_us * 1000,
+                        record_history: false,
                     },
                 })
             })

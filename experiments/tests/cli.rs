@@ -267,3 +267,32 @@ fn run_takes_key_size_skew_and_an_operation_count() {
         assert!(stderr_line(&out).contains(needle));
     }
 }
+
+#[test]
+fn run_exports_a_history_the_checker_accepts() {
+    let dir = std::env::temp_dir().join(format!("dmkit-run-history-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("h.jsonl");
+    let out = dmkit(&[
+        "run",
+        "--index",
+        "example",
+        "--workload",
+        "a",
+        "--keys",
+        "200",
+        "--clients",
+        "16",
+        "--duration-us",
+        "200",
+        "--export-history",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let history = dmkit_verify::history::History::from_json_lines(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(history.records.len() > 200 + 100, "the loaded keys and the run's operations");
+    let report =
+        dmkit_verify::linearizability::check(&history, false).expect("a run of a correct index is linearizable");
+    assert!(report.operations_checked > 100);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
