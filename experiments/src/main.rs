@@ -277,27 +277,19 @@ fn main() -> ExitCode {
 }
 
 fn run_run(a: RunArgs) -> Result<(), String> {
-    use dmkit_experiments::run::{self, LoadMethod, RunFile, RunRequest, RunSetup};
+    use dmkit_experiments::run::{self, RunFile, RunRequest};
     let requests: Vec<RunRequest> = match &a.file {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             RunFile::parse(&text)?.requests()?
         }
         None => {
-            let profile = Profile::load(&a.profile).map_err(|e| e.to_string())?;
-            let load = match a.load.as_str() {
-                "bulk" => LoadMethod::Bulk,
-                "insert" => LoadMethod::Insert,
-                other => return Err(format!("--load must be bulk or insert, got '{other}'")),
-            };
-            if a.compute_nodes == 0 || a.memory_nodes == 0 || a.coroutines == 0 {
-                return Err("--compute-nodes, --memory-nodes and --coroutines must be positive".into());
-            }
+            // The flags are a run file without a sweep: one path turns both into requests.
             let threads_per_cn = match a.clients {
                 Some(0) => return Err("--clients must be positive".into()),
                 Some(c) => {
                     let per_thread_group = a.compute_nodes as u32 * a.coroutines;
-                    if c % per_thread_group != 0 {
+                    if per_thread_group == 0 || c % per_thread_group != 0 {
                         return Err(format!(
                             "--clients {c} does not spread evenly over {} compute nodes x {} coroutines",
                             a.compute_nodes, a.coroutines
@@ -307,10 +299,7 @@ fn run_run(a: RunArgs) -> Result<(), String> {
                 }
                 None => a.threads_per_cn,
             };
-            if threads_per_cn == 0 {
-                return Err("--threads-per-cn must be positive".into());
-            }
-            vec![RunRequest {
+            let file = RunFile {
                 index: a.index.clone().expect("clap requires --index without a file"),
                 config: a.config.clone(),
                 workload: a.workload.clone(),
@@ -321,20 +310,23 @@ fn run_run(a: RunArgs) -> Result<(), String> {
                 theta: a.theta,
                 ops_per_client: a.ops_per_client,
                 cache_bytes: a.cache_bytes,
-                setup: RunSetup {
-                    profile,
-                    compute_nodes: a.compute_nodes,
-                    memory_nodes: a.memory_nodes,
-                    threads_per_cn,
-                    coroutines: a.coroutines,
-                    load,
-                    warmup_ns: a.warmup_us * 1000,
-                    duration_ns: if a.ops_per_client.is_some() { 0 } else { a.duration_us * 1000 },
-                    seed: a.seed,
-                    timeseries_ns: a.timeseries_us * 1000,
-                    record_history: a.export_history.is_some(),
-                },
-            }]
+                profile: a.profile.clone(),
+                compute_nodes: a.compute_nodes,
+                memory_nodes: a.memory_nodes,
+                threads_per_cn,
+                coroutines: a.coroutines,
+                load: a.load.clone(),
+                warmup_us: a.warmup_us,
+                duration_us: a.duration_us,
+                seed: a.seed,
+                timeseries_us: a.timeseries_us,
+                sweep: Default::default(),
+            };
+            let mut requests = file.requests()?;
+            for r in &mut requests {
+                r.setup.record_history = a.export_history.is_some();
+            }
+            requests
         }
     };
     if a.export_history.is_some() && a.file.is_some() {

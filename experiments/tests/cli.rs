@@ -14,6 +14,14 @@ fn stderr_line(out: &Output) -> String {
     text
 }
 
+/// `dmkit args` fails with exit code 2 and one stderr line that mentions `needle`.
+fn assert_one_line_error(args: &[&str], needle: &str) {
+    let out = dmkit(args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    let line = stderr_line(&out);
+    assert!(line.contains(needle), "{args:?}: '{line}' should mention '{needle}'");
+}
+
 const SHORT: [&str; 4] = ["--warmup-us", "20", "--duration-us", "100"];
 
 #[test]
@@ -72,10 +80,7 @@ fn bad_input_gives_one_line_and_exit_2() {
         (&["perftest", "--unknown-flag"], "--unknown-flag"),
     ];
     for (args, needle) in cases {
-        let out = dmkit(&[args, &SHORT].concat());
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let line = stderr_line(&out);
-        assert!(line.contains(needle), "{args:?}: '{line}' should mention '{needle}'");
+        assert_one_line_error(&[args, &SHORT].concat(), needle);
     }
 }
 
@@ -162,10 +167,7 @@ fn run_bad_configs_give_one_line_and_exit_2() {
         (&["run", "--index", "example", "--profile", "/no/such/file.toml"], "/no/such/file.toml"),
     ];
     for (args, needle) in cases {
-        let out = dmkit(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let line = stderr_line(&out);
-        assert!(line.contains(needle), "{args:?}: '{line}' should mention '{needle}'");
+        assert_one_line_error(args, needle);
     }
 }
 
