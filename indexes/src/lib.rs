@@ -16,6 +16,7 @@ pub mod bulk;
 pub mod common;
 pub mod example;
 pub mod hash;
+pub mod sherman;
 pub mod spec;
 
 use dmkit_rdma::{Caps, Client, MemoryView, VerbsError};
@@ -40,6 +41,13 @@ pub enum IndexError {
         len: usize,
         max: usize,
     },
+    /// The index stores values of a fixed size and this one is shorter.
+    ValueTooShort {
+        len: usize,
+        min: usize,
+    },
+    /// The key is reserved by the index's layout (say, a fence's +infinity).
+    ReservedKey(&'static str),
     /// The structure has no room for the key (a full bucket, a full table).
     Full,
     /// The index does not offer this operation (scans on hash indexes).
@@ -67,6 +75,8 @@ impl fmt::Display for IndexError {
             IndexError::KeyTooShort { len, min } => write!(f, "key of {len} bytes is shorter than {min}"),
             IndexError::KeyTooLong { len, max } => write!(f, "key of {len} bytes is longer than {max}"),
             IndexError::ValueTooLong { len, max } => write!(f, "value of {len} bytes is longer than {max}"),
+            IndexError::ValueTooShort { len, min } => write!(f, "value of {len} bytes is shorter than {min}"),
+            IndexError::ReservedKey(why) => write!(f, "reserved key: {why}"),
             IndexError::Full => write!(f, "the index has no room for this key"),
             IndexError::Unsupported(op) => write!(f, "this index does not support {op}"),
             IndexError::RetriesExhausted { op, retries } => write!(f, "{op} gave up after {retries} retries"),
@@ -83,6 +93,7 @@ impl std::error::Error for IndexError {}
 pub struct Limits {
     pub min_key_bytes: usize,
     pub max_key_bytes: usize,
+    pub min_value_bytes: usize,
     pub max_value_bytes: usize,
 }
 
@@ -98,6 +109,9 @@ impl Limits {
     }
 
     pub fn check_value(&self, value: &[u8]) -> Result<(), IndexError> {
+        if value.len() < self.min_value_bytes {
+            return Err(IndexError::ValueTooShort { len: value.len(), min: self.min_value_bytes });
+        }
         if value.len() > self.max_value_bytes {
             return Err(IndexError::ValueTooLong { len: value.len(), max: self.max_value_bytes });
         }

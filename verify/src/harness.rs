@@ -282,6 +282,15 @@ impl<K: Checked> Scenario for IndexScenario<K> {
 /// returns what the index answered beside what the specification answers: the body of a
 /// proptest over operation sequences (proptest then shrinks a failing sequence to a minimal one).
 pub fn run_sequence<K: IndexKind>(options: &K::Options, ops: &[Op]) -> (Vec<spec::Outcome>, Vec<spec::Outcome>) {
+    let (got, want, _) = run_sequence_checked::<K>(options, ops);
+    (got, want)
+}
+
+/// [`run_sequence`], and the index's invariant walk of the final structure.
+pub fn run_sequence_checked<K: IndexKind>(
+    options: &K::Options,
+    ops: &[Op],
+) -> (Vec<spec::Outcome>, Vec<spec::Outcome>, Result<dmkit_indexes::InvariantReport, String>) {
     let mut sim = Sim::new(SimConfig::default()).expect("the default configuration is valid");
     let client = sim.add_client(0).expect("compute node 0 exists");
     let node = Arc::new(K::node_state(options, sim.caps()));
@@ -302,7 +311,8 @@ pub fn run_sequence<K: IndexKind>(options: &K::Options, ops: &[Op]) -> (Vec<spec
     let mut model = spec::SpecMap::new();
     let want = ops.iter().map(|op| model.apply(op, K::SUPPORTS_SCAN)).collect();
     let got = got.borrow().clone();
-    (got, want)
+    let walk = K::check_invariants(options, &sim);
+    (got, want, walk)
 }
 
 /// The value of counter `name` in `c`.

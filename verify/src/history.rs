@@ -57,6 +57,8 @@ pub fn effect_unknown(e: &IndexError) -> bool {
         IndexError::KeyTooShort { .. }
         | IndexError::KeyTooLong { .. }
         | IndexError::ValueTooLong { .. }
+        | IndexError::ValueTooShort { .. }
+        | IndexError::ReservedKey(_)
         | IndexError::Full
         | IndexError::Unsupported(_) => false,
         IndexError::RetriesExhausted { .. } | IndexError::Corrupt(_) | IndexError::Verbs(_) => true,

@@ -124,6 +124,7 @@ impl IndexKind for Example {
         Limits {
             min_key_bytes: 1,
             max_key_bytes: o.max_key_bytes as usize,
+            min_value_bytes: 0,
             max_value_bytes: o.max_value_bytes as usize,
         }
     }

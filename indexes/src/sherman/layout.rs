@@ -1,0 +1,601 @@
+//! Byte-exact remote formats of Sherman's B+tree (Sherman digest §2).
+//!
+//! A node is one allocation of [`Geometry::alloc_bytes`] bytes, 64-byte aligned (so its lines
+//! are the NIC's lines). Its *logical* image — what the artifact lays out — is, with `K`-byte
+//! keys and `V`-byte values (offsets for `K = V = 8` in brackets, digest §2.3–2.5):
+//!
+//! ```text
+//!  0        8   reserved word (the artifact's CRC / embedded-lock union; always 0 here)
+//!  8        1   version: bookend front version (u8), or NV in the low nibble (cache-line mode)
+//!  9        8   leftmost child (RemoteAddr; null in leaves)
+//! 17        8   right sibling (RemoteAddr; null in the rightmost node of a level)
+//! 25        1   level (0 = leaf)
+//! 26        2   last_index (i16; internal nodes: index of the last record, -1 empty; leaves: -1)
+//! 28        K   lowest fence key (inclusive)
+//! 28+K      K   highest fence key (exclusive; all-0xFF = +infinity)
+//! H = 28+2K     records:
+//!     internal: span x [key K | child 8]                       (61 x 16 at 1 KiB)
+//!     leaf:     span x [ver 1 | key K | value V | meta 1]      (54 x 18 at 1 KiB)
+//!     ver  = f-version (low nibble; bookend) or NV | EV << 4 (cache-line mode)
+//!     meta = r-version (low nibble) | OCCUPIED (bit 4)
+//! H+span*rec    1   rear version (bookend mode; unused in cache-line mode)
+//! ```
+//!
+//! Slot occupancy is a bit in the meta byte's unused high nibble, not "value != 0" as in the
+//! artifact: the bytes on the wire are the same, and every value (including all-zero) can be
+//! stored. Addresses are dmkit [`RemoteAddr`]s, not the artifact's `GlobalAddress` (same 8 bytes,
+//! another bit order: digest §2.1 [R]).
+//!
+//! ## The two consistency modes (digest §8 D3)
+//!
+//! - [`Versioning::Bookend`] (the artifact): a whole-node write bumps the front and rear version
+//!   bytes; a slot write bumps the slot's f and r nibbles. A reader accepts a node if front ==
+//!   rear and a slot if f == r. This assumes a READ samples lines in ascending order and
+//!   overtakes a concurrent WRITE at most once (digest §4.1, B1): under the simulator's default
+//!   (lines in any order) a torn node passes the check. Kept for fidelity and as the known bug.
+//! - [`Versioning::CacheLine`] (CHIME's fix, digest §4.4): the physical image inserts one version
+//!   byte at the start of every 64-byte line after the first, a copy of the version byte of the
+//!   object (header or slot) whose payload continues in that line. The reader strips them and
+//!   requires every copy to equal its object's byte and every object to carry the node's NV.
+//!   Each line is written atomically and carries a version, so any mix of two writes is seen,
+//!   whatever the order the lines are sampled in (up to 16 writes of one slot during one READ:
+//!   4-bit versions, digest §8 D13).
+
+use dmkit_rdma::RemoteAddr;
+
+/// Offset of the version byte (bookend front version / NV).
+pub const VERSION_AT: usize = 8;
+const LEFTMOST_AT: usize = 9;
+const SIBLING_AT: usize = 17;
+const LEVEL_AT: usize = 25;
+const LAST_INDEX_AT: usize = 26;
+const LOWEST_AT: usize = 28;
+/// Bit of a slot's meta byte that marks it occupied.
+const OCCUPIED: u8 = 0x10;
+/// The line size of the cache-line versions.
+pub const LINE: usize = 64;
+
+/// How readers detect a node or slot read across a concurrent write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Versioning {
+    /// Front/rear node versions plus f/r slot versions (the artifact; broken, digest B1).
+    Bookend,
+    /// Per-object versions copied into every 64-byte line (CHIME's encoding).
+    CacheLine,
+}
+
+/// Sizes of one tree's nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub key_bytes: usize,
+    pub value_bytes: usize,
+    /// Slots of a leaf; it splits when an insert fills the last one.
+    pub leaf_span: usize,
+    /// Records of an internal node; it splits when an insert fills the last one.
+    pub internal_span: usize,
+    /// Bytes of every node READ and node WRITE (the artifact reads 1 KiB for both kinds).
+    pub node_bytes: usize,
+    pub versioning: Versioning,
+}
+
+/// A leaf slot, decoded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Slot {
+    pub occupied: bool,
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    /// Bookend: the f nibble; cache-line: EV.
+    pub version: u8,
+    /// Bookend: f != r (the slot was read across a write). Never set in cache-line mode, where
+    /// such a read fails the whole node.
+    pub torn: bool,
+}
+
+/// A node, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// Bookend: the front version; cache-line: NV (4 bits).
+    pub version: u8,
+    pub leftmost: RemoteAddr,
+    pub sibling: RemoteAddr,
+    pub level: u8,
+    pub lowest: Vec<u8>,
+    pub highest: Vec<u8>,
+    /// Internal nodes: sorted `(separator, child)`; child `i` covers `[key i, key i+1)`.
+    pub records: Vec<(Vec<u8>, RemoteAddr)>,
+    /// Leaves: exactly `leaf_span` slots, unsorted.
+    pub slots: Vec<Slot>,
+}
+
+/// Why an image was rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reject {
+    /// Read across a concurrent write: read it again.
+    Torn,
+    /// Bytes no writer produces (bad level, record count): a bug or a foreign region.
+    Garbage(String),
+}
+
+impl Geometry {
+    /// Header bytes (`H`): the first record's logical offset.
+    pub fn header_bytes(&self) -> usize {
+        LOWEST_AT + 2 * self.key_bytes
+    }
+
+    pub fn slot_bytes(&self) -> usize {
+        self.key_bytes + self.value_bytes + 2
+    }
+
+    pub fn record_bytes(&self) -> usize {
+        self.key_bytes + 8
+    }
+
+    fn leaf_rear(&self) -> usize {
+        self.header_bytes() + self.leaf_span * self.slot_bytes()
+    }
+
+    fn internal_rear(&self) -> usize {
+        self.header_bytes() + self.internal_span * self.record_bytes()
+    }
+
+    /// Logical bytes a node uses (the larger kind).
+    pub fn logical_bytes(&self) -> usize {
+        self.leaf_rear().max(self.internal_rear()) + 1
+    }
+
+    /// Physical offset of logical byte `at`.
+    pub fn phys(&self, at: usize) -> usize {
+        match self.versioning {
+            Versioning::Bookend => at,
+            Versioning::CacheLine if at < LINE => at,
+            Versioning::CacheLine => LINE + (at - LINE) / (LINE - 1) * LINE + 1 + (at - LINE) % (LINE - 1),
+        }
+    }
+
+    /// Physical bytes of the logical image (what a node must hold at least).
+    pub fn physical_bytes(&self) -> usize {
+        self.phys(self.logical_bytes() - 1) + 1
+    }
+
+    /// The smallest node size for this geometry, rounded up to 8 bytes.
+    pub fn min_node_bytes(&self) -> usize {
+        self.physical_bytes().div_ceil(8) * 8
+    }
+
+    /// Bytes of one node allocation: the node, then the embedded lock word (used only with
+    /// embedded locks, digest §5.3).
+    pub fn alloc_bytes(&self) -> usize {
+        self.node_bytes + 8
+    }
+
+    /// Offset of the embedded lock word in a node allocation.
+    pub fn embedded_lock_at(&self) -> usize {
+        self.node_bytes
+    }
+
+    /// Largest number of slots a leaf of `node_bytes` holds (the artifact's 54 at 1 KiB, 8/8).
+    pub fn span_for(&self, node_bytes: usize, leaf: bool) -> usize {
+        let per = if leaf { self.slot_bytes() } else { self.record_bytes() };
+        let mut g = *self;
+        let mut span = (node_bytes.saturating_sub(self.header_bytes() + 1)) / per;
+        // Cache-line bytes take room too: shrink until the physical image fits.
+        while span > 0 {
+            if leaf {
+                g.leaf_span = span;
+                g.internal_span = 0;
+            } else {
+                g.internal_span = span;
+                g.leaf_span = 0;
+            }
+            if g.physical_bytes() <= node_bytes {
+                break;
+            }
+            span -= 1;
+        }
+        span
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.key_bytes == 0 || self.key_bytes > 256 {
+            return Err(format!("Sherman keys are 1..=256 bytes, not {}", self.key_bytes));
+        }
+        if self.value_bytes == 0 || self.value_bytes > 4096 {
+            return Err(format!("Sherman values are 1..=4096 bytes, not {}", self.value_bytes));
+        }
+        if self.leaf_span < 2 || self.internal_span < 3 {
+            return Err(format!(
+                "a leaf needs at least 2 slots and an internal node 3 records (got {} and {})",
+                self.leaf_span, self.internal_span
+            ));
+        }
+        if self.internal_span > i16::MAX as usize || self.leaf_span > 4096 {
+            return Err("spans above 4096 are not supported".into());
+        }
+        if self.node_bytes < self.physical_bytes() || self.node_bytes % 8 != 0 {
+            return Err(format!(
+                "nodes of {} bytes cannot hold this layout (it needs {} bytes, a multiple of 8)",
+                self.node_bytes,
+                self.min_node_bytes()
+            ));
+        }
+        Ok(())
+    }
+
+    /// +infinity: the highest fence of the rightmost node of every level.
+    pub fn infinity(&self) -> Vec<u8> {
+        vec![0xFF; self.key_bytes]
+    }
+
+    /// An empty leaf covering `[lowest, highest)`.
+    pub fn empty_leaf(&self, lowest: Vec<u8>, highest: Vec<u8>) -> Node {
+        Node {
+            version: 1,
+            leftmost: RemoteAddr::NULL,
+            sibling: RemoteAddr::NULL,
+            level: 0,
+            lowest,
+            highest,
+            records: Vec::new(),
+            slots: vec![Slot::default(); self.leaf_span],
+        }
+    }
+
+    /// Logical offset of leaf slot `i`.
+    pub fn slot_at(&self, i: usize) -> usize {
+        self.header_bytes() + i * self.slot_bytes()
+    }
+
+    /// The node's logical image.
+    fn encode_logical(&self, n: &Node) -> Vec<u8> {
+        let mut b = vec![0u8; self.logical_bytes()];
+        let nv = self.node_version_byte(n);
+        b[VERSION_AT] = nv;
+        b[LEFTMOST_AT..LEFTMOST_AT + 8].copy_from_slice(&n.leftmost.raw().to_le_bytes());
+        b[SIBLING_AT..SIBLING_AT + 8].copy_from_slice(&n.sibling.raw().to_le_bytes());
+        b[LEVEL_AT] = n.level;
+        let last: i16 = if n.level == 0 { -1 } else { n.records.len() as i16 - 1 };
+        b[LAST_INDEX_AT..LAST_INDEX_AT + 2].copy_from_slice(&last.to_le_bytes());
+        let k = self.key_bytes;
+        b[LOWEST_AT..LOWEST_AT + k].copy_from_slice(&n.lowest);
+        b[LOWEST_AT + k..LOWEST_AT + 2 * k].copy_from_slice(&n.highest);
+        let rear = if n.level == 0 {
+            for (i, s) in n.slots.iter().enumerate() {
+                let at = self.slot_at(i);
+                self.encode_slot_into(n, s, &mut b[at..at + self.slot_bytes()]);
+            }
+            self.leaf_rear()
+        } else {
+            for (i, (key, child)) in n.records.iter().enumerate() {
+                let at = self.header_bytes() + i * self.record_bytes();
+                b[at..at + k].copy_from_slice(key);
+                b[at + k..at + k + 8].copy_from_slice(&child.raw().to_le_bytes());
+            }
+            self.internal_rear()
+        };
+        if self.versioning == Versioning::Bookend {
+            b[rear] = n.version;
+        }
+        b
+    }
+
+    fn node_version_byte(&self, n: &Node) -> u8 {
+        match self.versioning {
+            Versioning::Bookend => n.version,
+            Versioning::CacheLine => n.version & 0x0F,
+        }
+    }
+
+    fn encode_slot_into(&self, n: &Node, s: &Slot, out: &mut [u8]) {
+        let k = self.key_bytes;
+        let ver = s.version & 0x0F;
+        out[0] = match self.versioning {
+            Versioning::Bookend => ver,
+            Versioning::CacheLine => (n.version & 0x0F) | ver << 4,
+        };
+        if s.occupied {
+            out[1..1 + k].copy_from_slice(&s.key);
+            out[1 + k..1 + k + self.value_bytes].copy_from_slice(&s.value);
+        }
+        out[self.slot_bytes() - 1] = ver | if s.occupied { OCCUPIED } else { 0 };
+    }
+
+    /// The version byte every cache-line copy of logical byte `at` must carry: that of the
+    /// object `at` belongs to (a leaf slot, or else the header).
+    fn object_version(&self, logical: &[u8], level: u8, at: usize) -> u8 {
+        if level == 0 && at >= self.header_bytes() && at < self.leaf_rear() {
+            logical[self.slot_at((at - self.header_bytes()) / self.slot_bytes())]
+        } else {
+            logical[VERSION_AT]
+        }
+    }
+
+    /// The full physical image (`node_bytes`) of a node.
+    pub fn encode(&self, n: &Node) -> Vec<u8> {
+        let logical = self.encode_logical(n);
+        let mut out = vec![0u8; self.node_bytes];
+        match self.versioning {
+            Versioning::Bookend => out[..logical.len()].copy_from_slice(&logical),
+            Versioning::CacheLine => {
+                for (at, &byte) in logical.iter().enumerate() {
+                    let p = self.phys(at);
+                    out[p] = byte;
+                    if p % LINE == 1 && p > LINE {
+                        out[p - 1] = self.object_version(&logical, n.level, at);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The physical byte range a write of logical range `[from, to)` must cover: in cache-line
+    /// mode, the line-version bytes inside it, and the one before it when `from` starts a line.
+    pub fn phys_range(&self, from: usize, to: usize) -> (usize, usize) {
+        let mut start = self.phys(from);
+        if self.versioning == Versioning::CacheLine && start % LINE == 1 && start > LINE {
+            start -= 1;
+        }
+        (start, self.phys(to - 1) + 1)
+    }
+
+    /// The physical bytes of leaf slot `i` as they are in `image` (an [`Geometry::encode`]
+    /// output): what a slot write-back WRITEs, at the returned physical offset.
+    pub fn slot_write(&self, image: &[u8], i: usize) -> (usize, Vec<u8>) {
+        let at = self.slot_at(i);
+        let (from, to) = self.phys_range(at, at + self.slot_bytes());
+        (from, image[from..to].to_vec())
+    }
+
+    /// Decodes a physical image. Bookend mode rejects a node whose front and rear differ and
+    /// marks slots whose f and r differ; cache-line mode rejects any inconsistency.
+    pub fn decode(&self, phys: &[u8]) -> Result<Node, Reject> {
+        self.decode_with(phys, true)
+    }
+
+    /// Decodes, checking versions only if `check` (the `no-version-check` planted bug decodes
+    /// whatever was read).
+    pub fn decode_with(&self, phys: &[u8], check: bool) -> Result<Node, Reject> {
+        if phys.len() < self.physical_bytes() {
+            return Err(Reject::Garbage(format!("image of {} bytes is short", phys.len())));
+        }
+        let logical: Vec<u8> = match self.versioning {
+            Versioning::Bookend => phys[..self.logical_bytes()].to_vec(),
+            Versioning::CacheLine => (0..self.logical_bytes()).map(|at| phys[self.phys(at)]).collect(),
+        };
+        let b = &logical;
+        let level = b[LEVEL_AT];
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let k = self.key_bytes;
+        let version = b[VERSION_AT];
+        match self.versioning {
+            _ if !check => {}
+            Versioning::Bookend => {
+                let rear = if level == 0 { self.leaf_rear() } else { self.internal_rear() };
+                if b[rear] != version {
+                    return Err(Reject::Torn);
+                }
+            }
+            Versioning::CacheLine => {
+                // Every line-version byte equals the version of the object it continues.
+                for at in 0..self.logical_bytes() {
+                    let p = self.phys(at);
+                    if p % LINE == 1 && p > LINE && phys[p - 1] != self.object_version(b, level, at) {
+                        return Err(Reject::Torn);
+                    }
+                }
+                if level == 0 {
+                    for i in 0..self.leaf_span {
+                        if b[self.slot_at(i)] & 0x0F != version & 0x0F {
+                            return Err(Reject::Torn);
+                        }
+                    }
+                }
+            }
+        }
+        let last = i16::from_le_bytes([b[LAST_INDEX_AT], b[LAST_INDEX_AT + 1]]);
+        let mut node = Node {
+            version: if self.versioning == Versioning::CacheLine { version & 0x0F } else { version },
+            leftmost: RemoteAddr::from_raw(u64_at(LEFTMOST_AT)),
+            sibling: RemoteAddr::from_raw(u64_at(SIBLING_AT)),
+            level,
+            lowest: b[LOWEST_AT..LOWEST_AT + k].to_vec(),
+            highest: b[LOWEST_AT + k..LOWEST_AT + 2 * k].to_vec(),
+            records: Vec::new(),
+            slots: Vec::new(),
+        };
+        if level == 0 {
+            for i in 0..self.leaf_span {
+                let s = &b[self.slot_at(i)..self.slot_at(i) + self.slot_bytes()];
+                let meta = s[self.slot_bytes() - 1];
+                let f = match self.versioning {
+                    Versioning::Bookend => s[0] & 0x0F,
+                    Versioning::CacheLine => s[0] >> 4,
+                };
+                let occupied = meta & OCCUPIED != 0;
+                node.slots.push(Slot {
+                    occupied,
+                    key: if occupied { s[1..1 + k].to_vec() } else { Vec::new() },
+                    value: if occupied { s[1 + k..1 + k + self.value_bytes].to_vec() } else { Vec::new() },
+                    version: f,
+                    torn: check && self.versioning == Versioning::Bookend && f != meta & 0x0F,
+                });
+            }
+        } else {
+            if last < 0 || last as usize >= self.internal_span {
+                // A torn bookend image (or an unchecked one) can show any count: read again; a
+                // checked cache-line image is consistent, so it is garbage.
+                return Err(match self.versioning {
+                    Versioning::CacheLine if check => {
+                        Reject::Garbage(format!("internal node with last_index {last}"))
+                    }
+                    _ => Reject::Torn,
+                });
+            }
+            for i in 0..=last as usize {
+                let at = self.header_bytes() + i * self.record_bytes();
+                node.records.push((b[at..at + k].to_vec(), RemoteAddr::from_raw(u64_at(at + k))));
+            }
+        }
+        Ok(node)
+    }
+}
+
+impl Node {
+    pub fn is_leaf(&self) -> bool {
+        self.level == 0
+    }
+
+    /// Whether `key` lies in `[lowest, highest)`.
+    pub fn covers(&self, key: &[u8]) -> bool {
+        self.lowest.as_slice() <= key && key < self.highest.as_slice()
+    }
+
+    /// The child of an internal node that covers `key` (which the node must cover).
+    pub fn route(&self, key: &[u8]) -> RemoteAddr {
+        match self.records.iter().rposition(|(k, _)| k.as_slice() <= key) {
+            Some(i) => self.records[i].1,
+            None => self.leftmost,
+        }
+    }
+
+    /// Live slots.
+    pub fn live(&self) -> usize {
+        self.slots.iter().filter(|s| s.occupied).count()
+    }
+
+    /// Bumps the node-level version for a whole-node write (u8 in bookend mode, 4 bits in
+    /// cache-line mode; `encode` masks).
+    pub fn bump(&mut self, versioning: Versioning) {
+        self.version = match versioning {
+            Versioning::Bookend => self.version.wrapping_add(1),
+            Versioning::CacheLine => (self.version + 1) & 0x0F,
+        };
+    }
+}
+
+impl Slot {
+    /// Bumps the slot version (4 bits) for a slot write.
+    pub fn bump(&mut self) {
+        self.version = (self.version + 1) & 0x0F;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmkit_rdma::NodeId;
+
+    fn artifact() -> Geometry {
+        Geometry {
+            key_bytes: 8,
+            value_bytes: 8,
+            leaf_span: 54,
+            internal_span: 61,
+            node_bytes: 1024,
+            versioning: Versioning::Bookend,
+        }
+    }
+
+    #[test]
+    fn artifact_sizes() {
+        let g = artifact();
+        // Digest §2.4-2.5: internal 1021 B used, leaf 1017 B, slot 18 B, header at 9..44.
+        assert_eq!(g.header_bytes(), 44);
+        assert_eq!(g.slot_bytes(), 18);
+        assert_eq!(g.internal_rear() + 1, 1021);
+        assert_eq!(g.leaf_rear() + 1, 1017);
+        assert_eq!(g.span_for(1024, true), 54);
+        assert_eq!(g.span_for(1024, false), 61);
+        g.validate().unwrap();
+    }
+
+    fn leaf(g: &Geometry) -> Node {
+        let mut n = g.empty_leaf(vec![0; 8], g.infinity());
+        n.sibling = RemoteAddr::host(NodeId(1), 4096);
+        for i in [0, 3, 7] {
+            n.slots[i] = Slot {
+                occupied: true,
+                key: (i as u64 * 10).to_be_bytes().to_vec(),
+                value: vec![i as u8; g.value_bytes],
+                version: 3,
+                torn: false,
+            };
+        }
+        n
+    }
+
+    #[test]
+    fn round_trips_in_both_modes() {
+        for versioning in [Versioning::Bookend, Versioning::CacheLine] {
+            let mut g = Geometry { versioning, ..artifact() };
+            g.leaf_span = g.span_for(1024, true);
+            g.internal_span = g.span_for(1024, false);
+            g.validate().unwrap();
+            let n = leaf(&g);
+            assert_eq!(g.decode(&g.encode(&n)).unwrap(), n);
+            let mut i = g.empty_leaf(vec![0; 8], g.infinity());
+            i.level = 2;
+            i.slots.clear();
+            i.leftmost = RemoteAddr::host(NodeId(0), 64);
+            i.records = (1..g.internal_span as u64).map(|k| (k.to_be_bytes().to_vec(), RemoteAddr::host(NodeId(0), k * 64))).collect();
+            assert_eq!(g.decode(&g.encode(&i)).unwrap(), i);
+        }
+    }
+
+    #[test]
+    fn cache_line_mode_sees_any_mix_of_two_images() {
+        let mut g = Geometry { versioning: Versioning::CacheLine, ..artifact() };
+        g.leaf_span = g.span_for(1024, true);
+        let old = leaf(&g);
+        // A whole-node rewrite (new NV) and a slot rewrite (new EV of slot 3).
+        let mut split = old.clone();
+        split.bump(g.versioning);
+        split.slots[7] = Slot::default();
+        let mut slot = old.clone();
+        slot.slots[3].value = vec![0xAB; 8];
+        slot.slots[3].bump();
+        let a = g.encode(&old);
+        for new in [g.encode(&split), g.encode(&slot)] {
+            let lines = a.len() / LINE;
+            for mask in 1..(1u32 << lines) - 1 {
+                let mixed: Vec<u8> = (0..a.len())
+                    .map(|p| if mask >> (p / LINE) & 1 == 1 { new[p] } else { a[p] })
+                    .collect();
+                if mixed != a && mixed != new {
+                    assert_eq!(g.decode(&mixed), Err(Reject::Torn), "mask {mask:#x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bookend_mode_misses_a_torn_middle() {
+        // The known bug (digest B1): front and rear from the new image, the middle from the
+        // old one, passes the check.
+        let g = artifact();
+        let old = leaf(&g);
+        let mut new = old.clone();
+        new.bump(g.versioning);
+        new.slots.swap(0, 9);
+        let (a, b) = (g.encode(&old), g.encode(&new));
+        let mut mixed = b.clone();
+        mixed[64..128].copy_from_slice(&a[64..128]);
+        let n = g.decode(&mixed).expect("bookend check passes");
+        assert!(n.slots.iter().all(|s| !s.occupied || s.key != 0u64.to_be_bytes()), "key 0 vanished");
+    }
+
+    #[test]
+    fn slot_write_covers_its_line_versions() {
+        let mut g = Geometry { versioning: Versioning::CacheLine, ..artifact() };
+        g.leaf_span = g.span_for(1024, true);
+        let old = leaf(&g);
+        for i in 0..g.leaf_span {
+            let mut new = old.clone();
+            new.slots[i] = Slot { occupied: true, key: vec![1; 8], value: vec![2; 8], version: 5, torn: false };
+            let (at, bytes) = g.slot_write(&g.encode(&new), i);
+            let mut image = g.encode(&old);
+            image[at..at + bytes.len()].copy_from_slice(&bytes);
+            assert_eq!(g.decode(&image).unwrap(), new, "slot {i}");
+        }
+    }
+}

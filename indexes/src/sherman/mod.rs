@@ -1,0 +1,1055 @@
+//! # Sherman: the write-optimised B+tree on disaggregated memory (SIGMOD '22)
+//!
+//! Digest: `shared/digests/sherman.md`. A B-link tree over one-sided verbs: every node carries
+//! fence keys and a right-sibling pointer, so a reader that lands on a node that split meanwhile
+//! moves right; leaves are unsorted and a change writes back one slot; writers lock a node with a
+//! lock word, taken through the hierarchical on-chip lock (HOCL, [`crate::common::hocl`]), and
+//! release it with the write-back in one doorbell batch, relying on one QP's WRITE → WRITE order.
+//!
+//! - [`layout`]: byte-exact nodes, in the artifact's bookend versioning or CHIME's per-line fix.
+//! - [`config`]: options and the named configurations the papers ran (`sherman-artifact`,
+//!   `-smart`, `-chime`, `-hstore`, `-dolphin`, and the corrected `sherman-fixed`, the default).
+//! - [`cache`]: the compute-node index cache with a byte budget.
+//!
+//! ## Operations (digest §3; every verb and its size in the digest's §3.13 table)
+//!
+//! - **search**: from the cache (the deepest cached internal node covering the key) or the
+//!   root, READ node by node (`node_bytes` each), moving right on `key ≥ highest`, to the leaf;
+//!   one READ with a warm cache. With RDWC, same-key searches of one compute node share one.
+//! - **insert / update / delete**: find the leaf without reading it, lock it (local table,
+//!   then CAS on the lock word unless the lock was handed over), READ it, apply the change, then
+//!   `[WRITE slot, WRITE unlock]` in one batch: 3 round trips. A full leaf splits: the new
+//!   sibling is written first (awaited), then the old node with the unlock, then the separator
+//!   goes into the parent the same way, up to a new root CASed into the superblock. With RDWC,
+//!   same-key writes of one compute node are combined into the leader's write-back.
+//! - **scan**: find the leaf of the start key, then follow sibling pointers, reading and
+//!   validating every leaf: per-key correct (DESIGN §3). This is the digest's fixed scan (D9);
+//!   the artifact's scan over cached level-1 nodes only (B5) is not reproduced.
+//!
+//! ## Deviations from the artifact, and why
+//!
+//! - The root is cached per compute node and refreshed lazily: a traversal that moves right at
+//!   the root's level, or a failed root CAS, re-reads the superblock word, which holds
+//!   `(address | level)` (CHIME's format, D6). The artifact broadcasts NEW_ROOT messages (D8);
+//!   B-link traversal makes a stale root correct, only slower, until the refresh.
+//! - Every retry loop is bounded (`max_retries`, B13); a torn node under the lock is reported as
+//!   [`IndexError::Corrupt`], never asserted.
+//! - Keys and values have the configured fixed sizes; the all-0xFF key is reserved (+infinity,
+//!   D10). Insert reports whether the key existed, derived under the lock (D10), and update of an
+//!   absent key changes nothing.
+//! - Delete clears the slot and leaves empty leaves in place (no merge, as the artifact, B15).
+//!
+//! ## Planted bugs
+//!
+//! - `no-sibling-chase`: a reader or writer whose key is at or above a node's highest fence does
+//!   not move right: a search misses a key that moved to the new sibling, an insert lands in a
+//!   leaf that does not cover it.
+//! - `no-version-check`: node images are used without checking any version: a READ that
+//!   overlaps a split returns a torn node.
+//! - `unlock-before-write`: the unlock precedes the write-back in the batch, so the next writer
+//!   reads the node before this change lands and overwrites it.
+//! - `split-write-unsignaled`: the split node's WRITE is posted unsignaled and not awaited before
+//!   the parent changes (the artifact's behaviour, B7), in a configuration that awaits it.
+
+pub mod cache;
+pub mod config;
+pub mod layout;
+
+use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
+use crate::common::hocl::{LocalHold, LocalLockTable};
+use crate::common::primitive::{AtomicU64, Ordering};
+use crate::common::rdwc::{ReadLeader, ReadRole, Rdwc, WriteLeader, WriteRole};
+use crate::hash::hash64;
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
+use cache::{CachedNode, IndexCache};
+pub use config::{LockPlacement, ShermanOptions};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
+use layout::{Geometry, Node, Reject, Slot};
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// The superblock on memory node 0: `[root word u64][magic u64][placement u8, pad 3][locks u32]`.
+pub const SUPERBLOCK_OFFSET: u64 = 8192;
+const SUPERBLOCK_BYTES: usize = 24;
+const MAGIC: u64 = u64::from_le_bytes(*b"DMKSHRM1");
+/// Host lock tables live in each memory node's reserved region (DESIGN: below the allocator).
+pub const HOST_LOCK_TABLE_AT: u64 = 512 << 10;
+pub const HOST_LOCK_TABLE_MAX: u64 = 256 << 10;
+/// Nodes are 64-byte aligned, so the root word packs the root's level into the low 6 bits.
+const NODE_ALIGN: u64 = 64;
+const LOCK_HASH_SEED: u64 = 0x5e1f_10c4;
+
+fn superblock_addr() -> RemoteAddr {
+    RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
+}
+
+fn root_word(addr: RemoteAddr, level: u8) -> u64 {
+    debug_assert!(addr.raw() % NODE_ALIGN == 0 && (level as u64) < NODE_ALIGN);
+    addr.raw() | level as u64
+}
+
+fn split_root_word(word: u64) -> (RemoteAddr, u8) {
+    (RemoteAddr::from_raw(word & !(NODE_ALIGN - 1)), (word & (NODE_ALIGN - 1)) as u8)
+}
+
+const PLANTS: [PlantedBug; 4] = [
+    PlantedBug {
+        name: "no-sibling-chase",
+        description: "a key at or above a node's highest fence does not move right: searches miss moved keys, inserts land in the wrong leaf",
+    },
+    PlantedBug {
+        name: "no-version-check",
+        description: "node images are used without checking versions: a READ overlapping a split returns a torn node",
+    },
+    PlantedBug {
+        name: "unlock-before-write",
+        description: "the unlock precedes the write-back in the batch: the next writer reads the node before the change lands",
+    },
+    PlantedBug {
+        name: "split-write-unsignaled",
+        description: "the split node's WRITE is not awaited before the parent changes (artifact bug B7)",
+    },
+];
+
+/// Where this tree's locks are, resolved against the NIC's capabilities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Locks {
+    pub placement: LockPlacement,
+    /// Lock words per memory node (tables only).
+    pub count: u32,
+}
+
+impl Locks {
+    /// `OnChip` falls back to a host table where the NIC has no device memory, and is clamped
+    /// to the device memory it has (digest D2).
+    pub fn resolve(o: &ShermanOptions, caps: &Caps) -> Locks {
+        match o.lock_placement {
+            LockPlacement::Embedded => Locks { placement: LockPlacement::Embedded, count: 0 },
+            LockPlacement::OnChip if caps.device_memory_bytes >= 8 => Locks {
+                placement: LockPlacement::OnChip,
+                count: (o.lock_table_bytes.min(caps.device_memory_bytes) / 8) as u32,
+            },
+            LockPlacement::OnChip | LockPlacement::HostTable => {
+                Locks { placement: LockPlacement::HostTable, count: (o.lock_table_bytes / 8) as u32 }
+            }
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self.placement {
+            LockPlacement::OnChip => 1,
+            LockPlacement::HostTable => 2,
+            LockPlacement::Embedded => 3,
+        }
+    }
+
+    fn from_code(code: u8, count: u32) -> Result<Locks, String> {
+        let placement = match code {
+            1 => LockPlacement::OnChip,
+            2 => LockPlacement::HostTable,
+            3 => LockPlacement::Embedded,
+            other => return Err(format!("superblock: unknown lock placement {other}")),
+        };
+        Ok(Locks { placement, count })
+    }
+
+    /// The lock word of the node at `node`, and its (memory node, index) in the table.
+    fn of(self, g: &Geometry, node: RemoteAddr) -> (RemoteAddr, u16, u32) {
+        let mn = node.node();
+        match self.placement {
+            LockPlacement::Embedded => (node.add(g.embedded_lock_at() as u64), mn.0, 0),
+            LockPlacement::OnChip | LockPlacement::HostTable => {
+                let idx = (hash64(&node.raw().to_le_bytes(), LOCK_HASH_SEED) % self.count as u64) as u32;
+                let at = if self.placement == LockPlacement::OnChip {
+                    RemoteAddr::device(mn, idx as u64 * 8)
+                } else {
+                    RemoteAddr::host(mn, HOST_LOCK_TABLE_AT + idx as u64 * 8)
+                };
+                (at, mn.0, idx)
+            }
+        }
+    }
+}
+
+/// What a write does to its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    Upsert(Vec<u8>),
+    Update(Vec<u8>),
+    Delete,
+}
+
+/// A delegated or combined operation's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Read(Result<Option<Vec<u8>>, IndexError>),
+    Write(Result<bool, IndexError>),
+}
+
+/// The state one compute node's clients share.
+#[derive(Debug)]
+pub struct ShermanNode {
+    geometry: Geometry,
+    locks: Locks,
+    pub cache: IndexCache,
+    pub local_locks: Option<LocalLockTable>,
+    pub rdwc: Rdwc<Change, Reply>,
+    pub chunks: LocalChunkAllocator,
+    /// The root word as this node last saw it (0: not read yet).
+    root: AtomicU64,
+}
+
+/// Sherman's [`IndexKind`].
+#[derive(Debug)]
+pub struct Sherman;
+
+/// One client's handle.
+#[derive(Debug)]
+pub struct ShermanHandle<C> {
+    o: ShermanOptions,
+    g: Geometry,
+    node: Arc<ShermanNode>,
+    ctx: C,
+    /// The lock word this client writes (client id + 1, never 0).
+    me: u64,
+    counters: Counters,
+}
+
+impl IndexKind for Sherman {
+    const NAME: &'static str = "sherman";
+    type Options = ShermanOptions;
+    type NodeState = ShermanNode;
+    type Handle<C: Client + Clone + 'static> = ShermanHandle<C>;
+
+    fn limits(o: &ShermanOptions) -> Limits {
+        Limits {
+            min_key_bytes: o.key_bytes as usize,
+            max_key_bytes: o.key_bytes as usize,
+            min_value_bytes: o.value_bytes as usize,
+            max_value_bytes: o.value_bytes as usize,
+        }
+    }
+
+    fn validate(o: &ShermanOptions) -> Result<(), String> {
+        o.validate()
+    }
+
+    async fn create<C: Client>(o: &ShermanOptions, ctx: &C) -> Result<(), IndexError> {
+        o.validate().map_err(IndexError::Corrupt)?;
+        let g = o.geometry().map_err(IndexError::Corrupt)?;
+        let locks = Locks::resolve(o, ctx.caps());
+        let leaf = g.empty_leaf(vec![0; g.key_bytes], g.infinity());
+        let at = dmkit_rdma::alloc::alloc(ctx, NodeId(0), g.alloc_bytes() as u64, NODE_ALIGN).await?;
+        ctx.write(at, Buf::from(g.encode(&leaf))).await?;
+        let mut sb = Vec::with_capacity(SUPERBLOCK_BYTES);
+        sb.extend_from_slice(&root_word(at, 0).to_le_bytes());
+        sb.extend_from_slice(&MAGIC.to_le_bytes());
+        sb.extend_from_slice(&[locks.code(), 0, 0, 0]);
+        sb.extend_from_slice(&locks.count.to_le_bytes());
+        ctx.write(superblock_addr(), Buf::from(sb)).await?;
+        Ok(())
+    }
+
+    fn node_state(o: &ShermanOptions, caps: &Caps) -> ShermanNode {
+        let geometry = o.geometry().unwrap_or_else(|e| panic!("options were validated: {e}"));
+        let locks = Locks::resolve(o, caps);
+        let local_locks = (o.hocl_local_table && locks.placement != LockPlacement::Embedded).then(|| {
+            LocalLockTable::new(o.memory_nodes, locks.count, o.max_handover)
+                .unwrap_or_else(|e| panic!("options were validated: {e}"))
+        });
+        let chunks = LocalChunkAllocator::new(ChunkOptions {
+            memory_nodes: o.memory_nodes,
+            chunk_bytes: o.chunk_bytes,
+            chunk_align: 4096,
+        })
+        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        ShermanNode {
+            geometry,
+            locks,
+            cache: IndexCache::new(o.cache_bytes, o.cache_levels),
+            local_locks,
+            rdwc: Rdwc::new(o.rdwc_slots.max(1) as usize, o.rdwc),
+            chunks,
+            root: AtomicU64::new(0),
+        }
+    }
+
+    fn node_state_bytes(n: &ShermanNode) -> u64 {
+        n.cache.stats().bytes + n.local_locks.as_ref().map_or(0, |t| t.bytes()) + n.rdwc.bytes() + n.chunks.bytes()
+    }
+
+    fn open<C: Client + Clone + 'static>(o: &ShermanOptions, node: Arc<ShermanNode>, ctx: C) -> ShermanHandle<C> {
+        let me = ctx.identity().client as u64 + 1;
+        ShermanHandle { o: o.clone(), g: node.geometry, node, ctx, me, counters: Counters::default() }
+    }
+
+    fn check_invariants(o: &ShermanOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+        invariants::check(o, memory)
+    }
+
+    fn planted_bugs() -> &'static [PlantedBug] {
+        &PLANTS
+    }
+
+    fn plant(o: &mut ShermanOptions, bug: &str) -> Result<(), String> {
+        let known = PLANTS.iter().find(|p| p.name == bug).ok_or_else(|| {
+            let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
+            format!("sherman has no planted bug '{bug}' (it has: {})", names.join(", "))
+        })?;
+        o.plants.insert(known.name);
+        Ok(())
+    }
+}
+
+/// A held lock: the lock word, and the local hold if HOCL's local table is on.
+struct Held {
+    word: RemoteAddr,
+    hold: Option<LocalHold>,
+}
+
+/// The leaf a traversal found (not yet read), and the cached copy that routed to it.
+struct Found {
+    addr: RemoteAddr,
+    from_cache: Option<Arc<CachedNode>>,
+    /// The node read at each level on the way (index = level).
+    path: Vec<Option<RemoteAddr>>,
+}
+
+impl<C: Client + Clone + 'static> ShermanHandle<C> {
+    fn planted(&self, bug: &str) -> bool {
+        self.o.plants.contains(bug)
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<(), IndexError> {
+        Sherman::limits(&self.o).check_key(key)?;
+        if key.iter().all(|&b| b == 0xFF) {
+            return Err(IndexError::ReservedKey("the all-0xFF key is Sherman's +infinity fence"));
+        }
+        Ok(())
+    }
+
+    fn retries_exhausted(&self, op: &'static str) -> IndexError {
+        IndexError::RetriesExhausted { op, retries: self.o.max_retries }
+    }
+
+    /// The root (address, level), from this node's copy or the superblock.
+    async fn root(&mut self) -> Result<(RemoteAddr, u8), IndexError> {
+        let word = self.node.root.load(Ordering::Acquire);
+        if word != 0 {
+            return Ok(split_root_word(word));
+        }
+        self.refresh_root().await
+    }
+
+    async fn refresh_root(&mut self) -> Result<(RemoteAddr, u8), IndexError> {
+        self.counters.event("root_read");
+        let raw = self.ctx.read(superblock_addr(), Buf::zeroed(8)).await?;
+        let word = raw.u64_at(0);
+        if word == 0 {
+            return Err(IndexError::Corrupt("the superblock holds no root: was the tree created?".into()));
+        }
+        self.node.root.store(word, Ordering::Release);
+        Ok(split_root_word(word))
+    }
+
+    /// READs and decodes a node, reading again while it is torn.
+    async fn read_node(&mut self, addr: RemoteAddr) -> Result<Node, IndexError> {
+        let mut buf = Buf::zeroed(self.g.node_bytes);
+        for _ in 0..self.o.max_retries {
+            buf = self.ctx.read(addr, buf).await?;
+            match self.decode(&buf).await {
+                Ok(n) => return Ok(n),
+                Err(Reject::Torn) => {
+                    self.counters.event("torn_read");
+                    self.counters.retries += 1;
+                }
+                Err(Reject::Garbage(why)) => return Err(IndexError::Corrupt(format!("node at {addr}: {why}"))),
+            }
+        }
+        Err(self.retries_exhausted("read node"))
+    }
+
+    async fn decode(&self, image: &[u8]) -> Result<Node, Reject> {
+        let decoded = if self.planted("no-version-check") {
+            // Trust whatever was read: decode as if every version matched.
+            self.g.decode_with(image, false)
+        } else {
+            self.g.decode(image)
+        };
+        let entries = match &decoded {
+            Ok(n) if n.is_leaf() => n.slots.len(),
+            Ok(n) => n.records.len(),
+            Err(_) => 1,
+        };
+        self.ctx.charge_cpu(CpuWork::NodeSearchEntry, entries as u64).await;
+        decoded
+    }
+
+    /// Finds the node at `target` level covering `key` without reading it: from the deepest
+    /// cached node (if `use_cache`), or from the root, reading every node above `target`.
+    async fn find(&mut self, key: &[u8], target: u8, use_cache: bool) -> Result<Found, IndexError> {
+        'restart: for _ in 0..self.o.max_retries {
+            let (root, root_level) = self.root().await?;
+            let mut path = vec![None; root_level as usize + 2];
+            if root_level <= target {
+                return Ok(Found { addr: root, from_cache: None, path });
+            }
+            let (mut p, mut from_cache) = (root, None);
+            let mut at_root = true;
+            if use_cache && root_level >= self.o.cache_min_root_level && self.o.cache_bytes > 0 {
+                self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
+                if let Some(e) = self.node.cache.lookup(key).filter(|e| e.node.level > target) {
+                    self.counters.event("cache_hit");
+                    path[e.node.level as usize] = Some(e.addr);
+                    let child = e.node.route(key);
+                    if e.node.level == target + 1 {
+                        return Ok(Found { addr: child, from_cache: Some(e), path });
+                    }
+                    (p, from_cache, at_root) = (child, Some(e), false);
+                }
+            }
+            for _ in 0..self.o.max_retries {
+                let n = self.read_node(p).await?;
+                if n.level <= target || !n.lowest.as_slice().le(key) {
+                    // A stale route (cache, or a root that moved): start again from the root.
+                    if let Some(e) = from_cache.take() {
+                        self.node.cache.invalidate(&e);
+                    }
+                    self.counters.event("stale_route");
+                    self.node.root.store(0, Ordering::Release);
+                    continue 'restart;
+                }
+                if key >= n.highest.as_slice() && !self.planted("no-sibling-chase") {
+                    self.counters.event("move_right");
+                    if at_root {
+                        // The root split: learn the new root next time.
+                        self.node.root.store(0, Ordering::Release);
+                    }
+                    p = n.sibling;
+                    continue;
+                }
+                at_root = false;
+                if let Some(slot) = path.get_mut(n.level as usize) {
+                    *slot = Some(p);
+                }
+                self.node.cache.insert(p, &n, self.g.node_bytes as u64);
+                let child = n.route(key);
+                if n.level == target + 1 {
+                    return Ok(Found { addr: child, from_cache, path });
+                }
+                p = child;
+            }
+            return Err(self.retries_exhausted("traverse"));
+        }
+        Err(self.retries_exhausted("traverse"))
+    }
+
+    async fn search_inner(
+        &mut self,
+        key: &[u8],
+        mut leader: Option<&mut ReadLeader<'_, Change, Reply>>,
+    ) -> Result<Option<Vec<u8>>, IndexError> {
+        let mut use_cache = true;
+        for _ in 0..self.o.max_retries {
+            let found = self.find(key, 0, use_cache).await?;
+            let mut addr = found.addr;
+            let mut from_cache = found.from_cache;
+            let mut torn_slot = false;
+            for _ in 0..self.o.max_retries {
+                if let Some(l) = leader.as_deref_mut() {
+                    l.mark();
+                }
+                let n = self.read_node(addr).await?;
+                if n.level != 0 {
+                    // The root was a leaf when read and grew since.
+                    self.node.root.store(0, Ordering::Release);
+                    break;
+                }
+                if !n.covers(key) {
+                    if let Some(e) = from_cache.take() {
+                        self.node.cache.invalidate(&e);
+                        self.counters.event("cache_stale");
+                        if self.o.stale_restart || key < n.lowest.as_slice() {
+                            use_cache = false;
+                            break;
+                        }
+                    }
+                    if key >= n.highest.as_slice() && !self.planted("no-sibling-chase") {
+                        self.counters.event("move_right");
+                        addr = n.sibling;
+                        continue;
+                    }
+                }
+                let mut hit = None;
+                for s in &n.slots {
+                    if s.occupied && s.key == key {
+                        if s.torn {
+                            torn_slot = true;
+                            continue;
+                        }
+                        hit = Some(s.value.clone());
+                    }
+                }
+                if torn_slot && self.o.torn_slot_reread {
+                    self.counters.event("torn_slot");
+                    self.counters.retries += 1;
+                    torn_slot = false;
+                    continue;
+                }
+                return Ok(hit);
+            }
+        }
+        Err(self.retries_exhausted("search"))
+    }
+
+    async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.check_key(key)?;
+        let node = self.node.clone();
+        match node.rdwc.begin_read(key) {
+            ReadRole::Leader(mut leader) => {
+                let r = self.search_inner(key, Some(&mut leader)).await;
+                leader.finish(Reply::Read(r.clone()));
+                r
+            }
+            ReadRole::Follower(wait) => match wait.await {
+                Some(Reply::Read(r)) => {
+                    self.counters.event("rdwc_delegated");
+                    r
+                }
+                _ => self.search_inner(key, None).await,
+            },
+            ReadRole::Bypass => self.search_inner(key, None).await,
+        }
+    }
+
+    /// Takes the lock of the node at `node` (local table first, then the lock word).
+    async fn lock(&mut self, node: RemoteAddr) -> Result<Held, IndexError> {
+        let (word, mn, idx) = self.node.locks.of(&self.g, node);
+        let table = self.node.clone();
+        let hold = match &table.local_locks {
+            Some(t) => Some(t.acquire(mn, idx).await),
+            None => None,
+        };
+        if hold.as_ref().is_some_and(|h| h.inherited()) {
+            self.counters.event("lock_handed_over");
+            return Ok(Held { word, hold });
+        }
+        for _ in 0..self.o.max_retries {
+            match self.ctx.cas(word, 0, self.me).await {
+                Ok(0) => return Ok(Held { word, hold }),
+                Ok(_) => {
+                    self.counters.lock_failures += 1;
+                    self.counters.cas_failures += 1;
+                }
+                Err(e) => {
+                    if let (Some(t), Some(h)) = (&table.local_locks, hold) {
+                        t.finish_release(h, false);
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        if let (Some(t), Some(h)) = (&table.local_locks, hold) {
+            t.finish_release(h, false);
+        }
+        Err(self.retries_exhausted("lock"))
+    }
+
+    /// Writes `writeback` back and releases the lock: one batch `[WRITE, WRITE unlock]` (or the
+    /// write alone when handing the lock over to a local waiter). Unsignaled if `!signaled`.
+    async fn unlock(
+        &mut self,
+        held: Held,
+        writeback: Option<(RemoteAddr, Vec<u8>)>,
+        signaled: bool,
+    ) -> Result<(), IndexError> {
+        let table = self.node.clone();
+        let hand_over = match (&table.local_locks, &held.hold) {
+            (Some(t), Some(h)) => t.plan_release(h),
+            _ => false,
+        };
+        let mut batch = Vec::with_capacity(2);
+        if let Some((at, bytes)) = writeback {
+            batch.push(Request::write(at, bytes));
+        }
+        if hand_over {
+            self.counters.event("lock_hand_over");
+        } else {
+            let unlock = Request::write(held.word, 0u64.to_le_bytes().to_vec());
+            if self.planted("unlock-before-write") {
+                batch.insert(0, unlock);
+            } else {
+                batch.push(unlock);
+            }
+        }
+        let result = if !self.o.combine_writeback_unlock && batch.len() == 2 {
+            // Two dependent round trips: the write-back completes before the unlock is posted.
+            let unlock = batch.pop().expect("two requests");
+            match self.ctx.post(batch).await {
+                Ok(_) if signaled => self.ctx.post(vec![unlock]).await.map(drop),
+                Ok(_) => self.ctx.post_unsignaled(vec![unlock]),
+                Err(e) => Err(e),
+            }
+        } else if signaled || hand_over {
+            self.ctx.post(batch).await.map(drop)
+        } else {
+            self.ctx.post_unsignaled(batch)
+        };
+        if let (Some(t), Some(h)) = (&table.local_locks, held.hold) {
+            t.finish_release(h, hand_over);
+        }
+        result.map_err(IndexError::from)
+    }
+
+    /// Allocates a node.
+    async fn alloc_node(&mut self) -> Result<RemoteAddr, IndexError> {
+        let node = self.node.clone();
+        let at = node.chunks.alloc(&self.ctx, self.g.alloc_bytes() as u64, NODE_ALIGN).await?;
+        Ok(at)
+    }
+
+    /// Locks the leaf covering `key` and reads it; moves right (or restarts) while it does not
+    /// cover the key. Returns the leaf's address, the lock, the node and the parent path.
+    async fn lock_leaf(&mut self, key: &[u8]) -> Result<(RemoteAddr, Held, Node, Vec<Option<RemoteAddr>>), IndexError> {
+        let mut use_cache = true;
+        for _ in 0..self.o.max_retries {
+            let Found { mut addr, mut from_cache, path } = self.find(key, 0, use_cache).await?;
+            for _ in 0..self.o.max_retries {
+                let held = self.lock(addr).await?;
+                let n = match self.read_locked(addr).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = self.unlock(held, None, true).await;
+                        return Err(e);
+                    }
+                };
+                if n.level != 0 {
+                    self.unlock(held, None, false).await?;
+                    self.node.root.store(0, Ordering::Release);
+                    break;
+                }
+                if !n.covers(key) && !self.planted("no-sibling-chase") {
+                    self.unlock(held, None, false).await?;
+                    if let Some(e) = from_cache.take() {
+                        self.node.cache.invalidate(&e);
+                        self.counters.event("cache_stale");
+                        if self.o.stale_restart || key < n.lowest.as_slice() {
+                            use_cache = false;
+                            break;
+                        }
+                    }
+                    self.counters.event("move_right");
+                    addr = n.sibling;
+                    continue;
+                }
+                return Ok((addr, held, n, path));
+            }
+        }
+        Err(self.retries_exhausted("lock leaf"))
+    }
+
+    /// READs a node under its lock: no writer can be changing it, so a torn image is a bug.
+    async fn read_locked(&mut self, addr: RemoteAddr) -> Result<Node, IndexError> {
+        let buf = self.ctx.read(addr, Buf::zeroed(self.g.node_bytes)).await?;
+        match self.decode(&buf).await {
+            Ok(n) if n.slots.iter().any(|s| s.torn) => {
+                Err(IndexError::Corrupt(format!("leaf at {addr} has a torn slot under its lock")))
+            }
+            Ok(n) => Ok(n),
+            Err(Reject::Torn) => Err(IndexError::Corrupt(format!("node at {addr} read torn under its lock"))),
+            Err(Reject::Garbage(why)) => Err(IndexError::Corrupt(format!("node at {addr}: {why}"))),
+        }
+    }
+
+    async fn do_write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        self.check_key(key)?;
+        if let Change::Upsert(v) | Change::Update(v) = &change {
+            Sherman::limits(&self.o).check_value(v)?;
+        }
+        let node = self.node.clone();
+        match node.rdwc.begin_write(key, change.clone()) {
+            WriteRole::Leader(mut leader) => {
+                let (mine, replies) = self.modify(key, vec![], Some(&mut leader)).await;
+                if let Some(replies) = replies {
+                    if replies.len() > 1 {
+                        self.counters.event("rdwc_leader_combined");
+                    }
+                    leader.finish(replies.into_iter().map(Reply::Write).collect());
+                }
+                mine
+            }
+            WriteRole::Follower(wait) => match wait.await {
+                Some(Reply::Write(r)) => {
+                    self.counters.event("rdwc_combined");
+                    r
+                }
+                // The leader gave up before taking our change: apply it ourselves.
+                _ => self.modify(key, vec![change], None).await.0,
+            },
+            WriteRole::Bypass(change) => self.modify(key, vec![change], None).await.0,
+        }
+    }
+
+    /// Applies `changes` in order (or, as an RDWC leader, every change its window combined) to
+    /// `key`. Returns the first change's result and, once the leader closed its window, one
+    /// result per combined change.
+    async fn modify(
+        &mut self,
+        key: &[u8],
+        changes: Vec<Change>,
+        leader: Option<&mut WriteLeader<'_, Change, Reply>>,
+    ) -> (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>) {
+        let (addr, held, mut n, path) = match self.lock_leaf(key).await {
+            Ok(x) => x,
+            Err(e) => return (Err(e), None),
+        };
+        let changes = match leader {
+            Some(l) => l.close(),
+            None => changes,
+        };
+        let found = n.slots.iter().position(|s| s.occupied && s.key == key);
+        let mut state = found.map(|i| n.slots[i].value.clone());
+        let before = state.clone();
+        let mut results = Vec::with_capacity(changes.len());
+        for c in &changes {
+            results.push(state.is_some());
+            match c {
+                Change::Upsert(v) => state = Some(v.clone()),
+                Change::Update(v) if state.is_some() => state = Some(v.clone()),
+                Change::Update(_) => {}
+                Change::Delete => state = None,
+            }
+        }
+        let outcome = self.apply(addr, held, &mut n, key, found, before, state, &path).await;
+        let replies: Vec<Result<bool, IndexError>> = match &outcome {
+            Ok(()) => results.iter().map(|&r| Ok(r)).collect(),
+            Err(e) => results.iter().map(|_| Err(e.clone())).collect(),
+        };
+        (replies[0].clone(), Some(replies))
+    }
+
+    /// Writes the change from `before` to `after` into the locked leaf `n` and unlocks it,
+    /// splitting it if an insert filled it.
+    #[allow(clippy::too_many_arguments)]
+    async fn apply(
+        &mut self,
+        addr: RemoteAddr,
+        held: Held,
+        n: &mut Node,
+        key: &[u8],
+        found: Option<usize>,
+        before: Option<Vec<u8>>,
+        after: Option<Vec<u8>>,
+        path: &[Option<RemoteAddr>],
+    ) -> Result<(), IndexError> {
+        let slot = match (found, &after) {
+            _ if before == after => return self.unlock(held, None, true).await,
+            (Some(i), Some(v)) => {
+                n.slots[i].value = v.clone();
+                i
+            }
+            (Some(i), None) => {
+                n.slots[i].occupied = false;
+                i
+            }
+            (None, Some(v)) => {
+                let Some(i) = n.slots.iter().position(|s| !s.occupied) else {
+                    self.unlock(held, None, true).await?;
+                    return Err(IndexError::Corrupt(format!("leaf at {addr} is full between operations")));
+                };
+                n.slots[i].occupied = true;
+                n.slots[i].key = key.to_vec();
+                n.slots[i].value = v.clone();
+                i
+            }
+            (None, None) => unreachable!("before != after"),
+        };
+        n.slots[slot].bump();
+        if n.live() < self.g.leaf_span {
+            let image = self.g.encode(n);
+            let (at, bytes) = self.g.slot_write(&image, slot);
+            return self.unlock(held, Some((addr.add(at as u64), bytes)), true).await;
+        }
+        self.split_leaf(addr, held, n, path).await
+    }
+
+    async fn split_leaf(
+        &mut self,
+        addr: RemoteAddr,
+        held: Held,
+        n: &mut Node,
+        path: &[Option<RemoteAddr>],
+    ) -> Result<(), IndexError> {
+        self.counters.event("leaf_split");
+        let mut live: Vec<Slot> = n.slots.iter().filter(|s| s.occupied).cloned().collect();
+        live.sort_by(|a, b| a.key.cmp(&b.key));
+        let keep = live.len() / 2;
+        let moved: Vec<Slot> = live.split_off(keep);
+        let sep = moved[0].key.clone();
+        let sibling_at = match self.alloc_node().await {
+            Ok(a) => a,
+            Err(e) => {
+                self.unlock(held, None, true).await?;
+                return Err(e);
+            }
+        };
+        let mut sibling = self.g.empty_leaf(sep.clone(), n.highest.clone());
+        sibling.sibling = n.sibling;
+        for (i, mut s) in moved.into_iter().enumerate() {
+            s.version = 0;
+            sibling.slots[i] = s;
+        }
+        // The kept half, sorted, in the first slots; the rest emptied (their versions kept).
+        for (i, slot) in n.slots.iter_mut().enumerate() {
+            match live.get(i) {
+                Some(s) => *slot = Slot { version: slot.version, ..s.clone() },
+                None => *slot = Slot { version: slot.version, ..Slot::default() },
+            }
+        }
+        n.highest = sep.clone();
+        n.sibling = sibling_at;
+        n.bump(self.g.versioning);
+        self.write_split(addr, held, n, sibling_at, &sibling).await?;
+        self.insert_parent(addr, 0, sep, sibling_at, path).await
+    }
+
+    /// Writes a split's new sibling (awaited: it must be visible before anything points to it),
+    /// then the split node with its unlock.
+    async fn write_split(
+        &mut self,
+        addr: RemoteAddr,
+        held: Held,
+        n: &Node,
+        sibling_at: RemoteAddr,
+        sibling: &Node,
+    ) -> Result<(), IndexError> {
+        if let Err(e) = self.ctx.write(sibling_at, Buf::from(self.g.encode(sibling))).await {
+            self.unlock(held, None, true).await?;
+            return Err(e.into());
+        }
+        let signaled = self.o.split_write_signaled && !self.planted("split-write-unsignaled");
+        self.unlock(held, Some((addr, self.g.encode(n))), signaled).await
+    }
+
+    /// Inserts separator `sep` → `child` into the parent level of `left` (at `level`), which
+    /// split; splits upwards and makes a new root as needed.
+    async fn insert_parent(
+        &mut self,
+        mut left: RemoteAddr,
+        mut level: u8,
+        mut sep: Vec<u8>,
+        mut child: RemoteAddr,
+        path: &[Option<RemoteAddr>],
+    ) -> Result<(), IndexError> {
+        for _ in 0..self.o.max_retries {
+            let (root, root_level) = self.root().await?;
+            if root_level <= level {
+                if root != left || root_level != level {
+                    // Another client split the root and has not installed the new one yet, or
+                    // this node's root is stale: read the superblock again.
+                    self.counters.event("root_wait");
+                    let (r, rl) = self.refresh_root().await?;
+                    if rl <= level && (r != left || rl != level) {
+                        self.ctx.sleep(1_000).await;
+                    }
+                    continue;
+                }
+                // The node that split is the root: make a new root above it.
+                let at = self.alloc_node().await?;
+                let mut r = self.g.empty_leaf(vec![0; self.g.key_bytes], self.g.infinity());
+                r.level = level + 1;
+                r.slots.clear();
+                r.leftmost = left;
+                r.records = vec![(sep.clone(), child)];
+                self.ctx.write(at, Buf::from(self.g.encode(&r))).await?;
+                let old = root_word(left, level);
+                let new = root_word(at, level + 1);
+                let seen = self.ctx.cas(superblock_addr(), old, new).await?;
+                if seen == old {
+                    self.counters.event("root_split");
+                    self.node.root.store(new, Ordering::Release);
+                    return Ok(());
+                }
+                // Someone else grew the tree: insert into the level that now exists (D6). The
+                // node written for nothing is leaked, as in the artifact.
+                self.counters.cas_failures += 1;
+                self.node.root.store(seen, Ordering::Release);
+                continue;
+            }
+            // The parent the traversal read (internal_store moves right if it split since),
+            // or, after a cache hit that skipped it, the one a traversal from the root finds.
+            let parent = match path.get(level as usize + 1).copied().flatten() {
+                Some(p) => p,
+                None => self.find(&sep, level + 1, false).await?.addr,
+            };
+            match self.internal_store(parent, level + 1, &sep, child).await? {
+                None => return Ok(()),
+                Some((up, right)) => {
+                    // The parent split in turn: its separator goes one level up.
+                    (left, level, sep, child) = (parent, level + 1, up, right);
+                }
+            }
+        }
+        Err(self.retries_exhausted("insert into parent"))
+    }
+
+    /// Inserts `sep` → `child` into the internal node at `addr` (level `level`), moving right as
+    /// needed. Returns the separator and new node if it split.
+    async fn internal_store(
+        &mut self,
+        mut addr: RemoteAddr,
+        level: u8,
+        sep: &[u8],
+        child: RemoteAddr,
+    ) -> Result<Option<(Vec<u8>, RemoteAddr)>, IndexError> {
+        for _ in 0..self.o.max_retries {
+            let held = self.lock(addr).await?;
+            let mut n = match self.read_locked(addr).await {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = self.unlock(held, None, true).await;
+                    return Err(e);
+                }
+            };
+            if n.level != level {
+                self.unlock(held, None, true).await?;
+                return Err(IndexError::Corrupt(format!("node at {addr} has level {} where {level} was expected", n.level)));
+            }
+            if sep >= n.highest.as_slice() {
+                self.unlock(held, None, false).await?;
+                self.counters.event("move_right");
+                addr = n.sibling;
+                continue;
+            }
+            match n.records.binary_search_by(|(k, _)| k.as_slice().cmp(sep)) {
+                Ok(i) => n.records[i].1 = child,
+                Err(i) => n.records.insert(i, (sep.to_vec(), child)),
+            }
+            if n.records.len() < self.g.internal_span {
+                n.bump(self.g.versioning);
+                let image = self.g.encode(&n);
+                self.unlock(held, Some((addr, image)), true).await?;
+                return Ok(None);
+            }
+            self.counters.event("internal_split");
+            let mid = n.records.len() / 2;
+            let right: Vec<(Vec<u8>, RemoteAddr)> = n.records.split_off(mid + 1);
+            let (up, up_child) = n.records.pop().expect("mid record");
+            let sibling_at = match self.alloc_node().await {
+                Ok(a) => a,
+                Err(e) => {
+                    self.unlock(held, None, true).await?;
+                    return Err(e);
+                }
+            };
+            let mut sibling = self.g.empty_leaf(up.clone(), n.highest.clone());
+            sibling.level = level;
+            sibling.slots.clear();
+            sibling.leftmost = up_child;
+            sibling.records = right;
+            sibling.sibling = n.sibling;
+            n.highest = up.clone();
+            n.sibling = sibling_at;
+            n.bump(self.g.versioning);
+            self.write_split(addr, held, &n, sibling_at, &sibling).await?;
+            // The next level's insert starts from the root's path, not this traversal's.
+            return Ok(Some((up, sibling_at)));
+        }
+        Err(self.retries_exhausted("insert into internal node"))
+    }
+
+    async fn do_scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
+        for b in [start, end] {
+            if let Bound::Included(k) | Bound::Excluded(k) = b {
+                Sherman::limits(&self.o).check_key(k)?;
+            }
+        }
+        let mut out = Pairs::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        let first = match start {
+            Bound::Included(k) | Bound::Excluded(k) => k.to_vec(),
+            Bound::Unbounded => vec![0; self.g.key_bytes],
+        };
+        let in_end = |k: &[u8]| match end {
+            Bound::Included(e) => k <= e,
+            Bound::Excluded(e) => k < e,
+            Bound::Unbounded => true,
+        };
+        let in_start = |k: &[u8]| match start {
+            Bound::Included(s) => k >= s,
+            Bound::Excluded(s) => k > s,
+            Bound::Unbounded => true,
+        };
+        let mut addr = self.find(&first, 0, true).await?.addr;
+        // Keys below `cursor` were taken from earlier leaves.
+        let mut cursor = first.clone();
+        for _ in 0..self.o.max_retries {
+            let n = self.read_node(addr).await?;
+            if n.level != 0 || cursor.as_slice() < n.lowest.as_slice() {
+                // A stale route: find the cursor's leaf from the root.
+                self.node.root.store(0, Ordering::Release);
+                addr = self.find(&cursor, 0, false).await?.addr;
+                continue;
+            }
+            if n.slots.iter().any(|s| s.torn) {
+                self.counters.event("torn_slot");
+                self.counters.retries += 1;
+                continue;
+            }
+            if cursor.as_slice() >= n.highest.as_slice() {
+                addr = n.sibling;
+                continue;
+            }
+            let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = n
+                .slots
+                .iter()
+                .filter(|s| s.occupied && s.key >= cursor && in_start(&s.key) && in_end(&s.key))
+                .map(|s| (s.key.clone(), s.value.clone()))
+                .collect();
+            pairs.sort();
+            for p in pairs {
+                if out.len() == limit {
+                    return Ok(out);
+                }
+                out.push(p);
+            }
+            if n.sibling.is_null() || !in_end(&n.highest) || n.highest.iter().all(|&b| b == 0xFF) {
+                return Ok(out);
+            }
+            self.counters.event("scan_next_leaf");
+            cursor = n.highest.clone();
+            addr = n.sibling;
+        }
+        Err(self.retries_exhausted("scan"))
+    }
+}
+
+impl<C: Client + Clone + 'static> Index for ShermanHandle<C> {
+    async fn search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.do_search(key).await
+    }
+
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.do_write(key, Change::Upsert(value.to_vec())).await
+    }
+
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.do_write(key, Change::Update(value.to_vec())).await
+    }
+
+    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
+        self.do_write(key, Change::Delete).await
+    }
+
+    async fn scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
+        self.do_scan(start, end, limit).await
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+mod invariants;

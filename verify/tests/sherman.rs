@@ -1,0 +1,95 @@
+//! Sherman against the executable specification (proptest over operation sequences, with tiny
+//! nodes so that splits, root splits and cross-leaf scans happen), and its invariant walk after
+//! each sequence.
+
+use dmkit_indexes::IndexKind;
+use dmkit_indexes::sherman::{Sherman, ShermanOptions};
+use dmkit_indexes::spec::{Op, Outcome};
+use dmkit_verify::harness::{run_sequence, run_sequence_checked};
+use proptest::prelude::*;
+use std::ops::Bound;
+
+const VALUE: usize = 12;
+
+fn key(k: u16) -> Vec<u8> {
+    (k as u64).to_be_bytes().to_vec()
+}
+
+fn ops(keys: u16) -> impl Strategy<Value = Vec<Op>> {
+    let k = (0..keys).prop_map(key);
+    let value = any::<u8>().prop_map(|b| vec![b; VALUE]);
+    let op = prop_oneof![
+        2 => k.clone().prop_map(|key| Op::Search { key }),
+        4 => (k.clone(), value.clone()).prop_map(|(key, value)| Op::Insert { key, value }),
+        1 => (k.clone(), value).prop_map(|(key, value)| Op::Update { key, value }),
+        1 => k.clone().prop_map(|key| Op::Delete { key }),
+        1 => (k.clone(), k, 1usize..20).prop_map(|(a, b, limit)| {
+            let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+            Op::Scan { start: Bound::Included(lo), end: Bound::Excluded(hi), limit }
+        }),
+    ];
+    prop::collection::vec(op, 1..150)
+}
+
+fn configs() -> impl Strategy<Value = ShermanOptions> {
+    (0..dmkit_indexes::sherman::config::CONFIGS.len(), 3u32..6, 3u32..6).prop_map(|(i, leaf, internal)| {
+        ShermanOptions::named(dmkit_indexes::sherman::config::CONFIGS[i], 8, VALUE as u32)
+            .unwrap()
+            .with_spans(leaf, internal)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if std::env::var("CI").is_ok() { 48 } else { 256 }, ..ProptestConfig::default() })]
+
+    #[test]
+    fn sherman_sequences_match_the_specification(options in configs(), ops in ops(60)) {
+        let (got, want, walk) = run_sequence_checked::<Sherman>(&options, &ops);
+        prop_assert_eq!(got, want);
+        let report = walk.map_err(|e| TestCaseError::fail(format!("invariants: {e}")))?;
+        prop_assert!(report.items <= 60);
+    }
+}
+
+#[test]
+fn bad_keys_and_values_are_errors() {
+    let o = ShermanOptions::default();
+    let ops = vec![
+        Op::Insert { key: vec![1; 7], value: vec![0; 8] },
+        Op::Insert { key: vec![1; 8], value: vec![0; 9] },
+        Op::Insert { key: vec![1; 8], value: vec![0; 7] },
+        Op::Insert { key: vec![0xFF; 8], value: vec![0; 8] },
+        Op::Insert { key: vec![0; 8], value: vec![0; 8] },
+        Op::Search { key: vec![0; 8] },
+    ];
+    let (got, _) = run_sequence::<Sherman>(&o, &ops);
+    assert!(matches!(got[0], Outcome::Failed(dmkit_indexes::IndexError::KeyTooShort { .. })), "{got:?}");
+    assert!(matches!(got[1], Outcome::Failed(dmkit_indexes::IndexError::ValueTooLong { .. })), "{got:?}");
+    assert!(matches!(got[2], Outcome::Failed(dmkit_indexes::IndexError::ValueTooShort { .. })), "{got:?}");
+    assert!(matches!(got[3], Outcome::Failed(dmkit_indexes::IndexError::ReservedKey(_))), "{got:?}");
+    assert_eq!(got[4], Outcome::Existed(false));
+    assert_eq!(got[5], Outcome::Found(Some(vec![0; 8])));
+    assert!(Sherman::validate(&ShermanOptions { max_retries: 0, ..o }).is_err());
+}
+
+/// Inserting 400 keys in a scrambled order into tiny nodes grows a tree of several levels; every
+/// key is found, a full scan returns all of them in order, and the walk agrees.
+#[test]
+fn tiny_nodes_grow_a_deep_tree() {
+    for name in dmkit_indexes::sherman::config::CONFIGS {
+        let o = ShermanOptions::named(name, 8, VALUE as u32).unwrap().with_spans(4, 4);
+        let n = 400u16;
+        let order: Vec<u16> = (0..n).map(|i| (i as u32 * 7919 % n as u32) as u16).collect();
+        let mut ops: Vec<Op> = order.iter().map(|&k| Op::Insert { key: key(k), value: vec![k as u8; VALUE] }).collect();
+        ops.extend((0..n).map(|k| Op::Search { key: key(k) }));
+        ops.push(Op::Scan { start: Bound::Unbounded, end: Bound::Unbounded, limit: 1000 });
+        ops.extend((0..n).step_by(3).map(|k| Op::Delete { key: key(k) }));
+        ops.push(Op::Scan { start: Bound::Included(key(100)), end: Bound::Included(key(200)), limit: 1000 });
+        let (got, want, walk) = run_sequence_checked::<Sherman>(&o, &ops);
+        assert_eq!(got, want, "{name}");
+        let report = walk.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(report.items, (n - n.div_ceil(3)) as u64, "{name}");
+        assert!(report.structures["levels"] >= 4, "{name}: {:?}", report.structures);
+        assert!(report.structures["leaves"] >= 100, "{name}: {:?}", report.structures);
+    }
+}
