@@ -150,6 +150,10 @@ struct CheckArgs {
     /// Checking preset (default: the index's first).
     #[arg(long)]
     preset: Option<String>,
+    /// Named configuration of the index (Sherman: sherman-fixed, sherman-artifact, ...), with
+    /// the preset's small nodes.
+    #[arg(long)]
+    config: Option<String>,
     /// Override the preset's number of clients.
     #[arg(long)]
     clients: Option<u32>,
@@ -416,6 +420,7 @@ fn run_check(a: CheckArgs) -> Result<ExitCode, String> {
     let request = registry::CheckRequest {
         index: a.index,
         preset: a.preset,
+        config: a.config,
         clients: a.clients,
         seconds: a.seconds,
         mode,

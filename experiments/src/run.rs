@@ -553,7 +553,7 @@ impl OpSource for Limited {
 
 /// Names `dmkit run --index` accepts.
 pub fn index_names() -> Vec<&'static str> {
-    vec![dmkit_indexes::example::Example::NAME]
+    vec![dmkit_indexes::example::Example::NAME, dmkit_indexes::sherman::Sherman::NAME]
 }
 
 /// Runs a request: builds the workload and the index's named configuration, then
@@ -606,6 +606,18 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
                 ..ExampleOptions::default()
             };
             run_index::<Example>(&req.setup, &options, (&req.config, &spec.name), items, sources)
+        }
+        "sherman" => {
+            use dmkit_indexes::sherman::{Sherman, ShermanOptions};
+            let config = if req.config == "default" { "sherman-fixed" } else { req.config.as_str() };
+            let mut options =
+                ShermanOptions::named(config, spec.key_format.key_bytes() as u32, spec.value_bytes.max(1) as u32)?;
+            options.memory_nodes = req.setup.memory_nodes;
+            if let Some(bytes) = req.cache_bytes {
+                options.cache_bytes = bytes;
+            }
+            options.validate().map_err(|e| format!("index sherman, configuration {config}: {e}"))?;
+            run_index::<Sherman>(&req.setup, &options, (config, &spec.name), items, sources)
         }
         other => Err(format!("unknown index '{other}' (known: {})", index_names().join(", "))),
     }

@@ -63,6 +63,13 @@ pub struct Preset {
 pub trait Checked: IndexKind {
     /// Presets with the options each uses; the first is the default.
     fn presets() -> Vec<(Preset, Self::Options)>;
+
+    /// Replaces a preset's options with the index's named configuration `config`, keeping what
+    /// the preset needs (small nodes, key and value sizes).
+    fn configure(options: &mut Self::Options, config: &str) -> Result<(), String> {
+        let _ = options;
+        Err(format!("index {} has no named configurations (asked for '{config}')", Self::NAME))
+    }
 }
 
 /// The value client `client` writes in its `seq`-th operation: unique, so the checker can tell

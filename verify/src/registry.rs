@@ -5,6 +5,7 @@ use crate::explore::{self, Mode};
 use crate::harness::{Checked, IndexCheck, IndexScenario, Mix, Preset, check_index};
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::example::{Example, ExampleOptions};
+use dmkit_indexes::sherman::{Sherman, ShermanOptions};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -68,9 +69,84 @@ impl Checked for Example {
     }
 }
 
+/// Sherman's checking nodes: 3 slots per leaf and 3 records per internal node, so a handful of
+/// inserts split leaves, internal nodes and the root.
+const SHERMAN_SPANS: (u32, u32) = (3, 3);
+/// Values of 24 bytes: long enough that a torn slot shows as a value nobody wrote.
+const SHERMAN_VALUE: u32 = 24;
+
+fn sherman_options(config: &str, memory_nodes: u16) -> ShermanOptions {
+    let o = ShermanOptions::named(config, 8, SHERMAN_VALUE).expect("a known configuration");
+    ShermanOptions { memory_nodes, max_retries: 2_000, ..o.with_spans(SHERMAN_SPANS.0, SHERMAN_SPANS.1) }
+}
+
+impl Checked for Sherman {
+    fn presets() -> Vec<(Preset, ShermanOptions)> {
+        let base = Preset {
+            name: "default",
+            compute_nodes: 2,
+            memory_nodes: 2,
+            clients: 3,
+            ops_per_client: 6,
+            keys: 12,
+            value_bytes: SHERMAN_VALUE as usize,
+            preload: 5,
+            mix: Mix { search: 30, insert: 40, update: 10, delete: 10, scan: 10 },
+            scan_limit: 6,
+            required_counters: &["leaf_split", "internal_split", "root_split", "move_right", "scan_next_leaf"],
+            step_limit: 400_000,
+        };
+        vec![
+            (base.clone(), sherman_options("sherman-fixed", 2)),
+            // One compute node, hot keys: local lock hand-over and write combining.
+            (
+                Preset {
+                    name: "local",
+                    compute_nodes: 1,
+                    memory_nodes: 1,
+                    clients: 4,
+                    keys: 4,
+                    preload: 2,
+                    mix: Mix { search: 40, insert: 30, update: 20, delete: 10, scan: 0 },
+                    required_counters: &["lock_handed_over", "rdwc_combined", "rdwc_delegated", "leaf_split"],
+                    ..base.clone()
+                },
+                ShermanOptions { rdwc: true, max_handover: 8, ..sherman_options("sherman-fixed", 1) },
+            ),
+            // Small enough for DFS: two clients, a few inserts around one split.
+            (
+                Preset {
+                    name: "pair",
+                    compute_nodes: 2,
+                    memory_nodes: 1,
+                    clients: 2,
+                    ops_per_client: 3,
+                    keys: 6,
+                    preload: 2,
+                    mix: Mix { search: 40, insert: 60, update: 0, delete: 0, scan: 0 },
+                    required_counters: &["leaf_split"],
+                    step_limit: 200_000,
+                    ..base
+                },
+                sherman_options("sherman-fixed", 1),
+            ),
+        ]
+    }
+
+    fn configure(options: &mut ShermanOptions, config: &str) -> Result<(), String> {
+        ShermanOptions::named(config, options.key_bytes, options.value_bytes)?;
+        *options = ShermanOptions {
+            rdwc: options.rdwc || ShermanOptions::named(config, 8, 8)?.rdwc,
+            plants: options.plants.clone(),
+            ..sherman_options(config, options.memory_nodes)
+        };
+        Ok(())
+    }
+}
+
 /// Names `dmkit check --index` accepts.
 pub fn index_names() -> Vec<&'static str> {
-    vec![Example::NAME]
+    vec![Example::NAME, Sherman::NAME]
 }
 
 /// What `dmkit check` was asked to do.
@@ -78,6 +154,8 @@ pub fn index_names() -> Vec<&'static str> {
 pub struct CheckRequest {
     pub index: String,
     pub preset: Option<String>,
+    /// A named configuration of the index, applied to the preset's options.
+    pub config: Option<String>,
     pub clients: Option<u32>,
     pub seconds: f64,
     /// `None`: random, then PCT, half the budget each.
@@ -101,6 +179,7 @@ pub struct CheckOutcome {
 pub fn list_plants(index: &str) -> Result<String, String> {
     let plants = match index {
         "example" => Example::planted_bugs(),
+        "sherman" => Sherman::planted_bugs(),
         other => return Err(unknown(other)),
     };
     Ok(plants.iter().map(|p| format!("{}: {}\n", p.name, p.description)).collect())
@@ -114,6 +193,7 @@ fn unknown(index: &str) -> String {
 pub fn run_check(req: &CheckRequest) -> Result<CheckOutcome, String> {
     match req.index.as_str() {
         "example" => run::<Example>(req),
+        "sherman" => run::<Sherman>(req),
         other => Err(unknown(other)),
     }
 }
@@ -135,6 +215,9 @@ fn run<K: Checked>(req: &CheckRequest) -> Result<CheckOutcome, String> {
         }
         preset.clients = c;
     }
+    if let Some(config) = &req.config {
+        K::configure(&mut options, config)?;
+    }
     if let Some(bug) = &req.plant {
         K::plant(&mut options, bug)?;
     }
@@ -144,9 +227,10 @@ fn run<K: Checked>(req: &CheckRequest) -> Result<CheckOutcome, String> {
     }
     let scenario = IndexScenario::<K>::new(preset.clone(), options, req.seed);
     let command = format!(
-        "dmkit check --index {} --preset {}{} --seed {}{}",
+        "dmkit check --index {} --preset {}{}{} --seed {}{}",
         K::NAME,
         preset.name,
+        req.config.as_ref().map(|c| format!(" --config {c}")).unwrap_or_default(),
         req.clients.map(|c| format!(" --clients {c}")).unwrap_or_default(),
         req.seed,
         req.plant.as_ref().map(|p| format!(" --plant {p}")).unwrap_or_default(),

@@ -119,11 +119,17 @@ impl IndexCache {
             s.levels.resize_with(level + 1, BTreeMap::new);
         }
         let entry = Arc::new(CachedNode { addr, node: node.clone(), bytes });
-        if let Some(old) = s.levels[level].insert(node.highest.clone(), entry) {
-            s.bytes -= old.bytes;
-        }
+        let replaced = s.levels[level].insert(node.highest.clone(), entry);
         s.bytes += bytes;
-        s.fifo.push_back((node.level, node.highest.clone(), addr));
+        match replaced {
+            // A fresher copy of the same node keeps its place in the eviction queue.
+            Some(old) if old.addr == addr => s.bytes -= old.bytes,
+            Some(old) => {
+                s.bytes -= old.bytes;
+                s.fifo.push_back((node.level, node.highest.clone(), addr));
+            }
+            None => s.fifo.push_back((node.level, node.highest.clone(), addr)),
+        }
         while s.bytes > self.budget {
             let Some((lv, highest, at)) = s.fifo.pop_front() else { break };
             // Skip queue records of copies replaced since.

@@ -5,9 +5,11 @@
 //! 3. each level is one sibling chain from the leftmost node: fences contiguous from all-zero
 //!    to +infinity, every node of the level's level, no cycle;
 //! 4. internal records are sorted and inside the node's fences; the children of each level, in
-//!    order, appear in the next level's chain in the same order, each starting at its separator
-//!    (a child that split and whose separator is not in the parent yet would break this, so it
-//!    also checks that every split finished);
+//!    order, appear in the next level's chain in the same order, each starting at its separator.
+//!    A node of the chain that no parent points to is a split whose separator was never
+//!    inserted: legal in a B-link tree (readers reach it through its left sibling), and what an
+//!    operation that gave up or crashed between the two steps leaves. It is counted as
+//!    `unfinished_splits`, not rejected;
 //! 5. leaf keys lie inside their leaf's fences and appear once per leaf (fences are disjoint, so
 //!    once in the tree);
 //! 6. every lock word is free.
@@ -66,7 +68,10 @@ pub fn check(o: &ShermanOptions, memory: &dyn MemoryView) -> Result<InvariantRep
                 return Err(format!("node at {at} has level {} in the chain of level {level}", n.level));
             }
             if n.lowest != want_lowest {
-                return Err(format!("node at {at}: lowest fence {:02x?} does not follow {:02x?}", n.lowest, want_lowest));
+                return Err(format!(
+                    "node at {at}: lowest fence {:02x?} does not follow {:02x?}",
+                    n.lowest, want_lowest
+                ));
             }
             if n.lowest >= n.highest {
                 return Err(format!("node at {at}: empty fence range"));
@@ -116,19 +121,18 @@ pub fn check(o: &ShermanOptions, memory: &dyn MemoryView) -> Result<InvariantRep
                 i += 1;
             }
             if i == chain.len() {
-                return Err(format!("level {level}: child {child} of the level above is not in the chain (or out of order)"));
+                return Err(format!(
+                    "level {level}: child {child} of the level above is not in the chain (or out of order)"
+                ));
             }
             if chain[i].1 != *sep {
-                return Err(format!("level {level}: child {child} starts at {:02x?}, its separator is {sep:02x?}", chain[i].1));
+                return Err(format!(
+                    "level {level}: child {child} starts at {:02x?}, its separator is {sep:02x?}",
+                    chain[i].1
+                ));
             }
         }
-        if chain.len() != expected.len() {
-            return Err(format!(
-                "level {level}: {} nodes, but the level above points to {} (a split not finished)",
-                chain.len(),
-                expected.len()
-            ));
-        }
+        *report.structures.entry("unfinished_splits").or_default() += (chain.len() - expected.len()) as u64;
         expected = next;
         level -= 1;
     }

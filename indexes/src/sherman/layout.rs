@@ -425,9 +425,7 @@ impl Geometry {
                 // A torn bookend image (or an unchecked one) can show any count: read again; a
                 // checked cache-line image is consistent, so it is garbage.
                 return Err(match self.versioning {
-                    Versioning::CacheLine if check => {
-                        Reject::Garbage(format!("internal node with last_index {last}"))
-                    }
+                    Versioning::CacheLine if check => Reject::Garbage(format!("internal node with last_index {last}")),
                     _ => Reject::Torn,
                 });
             }
@@ -537,7 +535,9 @@ mod tests {
             i.level = 2;
             i.slots.clear();
             i.leftmost = RemoteAddr::host(NodeId(0), 64);
-            i.records = (1..g.internal_span as u64).map(|k| (k.to_be_bytes().to_vec(), RemoteAddr::host(NodeId(0), k * 64))).collect();
+            i.records = (1..g.internal_span as u64)
+                .map(|k| (k.to_be_bytes().to_vec(), RemoteAddr::host(NodeId(0), k * 64)))
+                .collect();
             assert_eq!(g.decode(&g.encode(&i)).unwrap(), i);
         }
     }
@@ -558,9 +558,8 @@ mod tests {
         for new in [g.encode(&split), g.encode(&slot)] {
             let lines = a.len() / LINE;
             for mask in 1..(1u32 << lines) - 1 {
-                let mixed: Vec<u8> = (0..a.len())
-                    .map(|p| if mask >> (p / LINE) & 1 == 1 { new[p] } else { a[p] })
-                    .collect();
+                let mixed: Vec<u8> =
+                    (0..a.len()).map(|p| if mask >> (p / LINE) & 1 == 1 { new[p] } else { a[p] }).collect();
                 if mixed != a && mixed != new {
                     assert_eq!(g.decode(&mixed), Err(Reject::Torn), "mask {mask:#x}");
                 }

@@ -58,7 +58,7 @@ pub mod layout;
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::hocl::{LocalHold, LocalLockTable};
 use crate::common::primitive::{AtomicU64, Ordering};
-use crate::common::rdwc::{ReadLeader, ReadRole, Rdwc, WriteLeader, WriteRole};
+use crate::common::rdwc::{Rdwc, ReadLeader, ReadRole, WriteLeader, WriteRole};
 use crate::hash::hash64;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
 use cache::{CachedNode, IndexCache};
@@ -582,7 +582,10 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 batch.push(unlock);
             }
         }
-        let result = if !self.o.combine_writeback_unlock && batch.len() == 2 {
+        let result = if batch.is_empty() {
+            // Handed over with nothing to write back.
+            Ok(())
+        } else if !self.o.combine_writeback_unlock && batch.len() == 2 {
             // Two dependent round trips: the write-back completes before the unlock is posted.
             let unlock = batch.pop().expect("two requests");
             match self.ctx.post(batch).await {
@@ -843,37 +846,52 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
     ) -> Result<(), IndexError> {
         for _ in 0..self.o.max_retries {
             let (root, root_level) = self.root().await?;
-            if root_level <= level {
-                if root != left || root_level != level {
-                    // Another client split the root and has not installed the new one yet, or
-                    // this node's root is stale: read the superblock again.
-                    self.counters.event("root_wait");
-                    let (r, rl) = self.refresh_root().await?;
-                    if rl <= level && (r != left || rl != level) {
-                        self.ctx.sleep(1_000).await;
+            if root_level < level {
+                // This node's copy of the root is older than the level that split.
+                self.refresh_root().await?;
+                continue;
+            }
+            if root_level == level {
+                // No level above the one that split: grow the tree. If the node that split is
+                // the root, the new root points to it and its new sibling. Otherwise another
+                // client split the root and has not installed the new root yet: rather than
+                // wait for it (a wait an unfair schedule can make endless), help, with the
+                // root's current image, exactly as its splitter would. Every splitter then
+                // inserts its own separator into the new level (a separator already there
+                // is overwritten with the same child).
+                let (first_sep, first_child) = if root == left {
+                    (sep.clone(), child)
+                } else {
+                    self.counters.event("root_help");
+                    let r = self.read_node(root).await?;
+                    if r.level != level || r.sibling.is_null() {
+                        self.refresh_root().await?;
+                        continue;
                     }
-                    continue;
-                }
-                // The node that split is the root: make a new root above it.
+                    (r.highest, r.sibling)
+                };
                 let at = self.alloc_node().await?;
                 let mut r = self.g.empty_leaf(vec![0; self.g.key_bytes], self.g.infinity());
                 r.level = level + 1;
                 r.slots.clear();
-                r.leftmost = left;
-                r.records = vec![(sep.clone(), child)];
+                r.leftmost = root;
+                r.records = vec![(first_sep, first_child)];
                 self.ctx.write(at, Buf::from(self.g.encode(&r))).await?;
-                let old = root_word(left, level);
+                let old = root_word(root, level);
                 let new = root_word(at, level + 1);
                 let seen = self.ctx.cas(superblock_addr(), old, new).await?;
                 if seen == old {
                     self.counters.event("root_split");
                     self.node.root.store(new, Ordering::Release);
-                    return Ok(());
+                    if root == left {
+                        return Ok(());
+                    }
+                } else {
+                    // Someone else grew the tree: insert into the level that now exists (D6).
+                    // The node written for nothing is leaked, as in the artifact.
+                    self.counters.cas_failures += 1;
+                    self.node.root.store(seen, Ordering::Release);
                 }
-                // Someone else grew the tree: insert into the level that now exists (D6). The
-                // node written for nothing is leaked, as in the artifact.
-                self.counters.cas_failures += 1;
-                self.node.root.store(seen, Ordering::Release);
                 continue;
             }
             // The parent the traversal read (internal_store moves right if it split since),
@@ -913,7 +931,10 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             };
             if n.level != level {
                 self.unlock(held, None, true).await?;
-                return Err(IndexError::Corrupt(format!("node at {addr} has level {} where {level} was expected", n.level)));
+                return Err(IndexError::Corrupt(format!(
+                    "node at {addr} has level {} where {level} was expected",
+                    n.level
+                )));
             }
             if sep >= n.highest.as_slice() {
                 self.unlock(held, None, false).await?;
