@@ -158,8 +158,11 @@ fn run_prints_the_full_metric_schema() {
 
 #[test]
 fn run_bad_configs_give_one_line_and_exit_2() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["run", "--index", "nope"], "unknown index"),
+        (&["run", "--index", "sherman", "--config", "sherman-nope"], "sherman-chime"),
+        (&["run", "--index", "sherman", "--value-bytes", "4096", "--config", "artifact"], "leaf"),
+        (&["check", "--index", "sherman", "--config", "bogus"], "bogus"),
         (&["run", "--index", "example", "--keys", "0"], "--keys"),
         (&["run", "--index", "example", "--workload", "zz"], "zz"),
         (&["run", "--index", "example", "--workload", "e", "--keys", "1000"], "scans"),
@@ -295,4 +298,29 @@ fn run_exports_a_history_the_checker_accepts() {
         dmkit_verify::linearizability::check(&history, false).expect("a run of a correct index is linearizable");
     assert!(report.operations_checked > 100);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Sherman runs from the command line in every named configuration: YCSB A on a small tree
+/// reports reads and writes, round trips, and cache bytes.
+#[test]
+fn sherman_runs_in_every_configuration() {
+    for config in
+        ["sherman-fixed", "sherman-artifact", "sherman-smart", "sherman-chime", "sherman-hstore", "sherman-dolphin"]
+    {
+        let args = [
+            &["run", "--index", "sherman", "--config", config, "--workload", "a", "--keys", "5000", "--clients", "16"]
+                [..],
+            &["--format", "json"],
+            &SHORT,
+        ]
+        .concat();
+        let out = dmkit(&args);
+        assert!(out.status.success(), "{config}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["config"], config);
+        assert!(v["throughput_mops"].as_f64().unwrap() > 0.0, "{config}");
+        assert!(v["bytes_written_per_op"].as_f64().unwrap() > 0.0, "{config}");
+        assert!(v["round_trips_per_op"].as_f64().unwrap() >= 1.0, "{config}");
+        assert!(v["cache_bytes_per_cn"].as_f64().unwrap() > 0.0, "{config}");
+    }
 }

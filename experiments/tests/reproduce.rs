@@ -111,3 +111,25 @@ fn a_figure_runs_end_to_end_into_csv_plot_and_report() {
     assert!(reproduce::reproduce(&figure, "full", &dir, 2).unwrap_err().contains("full-scale"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Every shipped figure file parses, and both scales expand into valid run requests (so a typo
+/// surfaces here, not after a long run).
+#[test]
+fn every_shipped_figure_file_is_valid() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/figures");
+    let mut count = 0;
+    for paper in std::fs::read_dir(&root).unwrap() {
+        let paper = paper.unwrap().file_name().into_string().unwrap();
+        for file in reproduce::figure_files(&root, &paper, None).unwrap() {
+            let figure = Figure::parse(&std::fs::read_to_string(&file).unwrap())
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            assert_eq!(figure.paper, paper, "{}", file.display());
+            assert!(!figure.run.reduced.requests().unwrap().is_empty());
+            if let Some(full) = &figure.run.full {
+                assert!(!full.requests().unwrap().is_empty());
+            }
+            count += 1;
+        }
+    }
+    assert!(count >= 1, "no figure files under {}", root.display());
+}

@@ -229,6 +229,15 @@ pub trait IndexKind: 'static {
     /// operation is in flight.
     fn check_invariants(options: &Self::Options, memory: &dyn MemoryView) -> Result<InvariantReport, String>;
 
+    /// Fills a compute node's caches from the remote structure, outside time: the state a long
+    /// warm-up leaves (papers measure after tens of seconds of it), without simulating one at
+    /// bandwidth-bound speed. Call it after loading, with no operation in flight. Indexes with
+    /// nothing to warm keep the default.
+    fn warm(options: &Self::Options, node: &Self::NodeState, memory: &dyn MemoryView) -> Result<(), String> {
+        let _ = (options, node, memory);
+        Ok(())
+    }
+
     /// Every planted bug this index offers.
     fn planted_bugs() -> &'static [PlantedBug];
 

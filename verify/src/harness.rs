@@ -92,6 +92,9 @@ pub struct IndexScenario<K: Checked> {
     pub counters: Rc<RefCell<Counters>>,
     /// The history of the last run.
     pub last_history: Rc<RefCell<History>>,
+    /// Fixed operations per client, instead of the preset's random mix: a regression scenario
+    /// that sets up one known race and lets the explorer look for the schedule that loses.
+    pub script: Option<Vec<Vec<Op>>>,
 }
 
 impl<K: Checked> std::fmt::Debug for IndexScenario<K> {
@@ -109,7 +112,16 @@ impl<K: Checked> IndexScenario<K> {
             workload_seed,
             counters: Rc::default(),
             last_history: Rc::default(),
+            script: None,
         }
+    }
+
+    /// The same scenario with fixed operations per client (one list per client, in client
+    /// order; the preset's client count becomes the script's).
+    pub fn scripted(mut self, script: Vec<Vec<Op>>) -> IndexScenario<K> {
+        self.preset.clients = script.len() as u32;
+        self.script = Some(script);
+        self
     }
 
     fn op(&self, rng: &mut ChaCha8Rng, client: u32, seq: u32) -> Op {
@@ -149,7 +161,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
     }
 
     fn varies(&self) -> bool {
-        true
+        self.script.is_none()
     }
 
     fn build(&self, sim: &mut Sim, phase: &Phase, variant: u64) -> Judge {
@@ -209,7 +221,10 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             let mut rng = ChaCha8Rng::seed_from_u64(
                 self.workload_seed ^ variant.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (0x5eed_0000 + i as u64),
             );
-            let ops: Vec<Op> = (0..self.preset.ops_per_client).map(|s| self.op(&mut rng, i, s)).collect();
+            let ops: Vec<Op> = match &self.script {
+                Some(script) => script[i as usize].clone(),
+                None => (0..self.preset.ops_per_client).map(|s| self.op(&mut rng, i, s)).collect(),
+            };
             let (history, run_counters, c) = (history.clone(), run_counters.clone(), client.clone());
             let (running, audit) = (running.clone(), audit.clone());
             sim.spawn(&client, async move {

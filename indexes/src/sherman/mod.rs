@@ -287,6 +287,34 @@ impl IndexKind for Sherman {
         invariants::check(o, memory)
     }
 
+    /// Reads the root word and caches internal nodes top-down, level by level, until the
+    /// budget is full (nothing is evicted to make room).
+    fn warm(o: &ShermanOptions, node: &ShermanNode, memory: &dyn MemoryView) -> Result<(), String> {
+        let g = node.geometry;
+        let word = memory.read_memory(superblock_addr(), 8).map_err(|e| e.to_string())?;
+        let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        let (root, root_level) = split_root_word(word);
+        node.root.store(word, Ordering::Release);
+        let mut level_nodes = vec![root];
+        for level in (1..=root_level).rev() {
+            let mut children = Vec::new();
+            for &at in &level_nodes {
+                let image = memory.read_memory(at, g.node_bytes).map_err(|e| e.to_string())?;
+                let n = g.decode(&image).map_err(|e| format!("node at {at}: {e:?}"))?;
+                if node.cache.caches_level(level) {
+                    if node.cache.stats().bytes + cache::ENTRY_OVERHEAD + g.node_bytes as u64 * 2 > o.cache_bytes {
+                        return Ok(());
+                    }
+                    node.cache.insert(at, &n, g.node_bytes as u64);
+                }
+                children.push(n.leftmost);
+                children.extend(n.records.iter().map(|r| r.1));
+            }
+            level_nodes = children;
+        }
+        Ok(())
+    }
+
     fn planted_bugs() -> &'static [PlantedBug] {
         &PLANTS
     }
