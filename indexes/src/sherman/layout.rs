@@ -240,6 +240,12 @@ impl Geometry {
         }
     }
 
+    /// An empty internal node of `level` covering `[lowest, highest)` (its leftmost child and
+    /// records are the caller's to set).
+    pub fn empty_internal(&self, level: u8, lowest: Vec<u8>, highest: Vec<u8>) -> Node {
+        Node { level, slots: Vec::new(), ..self.empty_leaf(lowest, highest) }
+    }
+
     /// Logical offset of leaf slot `i`.
     pub fn slot_at(&self, i: usize) -> usize {
         self.header_bytes() + i * self.slot_bytes()
@@ -546,6 +552,8 @@ mod tests {
     fn cache_line_mode_sees_any_mix_of_two_images() {
         let mut g = Geometry { versioning: Versioning::CacheLine, ..artifact() };
         g.leaf_span = g.span_for(1024, true);
+        g.internal_span = g.span_for(1024, false);
+        g.validate().unwrap();
         let old = leaf(&g);
         // A whole-node rewrite (new NV) and a slot rewrite (new EV of slot 3).
         let mut split = old.clone();
@@ -569,8 +577,9 @@ mod tests {
 
     #[test]
     fn bookend_mode_misses_a_torn_middle() {
-        // The known bug (digest B1): front and rear from the new image, the middle from the
-        // old one, passes the check.
+        // The known bug (digest B1): front and rear from the new image, one middle line from
+        // the old one, passes the check. Key 0 moved from slot 0 (line 0, read new: empty) to
+        // slot 9 (logical 206..224, line 3, read old: empty).
         let g = artifact();
         let old = leaf(&g);
         let mut new = old.clone();
@@ -578,7 +587,7 @@ mod tests {
         new.slots.swap(0, 9);
         let (a, b) = (g.encode(&old), g.encode(&new));
         let mut mixed = b.clone();
-        mixed[64..128].copy_from_slice(&a[64..128]);
+        mixed[192..256].copy_from_slice(&a[192..256]);
         let n = g.decode(&mixed).expect("bookend check passes");
         assert!(n.slots.iter().all(|s| !s.occupied || s.key != 0u64.to_be_bytes()), "key 0 vanished");
     }
@@ -587,6 +596,8 @@ mod tests {
     fn slot_write_covers_its_line_versions() {
         let mut g = Geometry { versioning: Versioning::CacheLine, ..artifact() };
         g.leaf_span = g.span_for(1024, true);
+        g.internal_span = g.span_for(1024, false);
+        g.validate().unwrap();
         let old = leaf(&g);
         for i in 0..g.leaf_span {
             let mut new = old.clone();

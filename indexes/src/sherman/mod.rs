@@ -639,6 +639,17 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         Ok(at)
     }
 
+    /// Allocates a node while holding `held`; on failure releases the lock before reporting.
+    async fn alloc_locked(&mut self, held: Held) -> Result<(RemoteAddr, Held), IndexError> {
+        match self.alloc_node().await {
+            Ok(at) => Ok((at, held)),
+            Err(e) => {
+                self.unlock(held, None, true).await?;
+                Err(e)
+            }
+        }
+    }
+
     /// Locks the leaf covering `key` and reads it; moves right (or restarts) while it does not
     /// cover the key. Returns the leaf's address, the lock, the node and the parent path.
     async fn lock_leaf(&mut self, key: &[u8]) -> Result<(RemoteAddr, Held, Node, Vec<Option<RemoteAddr>>), IndexError> {
@@ -817,13 +828,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         let keep = live.len() / 2;
         let moved: Vec<Slot> = live.split_off(keep);
         let sep = moved[0].key.clone();
-        let sibling_at = match self.alloc_node().await {
-            Ok(a) => a,
-            Err(e) => {
-                self.unlock(held, None, true).await?;
-                return Err(e);
-            }
-        };
+        let (sibling_at, held) = self.alloc_locked(held).await?;
         let mut sibling = self.g.empty_leaf(sep.clone(), n.highest.clone());
         sibling.sibling = n.sibling;
         for (i, mut s) in moved.into_iter().enumerate() {
@@ -899,9 +904,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                     (r.highest, r.sibling)
                 };
                 let at = self.alloc_node().await?;
-                let mut r = self.g.empty_leaf(vec![0; self.g.key_bytes], self.g.infinity());
-                r.level = level + 1;
-                r.slots.clear();
+                let mut r = self.g.empty_internal(level + 1, vec![0; self.g.key_bytes], self.g.infinity());
                 r.leftmost = root;
                 r.records = vec![(first_sep, first_child)];
                 self.ctx.write(at, Buf::from(self.g.encode(&r))).await?;
@@ -984,16 +987,8 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             let mid = n.records.len() / 2;
             let right: Vec<(Vec<u8>, RemoteAddr)> = n.records.split_off(mid + 1);
             let (up, up_child) = n.records.pop().expect("mid record");
-            let sibling_at = match self.alloc_node().await {
-                Ok(a) => a,
-                Err(e) => {
-                    self.unlock(held, None, true).await?;
-                    return Err(e);
-                }
-            };
-            let mut sibling = self.g.empty_leaf(up.clone(), n.highest.clone());
-            sibling.level = level;
-            sibling.slots.clear();
+            let (sibling_at, held) = self.alloc_locked(held).await?;
+            let mut sibling = self.g.empty_internal(level, up.clone(), n.highest.clone());
             sibling.leftmost = up_child;
             sibling.records = right;
             sibling.sibling = n.sibling;
