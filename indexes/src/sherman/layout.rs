@@ -322,12 +322,15 @@ impl Geometry {
         match self.versioning {
             Versioning::Bookend => out[..logical.len()].copy_from_slice(&logical),
             Versioning::CacheLine => {
-                for (at, &byte) in logical.iter().enumerate() {
-                    let p = self.phys(at);
-                    out[p] = byte;
-                    if p % LINE == 1 && p > LINE {
-                        out[p - 1] = self.object_version(&logical, n.level, at);
-                    }
+                // The first line holds 64 payload bytes, every later one a version byte and 63.
+                let first = logical.len().min(LINE);
+                out[..first].copy_from_slice(&logical[..first]);
+                let (mut at, mut p) = (first, LINE);
+                while at < logical.len() {
+                    let take = (LINE - 1).min(logical.len() - at);
+                    out[p] = self.object_version(&logical, n.level, at);
+                    out[p + 1..p + 1 + take].copy_from_slice(&logical[at..at + take]);
+                    (at, p) = (at + take, p + LINE);
                 }
             }
         }
@@ -366,7 +369,18 @@ impl Geometry {
         }
         let logical: Vec<u8> = match self.versioning {
             Versioning::Bookend => phys[..self.logical_bytes()].to_vec(),
-            Versioning::CacheLine => (0..self.logical_bytes()).map(|at| phys[self.phys(at)]).collect(),
+            Versioning::CacheLine => {
+                let n = self.logical_bytes();
+                let mut v = Vec::with_capacity(n);
+                v.extend_from_slice(&phys[..n.min(LINE)]);
+                let mut p = LINE;
+                while v.len() < n {
+                    let take = (LINE - 1).min(n - v.len());
+                    v.extend_from_slice(&phys[p + 1..p + 1 + take]);
+                    p += LINE;
+                }
+                v
+            }
         };
         let b = &logical;
         let level = b[LEVEL_AT];
@@ -382,12 +396,15 @@ impl Geometry {
                 }
             }
             Versioning::CacheLine => {
-                // Every line-version byte equals the version of the object it continues.
-                for at in 0..self.logical_bytes() {
-                    let p = self.phys(at);
-                    if p % LINE == 1 && p > LINE && phys[p - 1] != self.object_version(b, level, at) {
+                // Every line-version byte equals the version of the object it continues: line
+                // k >= 1 starts with it, followed by logical bytes from 64 + 63 (k - 1).
+                let mut at = LINE;
+                let mut p = LINE;
+                while at < self.logical_bytes() {
+                    if phys[p] != self.object_version(b, level, at) {
                         return Err(Reject::Torn);
                     }
+                    (at, p) = (at + LINE - 1, p + LINE);
                 }
                 if level == 0 {
                     for i in 0..self.leaf_span {
