@@ -166,6 +166,12 @@ pub struct SimConfig {
     /// Report [`crate::SimError::Spin`] when one task is polled this many times in a row without
     /// virtual time advancing.
     pub spin_poll_limit: u64,
+    /// Who a verb's steps belong to for choosers (PCT priorities, DFS preemptions): its client
+    /// (false, the default), or its queue pair (true), so that one QP's posted verbs can be
+    /// held back while the client goes on over another QP — what an unawaited WRITE does on a
+    /// NIC. Finer actors cost preemptions elsewhere: a bug inside one client's two QPs needs
+    /// more of them.
+    pub qp_actors: bool,
 }
 
 impl Default for SimConfig {
@@ -181,6 +187,7 @@ impl Default for SimConfig {
             trace: false,
             step_limit: None,
             spin_poll_limit: 100_000,
+            qp_actors: false,
         }
     }
 }

@@ -372,6 +372,7 @@ pub(crate) struct Core {
     rng: ChaCha8Rng,
     split_units: bool,
     split_rmw: bool,
+    qp_actors: bool,
     pub(crate) steps: u64,
     /// Bulk-load mode: verbs, calls and CPU cost no time (see `Sim::set_instant`).
     pub(crate) instant: bool,
@@ -456,6 +457,7 @@ impl Core {
             task_clients: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0ffa_0175),
             split_units: chosen || tearing,
+            qp_actors: cfg.qp_actors,
             split_rmw: (chosen || tearing) && !cfg.memory_model.rmw_atomic_with_writes,
             steps: 0,
             instant: false,
@@ -833,7 +835,6 @@ impl Core {
         let (actor, addr, len, writes) = match s.kind {
             StepKind::Arrive(v) | StepKind::Unit(v, _) | StepKind::RmwRead(v) | StepKind::RmwWrite(v) => {
                 let verb = &self.verbs[v];
-                let client = verb.qp / self.nodes.len() as u32;
                 let (addr, len) = match s.kind {
                     StepKind::Unit(_, u) if u != WHOLE => {
                         let (a, l) = self.unit_range(verb, u);
@@ -843,7 +844,9 @@ impl Core {
                 };
                 let writes =
                     !matches!(s.kind, StepKind::Arrive(_) | StepKind::RmwRead(_)) && !matches!(verb.op, Op::Read(_));
-                (Actor::Client(client), Some(addr), len as u32, writes)
+                let actor =
+                    if self.qp_actors { Actor::Qp(verb.qp) } else { Actor::Client(verb.qp / self.nodes.len() as u32) };
+                (actor, Some(addr), len as u32, writes)
             }
             StepKind::Complete(b) | StepKind::Issue(b) => (Actor::Client(self.batches[b].client), None, 0, false),
             StepKind::IssueCall(r) => (Actor::Client(self.rpcs[r].client), None, 0, false),

@@ -65,6 +65,8 @@ impl StepClass {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Actor {
     Client(u32),
+    /// A queue pair's verbs on their way and at the responder, with `SimConfig::qp_actors`.
+    Qp(u32),
     Node(NodeId),
     Task(u32),
     Fault,

@@ -95,6 +95,8 @@ pub struct IndexScenario<K: Checked> {
     /// Fixed operations per client, instead of the preset's random mix: a regression scenario
     /// that sets up one known race and lets the explorer look for the schedule that loses.
     pub script: Option<Vec<Vec<Op>>>,
+    /// Schedule each queue pair's verbs as their own actor (`SimConfig::qp_actors`).
+    pub qp_actors: bool,
 }
 
 impl<K: Checked> std::fmt::Debug for IndexScenario<K> {
@@ -113,6 +115,7 @@ impl<K: Checked> IndexScenario<K> {
             counters: Rc::default(),
             last_history: Rc::default(),
             script: None,
+            qp_actors: false,
         }
     }
 
@@ -156,6 +159,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             memory_model: self.memory_model,
             seed: self.workload_seed,
             step_limit: Some(self.preset.step_limit),
+            qp_actors: self.qp_actors,
             ..SimConfig::default()
         }
     }
