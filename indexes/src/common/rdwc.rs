@@ -267,6 +267,29 @@ impl<O, R> Slot<O, R> {
 }
 
 /// Registers `cx`'s waker in `slot`, unless it is already the one there.
+/// The poll of a read or write follower: its delivered outcome, or else its waker registered
+/// in its window's record (`waker_of` finds it in the slot).
+fn poll_follower<O, R>(
+    table: &Rdwc<O, R>,
+    slot: usize,
+    id: u64,
+    done: &mut bool,
+    cx: &Context<'_>,
+    kind: &str,
+    waker_of: impl FnOnce(&mut Slot<O, R>) -> Option<&mut Option<Waker>>,
+) -> Poll<Option<R>> {
+    assert!(!*done, "a {kind} follower polled after it completed");
+    let mut guard = lock(&table.slots[slot]);
+    if let Some(out) = guard.take_delivered(id) {
+        *done = true;
+        return Poll::Ready(out);
+    }
+    let waker =
+        waker_of(&mut guard).unwrap_or_else(|| panic!("a waiting {kind} follower is in its window or has an outcome"));
+    register(waker, cx);
+    Poll::Pending
+}
+
 fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
     match slot {
         Some(w) if w.will_wake(cx.waker()) => {}
@@ -524,20 +547,10 @@ impl<O, R> Future for ReadWait<'_, O, R> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<R>> {
         let this = self.get_mut();
-        assert!(!this.done, "ReadWait polled after it completed");
-        let mut guard = lock(&this.table.slots[this.slot]);
-        if let Some(out) = guard.take_delivered(this.id) {
-            this.done = true;
-            return Poll::Ready(out);
-        }
         let id = this.id;
-        let me = guard
-            .read
-            .as_mut()
-            .and_then(|w| w.followers.iter_mut().find(|f| f.id == id))
-            .expect("a waiting read follower is in its window or has an outcome");
-        register(&mut me.waker, cx);
-        Poll::Pending
+        poll_follower(this.table, this.slot, id, &mut this.done, cx, "read", |slot| {
+            slot.read.as_mut()?.followers.iter_mut().find(|f| f.id == id).map(|f| &mut f.waker)
+        })
     }
 }
 
@@ -687,20 +700,10 @@ impl<O, R> Future for WriteWait<'_, O, R> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<R>> {
         let this = self.get_mut();
-        assert!(!this.done, "WriteWait polled after it completed");
-        let mut guard = lock(&this.table.slots[this.slot]);
-        if let Some(out) = guard.take_delivered(this.id) {
-            this.done = true;
-            return Poll::Ready(out);
-        }
         let id = this.id;
-        let me = guard
-            .write
-            .as_mut()
-            .and_then(|w| w.followers.iter_mut().find(|f| f.id == id))
-            .expect("a waiting write follower is in its window or has an outcome");
-        register(&mut me.waker, cx);
-        Poll::Pending
+        poll_follower(this.table, this.slot, id, &mut this.done, cx, "write", |slot| {
+            slot.write.as_mut()?.followers.iter_mut().find(|f| f.id == id).map(|f| &mut f.waker)
+        })
     }
 }
 
