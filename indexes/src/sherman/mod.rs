@@ -493,19 +493,16 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                     self.node.root.store(0, Ordering::Release);
                     break;
                 }
-                if !n.covers(key) {
-                    if let Some(e) = from_cache.take() {
-                        self.node.cache.invalidate(&e);
-                        self.counters.event("cache_stale");
-                        if self.o.stale_restart || key < n.lowest.as_slice() {
+                if !n.covers(key) && !self.planted("no-sibling-chase") {
+                    match self.leave_uncovered(&n, key, &mut from_cache) {
+                        Some(right) => {
+                            addr = right;
+                            continue;
+                        }
+                        None => {
                             use_cache = false;
                             break;
                         }
-                    }
-                    if key >= n.highest.as_slice() && !self.planted("no-sibling-chase") {
-                        self.counters.event("move_right");
-                        addr = n.sibling;
-                        continue;
                     }
                 }
                 let mut hit = None;
@@ -548,6 +545,28 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             },
             ReadRole::Bypass => self.search_inner(key, None).await,
         }
+    }
+
+    /// Where a search or write goes from a leaf `n` that does not cover `key`: `None` to
+    /// restart from the root without the cache (a stale cached route with `stale_restart`, as
+    /// the artifact does, or a key below the leaf), else the right sibling. A cached route that
+    /// led here is invalidated.
+    fn leave_uncovered(
+        &mut self,
+        n: &Node,
+        key: &[u8],
+        from_cache: &mut Option<Arc<CachedNode>>,
+    ) -> Option<RemoteAddr> {
+        let cached = from_cache.take();
+        if let Some(e) = &cached {
+            self.node.cache.invalidate(e);
+            self.counters.event("cache_stale");
+        }
+        if key < n.lowest.as_slice() || (cached.is_some() && self.o.stale_restart) {
+            return None;
+        }
+        self.counters.event("move_right");
+        Some(n.sibling)
     }
 
     /// Takes the lock of the node at `node` (local table first, then the lock word).
@@ -672,17 +691,16 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 }
                 if !n.covers(key) && !self.planted("no-sibling-chase") {
                     self.unlock(held, None, false).await?;
-                    if let Some(e) = from_cache.take() {
-                        self.node.cache.invalidate(&e);
-                        self.counters.event("cache_stale");
-                        if self.o.stale_restart || key < n.lowest.as_slice() {
+                    match self.leave_uncovered(&n, key, &mut from_cache) {
+                        Some(right) => {
+                            addr = right;
+                            continue;
+                        }
+                        None => {
                             use_cache = false;
                             break;
                         }
                     }
-                    self.counters.event("move_right");
-                    addr = n.sibling;
-                    continue;
                 }
                 return Ok((addr, held, n, path));
             }
