@@ -7,16 +7,19 @@
 //! - [`spec`]: the sequential specification, in words and as an executable model.
 //! - [`example`]: a small, fully documented one-sided hash table with per-bucket locks — read it
 //!   first to learn how an index is written.
+//! - [`sherman`], [`smart`], [`art`]: the indexes of the papers and their baselines.
 //! - [`bulk`]: loading an initial structure with an index's own insert logic.
 //!
 //! Three levels of state: remote memory; per compute node ([`IndexKind::NodeState`], shared by
 //! that node's clients, `Sync`, its bytes accounted); per client (the [`IndexKind::Handle`]).
 
+pub mod art;
 pub mod bulk;
 pub mod common;
 pub mod example;
 pub mod hash;
 pub mod sherman;
+pub mod smart;
 pub mod spec;
 
 use dmkit_rdma::{Caps, Client, MemoryView, VerbsError};

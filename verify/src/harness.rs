@@ -36,15 +36,18 @@ pub struct Mix {
 }
 
 /// A checking preset.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Preset {
     pub name: &'static str,
     pub compute_nodes: u16,
     pub memory_nodes: u16,
     pub clients: u32,
     pub ops_per_client: u32,
-    /// Keys are 8-byte big-endian integers `0..keys`.
+    /// Keys are `key_of(0..keys)`.
     pub keys: u64,
+    /// Key number to key bytes: [`be_key`] (8-byte big-endian) unless an index needs keys
+    /// with shape (SMART's shared prefixes).
+    pub key_of: fn(u64) -> Vec<u8>,
     /// Bytes of each written value (at least 8): long enough to span atomicity units, so that
     /// a torn read shows as a value nobody wrote.
     pub value_bytes: usize,
@@ -70,6 +73,11 @@ pub trait Checked: IndexKind {
         let _ = options;
         Err(format!("index {} has no named configurations (asked for '{config}')", Self::NAME))
     }
+}
+
+/// Key `k` as 8 big-endian bytes: the default [`Preset::key_of`].
+pub fn be_key(k: u64) -> Vec<u8> {
+    k.to_be_bytes().to_vec()
 }
 
 /// The value client `client` writes in its `seq`-th operation: unique, so the checker can tell
@@ -130,7 +138,7 @@ impl<K: Checked> IndexScenario<K> {
     fn op(&self, rng: &mut ChaCha8Rng, client: u32, seq: u32) -> Op {
         let m = self.preset.mix;
         let total = m.search + m.insert + m.update + m.delete + m.scan;
-        let key = rng.random_range(0..self.preset.keys.max(1)).to_be_bytes().to_vec();
+        let key = (self.preset.key_of)(rng.random_range(0..self.preset.keys.max(1)));
         let mut pick = rng.random_range(0..total.max(1));
         for (weight, kind) in [(m.search, 0), (m.insert, 1), (m.update, 2), (m.delete, 3), (m.scan, 4)] {
             if pick < weight {
@@ -174,8 +182,8 @@ impl<K: Checked> Scenario for IndexScenario<K> {
         let nodes: Vec<Arc<K::NodeState>> =
             (0..self.preset.compute_nodes).map(|_| Arc::new(K::node_state(&self.options, &caps))).collect();
         let creator = sim.add_client(0).expect("compute node 0 exists");
-        let (c, options, preload, value_bytes) =
-            (creator.clone(), self.options.clone(), self.preset.preload, self.preset.value_bytes);
+        let (c, options, preload, value_bytes, key_of) =
+            (creator.clone(), self.options.clone(), self.preset.preload, self.preset.value_bytes, self.preset.key_of);
         let mut loader = K::open(&self.options, nodes[0].clone(), creator.clone());
         let setup_failed = Rc::new(RefCell::new(None));
         let failed = setup_failed.clone();
@@ -185,7 +193,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
                 return;
             }
             for k in 0..preload {
-                if let Err(e) = loader.insert(&k.to_be_bytes(), &value_of(u32::MAX, k as u32, value_bytes)).await {
+                if let Err(e) = loader.insert(&(key_of)(k), &value_of(u32::MAX, k as u32, value_bytes)).await {
                     *failed.borrow_mut() = Some(format!("preload: {e}"));
                     return;
                 }
@@ -203,7 +211,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             history.records.push(Record {
                 client: u32::MAX,
                 op: Op::Insert {
-                    key: k.to_be_bytes().to_vec(),
+                    key: (self.preset.key_of)(k),
                     value: value_of(u32::MAX, k as u32, self.preset.value_bytes),
                 },
                 outcome: spec::Outcome::Existed(false),
@@ -216,7 +224,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
         // The last client to finish audits the final state: it searches every key, so a lost
         // or resurrected write shows in the history even if no operation read it afterwards.
         let running = Rc::new(RefCell::new(self.preset.clients));
-        let audit: Vec<Op> = (0..self.preset.keys).map(|k| Op::Search { key: k.to_be_bytes().to_vec() }).collect();
+        let audit: Vec<Op> = (0..self.preset.keys).map(|k| Op::Search { key: (self.preset.key_of)(k) }).collect();
         phase.explore();
         for i in 0..self.preset.clients {
             let cn = (i % self.preset.compute_nodes as u32) as u16;

@@ -55,6 +55,7 @@ pub mod cache;
 pub mod config;
 pub mod layout;
 
+pub use crate::common::change::{Change, Reply};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::hocl::{LocalHold, LocalLockTable};
 use crate::common::primitive::{AtomicU64, Ordering};
@@ -169,21 +170,6 @@ impl Locks {
             }
         }
     }
-}
-
-/// What a write does to its key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Change {
-    Upsert(Vec<u8>),
-    Update(Vec<u8>),
-    Delete,
-}
-
-/// A delegated or combined operation's result.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply {
-    Read(Result<Option<Vec<u8>>, IndexError>),
-    Write(Result<bool, IndexError>),
 }
 
 /// The state one compute node's clients share.
@@ -768,18 +754,8 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             None => changes,
         };
         let found = n.slots.iter().position(|s| s.occupied && s.key == key);
-        let mut state = found.map(|i| n.slots[i].value.clone());
-        let before = state.clone();
-        let mut results = Vec::with_capacity(changes.len());
-        for c in &changes {
-            results.push(state.is_some());
-            match c {
-                Change::Upsert(v) => state = Some(v.clone()),
-                Change::Update(v) if state.is_some() => state = Some(v.clone()),
-                Change::Update(_) => {}
-                Change::Delete => state = None,
-            }
-        }
+        let before = found.map(|i| n.slots[i].value.clone());
+        let (state, results) = crate::common::change::fold(before.clone(), &changes);
         let outcome = self.apply(addr, held, &mut n, key, found, before, state, &path).await;
         let replies: Vec<Result<bool, IndexError>> = match &outcome {
             Ok(()) => results.iter().map(|&r| Ok(r)).collect(),

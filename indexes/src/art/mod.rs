@@ -1,0 +1,115 @@
+//! # ART on disaggregated memory: the SMART paper's baseline (digest §3.11)
+//!
+//! The adaptive radix tree ported to DM the way the SMART paper's authors did for their
+//! comparison: ART's node types 4/16/48/256 with pessimistic headers, **ROWEX** — an insert
+//! locks every internal node it visits, through Sherman's hierarchical lock (on-chip lock words
+//! and the local lock table with hand-over) — and **out-of-place leaf updates** (RCU: write a
+//! new leaf, CAS the parent slot, clear the old leaf's valid byte), which move leaves and so
+//! invalidate other compute nodes' cached slots. The same compute-node radix cache as SMART.
+//!
+//! It is SMART's code with the factor analysis's switches off (the `art` configuration of
+//! [`crate::smart::config`], as the artifact builds both from one source with flags), under
+//! its own name so that experiments and checks can name it. What is not modelled: the
+//! artifact's hand-over of same-key RCU updates on one compute node, and 1-bit locks (the lock
+//! words are 64-bit, as Sherman's).
+
+use crate::smart::{self, SmartHandle, SmartNode, SmartOptions};
+use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug};
+use dmkit_rdma::{Caps, Client, MemoryView};
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+/// ART's options: SMART's, in the `art` configuration by default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArtOptions(pub SmartOptions);
+
+impl Default for ArtOptions {
+    fn default() -> Self {
+        ArtOptions::new(8, 8)
+    }
+}
+
+impl ArtOptions {
+    pub fn new(key_bytes: u32, value_bytes: u32) -> ArtOptions {
+        ArtOptions(SmartOptions::named("art", key_bytes, value_bytes).expect("the art configuration exists"))
+    }
+}
+
+impl Deref for ArtOptions {
+    type Target = SmartOptions;
+    fn deref(&self) -> &SmartOptions {
+        &self.0
+    }
+}
+
+impl DerefMut for ArtOptions {
+    fn deref_mut(&mut self) -> &mut SmartOptions {
+        &mut self.0
+    }
+}
+
+/// ART's [`IndexKind`].
+#[derive(Debug)]
+pub struct Art;
+
+const PLANTS: [PlantedBug; 2] = [
+    PlantedBug {
+        name: "no-reverse-check",
+        description: "a node or leaf reached through a cached slot is trusted without comparing its reverse pointer: stale caches route into moved subtrees",
+    },
+    PlantedBug {
+        name: "retire-after-publish",
+        description: "an out-of-place update clears the old leaf's valid byte after the slot CAS, unsignaled (the artifact): a stale cached slot still reads the old value after a newer update returned",
+    },
+];
+
+impl IndexKind for Art {
+    const NAME: &'static str = "art";
+    type Options = ArtOptions;
+    type NodeState = SmartNode;
+    type Handle<C: Client + Clone + 'static> = SmartHandle<C>;
+
+    fn limits(o: &ArtOptions) -> Limits {
+        smart::limits(o)
+    }
+
+    fn validate(o: &ArtOptions) -> Result<(), String> {
+        o.0.validate()
+    }
+
+    async fn create<C: Client>(o: &ArtOptions, ctx: &C) -> Result<(), IndexError> {
+        smart::create(o, ctx).await
+    }
+
+    fn node_state(o: &ArtOptions, caps: &Caps) -> SmartNode {
+        smart::node_state(o, caps)
+    }
+
+    fn node_state_bytes(n: &SmartNode) -> u64 {
+        smart::node_state_bytes(n)
+    }
+
+    fn open<C: Client + Clone + 'static>(o: &ArtOptions, node: Arc<SmartNode>, ctx: C) -> SmartHandle<C> {
+        smart::open(o, node, ctx)
+    }
+
+    fn check_invariants(o: &ArtOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+        smart::invariants::check(o, memory)
+    }
+
+    fn warm(o: &ArtOptions, node: &SmartNode, memory: &dyn MemoryView) -> Result<(), String> {
+        smart::warm(o, node, memory)
+    }
+
+    fn planted_bugs() -> &'static [PlantedBug] {
+        &PLANTS
+    }
+
+    fn plant(o: &mut ArtOptions, bug: &str) -> Result<(), String> {
+        if !PLANTS.iter().any(|p| p.name == bug) {
+            let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
+            return Err(format!("art has no planted bug '{bug}' (it has: {})", names.join(", ")));
+        }
+        smart::plant(o, bug, "art")
+    }
+}

@@ -1,0 +1,239 @@
+//! SMART's compute-node radix cache (digest §2.8, §3.7).
+//!
+//! Snapshots of remote internal nodes, keyed by the byte path that identifies each node: the key
+//! bytes before its first slot partial (`key[..depth−1]` for a node whose slots discriminate on
+//! depth `depth`). A lookup walks the key's prefixes from the longest down and returns the
+//! deepest snapshot holding a live slot whose partial is the next key byte — a cache hit yields
+//! a *slot*, and the first remote READ is of that slot's child. The paper keeps the snapshots
+//! in a local ART with 16-byte long slots; a hash map over prefixes answers the same question
+//! (the digest, §8.20: the local structure does not change the remote protocol), and the budget
+//! charges what the artifact charges.
+//!
+//! Nothing in a snapshot is trusted: the reverse check on the child (its reverse pointer must be
+//! the cached slot's address), the header type and the deleted marks catch stale entries, which
+//! the traversal then invalidates. The root (empty prefix) is never cached, as in the artifact.
+//! Eviction is FIFO over insertions; if the queue empties while still over budget, everything
+//! goes (the artifact's rule).
+
+use super::layout::Slot;
+use crate::common::primitive::{Mutex, lock};
+use dmkit_rdma::RemoteAddr;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+/// A cached internal node: the slots of its type as read, where they live, and the key
+/// position they discriminate on.
+#[derive(Debug)]
+pub struct CacheEntry {
+    /// The node's address (its first slot is at `addr + 16`).
+    pub addr: RemoteAddr,
+    /// The key position (1-based) of the slots' partials.
+    pub depth: usize,
+    pub node_type: u8,
+    pub slots: Vec<Slot>,
+    bytes: u64,
+}
+
+impl CacheEntry {
+    /// The remote address of slot `i`.
+    pub fn slot_addr(&self, i: usize) -> RemoteAddr {
+        self.addr.add(16 + 8 * i as u64)
+    }
+}
+
+/// Counters of one compute node's cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub bytes: u64,
+    pub entries: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub invalidations: u64,
+}
+
+/// FNV-1a: deterministic and enough for short prefixes.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    map: HashMap<Vec<u8>, Arc<CacheEntry>, BuildHasherDefault<Fnv>>,
+    /// Entries per prefix length, so a lookup probes only lengths that exist.
+    lengths: Vec<u32>,
+    fifo: VecDeque<(Vec<u8>, usize)>,
+    stats: CacheStats,
+}
+
+/// One compute node's cache, shared by its clients.
+#[derive(Debug)]
+pub struct RadixCache {
+    budget: u64,
+    state: Mutex<State>,
+}
+
+impl RadixCache {
+    pub fn new(budget_bytes: u64) -> RadixCache {
+        RadixCache { budget: budget_bytes, state: Mutex::new(State::default()) }
+    }
+
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Bytes charged for a snapshot of `slots` slots under a prefix of `prefix` bytes: the
+    /// artifact's `1 + 8 + 8n` entry, its local node's long slot (17 B), and the prefix.
+    pub fn entry_bytes(prefix: usize, slots: usize) -> u64 {
+        (9 + 8 * slots + 17 + prefix) as u64
+    }
+
+    /// The deepest cached slot for `key`: its entry and index. Returns the number of prefix
+    /// lengths probed too (the CPU cost of the walk).
+    pub fn lookup(&self, key: &[u8]) -> (Option<(Arc<CacheEntry>, usize)>, u32) {
+        let mut s = lock(&self.state);
+        let mut probes = 0;
+        let top = key.len().min(s.lengths.len().saturating_sub(1));
+        for plen in (1..=top).rev() {
+            if s.lengths[plen] == 0 {
+                continue;
+            }
+            probes += 1;
+            if let Some(e) = s.map.get(&key[..plen]) {
+                let next = key[plen];
+                if let Some(i) = e.slots.iter().position(|sl| !sl.is_empty() && sl.partial() == next) {
+                    let e = e.clone();
+                    s.stats.hits += 1;
+                    return (Some((e, i)), probes);
+                }
+            }
+        }
+        s.stats.misses += 1;
+        (None, probes.max(1))
+    }
+
+    /// Adds or replaces the snapshot of the node at `addr` whose slots discriminate on key
+    /// position `depth`, reached along `key`.
+    pub fn add(&self, key: &[u8], depth: usize, addr: RemoteAddr, node_type: u8, slots: Vec<Slot>) {
+        let plen = depth - 1;
+        if plen == 0 || plen >= key.len() || self.budget == 0 {
+            return;
+        }
+        let bytes = Self::entry_bytes(plen, slots.len());
+        if bytes > self.budget {
+            return;
+        }
+        let entry = Arc::new(CacheEntry { addr, depth, node_type, slots, bytes });
+        let prefix = key[..plen].to_vec();
+        let mut s = lock(&self.state);
+        let id = Arc::as_ptr(&entry) as usize;
+        match s.map.insert(prefix.clone(), entry) {
+            Some(old) => s.stats.bytes -= old.bytes,
+            None => {
+                if s.lengths.len() <= plen {
+                    s.lengths.resize(plen + 1, 0);
+                }
+                s.lengths[plen] += 1;
+                s.stats.entries += 1;
+            }
+        }
+        s.stats.bytes += bytes;
+        s.fifo.push_back((prefix, id));
+        while s.stats.bytes > self.budget {
+            let Some((p, id)) = s.fifo.pop_front() else {
+                s.map.clear();
+                s.lengths.clear();
+                s.stats.bytes = 0;
+                s.stats.entries = 0;
+                break;
+            };
+            if s.map.get(&p).is_some_and(|e| Arc::as_ptr(e) as usize == id) {
+                Self::remove(&mut s, &p);
+                s.stats.evictions += 1;
+            }
+        }
+    }
+
+    fn remove(s: &mut State, prefix: &[u8]) {
+        if let Some(old) = s.map.remove(prefix) {
+            s.stats.bytes -= old.bytes;
+            s.stats.entries -= 1;
+            s.lengths[prefix.len()] -= 1;
+        }
+    }
+
+    /// Drops `entry` if it is still the cached snapshot of its prefix (of `key`).
+    pub fn invalidate(&self, key: &[u8], entry: &Arc<CacheEntry>) {
+        let plen = entry.depth - 1;
+        let mut s = lock(&self.state);
+        if s.map.get(&key[..plen]).is_some_and(|e| Arc::ptr_eq(e, entry)) {
+            Self::remove(&mut s, &key[..plen]);
+            s.stats.invalidations += 1;
+        }
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        lock(&self.state).stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmkit_rdma::NodeId;
+
+    fn at(i: u64) -> RemoteAddr {
+        RemoteAddr::host(NodeId(0), 4096 * i)
+    }
+
+    fn slot(p: u8, i: u64) -> Slot {
+        Slot::leaf(p, 48, at(i))
+    }
+
+    #[test]
+    fn deepest_matching_slot_wins_and_falls_back() {
+        let c = RadixCache::new(1 << 20);
+        c.add(&[1, 2, 3, 4], 2, at(1), 1, vec![slot(2, 10), slot(9, 11)]);
+        c.add(&[1, 2, 3, 4], 3, at(2), 1, vec![slot(3, 12)]);
+        let (hit, _) = c.lookup(&[1, 2, 3, 4]);
+        let (e, i) = hit.expect("a hit");
+        assert_eq!((e.addr, i, e.slot_addr(i)), (at(2), 0, at(2).add(16)));
+        // No slot for byte 7 at depth 3: the shallower snapshot routes by byte 2.
+        let (hit, _) = c.lookup(&[1, 2, 7, 4]);
+        assert_eq!(hit.expect("a hit").0.addr, at(1));
+        assert!(c.lookup(&[5, 2, 3, 4]).0.is_none());
+        let (hit, _) = c.lookup(&[1, 2, 3, 4]);
+        c.invalidate(&[1, 2, 3, 4], &hit.expect("a hit").0);
+        assert_eq!(c.lookup(&[1, 2, 3, 4]).0.expect("fallback").0.addr, at(1));
+        assert_eq!(c.stats().invalidations, 1);
+    }
+
+    #[test]
+    fn budget_evicts_oldest_and_root_is_never_cached() {
+        let per = RadixCache::entry_bytes(1, 1);
+        let c = RadixCache::new(2 * per);
+        c.add(&[1, 0], 1, at(9), 1, vec![slot(0, 1)]);
+        assert_eq!(c.stats().entries, 0, "an empty prefix (the root) is not cached");
+        for b in 0..3u8 {
+            c.add(&[b, 0], 2, at(b as u64), 1, vec![slot(0, 1)]);
+        }
+        let s = c.stats();
+        assert_eq!((s.entries, s.evictions), (2, 1));
+        assert!(c.lookup(&[0, 0]).0.is_none());
+        assert!(c.lookup(&[2, 0]).0.is_some());
+    }
+}

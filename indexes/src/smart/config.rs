@@ -1,0 +1,158 @@
+//! SMART's options and named configurations: the paper's factor analysis (Fig. 18) as steps
+//! from the ART port to SMART, each adding one technique.
+//!
+//! | name | internal nodes | leaf update | rear lock | read delegation | write combining | node types |
+//! |---|---|---|---|---|---|---|
+//! | `art` (index `art`) | ROWEX: node locks on insert (HOCL) | out of place (RCU) | – | off | off | 4/16/48/256 |
+//! | `smart-lockfree` | lock-free (CAS on slots) | out of place | – | off | off | 7 types |
+//! | `smart-inplace` | lock-free | in place, lock then unlock | no | off | off | 7 types |
+//! | `smart-rearlock` | lock-free | in place | yes (one WRITE) | off | off | 7 types |
+//! | `smart-rd` | lock-free | in place | yes | on | off | 7 types |
+//! | `smart` (default) | lock-free | in place | yes | on | on | 7 types |
+//!
+//! `smart-no-rdwc` is `smart-rearlock` under the name the paper's Fig. 19 uses. Every
+//! configuration has the digest's safety fixes (H1–H5, H9, H10); the paper's behaviour at each
+//! hazard is a planted bug (`dmkit check --plant`).
+
+use super::layout::NodeTypes;
+use std::collections::BTreeSet;
+
+/// Options of one SMART (or ART) tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SmartOptions {
+    /// The named configuration these options came from.
+    pub config: &'static str,
+    pub key_bytes: u32,
+    pub value_bytes: u32,
+    pub node_types: NodeTypes,
+    /// ROWEX: an insert locks every internal node it visits (the ART baseline), through
+    /// Sherman's hierarchical lock (on-chip lock words and the local lock table).
+    pub internal_locks: bool,
+    /// Updates write a new leaf and swing the parent slot (RCU), instead of in place.
+    pub out_of_place_update: bool,
+    /// In-place updates release the lock with the data's WRITE (the lock is the leaf's last
+    /// word); else a second WRITE after the data lands.
+    pub rear_lock: bool,
+    pub read_delegation: bool,
+    pub write_combining: bool,
+    /// Local RDWC slots per compute node (the digest's 1,024; the paper's knee is 128).
+    pub rdwc_slots: u32,
+    /// Radix cache budget per compute node, bytes.
+    pub cache_bytes: u64,
+    /// Internal-node lock table per memory node (ART), bytes of 8-byte lock words.
+    pub lock_table_bytes: u64,
+    /// Local holders sharing one global node lock (ART's HOCL hand-over).
+    pub max_handover: u32,
+    pub memory_nodes: u16,
+    pub chunk_bytes: u64,
+    /// Bound on the attempts of one operation (re-reads, lock CASes, slot CASes).
+    pub max_retries: u32,
+    pub plants: BTreeSet<&'static str>,
+}
+
+/// Every configuration name, the default first.
+pub const CONFIGS: [&str; 7] =
+    ["smart", "smart-rd", "smart-rearlock", "smart-no-rdwc", "smart-inplace", "smart-lockfree", "art"];
+
+const MB: u64 = 1 << 20;
+
+impl Default for SmartOptions {
+    fn default() -> Self {
+        SmartOptions::named("smart", 8, 8).expect("the default configuration is valid")
+    }
+}
+
+impl SmartOptions {
+    /// The named configuration for `key_bytes`-byte keys and `value_bytes`-byte values.
+    pub fn named(name: &str, key_bytes: u32, value_bytes: u32) -> Result<SmartOptions, String> {
+        let Some(config) = CONFIGS.iter().copied().find(|c| *c == name) else {
+            return Err(format!("SMART has no configuration '{name}' (configurations: {})", CONFIGS.join(", ")));
+        };
+        let mut o = SmartOptions {
+            config,
+            key_bytes,
+            value_bytes,
+            node_types: NodeTypes::smart(),
+            internal_locks: false,
+            out_of_place_update: false,
+            rear_lock: true,
+            read_delegation: true,
+            write_combining: true,
+            rdwc_slots: 1024,
+            cache_bytes: 600 * MB,
+            lock_table_bytes: 128 << 10,
+            max_handover: 8,
+            memory_nodes: 1,
+            chunk_bytes: 16 * MB,
+            max_retries: 10_000,
+            plants: BTreeSet::new(),
+        };
+        match config {
+            "smart" => {}
+            "smart-rd" => o.write_combining = false,
+            "smart-rearlock" | "smart-no-rdwc" => (o.read_delegation, o.write_combining) = (false, false),
+            "smart-inplace" => (o.read_delegation, o.write_combining, o.rear_lock) = (false, false, false),
+            "smart-lockfree" => {
+                (o.read_delegation, o.write_combining, o.out_of_place_update) = (false, false, true);
+            }
+            "art" => {
+                (o.read_delegation, o.write_combining, o.out_of_place_update) = (false, false, true);
+                o.internal_locks = true;
+                o.node_types = NodeTypes::art();
+            }
+            _ => unreachable!("every name in CONFIGS is matched"),
+        }
+        Ok(o)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !(8..=256).contains(&self.key_bytes) {
+            return Err(format!("key_bytes {} is not within 8..=256", self.key_bytes));
+        }
+        if !(1..=4096).contains(&self.value_bytes) {
+            return Err(format!("value_bytes {} is not within 1..=4096", self.value_bytes));
+        }
+        if self.memory_nodes == 0 || self.memory_nodes > 256 {
+            return Err(format!(
+                "memory_nodes {} is not within 1..=256 (slots hold 8-bit node ids)",
+                self.memory_nodes
+            ));
+        }
+        if self.node_types.count() == 0 || self.node_types.capacity(self.node_types.largest()) != 256 {
+            return Err("the largest node type must hold 256 slots".into());
+        }
+        if self.rdwc_slots == 0 && (self.read_delegation || self.write_combining) {
+            return Err("RDWC needs at least one local slot".into());
+        }
+        if self.internal_locks && self.lock_table_bytes < 8 {
+            return Err("internal-node locks need a lock table of at least one word".into());
+        }
+        if self.max_retries == 0 {
+            return Err("max_retries must be positive".into());
+        }
+        if self.chunk_bytes < 64 << 10 {
+            return Err(format!("chunk_bytes {} is below 64 KiB", self.chunk_bytes));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_configuration_is_valid_and_the_steps_add_one_technique() {
+        for name in CONFIGS {
+            SmartOptions::named(name, 8, 8).expect("known").validate().expect("valid");
+        }
+        let art = SmartOptions::named("art", 8, 8).expect("known");
+        assert!(art.internal_locks && art.out_of_place_update && !art.read_delegation);
+        let smart = SmartOptions::default();
+        assert!(!smart.internal_locks && !smart.out_of_place_update && smart.rear_lock);
+        assert!(smart.read_delegation && smart.write_combining);
+        assert!(SmartOptions::named("bogus", 8, 8).unwrap_err().contains("smart-rd"));
+        assert!(SmartOptions::named("smart", 4, 8).expect("known").validate().is_err());
+        assert!(SmartOptions::named("smart", 300, 8).expect("known").validate().is_err());
+    }
+}

@@ -1,0 +1,1447 @@
+//! # SMART: the adaptive radix tree for disaggregated memory (OSDI '23, TOS '24)
+//!
+//! Digest: `shared/digests/smart.md`. A radix tree over one-sided verbs with 8-bit partial keys
+//! and pessimistic path compression (up to 6 partials per 8-byte header):
+//!
+//! - **Internal nodes are lock-free.** Every node is allocated at full capacity (256 slots) and
+//!   only its type's prefix is read; a slot is an 8-byte word holding its partial, so one CAS
+//!   publishes a child together with its key byte. A full node switches type in place: the new
+//!   slot is CASed behind the old capacity, then the type is raised in the parent's slot (CAS)
+//!   and in the header (masked CAS on the type bits), monotonically. Leaf and header splits
+//!   write new NODE_4s (and the new leaf) first, then swing the parent slot with one CAS.
+//! - **Leaves are locked and updated in place.** One key per leaf; the lock is the leaf's last
+//!   word, so one WRITE of `checksum‖key‖value‖lock=0` writes and unlocks (the RNIC places a
+//!   WRITE's bytes in address order). Readers never lock: they check the CRC-64.
+//! - **Reverse check.** Every node and leaf holds the address of the slot that points to it; a
+//!   client that reached it through a cached slot trusts it only if the two agree.
+//! - **RDWC** ([`crate::common::rdwc`]): same-key searches of one compute node share one remote
+//!   search; same-key writes are combined into one WRITE.
+//! - **Radix cache** ([`cache`]): snapshots of internal nodes keyed by their byte path.
+//!
+//! ## Operations (digest §3; verbs and sizes in its §3.10 table)
+//!
+//! - **search**: from the deepest cached slot (or the 8-byte root slot), READ node by node
+//!   (`16 + 8·capacity` bytes) to the leaf (`leaf_bytes`): one READ with a warm cache.
+//! - **insert**: as search, then one of: WRITE leaf + CAS into an empty slot (or onto a
+//!   tombstone of the same partial, or onto a dead leaf); a leaf split or header split
+//!   (batched WRITEs of the new nodes and leaf, the parent CAS, the moved child's
+//!   reverse-pointer CAS, and for a header split the header trim); a type switch.
+//! - **update** of an existing key: lock CAS on the rear word, one WRITE. Upserts do the same.
+//! - **delete**: lock, WRITE the rear word with the dead bit (the linearization point), clear
+//!   the valid byte, CAS the slot to a tombstone that keeps the partial (digest H5, H9).
+//! - **scan**: depth-first from the root slot, children in partial order, leaf READs of a node
+//!   batched per memory node; per-key correct, not atomic (as the paper).
+//!
+//! ## Fixes the digest recommends, on by default (each one's removal is a planted bug)
+//!
+//! - H1: the moved child's reverse-pointer CAS is awaited (retried while an earlier move's CAS
+//!   has not landed) before a split returns. Plant `rev-cas-unsignaled`.
+//! - H2: readers never "repair" reverse pointers.
+//! - H3: an in-place update writes from the checksum on, never the reverse pointer or valid
+//!   byte it read before locking. Plant `full-leaf-write`.
+//! - H4, H9: the lock has its own word, with a dead bit that deletes set under the lock.
+//! - H5: deletes leave tombstones; inserts reuse only a tombstone of their own partial. Plant
+//!   `delete-to-null`.
+//! - H6: a delegated search shares only a READ posted after the follower joined. Plant
+//!   `rdwc-late-mark`. (H7 is fixed inside `common::rdwc`.)
+//! - H10: a failed header trim retries with the fresh header.
+//! - H12: merges are not done (digest v1): empty nodes stay.
+//! - Also plants `no-reverse-check` and `no-checksum`.
+//!
+//! ## Deviations
+//!
+//! - Pointers are 64-byte aligned (digest §8.8), leaves 64-byte aligned; the leaf is up to 7
+//!   bytes longer than the paper's (the lock word, H4).
+//! - A split's new nodes and leaf go to one memory node, so their WRITEs are one doorbell batch.
+//! - A combined write's "no change needed" shortcut (equal value) is not taken: a follower that
+//!   joined after the leader's READ could otherwise be linearized before it started.
+//! - Variable-size leaves (§2.9) are not built: keys and values have the configured sizes.
+
+pub mod cache;
+pub mod config;
+pub mod invariants;
+pub mod layout;
+
+use crate::common::change::{Change, Reply, fold};
+use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
+use crate::common::hocl::{LocalHold, LocalLockTable};
+use crate::common::rdwc::{Rdwc, ReadLeader, ReadRole, WriteLeader, WriteRole};
+use crate::hash::hash64;
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
+use cache::{CacheEntry, RadixCache};
+pub use config::SmartOptions;
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
+use layout::{CHECKSUM_AT, DEAD_BIT, Header, LOCK_BIT, Leaf, LeafGeometry, NODE_ALIGN, NodeTypes, Slot, TYPE_MASK};
+use layout::{LEAF_ALIGN, VALID_AT, kb};
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// The root slot and superblock on memory node 0: `[root slot u64][magic u64][key u32][value u32]`.
+pub const SUPERBLOCK_OFFSET: u64 = 8192;
+const MAGIC: u64 = u64::from_le_bytes(*b"DMKSMRT1");
+/// ART's node-lock table when the NIC has no device memory (the reserved region, as Sherman).
+const HOST_LOCK_TABLE_AT: u64 = 512 << 10;
+const HOST_LOCK_TABLE_MAX: u64 = 256 << 10;
+const LOCK_HASH_SEED: u64 = 0x0a47_10c4;
+
+pub fn root_slot_addr() -> RemoteAddr {
+    RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
+}
+
+const PLANTS: [PlantedBug; 7] = [
+    PlantedBug {
+        name: "rev-cas-unsignaled",
+        description: "a split returns before the moved child's reverse-pointer CAS lands (H1): a stale cached slot still passes the reverse check and misses the new key",
+    },
+    PlantedBug {
+        name: "full-leaf-write",
+        description: "an in-place update WRITEs the whole leaf, reverse pointer included, from its pre-lock READ (H3): it can undo a split's reverse-pointer move",
+    },
+    PlantedBug {
+        name: "delete-to-null",
+        description: "a delete resets the slot to NULL instead of a tombstone (H5): two slots of a node can end up with one partial, shadowing a key",
+    },
+    PlantedBug {
+        name: "rdwc-late-mark",
+        description: "a delegated search shares a leaf READ posted before its followers joined (H6): a follower returns a value older than its start",
+    },
+    PlantedBug {
+        name: "no-reverse-check",
+        description: "a node or leaf reached through a cached slot is trusted without comparing its reverse pointer: stale caches route into moved subtrees",
+    },
+    PlantedBug {
+        name: "retire-after-publish",
+        description: "an out-of-place update clears the old leaf's valid byte after the slot CAS, unsignaled (the artifact's ART): a stale cached slot still reads the old value after a newer update returned",
+    },
+    PlantedBug {
+        name: "no-checksum",
+        description: "leaf READs are used without checking the CRC: a READ overlapping an update returns a torn value",
+    },
+];
+
+/// ART's internal-node locks, resolved against the NIC (on-chip words, else a host table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeLocks {
+    pub on_chip: bool,
+    pub count: u32,
+}
+
+impl NodeLocks {
+    fn resolve(o: &SmartOptions, caps: &Caps) -> Option<NodeLocks> {
+        if !o.internal_locks {
+            return None;
+        }
+        Some(if caps.device_memory_bytes >= 8 {
+            NodeLocks { on_chip: true, count: (o.lock_table_bytes.min(caps.device_memory_bytes) / 8) as u32 }
+        } else {
+            NodeLocks { on_chip: false, count: (o.lock_table_bytes.min(HOST_LOCK_TABLE_MAX) / 8) as u32 }
+        })
+    }
+
+    fn of(self, node: RemoteAddr) -> (RemoteAddr, u16, u32) {
+        let mn = node.node();
+        let idx = (hash64(&node.raw().to_le_bytes(), LOCK_HASH_SEED) % u64::from(self.count)) as u32;
+        let at = if self.on_chip {
+            RemoteAddr::device(mn, u64::from(idx) * 8)
+        } else {
+            RemoteAddr::host(mn, HOST_LOCK_TABLE_AT + u64::from(idx) * 8)
+        };
+        (at, mn.0, idx)
+    }
+}
+
+/// The state one compute node's clients share.
+#[derive(Debug)]
+pub struct SmartNode {
+    types: NodeTypes,
+    leaf: LeafGeometry,
+    pub cache: RadixCache,
+    pub rdwc: Rdwc<Change, Reply>,
+    pub chunks: LocalChunkAllocator,
+    locks: Option<NodeLocks>,
+    pub local_locks: Option<LocalLockTable>,
+}
+
+/// SMART's [`IndexKind`].
+#[derive(Debug)]
+pub struct Smart;
+
+/// One client's handle.
+#[derive(Debug)]
+pub struct SmartHandle<C> {
+    o: SmartOptions,
+    node: Arc<SmartNode>,
+    ctx: C,
+    /// The word this client writes into ART's node locks (client id + 1, never 0).
+    me: u64,
+    counters: Counters,
+}
+
+/// Builds a compute node's state (SMART and ART share it).
+pub fn node_state(o: &SmartOptions, caps: &Caps) -> SmartNode {
+    let locks = NodeLocks::resolve(o, caps);
+    let local_locks = locks.map(|l| {
+        LocalLockTable::new(o.memory_nodes, l.count, o.max_handover)
+            .unwrap_or_else(|e| panic!("options were validated: {e}"))
+    });
+    let chunks = LocalChunkAllocator::new(ChunkOptions {
+        memory_nodes: o.memory_nodes,
+        chunk_bytes: o.chunk_bytes,
+        chunk_align: 4096,
+    })
+    .unwrap_or_else(|e| panic!("options were validated: {e}"));
+    SmartNode {
+        types: o.node_types.clone(),
+        leaf: leaf_geometry(o),
+        cache: RadixCache::new(o.cache_bytes),
+        rdwc: Rdwc::new(o.rdwc_slots.max(1) as usize, o.read_delegation || o.write_combining),
+        chunks,
+        locks,
+        local_locks,
+    }
+}
+
+pub fn leaf_geometry(o: &SmartOptions) -> LeafGeometry {
+    LeafGeometry { key_bytes: o.key_bytes as usize, value_bytes: o.value_bytes as usize }
+}
+
+pub fn limits(o: &SmartOptions) -> Limits {
+    Limits {
+        min_key_bytes: o.key_bytes as usize,
+        max_key_bytes: o.key_bytes as usize,
+        min_value_bytes: o.value_bytes as usize,
+        max_value_bytes: o.value_bytes as usize,
+    }
+}
+
+/// Writes the empty tree: a NULL root slot and the superblock.
+pub async fn create<C: Client>(o: &SmartOptions, ctx: &C) -> Result<(), IndexError> {
+    o.validate().map_err(IndexError::Corrupt)?;
+    let mut sb = Vec::with_capacity(24);
+    sb.extend_from_slice(&0u64.to_le_bytes());
+    sb.extend_from_slice(&MAGIC.to_le_bytes());
+    sb.extend_from_slice(&o.key_bytes.to_le_bytes());
+    sb.extend_from_slice(&o.value_bytes.to_le_bytes());
+    ctx.write(root_slot_addr(), Buf::from(sb)).await?;
+    Ok(())
+}
+
+pub fn open<C: Client + Clone + 'static>(o: &SmartOptions, node: Arc<SmartNode>, ctx: C) -> SmartHandle<C> {
+    let me = ctx.identity().client as u64 + 1;
+    SmartHandle { o: o.clone(), node, ctx, me, counters: Counters::default() }
+}
+
+pub fn node_state_bytes(n: &SmartNode) -> u64 {
+    n.cache.stats().bytes + n.rdwc.bytes() + n.chunks.bytes() + n.local_locks.as_ref().map_or(0, |t| t.bytes())
+}
+
+/// Caches internal nodes top-down, breadth first, outside time, until the budget is full.
+pub fn warm(o: &SmartOptions, node: &SmartNode, memory: &dyn MemoryView) -> Result<(), String> {
+    let read = |at: RemoteAddr, len: usize| memory.read_memory(at, len).map_err(|e| e.to_string());
+    let root = Slot(u64::from_le_bytes(read(root_slot_addr(), 8)?.try_into().expect("8 bytes")));
+    // (slot, depth of the child, byte path so far)
+    let mut level = vec![(root, 1usize, Vec::<u8>::new())];
+    let k = o.key_bytes as usize;
+    while !level.is_empty() {
+        let mut next = Vec::new();
+        for (s, d, path) in level {
+            if !s.is_internal() {
+                continue;
+            }
+            let image = read(s.ptr(), node.types.node_alloc_bytes() as usize)?;
+            let h = Header(u64::from_le_bytes(image[8..16].try_into().expect("8 bytes")));
+            let cap = node.types.capacity(h.node_type());
+            let slots: Vec<Slot> = (0..cap)
+                .map(|i| Slot(u64::from_le_bytes(image[16 + 8 * i..24 + 8 * i].try_into().expect("8 bytes"))))
+                .collect();
+            let mut p = path.clone();
+            for j in 0..h.len() {
+                if h.depth() + j >= d {
+                    p.push(h.partial(j));
+                }
+            }
+            if h.depth() == d && h.slot_depth() > 1 {
+                let bytes = RadixCache::entry_bytes(h.slot_depth() - 1, cap);
+                if node.cache.stats().bytes + bytes > o.cache_bytes {
+                    return Ok(());
+                }
+                let mut key = p.clone();
+                key.resize(k, 0);
+                node.cache.add(&key, h.slot_depth(), s.ptr(), h.node_type(), slots.clone());
+            }
+            for c in slots.into_iter().filter(|c| c.is_internal()) {
+                let mut cp = p.clone();
+                cp.push(c.partial());
+                next.push((c, h.slot_depth() + 1, cp));
+            }
+        }
+        level = next;
+    }
+    Ok(())
+}
+
+pub fn plant(o: &mut SmartOptions, bug: &str, index: &str) -> Result<(), String> {
+    let known = PLANTS.iter().find(|p| p.name == bug).ok_or_else(|| {
+        let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
+        format!("{index} has no planted bug '{bug}' (it has: {})", names.join(", "))
+    })?;
+    o.plants.insert(known.name);
+    Ok(())
+}
+
+impl IndexKind for Smart {
+    const NAME: &'static str = "smart";
+    type Options = SmartOptions;
+    type NodeState = SmartNode;
+    type Handle<C: Client + Clone + 'static> = SmartHandle<C>;
+
+    fn limits(o: &SmartOptions) -> Limits {
+        limits(o)
+    }
+
+    fn validate(o: &SmartOptions) -> Result<(), String> {
+        o.validate()
+    }
+
+    async fn create<C: Client>(o: &SmartOptions, ctx: &C) -> Result<(), IndexError> {
+        create(o, ctx).await
+    }
+
+    fn node_state(o: &SmartOptions, caps: &Caps) -> SmartNode {
+        node_state(o, caps)
+    }
+
+    fn node_state_bytes(n: &SmartNode) -> u64 {
+        node_state_bytes(n)
+    }
+
+    fn open<C: Client + Clone + 'static>(o: &SmartOptions, node: Arc<SmartNode>, ctx: C) -> SmartHandle<C> {
+        open(o, node, ctx)
+    }
+
+    fn check_invariants(o: &SmartOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+        invariants::check(o, memory)
+    }
+
+    fn warm(o: &SmartOptions, node: &SmartNode, memory: &dyn MemoryView) -> Result<(), String> {
+        warm(o, node, memory)
+    }
+
+    fn planted_bugs() -> &'static [PlantedBug] {
+        &PLANTS
+    }
+
+    fn plant(o: &mut SmartOptions, bug: &str) -> Result<(), String> {
+        plant(o, bug, "smart")
+    }
+}
+
+/// Where a traversal stands: a slot's value, where it lives, the key position of the child's
+/// first byte, and the cache entry it came from (if any).
+#[derive(Clone, Debug)]
+struct At {
+    s: Slot,
+    sa: RemoteAddr,
+    d: usize,
+    cached: Option<Arc<CacheEntry>>,
+}
+
+enum LeafView {
+    /// The key's current leaf (possibly retired by an out-of-place update whose publish has
+    /// not landed: its slot still points to it).
+    Live(Leaf),
+    /// Deleted (dead bit) while its slot still points to it: the key is absent.
+    Dead,
+    /// Retired or deleted, and its slot (read again) now holds this: follow it.
+    Moved(Slot),
+    /// The cached route is stale: invalidate and re-read the slot.
+    Invalid,
+}
+
+/// An internal node as read: header and the slots of its (header) type.
+struct NodeImage {
+    h: Header,
+    slots: Vec<Slot>,
+}
+
+/// The outcome of an attempt to publish at a slot.
+enum Publish {
+    Done(Vec<bool>),
+    /// The slot held `Slot` instead of the expected value: look again from there.
+    Lost(Slot),
+}
+
+/// What a visit of an internal node decided.
+enum Step {
+    Done(Vec<bool>),
+    Continue,
+}
+
+/// A write in progress: its changes (closed lazily for an RDWC leader) and the leaf it wrote.
+struct Pending<'l, 'a> {
+    leader: Option<&'l mut WriteLeader<'a, Change, Reply>>,
+    changes: Option<Vec<Change>>,
+    /// A new leaf written by this operation: (address, reverse pointer written, value).
+    leaf: Option<(RemoteAddr, RemoteAddr, Vec<u8>)>,
+    inserting: bool,
+}
+
+impl Pending<'_, '_> {
+    fn changes(&mut self) -> &[Change] {
+        if self.changes.is_none() {
+            let l = self.leader.as_mut().expect("a pending write has changes or a leader");
+            self.changes = Some(l.close());
+        }
+        self.changes.as_deref().expect("closed")
+    }
+
+    fn closed(&self) -> usize {
+        self.changes.as_ref().map_or(0, Vec::len)
+    }
+}
+
+/// A held ART node lock.
+struct NodeHeld {
+    word: RemoteAddr,
+    hold: Option<LocalHold>,
+}
+
+impl<C: Client + Clone + 'static> SmartHandle<C> {
+    fn planted(&self, bug: &str) -> bool {
+        self.o.plants.contains(bug)
+    }
+
+    fn retries_exhausted(&self, op: &'static str) -> IndexError {
+        IndexError::RetriesExhausted { op, retries: self.o.max_retries }
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<(), IndexError> {
+        limits(&self.o).check_key(key)
+    }
+
+    async fn read_slot(&mut self, sa: RemoteAddr) -> Result<Slot, IndexError> {
+        let b = self.ctx.read(sa, Buf::zeroed(8)).await?;
+        Ok(Slot(b.u64_at(0)))
+    }
+
+    /// The deepest cached slot for `key`, or the root slot.
+    async fn start(&mut self, key: &[u8]) -> Result<At, IndexError> {
+        if self.o.cache_bytes > 0 {
+            let (hit, probes) = self.node.cache.lookup(key);
+            self.ctx.charge_cpu(CpuWork::CacheLookupLevel, u64::from(probes)).await;
+            if let Some((e, i)) = hit {
+                self.counters.event("cache_hit");
+                return Ok(At { s: e.slots[i], sa: e.slot_addr(i), d: e.depth + 1, cached: Some(e) });
+            }
+            self.counters.event("cache_miss");
+        }
+        let s = self.read_slot(root_slot_addr()).await?;
+        Ok(At { s, sa: root_slot_addr(), d: 1, cached: None })
+    }
+
+    /// A stale route: drop the cache entry and read the slot itself (digest OnInvalid).
+    async fn reread(&mut self, key: &[u8], at: &mut At) -> Result<(), IndexError> {
+        if let Some(e) = at.cached.take() {
+            self.node.cache.invalidate(key, &e);
+            self.counters.event("cache_invalidated");
+        }
+        self.counters.retries += 1;
+        at.s = self.read_slot(at.sa).await?;
+        Ok(())
+    }
+
+    /// READs the internal node `at.s` points to; `None` if the route is invalid.
+    async fn read_node(&mut self, key: &[u8], at: &At) -> Result<Option<NodeImage>, IndexError> {
+        let types = &self.node.types;
+        let t = at.s.node_type();
+        let n = types.capacity(t);
+        if n == 0 {
+            return Err(IndexError::Corrupt(format!("slot {:#x} at {} has node type {t}", at.s.0, at.sa)));
+        }
+        let ptr = at.s.ptr();
+        let mut buf = self.ctx.read(ptr, Buf::zeroed(types.read_bytes(t))).await?.into_vec();
+        let rev = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+        let h = Header(u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")));
+        let ht = h.node_type();
+        if ht == layout::DELETED {
+            return Ok(None);
+        }
+        let cap = self.node.types.capacity(ht);
+        if cap == 0 {
+            return Err(IndexError::Corrupt(format!("node at {ptr} has header type {ht}")));
+        }
+        if cap > n {
+            // The node grew since the slot recorded its type: fetch the rest (a second READ).
+            self.counters.event("type_stale_read");
+            let rest = self.ctx.read(ptr.add(16 + 8 * n as u64), Buf::zeroed(8 * (cap - n))).await?;
+            buf.extend_from_slice(rest.as_slice());
+        }
+        if let Some(e) = &at.cached
+            && ht != t
+        {
+            self.node.cache.invalidate(key, e);
+            self.counters.event("cache_invalidated");
+        }
+        self.ctx.charge_cpu(CpuWork::NodeSearchEntry, cap as u64).await;
+        let rev_ok = at.cached.is_none() || rev == at.sa.raw() || self.planted("no-reverse-check");
+        if h.depth() > at.d || !rev_ok {
+            return Ok(None);
+        }
+        let slots = (0..cap)
+            .map(|i| Slot(u64::from_le_bytes(buf[16 + 8 * i..24 + 8 * i].try_into().expect("8 bytes"))))
+            .collect();
+        Ok(Some(NodeImage { h, slots }))
+    }
+
+    /// READs the leaf `at.s` points to, again while torn.
+    async fn read_leaf(
+        &mut self,
+        at: &At,
+        mut leader: Option<&mut ReadLeader<'_, Change, Reply>>,
+    ) -> Result<LeafView, IndexError> {
+        let g = self.node.leaf;
+        for _ in 0..self.o.max_retries {
+            let late = self.planted("rdwc-late-mark");
+            if let Some(l) = leader.as_deref_mut()
+                && !late
+            {
+                l.mark();
+            }
+            let buf = self.ctx.read(at.s.ptr(), Buf::zeroed(g.bytes())).await?;
+            if let Some(l) = leader.as_deref_mut()
+                && late
+            {
+                l.mark();
+            }
+            self.ctx.charge_cpu(CpuWork::ChecksumByte, (g.key_bytes + g.value_bytes) as u64).await;
+            let leaf = g.decode(buf.as_slice());
+            if at.cached.is_some() && leaf.rev != at.sa.raw() && !self.planted("no-reverse-check") {
+                return Ok(LeafView::Invalid);
+            }
+            if !leaf.valid || leaf.dead() {
+                if at.cached.is_some() {
+                    return Ok(LeafView::Invalid);
+                }
+                // Deleted, or retired by an out-of-place update: the slot tells.
+                let now = self.read_slot(at.sa).await?;
+                if now != at.s {
+                    return Ok(LeafView::Moved(now));
+                }
+                if leaf.dead() {
+                    return Ok(LeafView::Dead);
+                }
+            }
+            if !leaf.intact() && !self.planted("no-checksum") {
+                self.counters.event("torn_leaf");
+                self.counters.retries += 1;
+                self.ctx.yield_now().await;
+                continue;
+            }
+            return Ok(LeafView::Live(leaf));
+        }
+        Err(self.retries_exhausted("read leaf"))
+    }
+
+    /// Caches a node reached at its header's depth (the key matched its header).
+    fn remember(&self, key: &[u8], at: &At, img: &NodeImage) {
+        if at.d == img.h.depth() && self.o.cache_bytes > 0 {
+            self.node.cache.add(key, img.h.slot_depth(), at.s.ptr(), img.h.node_type(), img.slots.clone());
+        }
+    }
+
+    async fn search_inner(
+        &mut self,
+        key: &[u8],
+        mut leader: Option<&mut ReadLeader<'_, Change, Reply>>,
+    ) -> Result<Option<Vec<u8>>, IndexError> {
+        let mut at = self.start(key).await?;
+        for _ in 0..self.o.max_retries {
+            if at.s.is_empty() {
+                return Ok(None);
+            }
+            if at.s.is_leaf() {
+                match self.read_leaf(&at, leader.as_deref_mut()).await? {
+                    LeafView::Live(l) => return Ok((l.key == key).then_some(l.value)),
+                    LeafView::Dead => return Ok(None),
+                    LeafView::Moved(now) => {
+                        at.s = now;
+                        continue;
+                    }
+                    LeafView::Invalid => {
+                        self.reread(key, &mut at).await?;
+                        continue;
+                    }
+                }
+            }
+            if let Some(l) = leader.as_deref_mut() {
+                l.mark();
+            }
+            let Some(img) = self.read_node(key, &at).await? else {
+                self.reread(key, &mut at).await?;
+                continue;
+            };
+            let h = img.h;
+            if (0..h.len()).any(|i| kb(key, h.depth() + i) != h.partial(i)) {
+                return Ok(None);
+            }
+            self.remember(key, &at, &img);
+            let pk = kb(key, h.slot_depth());
+            let Some(i) = img.slots.iter().position(|s| !s.is_null() && s.partial() == pk) else {
+                return Ok(None);
+            };
+            at = At { s: img.slots[i], sa: at.s.ptr().add(16 + 8 * i as u64), d: h.slot_depth() + 1, cached: None };
+        }
+        Err(self.retries_exhausted("search"))
+    }
+
+    async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.check_key(key)?;
+        if !self.o.read_delegation {
+            return self.search_inner(key, None).await;
+        }
+        let node = self.node.clone();
+        match node.rdwc.begin_read(key) {
+            ReadRole::Leader(mut leader) => {
+                let r = self.search_inner(key, Some(&mut leader)).await;
+                leader.finish(Reply::Read(r.clone()));
+                r
+            }
+            ReadRole::Follower(wait) => match wait.await {
+                Some(Reply::Read(r)) => {
+                    self.counters.event("rdwc_delegated");
+                    r
+                }
+                _ => self.search_inner(key, None).await,
+            },
+            ReadRole::Bypass => self.search_inner(key, None).await,
+        }
+    }
+
+    async fn do_write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        self.check_key(key)?;
+        if let Change::Upsert(v) | Change::Update(v) = &change {
+            limits(&self.o).check_value(v)?;
+        }
+        if !self.o.write_combining {
+            return self.modify(key, vec![change], None).await.0;
+        }
+        let node = self.node.clone();
+        match node.rdwc.begin_write(key, change.clone()) {
+            WriteRole::Leader(mut leader) => {
+                let (mine, replies) = self.modify(key, vec![], Some(&mut leader)).await;
+                if let Some(replies) = replies {
+                    if replies.len() > 1 {
+                        self.counters.event("rdwc_leader_combined");
+                    }
+                    leader.finish(replies.into_iter().map(Reply::Write).collect());
+                }
+                mine
+            }
+            WriteRole::Follower(wait) => match wait.await {
+                Some(Reply::Write(r)) => {
+                    self.counters.event("rdwc_combined");
+                    r
+                }
+                _ => self.modify(key, vec![change], None).await.0,
+            },
+            WriteRole::Bypass(change) => self.modify(key, vec![change], None).await.0,
+        }
+    }
+
+    /// Applies `changes` (or, as an RDWC leader, every change its window admitted) to `key`.
+    /// Returns the first change's result and, once the window closed, one result per change.
+    async fn modify(
+        &mut self,
+        key: &[u8],
+        changes: Vec<Change>,
+        leader: Option<&mut WriteLeader<'_, Change, Reply>>,
+    ) -> (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>) {
+        let inserting = changes.iter().any(|c| matches!(c, Change::Upsert(_)));
+        let mut p = Pending { changes: leader.is_none().then_some(changes), leader, leaf: None, inserting };
+        let outcome = self.modify_inner(key, &mut p).await;
+        if let Some((addr, _, _)) = p.leaf.take()
+            && outcome.as_ref().is_err()
+        {
+            // Never published: give it back.
+            let _ = self.node.chunks.free(addr, self.node.leaf.alloc_bytes());
+        }
+        let closed = p.closed();
+        match outcome {
+            Ok(results) => {
+                let replies: Vec<Result<bool, IndexError>> = results.into_iter().map(Ok).collect();
+                (replies[0].clone(), Some(replies))
+            }
+            Err(e) if closed > 0 => (Err(e.clone()), Some(vec![Err(e); closed])),
+            Err(e) => (Err(e), None),
+        }
+    }
+
+    async fn modify_inner(&mut self, key: &[u8], p: &mut Pending<'_, '_>) -> Result<Vec<bool>, IndexError> {
+        let mut at = self.start(key).await?;
+        for _ in 0..self.o.max_retries {
+            if at.s.is_empty() {
+                let pk = if at.s.is_tombstone() { at.s.partial() } else { kb(key, at.d - 1) };
+                if at.s.is_tombstone() {
+                    self.counters.event("tombstone_reused");
+                }
+                match self.publish_leaf(key, p, at.sa, at.s, pk).await? {
+                    Publish::Done(r) => return Ok(r),
+                    Publish::Lost(old) => {
+                        (at.s, at.cached) = (old, None);
+                        continue;
+                    }
+                }
+            }
+            if at.s.is_leaf() {
+                let outcome = match self.read_leaf(&at, None).await? {
+                    LeafView::Invalid => {
+                        self.reread(key, &mut at).await?;
+                        continue;
+                    }
+                    LeafView::Moved(now) => {
+                        at.s = now;
+                        continue;
+                    }
+                    LeafView::Dead => {
+                        // A deleted leaf is an empty slot for whoever comes next.
+                        self.counters.event("dead_leaf_replaced");
+                        self.publish_leaf(key, p, at.sa, at.s, at.s.partial()).await?
+                    }
+                    LeafView::Live(l) if l.key == key => self.change_existing(key, p, &at, l).await?,
+                    LeafView::Live(l) => {
+                        let lcp = (0..).take_while(|&i| kb(key, at.d + i) == kb(&l.key, at.d + i)).count();
+                        if at.d + lcp > key.len() {
+                            return Err(IndexError::Corrupt(format!("leaf at {} holds the key twice", at.s.ptr())));
+                        }
+                        let diff = kb(&l.key, at.d + lcp);
+                        self.split(key, p, &at, lcp, diff, None).await?
+                    }
+                };
+                match outcome {
+                    Publish::Done(r) => return Ok(r),
+                    Publish::Lost(old) => {
+                        (at.s, at.cached) = (old, None);
+                        continue;
+                    }
+                }
+            }
+            let held = match self.node.locks {
+                Some(_) if p.inserting => Some(self.node_lock(at.s.ptr()).await?),
+                _ => None,
+            };
+            let step = self.visit_node(key, p, &mut at).await;
+            if let Some(h) = held {
+                self.node_unlock(h);
+            }
+            match step? {
+                Step::Done(r) => return Ok(r),
+                Step::Continue => {}
+            }
+        }
+        Err(self.retries_exhausted("write"))
+    }
+
+    /// One internal node of a write's traversal: descend, split its header, or insert into it.
+    async fn visit_node(&mut self, key: &[u8], p: &mut Pending<'_, '_>, at: &mut At) -> Result<Step, IndexError> {
+        let Some(img) = self.read_node(key, at).await? else {
+            self.reread(key, at).await?;
+            return Ok(Step::Continue);
+        };
+        let h = img.h;
+        if let Some(i) = (0..h.len()).find(|&i| kb(key, h.depth() + i) != h.partial(i)) {
+            if h.depth() + i < at.d {
+                return Err(IndexError::Corrupt(format!("node at {} disagrees with its path", at.s.ptr())));
+            }
+            let lcp = h.depth() + i - at.d;
+            return Ok(match self.split(key, p, at, lcp, h.partial(i), Some((h, i))).await? {
+                Publish::Done(r) => {
+                    if let Some(e) = at.cached.take() {
+                        self.node.cache.invalidate(key, &e);
+                    }
+                    Step::Done(r)
+                }
+                Publish::Lost(old) => {
+                    (at.s, at.cached) = (old, None);
+                    Step::Continue
+                }
+            });
+        }
+        self.remember(key, at, &img);
+        let node = at.s.ptr();
+        let d2 = h.slot_depth();
+        let pk = kb(key, d2);
+        let child = |i: usize, s: Slot| At { s, sa: node.add(16 + 8 * i as u64), d: d2 + 1, cached: None };
+        if let Some(i) = img.slots.iter().position(|s| !s.is_null() && s.partial() == pk) {
+            *at = child(i, img.slots[i]);
+            return Ok(Step::Continue);
+        }
+        let cap = img.slots.len();
+        let all = self.node.types.capacity(self.node.types.largest());
+        for i in (0..cap).filter(|&i| img.slots[i].is_null()).chain(cap..all) {
+            match self.publish_leaf(key, p, node.add(16 + 8 * i as u64), Slot::null(), pk).await? {
+                Publish::Done(r) => {
+                    if i >= cap {
+                        let t = self.node.types.for_slot_index(i);
+                        self.switch_type(at.sa, at.s, node, h, t).await?;
+                        if let Some(e) = at.cached.take() {
+                            self.node.cache.invalidate(key, &e);
+                        }
+                    }
+                    return Ok(Step::Done(r));
+                }
+                Publish::Lost(old) if old.partial() == pk && !old.is_null() => {
+                    if i >= cap {
+                        // Another insert put our partial behind the capacity and has not
+                        // switched the type yet: readers cannot see that slot, so finish the
+                        // switch before acting on it (else we would update a key that searches
+                        // still miss).
+                        let t = self.node.types.for_slot_index(i);
+                        self.switch_type(at.sa, at.s, node, h, t).await?;
+                        self.counters.event("type_switch_helped");
+                    }
+                    *at = child(i, old);
+                    return Ok(Step::Continue);
+                }
+                Publish::Lost(_) => self.counters.cas_failures += 1,
+            }
+        }
+        Err(IndexError::Corrupt(format!("node at {node} has 256 slots and none for partial {pk}")))
+    }
+
+    /// Writes (once) the leaf of `key`'s new value with reverse pointer `target`, and
+    /// publishes it by CAS at `target` over `expected`.
+    async fn publish_leaf(
+        &mut self,
+        key: &[u8],
+        p: &mut Pending<'_, '_>,
+        target: RemoteAddr,
+        expected: Slot,
+        pk: u8,
+    ) -> Result<Publish, IndexError> {
+        let (state, results) = fold(None, p.changes());
+        let Some(value) = state else {
+            // Nothing to insert (an update of an absent key): confirm the absence after the
+            // window closed, so every combined change linearizes inside its interval.
+            let now = self.read_slot(target).await?;
+            return Ok(if now == expected { Publish::Done(results) } else { Publish::Lost(now) });
+        };
+        let leaf = self.ensure_leaf(key, p, &value, target).await?;
+        let new = Slot::leaf(pk, self.node.leaf.bytes(), leaf);
+        let old = Slot(self.ctx.cas(target, expected.0, new.0).await?);
+        if old == expected {
+            p.leaf = None;
+            self.counters.event("insert_published");
+            return Ok(Publish::Done(results));
+        }
+        // The written leaf stays in `p` for the next attempt.
+        self.counters.cas_failures += 1;
+        Ok(Publish::Lost(old))
+    }
+
+    /// The leaf holding `value` with reverse pointer `rev`: the one this operation already
+    /// wrote (its reverse pointer rewritten if it moved), or a new one.
+    async fn ensure_leaf(
+        &mut self,
+        key: &[u8],
+        p: &mut Pending<'_, '_>,
+        value: &[u8],
+        rev: RemoteAddr,
+    ) -> Result<RemoteAddr, IndexError> {
+        if let Some((addr, written_rev, v)) = &mut p.leaf {
+            if v.as_slice() == value {
+                if *written_rev != rev {
+                    self.ctx.write(*addr, Buf::from(rev.raw().to_le_bytes().to_vec())).await?;
+                    *written_rev = rev;
+                }
+                return Ok(*addr);
+            }
+            let _ = self.node.chunks.free(*addr, self.node.leaf.alloc_bytes());
+            p.leaf = None;
+        }
+        let g = self.node.leaf;
+        let node = self.node.clone();
+        let addr = node.chunks.alloc(&self.ctx, g.alloc_bytes(), LEAF_ALIGN).await?;
+        self.ctx.charge_cpu(CpuWork::ChecksumByte, (g.key_bytes + g.value_bytes) as u64).await;
+        self.ctx.write(addr, Buf::from(g.encode(rev.raw(), key, value))).await?;
+        p.leaf = Some((addr, rev, value.to_vec()));
+        Ok(addr)
+    }
+
+    /// Changes the leaf of `key` (read as `l`, through `at`): in place under its rear lock, or
+    /// out of place (RCU) by swinging its slot.
+    async fn change_existing(
+        &mut self,
+        key: &[u8],
+        p: &mut Pending<'_, '_>,
+        at: &At,
+        l: Leaf,
+    ) -> Result<Publish, IndexError> {
+        let g = self.node.leaf;
+        let leaf_addr = at.s.ptr();
+        if self.o.out_of_place_update {
+            let (state, results) = fold(Some(l.value), p.changes());
+            let new = match state {
+                Some(v) => Slot::leaf(at.s.partial(), g.bytes(), self.ensure_leaf(key, p, &v, at.sa).await?),
+                None if self.planted("delete-to-null") => Slot::null(),
+                None => Slot::tombstone(at.s.partial()),
+            };
+            // Retire the old leaf *before* the publish: whoever reaches it through a cached
+            // slot from then on reads the slot again. (After the publish, as the artifact does,
+            // an operation could replace our leaf and return while a stale cached slot still
+            // leads to the old one, valid and older.) A retired leaf whose slot still points to
+            // it is still current: readers check the slot (`read_leaf`).
+            let retire = Request::write(leaf_addr.add(VALID_AT as u64), vec![0u8]);
+            let late = self.planted("retire-after-publish");
+            if !late {
+                self.ctx.post(vec![retire.clone()]).await?;
+            }
+            let old = Slot(self.ctx.cas(at.sa, at.s.0, new.0).await?);
+            if old != at.s {
+                self.counters.cas_failures += 1;
+                return Ok(Publish::Lost(old));
+            }
+            if new.is_leaf() {
+                p.leaf = None;
+            }
+            if late {
+                self.ctx.post_unsignaled(vec![retire])?;
+            }
+            self.counters.event("rcu_update");
+            return Ok(Publish::Done(results));
+        }
+        let lock_at = leaf_addr.add(g.lock_at() as u64);
+        let mut locked = false;
+        for _ in 0..self.o.max_retries {
+            let old = self.ctx.cas(lock_at, 0, LOCK_BIT).await?;
+            if old == 0 {
+                locked = true;
+                break;
+            }
+            if old & DEAD_BIT != 0 {
+                // Deleted since we read it: look at the slot again.
+                let now = self.read_slot(at.sa).await?;
+                return Ok(Publish::Lost(now));
+            }
+            self.counters.lock_failures += 1;
+            self.ctx.yield_now().await;
+        }
+        if !locked {
+            return Err(self.retries_exhausted("leaf lock"));
+        }
+        // The combining window closes once the lock is held (digest §3.6).
+        let (state, results) = fold(Some(l.value.clone()), p.changes());
+        match state {
+            Some(v) => {
+                self.ctx.charge_cpu(CpuWork::ChecksumByte, (g.key_bytes + g.value_bytes) as u64).await;
+                let (at_off, bytes) = if self.planted("full-leaf-write") {
+                    let mut b = g.encode(l.rev, key, &v);
+                    if !l.valid {
+                        b[VALID_AT] = 0;
+                    }
+                    (0, b)
+                } else {
+                    (CHECKSUM_AT, g.encode(0, key, &v)[CHECKSUM_AT..].to_vec())
+                };
+                if self.o.rear_lock {
+                    self.ctx.write(leaf_addr.add(at_off as u64), Buf::from(bytes)).await?;
+                } else {
+                    let data = bytes[..bytes.len() - 8].to_vec();
+                    self.ctx.write(leaf_addr.add(at_off as u64), Buf::from(data)).await?;
+                    self.ctx.write(lock_at, Buf::from(0u64.to_le_bytes().to_vec())).await?;
+                }
+                self.counters.event("update_in_place");
+            }
+            None => {
+                // The delete's linearization point: dead, and unlocked, in one WRITE.
+                self.ctx.write(lock_at, Buf::from(DEAD_BIT.to_le_bytes().to_vec())).await?;
+                self.ctx.write(leaf_addr.add(VALID_AT as u64), Buf::from(vec![0u8])).await?;
+                self.unlink(key, at, leaf_addr).await?;
+                self.counters.event("delete");
+            }
+        }
+        Ok(Publish::Done(results))
+    }
+
+    /// Replaces the slot pointing to the dead leaf at `leaf` with a tombstone, following it
+    /// down if a split moved it meanwhile. Done when the slot no longer points to it.
+    async fn unlink(&mut self, key: &[u8], at: &At, leaf: RemoteAddr) -> Result<(), IndexError> {
+        let (mut sa, mut expected) = (at.sa, at.s);
+        for _ in 0..self.o.max_retries {
+            let tomb = if self.planted("delete-to-null") { Slot::null() } else { Slot::tombstone(expected.partial()) };
+            let mut cur = Slot(self.ctx.cas(sa, expected.0, tomb.0).await?);
+            if cur == expected {
+                return Ok(());
+            }
+            self.counters.cas_failures += 1;
+            let mut found = false;
+            for _ in 0..key.len() + 1 {
+                if !cur.is_internal() {
+                    break;
+                }
+                let at = At { s: cur, sa, d: usize::MAX, cached: None };
+                let Some(img) = self.read_node(key, &at).await? else { break };
+                let pk = kb(key, img.h.slot_depth());
+                let Some(i) = img.slots.iter().position(|s| !s.is_null() && s.partial() == pk) else { break };
+                (sa, cur) = (cur.ptr().add(16 + 8 * i as u64), img.slots[i]);
+                if cur.is_leaf() && cur.ptr() == leaf {
+                    found = true;
+                    break;
+                }
+            }
+            if !found {
+                // Replaced (by an insert that found it dead), or already unlinked.
+                return Ok(());
+            }
+            expected = cur;
+        }
+        Err(self.retries_exhausted("unlink"))
+    }
+
+    /// A leaf split (`header` = None: the slot at `at` holds a leaf of another key sharing
+    /// `lcp` bytes from `at.d`) or a header split (`header` = the node's header and the
+    /// mismatching partial): new NODE_4s holding the common bytes, the old child under
+    /// partial `diff`, and the new leaf, published by one CAS on the parent slot.
+    async fn split(
+        &mut self,
+        key: &[u8],
+        p: &mut Pending<'_, '_>,
+        at: &At,
+        lcp: usize,
+        diff: u8,
+        header: Option<(Header, usize)>,
+    ) -> Result<Publish, IndexError> {
+        let (state, results) = fold(None, p.changes());
+        let Some(value) = state else {
+            let now = self.read_slot(at.sa).await?;
+            return Ok(if now == at.s { Publish::Done(results) } else { Publish::Lost(now) });
+        };
+        let node = self.node.clone();
+        let (types, g) = (&node.types, node.leaf);
+        let m = lcp / 7 + 1;
+        let mn = p.leaf.as_ref().map_or_else(|| node.chunks.next_node(), |l| l.0.node());
+        let mut nodes = Vec::with_capacity(m);
+        for _ in 0..m {
+            match node.chunks.alloc_on(&self.ctx, mn, types.node_alloc_bytes(), NODE_ALIGN).await {
+                Ok(a) => nodes.push(a),
+                Err(e) => {
+                    for a in nodes {
+                        let _ = node.chunks.free(a, types.node_alloc_bytes());
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let last = m - 1;
+        let leaf_rev = nodes[last].add(16 + 8);
+        let mut batch = Vec::with_capacity(m + 1);
+        let leaf_addr = match &mut p.leaf {
+            Some((a, rev, v)) if *v == value => {
+                if *rev != leaf_rev {
+                    batch.push(Request::write(*a, leaf_rev.raw().to_le_bytes().to_vec()));
+                    *rev = leaf_rev;
+                }
+                *a
+            }
+            other => {
+                if let Some((a, _, _)) = other.take() {
+                    let _ = node.chunks.free(a, g.alloc_bytes());
+                }
+                let a = node.chunks.alloc_on(&self.ctx, mn, g.alloc_bytes(), LEAF_ALIGN).await?;
+                self.ctx.charge_cpu(CpuWork::ChecksumByte, (g.key_bytes + g.value_bytes) as u64).await;
+                batch.push(Request::write(a, g.encode(leaf_rev.raw(), key, &value)));
+                *other = Some((a, leaf_rev, value.clone()));
+                a
+            }
+        };
+        let t = types.smallest();
+        for i in 0..m {
+            let rev = if i == 0 { at.sa } else { nodes[i - 1].add(16) };
+            let di = at.d + 7 * i;
+            let mut img = vec![0u8; types.read_bytes(t)];
+            img[..8].copy_from_slice(&rev.raw().to_le_bytes());
+            let (h, s0, s1) = if i < last {
+                let partials: Vec<u8> = (0..6).map(|j| kb(key, di + j)).collect();
+                (Header::new(di, t, &partials), Slot::internal(kb(key, di + 6), t, nodes[i + 1]), Slot::null())
+            } else {
+                let rem = lcp - 7 * last;
+                let partials: Vec<u8> = (0..rem).map(|j| kb(key, di + j)).collect();
+                (
+                    Header::new(di, t, &partials),
+                    at.s.with_partial(diff),
+                    Slot::leaf(kb(key, di + rem), g.bytes(), leaf_addr),
+                )
+            };
+            img[8..16].copy_from_slice(&h.0.to_le_bytes());
+            img[16..24].copy_from_slice(&s0.0.to_le_bytes());
+            img[24..32].copy_from_slice(&s1.0.to_le_bytes());
+            batch.push(Request::write(nodes[i], img));
+        }
+        self.ctx.post(batch).await?;
+        // The moved child's reverse pointer goes from the old slot to slot 0 of the last new
+        // node *before* the publish, so that no operation can use the new nodes while a stale
+        // cached copy of the old slot still passes the reverse check (see the module doc).
+        let moved = at.s.ptr();
+        let new_parent = nodes[last].add(16);
+        let early = !self.planted("rev-cas-unsignaled");
+        if early && let Some(now) = self.move_reverse(at, moved, new_parent).await? {
+            for a in nodes {
+                let _ = node.chunks.free(a, types.node_alloc_bytes());
+            }
+            return Ok(Publish::Lost(now));
+        }
+        let top = Slot::internal(at.s.partial(), t, nodes[0]);
+        let old = Slot(self.ctx.cas(at.sa, at.s.0, top.0).await?);
+        if old != at.s {
+            if early {
+                // Put it back: the old slot still points to the child.
+                self.ctx.cas(moved, new_parent.raw(), at.sa.raw()).await?;
+            }
+            for a in nodes {
+                let _ = node.chunks.free(a, types.node_alloc_bytes());
+            }
+            self.counters.cas_failures += 1;
+            return Ok(Publish::Lost(old));
+        }
+        p.leaf = None;
+        self.counters.event(if header.is_some() { "header_split" } else { "leaf_split" });
+        if !early {
+            // The artifact: an unsignaled CAS after the publish, never awaited (H1).
+            self.ctx.post_unsignaled(vec![Request::cas(moved, at.sa.raw(), new_parent.raw())])?;
+        }
+        if let Some((h, i)) = header {
+            self.trim(moved, h, h.depth() + i + 1).await?;
+        }
+        Ok(Publish::Done(results))
+    }
+
+    /// Moves `child`'s reverse pointer from `at.sa` to `to`. While another split of the same
+    /// child holds it moved (between its own move and publish), waits; returns the slot's new
+    /// value if the slot changed meanwhile (the split must start over).
+    async fn move_reverse(&mut self, at: &At, child: RemoteAddr, to: RemoteAddr) -> Result<Option<Slot>, IndexError> {
+        for _ in 0..self.o.max_retries {
+            let old = self.ctx.cas(child, at.sa.raw(), to.raw()).await?;
+            if old == at.sa.raw() {
+                return Ok(None);
+            }
+            let now = self.read_slot(at.sa).await?;
+            if now != at.s {
+                return Ok(Some(now));
+            }
+            self.counters.event("rev_cas_wait");
+            self.ctx.yield_now().await;
+        }
+        Err(self.retries_exhausted("reverse pointer"))
+    }
+
+    /// Drops the partials a header split moved up: masked CAS on all but the type bits, again
+    /// with the fresh header while it is short of `target` (digest H10).
+    async fn trim(&mut self, node: RemoteAddr, mut h: Header, target: usize) -> Result<(), IndexError> {
+        let mask = !TYPE_MASK;
+        for _ in 0..self.o.max_retries {
+            if h.depth() >= target {
+                return Ok(());
+            }
+            let new = h.trimmed(target - h.depth() - 1);
+            let old = self.ctx.masked_cas(node.add(8), h.0, mask, new.0, mask).await?;
+            if old & mask == h.0 & mask {
+                return Ok(());
+            }
+            self.counters.event("trim_retry");
+            h = Header(old);
+        }
+        Err(self.retries_exhausted("header trim"))
+    }
+
+    /// Raises the node's type to `t` in its parent slot (CAS) and its header (masked CAS on
+    /// the type bits); done on each side once it holds `t` or more (digest §3.3).
+    async fn switch_type(
+        &mut self,
+        psa: RemoteAddr,
+        ps: Slot,
+        node: RemoteAddr,
+        h: Header,
+        t: u8,
+    ) -> Result<(), IndexError> {
+        let header_at = node.add(8);
+        let tbits = u64::from(t) << 8;
+        let parent_req = Request::cas(psa, ps.0, ps.with_type(t).0);
+        let header_req = Request::masked_cas(header_at, h.0, TYPE_MASK, tbits, TYPE_MASK);
+        let (r1, mut r2) = if psa.node() == header_at.node() {
+            let rs = self.ctx.post(vec![parent_req, header_req]).await?;
+            (rs[0].atomic()?, rs[1].atomic()?)
+        } else {
+            let r1 = self.ctx.post(vec![parent_req]).await?.remove(0).atomic()?;
+            (r1, self.ctx.post(vec![header_req]).await?.remove(0).atomic()?)
+        };
+        let mut done1 = r1 == ps.0;
+        let mut done2 = r2 & TYPE_MASK == h.0 & TYPE_MASK || Header(r2).node_type() >= t;
+        let (mut psa, mut p) = (psa, Slot(r1));
+        for _ in 0..self.o.max_retries {
+            if !done1 {
+                for _ in 0..64 {
+                    if !p.is_internal() || p.ptr() == node {
+                        break;
+                    }
+                    // A split put node(s) above this one: it is under their slot 0.
+                    psa = p.ptr().add(16);
+                    p = self.read_slot(psa).await?;
+                }
+                if !p.is_internal() || p.ptr() != node || p.node_type() >= t {
+                    done1 = true;
+                } else {
+                    let old = self.ctx.cas(psa, p.0, p.with_type(t).0).await?;
+                    if old == p.0 {
+                        done1 = true;
+                    } else {
+                        p = Slot(old);
+                    }
+                }
+            }
+            if !done2 {
+                let cur = Header(r2);
+                if cur.node_type() >= t {
+                    done2 = true;
+                } else {
+                    r2 = self.ctx.masked_cas(header_at, cur.0, TYPE_MASK, tbits, TYPE_MASK).await?;
+                    done2 = r2 & TYPE_MASK == cur.0 & TYPE_MASK;
+                }
+            }
+            if done1 && done2 {
+                self.counters.event("type_switch");
+                return Ok(());
+            }
+        }
+        Err(self.retries_exhausted("type switch"))
+    }
+
+    /// Takes ART's lock on an internal node: the local table first, then the lock word.
+    async fn node_lock(&mut self, node: RemoteAddr) -> Result<NodeHeld, IndexError> {
+        let locks = self.node.locks.expect("node locks are configured");
+        let (word, mn, idx) = locks.of(node);
+        let table = self.node.clone();
+        let hold = match &table.local_locks {
+            Some(t) => Some(t.acquire(mn, idx).await),
+            None => None,
+        };
+        if hold.as_ref().is_some_and(|h| h.inherited()) {
+            self.counters.event("lock_handed_over");
+            return Ok(NodeHeld { word, hold });
+        }
+        for _ in 0..self.o.max_retries {
+            match self.ctx.cas(word, 0, self.me).await {
+                Ok(0) => return Ok(NodeHeld { word, hold }),
+                Ok(_) => {
+                    self.counters.lock_failures += 1;
+                    self.counters.cas_failures += 1;
+                }
+                Err(e) => {
+                    if let (Some(t), Some(h)) = (&table.local_locks, hold) {
+                        t.finish_release(h, false);
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        if let (Some(t), Some(h)) = (&table.local_locks, hold) {
+            t.finish_release(h, false);
+        }
+        Err(self.retries_exhausted("node lock"))
+    }
+
+    /// Releases an ART node lock: hands it to a local waiter, or an unsignaled WRITE of 0.
+    fn node_unlock(&mut self, held: NodeHeld) {
+        let table = self.node.clone();
+        let hand_over = match (&table.local_locks, &held.hold) {
+            (Some(t), Some(h)) => t.plan_release(h),
+            _ => false,
+        };
+        if !hand_over {
+            // A failed post leaves the word locked; the next CAS on it reports the error.
+            let _ = self.ctx.post_unsignaled(vec![Request::write(held.word, 0u64.to_le_bytes().to_vec())]);
+        } else {
+            self.counters.event("lock_hand_over");
+        }
+        if let (Some(t), Some(h)) = (&table.local_locks, held.hold) {
+            t.finish_release(h, hand_over);
+        }
+    }
+
+    async fn do_scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
+        enum Item {
+            Visit(Slot, RemoteAddr, usize, Vec<u8>),
+            Emit(Vec<u8>, Vec<u8>),
+        }
+        let mut out = Pairs::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        let k = self.o.key_bytes as usize;
+        let root = self.read_slot(root_slot_addr()).await?;
+        let mut stack = vec![Item::Visit(root, root_slot_addr(), 1, Vec::new())];
+        let mut budget = self.o.max_retries as u64 * 64;
+        while let Some(item) = stack.pop() {
+            budget = budget.checked_sub(1).ok_or_else(|| self.retries_exhausted("scan"))?;
+            let (s, sa, d, path) = match item {
+                Item::Emit(key, value) => {
+                    out.push((key, value));
+                    if out.len() >= limit {
+                        return Ok(out);
+                    }
+                    continue;
+                }
+                Item::Visit(s, sa, d, path) => (s, sa, d, path),
+            };
+            if s.is_empty() {
+                continue;
+            }
+            if s.is_leaf() {
+                let at = At { s, sa, d, cached: None };
+                match self.read_leaf(&at, None).await? {
+                    LeafView::Live(l) if in_bounds(&l.key, start, end) => stack.push(Item::Emit(l.key, l.value)),
+                    LeafView::Moved(now) => stack.push(Item::Visit(now, sa, d, path)),
+                    LeafView::Live(_) | LeafView::Dead | LeafView::Invalid => {}
+                }
+                continue;
+            }
+            let at = At { s, sa, d, cached: None };
+            let Some(img) = self.read_node(&path_key(&path, k), &at).await? else {
+                self.counters.retries += 1;
+                let s = self.read_slot(sa).await?;
+                stack.push(Item::Visit(s, sa, d, path));
+                continue;
+            };
+            let h = img.h;
+            let mut p = path;
+            for j in 0..h.len() {
+                if h.depth() + j >= d {
+                    p.push(h.partial(j));
+                }
+            }
+            let mut children: Vec<(usize, Slot)> = img
+                .slots
+                .iter()
+                .copied()
+                .enumerate()
+                .filter(|(_, c)| !c.is_empty())
+                .filter(|(_, c)| {
+                    let mut cp = p.clone();
+                    cp.push(c.partial());
+                    overlaps(&cp, k, start, end)
+                })
+                .collect();
+            children.sort_by_key(|(_, c)| c.partial());
+            // Read this node's leaf children first, one doorbell batch per memory node.
+            let leaves: Vec<(usize, Slot)> = children.iter().copied().filter(|(_, c)| c.is_leaf()).collect();
+            let images = self.read_leaves(&leaves).await?;
+            let mut items = Vec::with_capacity(children.len());
+            for (i, c) in children {
+                let csa = s.ptr().add(16 + 8 * i as u64);
+                if c.is_leaf() {
+                    match images.iter().find(|(j, _)| *j == i).map(|(_, l)| l.clone()) {
+                        Some(Some(l)) if in_bounds(&l.key, start, end) => items.push(Item::Emit(l.key, l.value)),
+                        Some(Some(_)) => {}
+                        // Torn, deleted or retired: look at it on its own.
+                        _ => items.push(Item::Visit(c, csa, h.slot_depth() + 1, Vec::new())),
+                    }
+                } else {
+                    let mut cp = p.clone();
+                    cp.push(c.partial());
+                    items.push(Item::Visit(c, csa, h.slot_depth() + 1, cp));
+                }
+            }
+            stack.extend(items.into_iter().rev());
+        }
+        Ok(out)
+    }
+
+    /// READs leaves in one batch per memory node: `Some(leaf)` if live and intact, `None` to
+    /// look at it again alone (torn, deleted or retired).
+    async fn read_leaves(&mut self, leaves: &[(usize, Slot)]) -> Result<Vec<(usize, Option<Leaf>)>, IndexError> {
+        let g = self.node.leaf;
+        let mut by_mn: Vec<(NodeId, Vec<(usize, Slot)>)> = Vec::new();
+        for &(i, s) in leaves {
+            match by_mn.iter_mut().find(|(n, _)| *n == s.ptr().node()) {
+                Some((_, v)) => v.push((i, s)),
+                None => by_mn.push((s.ptr().node(), vec![(i, s)])),
+            }
+        }
+        let mut out = Vec::with_capacity(leaves.len());
+        for (_, group) in by_mn {
+            let reqs = group.iter().map(|(_, s)| Request::read_len(s.ptr(), g.bytes())).collect();
+            let resps = self.ctx.post(reqs).await?;
+            self.ctx.charge_cpu(CpuWork::ChecksumByte, ((g.key_bytes + g.value_bytes) * group.len()) as u64).await;
+            for ((i, _), r) in group.into_iter().zip(resps) {
+                let l = g.decode(r.into_buf()?.as_slice());
+                let usable = l.valid && !l.dead() && (l.intact() || self.planted("no-checksum"));
+                out.push((i, usable.then_some(l)));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A key-length buffer starting with `path` (for cache-free node reads).
+fn path_key(path: &[u8], k: usize) -> Vec<u8> {
+    let mut key = path.to_vec();
+    key.resize(k.max(path.len()), 0);
+    key
+}
+
+fn in_bounds(key: &[u8], start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
+    let lower = match start {
+        Bound::Included(s) => key >= s,
+        Bound::Excluded(s) => key > s,
+        Bound::Unbounded => true,
+    };
+    let upper = match end {
+        Bound::Included(e) => key <= e,
+        Bound::Excluded(e) => key < e,
+        Bound::Unbounded => true,
+    };
+    lower && upper
+}
+
+/// Whether some `k`-byte key starting with `prefix` can be within the bounds.
+fn overlaps(prefix: &[u8], k: usize, start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
+    let mut lo = prefix.to_vec();
+    lo.resize(k, 0);
+    let mut hi = prefix.to_vec();
+    hi.resize(k, 0xFF);
+    let lower_ok = match start {
+        Bound::Included(s) => hi.as_slice() >= s,
+        Bound::Excluded(s) => hi.as_slice() > s,
+        Bound::Unbounded => true,
+    };
+    let upper_ok = match end {
+        Bound::Included(e) => lo.as_slice() <= e,
+        Bound::Excluded(e) => lo.as_slice() < e,
+        Bound::Unbounded => true,
+    };
+    lower_ok && upper_ok
+}
+
+impl<C: Client + Clone + 'static> Index for SmartHandle<C> {
+    async fn search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.do_search(key).await
+    }
+
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.do_write(key, Change::Upsert(value.to_vec())).await
+    }
+
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.do_write(key, Change::Update(value.to_vec())).await
+    }
+
+    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
+        self.do_write(key, Change::Delete).await
+    }
+
+    async fn scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
+        self.do_scan(start, end, limit).await
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
