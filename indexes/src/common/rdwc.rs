@@ -480,6 +480,16 @@ impl<O, R> ReadLeader<'_, O, R> {
         window.mark = Some(s.next_id);
     }
 
+    /// Call when the READ after the last mark turned out not to decide the result by itself
+    /// (it depends on an earlier READ, say a slot read before the mark): no follower takes
+    /// this window's result; they search again.
+    pub fn unmark(&mut self) {
+        let mut guard = lock(&self.table.slots[self.slot]);
+        let window = guard.read.as_mut().expect("a read leader's window is open until it ends it");
+        debug_assert_eq!(window.leader, self.id);
+        window.mark = None;
+    }
+
     /// Closes the window, giving each follower `outcome(stats, its stamp, the last mark)`.
     fn end(&mut self, mut outcome: impl FnMut(&mut RdwcStats, u64, Option<u64>) -> Option<R>) {
         self.done = true;
@@ -843,6 +853,21 @@ mod tests {
         drop(read_leader(&t, b"hot"));
         let s = t.stats();
         assert_eq!((s.reads_led, s.reads_delegated, s.reads_cut_off, s.reads_bypassed), (2, 2, 0, 0));
+    }
+
+    #[test]
+    fn unmark_sends_every_follower_back_to_search() {
+        let t = Table::new(16, true);
+        let f = flag();
+        let mut l = read_leader(&t, b"hot");
+        let mut a = read_follower(&t, b"hot");
+        assert!(poll(&mut a, &f).is_pending());
+        l.mark();
+        // The READ after the mark did not decide alone: nobody may take the result.
+        l.unmark();
+        l.finish(42);
+        assert_eq!(poll(&mut a, &f), Poll::Ready(None));
+        assert_eq!(t.stats().reads_cut_off, 1);
     }
 
     #[test]

@@ -360,6 +360,7 @@ enum LeafView {
 
 /// An internal node as read: header and the slots of its (header) type.
 struct NodeImage {
+    rev: u64,
     h: Header,
     slots: Vec<Slot>,
 }
@@ -490,7 +491,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         let slots = (0..cap)
             .map(|i| Slot(u64::from_le_bytes(buf[16 + 8 * i..24 + 8 * i].try_into().expect("8 bytes"))))
             .collect();
-        Ok(Some(NodeImage { h, slots }))
+        Ok(Some(NodeImage { rev, h, slots }))
     }
 
     /// READs the leaf `at.s` points to, again while torn.
@@ -554,6 +555,14 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         key: &[u8],
         mut leader: Option<&mut ReadLeader<'_, Change, Reply>>,
     ) -> Result<Option<Vec<u8>>, IndexError> {
+        // A delegating leader marks before every READ; followers that joined before the last
+        // mark take the result. So the last READ must decide the result by itself: an empty
+        // slot, a node without the key's partial, or a node or leaf still linked at the slot
+        // it was reached from (its reverse pointer says so). Otherwise it unmarks (H6, and the
+        // slot-then-leaf case the digest's fix misses).
+        if let Some(l) = leader.as_deref_mut() {
+            l.mark();
+        }
         let mut at = self.start(key).await?;
         for _ in 0..self.o.max_retries {
             if at.s.is_empty() {
@@ -561,13 +570,23 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             }
             if at.s.is_leaf() {
                 match self.read_leaf(&at, leader.as_deref_mut()).await? {
-                    LeafView::Live(l) => return Ok((l.key == key).then_some(l.value)),
+                    LeafView::Live(l) => {
+                        if let Some(leader) = leader.as_deref_mut()
+                            && l.rev != at.sa.raw()
+                        {
+                            leader.unmark();
+                        }
+                        return Ok((l.key == key).then_some(l.value));
+                    }
                     LeafView::Dead => return Ok(None),
                     LeafView::Moved(now) => {
                         at.s = now;
                         continue;
                     }
                     LeafView::Invalid => {
+                        if let Some(l) = leader.as_deref_mut() {
+                            l.mark();
+                        }
                         self.reread(key, &mut at).await?;
                         continue;
                     }
@@ -577,11 +596,19 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 l.mark();
             }
             let Some(img) = self.read_node(key, &at).await? else {
+                if let Some(l) = leader.as_deref_mut() {
+                    l.mark();
+                }
                 self.reread(key, &mut at).await?;
                 continue;
             };
             let h = img.h;
             if (0..h.len()).any(|i| kb(key, h.depth() + i) != h.partial(i)) {
+                if let Some(leader) = leader.as_deref_mut()
+                    && img.rev != at.sa.raw()
+                {
+                    leader.unmark();
+                }
                 return Ok(None);
             }
             self.remember(key, &at, &img);
