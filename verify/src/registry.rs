@@ -162,7 +162,8 @@ pub fn smart_key(k: u64) -> Vec<u8> {
     }
 }
 
-const SMART_VALUE: u32 = 24;
+/// Values of 64 bytes: a leaf spans two cache lines, so an update can tear a READ.
+const SMART_VALUE: u32 = 64;
 
 fn smart_options(config: &str, memory_nodes: u16) -> SmartOptions {
     let o = SmartOptions::named(config, 8, SMART_VALUE).expect("a known configuration");

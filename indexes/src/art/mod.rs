@@ -106,10 +106,6 @@ impl IndexKind for Art {
     }
 
     fn plant(o: &mut ArtOptions, bug: &str) -> Result<(), String> {
-        if !PLANTS.iter().any(|p| p.name == bug) {
-            let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
-            return Err(format!("art has no planted bug '{bug}' (it has: {})", names.join(", ")));
-        }
-        smart::plant(o, bug, "art")
+        smart::plant(o, bug, "art", &PLANTS)
     }
 }

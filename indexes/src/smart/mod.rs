@@ -88,10 +88,14 @@ pub fn root_slot_addr() -> RemoteAddr {
     RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
 }
 
-const PLANTS: [PlantedBug; 7] = [
+const PLANTS: [PlantedBug; 8] = [
     PlantedBug {
         name: "rev-cas-unsignaled",
         description: "a split returns before the moved child's reverse-pointer CAS lands (H1): a stale cached slot still passes the reverse check and misses the new key",
+    },
+    PlantedBug {
+        name: "rev-cas-after-publish",
+        description: "the digest's H1 fix: the reverse-pointer CAS after the publish, awaited: another client's insert through the new node returns before it lands",
     },
     PlantedBug {
         name: "full-leaf-write",
@@ -106,12 +110,12 @@ const PLANTS: [PlantedBug; 7] = [
         description: "a delegated search shares a leaf READ posted before its followers joined (H6): a follower returns a value older than its start",
     },
     PlantedBug {
-        name: "no-reverse-check",
-        description: "a node or leaf reached through a cached slot is trusted without comparing its reverse pointer: stale caches route into moved subtrees",
+        name: "rdwc-no-unmark",
+        description: "a delegated search shares a result whose last READ (a leaf READ after the mark) depended on a slot READ before it: a follower returns a value older than its start",
     },
     PlantedBug {
-        name: "retire-after-publish",
-        description: "an out-of-place update clears the old leaf's valid byte after the slot CAS, unsignaled (the artifact's ART): a stale cached slot still reads the old value after a newer update returned",
+        name: "no-reverse-check",
+        description: "a node or leaf reached through a cached slot is trusted without comparing its reverse pointer: stale caches route into moved subtrees",
     },
     PlantedBug {
         name: "no-checksum",
@@ -280,9 +284,10 @@ pub fn warm(o: &SmartOptions, node: &SmartNode, memory: &dyn MemoryView) -> Resu
     Ok(())
 }
 
-pub fn plant(o: &mut SmartOptions, bug: &str, index: &str) -> Result<(), String> {
-    let known = PLANTS.iter().find(|p| p.name == bug).ok_or_else(|| {
-        let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
+/// Plants `bug`, one of `plants` (SMART's, or ART's), for index `index`.
+pub fn plant(o: &mut SmartOptions, bug: &str, index: &str, plants: &'static [PlantedBug]) -> Result<(), String> {
+    let known = plants.iter().find(|p| p.name == bug).ok_or_else(|| {
+        let names: Vec<&str> = plants.iter().map(|p| p.name).collect();
         format!("{index} has no planted bug '{bug}' (it has: {})", names.join(", "))
     })?;
     o.plants.insert(known.name);
@@ -332,7 +337,7 @@ impl IndexKind for Smart {
     }
 
     fn plant(o: &mut SmartOptions, bug: &str) -> Result<(), String> {
-        plant(o, bug, "smart")
+        plant(o, bug, "smart", &PLANTS)
     }
 }
 
@@ -573,6 +578,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     LeafView::Live(l) => {
                         if let Some(leader) = leader.as_deref_mut()
                             && l.rev != at.sa.raw()
+                            && !self.planted("rdwc-no-unmark")
                         {
                             leader.unmark();
                         }
@@ -606,6 +612,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             if (0..h.len()).any(|i| kb(key, h.depth() + i) != h.partial(i)) {
                 if let Some(leader) = leader.as_deref_mut()
                     && img.rev != at.sa.raw()
+                    && !self.planted("rdwc-no-unmark")
                 {
                     leader.unmark();
                 }
@@ -736,9 +743,15 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     }
                     LeafView::Live(l) if l.key == key => self.change_existing(key, p, &at, l).await?,
                     LeafView::Live(l) => {
-                        let lcp = (0..).take_while(|&i| kb(key, at.d + i) == kb(&l.key, at.d + i)).count();
-                        if at.d + lcp > key.len() {
-                            return Err(IndexError::Corrupt(format!("leaf at {} holds the key twice", at.s.ptr())));
+                        let rest = (key.len() + 1).saturating_sub(at.d);
+                        let lcp = (0..rest).take_while(|&i| kb(key, at.d + i) == kb(&l.key, at.d + i)).count();
+                        if lcp == rest {
+                            return Err(IndexError::Corrupt(format!(
+                                "leaf at {} ({:02x?}) is on the path of {key:02x?} at depth {} but differs before it",
+                                at.s.ptr(),
+                                l.key,
+                                at.d
+                            )));
                         }
                         let diff = kb(&l.key, at.d + lcp);
                         self.split(key, p, &at, lcp, diff, None).await?
@@ -1109,7 +1122,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         // cached copy of the old slot still passes the reverse check (see the module doc).
         let moved = at.s.ptr();
         let new_parent = nodes[last].add(16);
-        let early = !self.planted("rev-cas-unsignaled");
+        let early = !self.planted("rev-cas-unsignaled") && !self.planted("rev-cas-after-publish");
         if early && let Some(now) = self.move_reverse(at, moved, new_parent).await? {
             for a in nodes {
                 let _ = node.chunks.free(a, types.node_alloc_bytes());
@@ -1131,9 +1144,18 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         }
         p.leaf = None;
         self.counters.event(if header.is_some() { "header_split" } else { "leaf_split" });
-        if !early {
+        if self.planted("rev-cas-unsignaled") {
             // The artifact: an unsignaled CAS after the publish, never awaited (H1).
             self.ctx.post_unsignaled(vec![Request::cas(moved, at.sa.raw(), new_parent.raw())])?;
+        } else if !early {
+            // The digest's fix for H1: after the publish, awaited before returning. Not enough:
+            // another client's operation through the new nodes can return first.
+            for _ in 0..self.o.max_retries {
+                if self.ctx.cas(moved, at.sa.raw(), new_parent.raw()).await? == at.sa.raw() {
+                    break;
+                }
+                self.ctx.yield_now().await;
+            }
         }
         if let Some((h, i)) = header {
             self.trim(moved, h, h.depth() + i + 1).await?;
