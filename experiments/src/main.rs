@@ -75,7 +75,8 @@ struct RunArgs {
     /// Index to run.
     #[arg(long, required_unless_present = "file", conflicts_with = "file")]
     index: Option<String>,
-    /// The index's named configuration.
+    /// The index's named configuration (sherman: sherman-fixed, sherman-smart, ...; smart: smart,
+    /// smart-rd, smart-rearlock, smart-inplace, smart-lockfree; art: art).
     #[arg(long, default_value = "default", conflicts_with = "file")]
     config: String,
     /// Workload: YCSB a, b, c, d, e, f or load.
@@ -150,8 +151,8 @@ struct CheckArgs {
     /// Checking preset (default: the index's first).
     #[arg(long)]
     preset: Option<String>,
-    /// Named configuration of the index (Sherman: sherman-fixed, sherman-artifact, ...), with
-    /// the preset's small nodes.
+    /// Named configuration of the index (Sherman: sherman-fixed, sherman-artifact, ...; SMART:
+    /// smart, smart-rd, smart-rearlock, ...), with the preset's small nodes.
     #[arg(long)]
     config: Option<String>,
     /// Override the preset's number of clients.

@@ -194,6 +194,36 @@ fn useful_bytes(op: &Op, outcome: &Outcome) -> u64 {
     }
 }
 
+/// Compute-node counters ([`IndexKind::node_counters`]) summed over nodes.
+fn node_counters<K: IndexKind>(nodes: &[Arc<K::NodeState>]) -> BTreeMap<&'static str, u64> {
+    let mut sum = BTreeMap::new();
+    for n in nodes {
+        for (k, v) in K::node_counters(n) {
+            *sum.entry(k).or_default() += v;
+        }
+    }
+    sum
+}
+
+/// The measured window's RDWC counters and the delegation and combining ratios (of all
+/// searches and all writes), if the index has RDWC counters.
+fn rdwc_ratios(
+    end: &BTreeMap<&'static str, u64>,
+    start: &BTreeMap<&'static str, u64>,
+) -> Option<BTreeMap<String, f64>> {
+    let get = |k: &str| end.get(k).copied().unwrap_or(0) - start.get(k).copied().unwrap_or(0);
+    if !end.keys().any(|k| k.starts_with("rdwc_")) {
+        return None;
+    }
+    let mut out: BTreeMap<String, f64> =
+        end.keys().filter(|k| k.starts_with("rdwc_")).map(|k| (k.to_string(), get(k) as f64)).collect();
+    let reads = get("rdwc_reads_led") + get("rdwc_reads_delegated") + get("rdwc_reads_bypassed");
+    let writes = get("rdwc_writes_led") + get("rdwc_writes_combined") + get("rdwc_writes_bypassed");
+    out.insert("read_delegation_ratio".into(), round3(get("rdwc_reads_delegated") as f64 / reads.max(1) as f64));
+    out.insert("write_combining_ratio".into(), round3(get("rdwc_writes_combined") as f64 / writes.max(1) as f64));
+    Some(out)
+}
+
 /// Runs index `K` with `options`: loads `items`, then runs every client's source for the
 /// warm-up and the measured window. `names` = (index config name, workload name).
 pub fn run_index<K: IndexKind>(
@@ -270,6 +300,7 @@ pub fn run_index<K: IndexKind>(
         K::warm(options, node, &sim).map_err(|e| format!("warming the caches: {e}"))?;
     }
     sim.set_instant(false);
+    let counters_at_start = node_counters::<K>(&nodes);
     let start = sim.now_ns();
     let end = if setup.duration_ns == 0 { u64::MAX } else { start + setup.warmup_ns + setup.duration_ns };
     let warmup_end = start + setup.warmup_ns;
@@ -378,8 +409,9 @@ pub fn run_index<K: IndexKind>(
         .map(|k| (k.name().to_string(), round3(tally.cost.verbs_of(*k).count as f64 / ops)))
         .collect();
     let cache_bytes = nodes.iter().map(|n| K::node_state_bytes(n) as f64).sum::<f64>() / nodes.len() as f64;
-    let hits = tally.counters.events.get("cache_hits").copied();
-    let misses = tally.counters.events.get("cache_misses").copied();
+    let hits = tally.counters.events.get("cache_hit").copied();
+    let misses = tally.counters.events.get("cache_miss").copied();
+    let rdwc = rdwc_ratios(&node_counters::<K>(&nodes), &counters_at_start);
     Ok(RunResult {
         index: K::NAME.to_string(),
         config: names.0.to_string(),
@@ -408,8 +440,9 @@ pub fn run_index<K: IndexKind>(
         mn_iops_utilisation: round3(busy(|n| n.nic_busy_ns)),
         mn_bandwidth_utilisation: round3(busy(|n| n.link_out_busy_ns)),
         cache_bytes_per_cn: round3(cache_bytes),
-        cache_hit_ratio: match (hits, misses) {
-            (Some(h), Some(m)) if h + m > 0 => Some(round3(h as f64 / (h + m) as f64)),
+        // An index that counts either event has a cache; one never counted is absent.
+        cache_hit_ratio: match (hits.unwrap_or(0), misses.unwrap_or(0)) {
+            (h, m) if h + m > 0 => Some(round3(h as f64 / (h + m) as f64)),
             _ => None,
         },
         remote_bytes_used: report.remote_bytes,
@@ -421,7 +454,7 @@ pub fn run_index<K: IndexKind>(
         retries_per_op: round3(tally.counters.retries as f64 / ops),
         lock_failures: tally.counters.lock_failures,
         cas_failures: tally.counters.cas_failures,
-        rdwc: None,
+        rdwc,
         errors: tally.errors,
         index_counters: tally.counters.events.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         timeseries: series,
@@ -558,7 +591,12 @@ impl OpSource for Limited {
 
 /// Names `dmkit run --index` accepts.
 pub fn index_names() -> Vec<&'static str> {
-    vec![dmkit_indexes::example::Example::NAME, dmkit_indexes::sherman::Sherman::NAME]
+    vec![
+        dmkit_indexes::example::Example::NAME,
+        dmkit_indexes::sherman::Sherman::NAME,
+        dmkit_indexes::smart::Smart::NAME,
+        dmkit_indexes::art::Art::NAME,
+    ]
 }
 
 /// Runs a request: builds the workload and the index's named configuration, then
@@ -623,6 +661,29 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             }
             options.validate().map_err(|e| format!("index sherman, configuration {config}: {e}"))?;
             run_index::<Sherman>(&req.setup, &options, (config, &spec.name), items, sources)
+        }
+        "smart" | "art" => {
+            use dmkit_indexes::smart::SmartOptions;
+            let index = req.index.as_str();
+            let config = if req.config == "default" { index } else { req.config.as_str() };
+            let mut options =
+                SmartOptions::named(config, spec.key_format.key_bytes() as u32, spec.value_bytes.max(1) as u32)?;
+            if index == "art" && config != "art" {
+                return Err(format!(
+                    "index art has one configuration, 'art' (asked for '{config}'); try --index smart"
+                ));
+            }
+            options.memory_nodes = req.setup.memory_nodes;
+            if let Some(bytes) = req.cache_bytes {
+                options.cache_bytes = bytes;
+            }
+            options.validate().map_err(|e| format!("index {index}, configuration {config}: {e}"))?;
+            if index == "art" {
+                let options = dmkit_indexes::art::ArtOptions(options);
+                run_index::<dmkit_indexes::art::Art>(&req.setup, &options, (config, &spec.name), items, sources)
+            } else {
+                run_index::<dmkit_indexes::smart::Smart>(&req.setup, &options, (config, &spec.name), items, sources)
+            }
         }
         other => Err(format!("unknown index '{other}' (known: {})", index_names().join(", "))),
     }
@@ -724,6 +785,9 @@ pub struct RunFile {
 #[derive(Clone, Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sweep {
+    /// Indexes, each `NAME` or `NAME:CONFIG` (say `sherman:sherman-smart`), so that one file
+    /// compares indexes in their own configurations.
+    pub index: Option<Vec<String>>,
     /// The index's named configurations (Sherman: sherman-artifact, sherman-smart, ...).
     pub config: Option<Vec<String>>,
     pub workload: Option<Vec<String>>,
@@ -810,6 +874,24 @@ impl RunFile {
                         .collect();
                 }
             };
+        }
+        if let Some(values) = &s.index {
+            if values.is_empty() {
+                return Err("sweep.index is an empty list".into());
+            }
+            points = points
+                .into_iter()
+                .flat_map(|p| {
+                    values.iter().map(move |v| {
+                        let mut q = p.clone();
+                        match v.split_once(':') {
+                            Some((index, config)) => (q.index, q.config) = (index.into(), config.into()),
+                            None => (q.index, q.config) = (v.clone(), "default".into()),
+                        }
+                        q
+                    })
+                })
+                .collect();
         }
         expand!(config, |v| v);
         expand!(workload, |v| v);

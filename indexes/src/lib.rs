@@ -241,6 +241,13 @@ pub trait IndexKind: 'static {
         Ok(())
     }
 
+    /// A compute node's own counters (RDWC windows, cache entries...), summed over nodes by
+    /// reports. Indexes without any keep the default.
+    fn node_counters(node: &Self::NodeState) -> BTreeMap<&'static str, u64> {
+        let _ = node;
+        BTreeMap::new()
+    }
+
     /// Every planted bug this index offers.
     fn planted_bugs() -> &'static [PlantedBug];
 

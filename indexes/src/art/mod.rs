@@ -101,6 +101,10 @@ impl IndexKind for Art {
         smart::warm(o, node, memory)
     }
 
+    fn node_counters(n: &SmartNode) -> std::collections::BTreeMap<&'static str, u64> {
+        n.rdwc.stats().counters()
+    }
+
     fn planted_bugs() -> &'static [PlantedBug] {
         &PLANTS
     }

@@ -175,6 +175,23 @@ pub struct RdwcStats {
 }
 
 impl RdwcStats {
+    /// The stats as named counters (for [`crate::IndexKind::node_counters`]).
+    pub fn counters(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        [
+            ("rdwc_reads_led", self.reads_led),
+            ("rdwc_reads_delegated", self.reads_delegated),
+            ("rdwc_reads_bypassed", self.reads_bypassed),
+            ("rdwc_reads_cut_off", self.reads_cut_off),
+            ("rdwc_reads_orphaned", self.reads_orphaned),
+            ("rdwc_writes_led", self.writes_led),
+            ("rdwc_writes_combined", self.writes_combined),
+            ("rdwc_writes_bypassed", self.writes_bypassed),
+            ("rdwc_writes_orphaned", self.writes_orphaned),
+        ]
+        .into_iter()
+        .collect()
+    }
+
     /// Adds another table's stats (another compute node's).
     pub fn add(&mut self, other: &RdwcStats) {
         self.reads_led += other.reads_led;

@@ -301,6 +301,10 @@ impl IndexKind for Sherman {
         Ok(())
     }
 
+    fn node_counters(n: &ShermanNode) -> std::collections::BTreeMap<&'static str, u64> {
+        n.rdwc.stats().counters()
+    }
+
     fn planted_bugs() -> &'static [PlantedBug] {
         &PLANTS
     }
@@ -420,6 +424,8 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                         return Ok(Found { addr: child, from_cache: Some(e), path });
                     }
                     (p, from_cache, at_root) = (child, Some(e), false);
+                } else {
+                    self.counters.event("cache_miss");
                 }
             }
             for _ in 0..self.o.max_retries {

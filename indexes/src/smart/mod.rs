@@ -332,6 +332,10 @@ impl IndexKind for Smart {
         warm(o, node, memory)
     }
 
+    fn node_counters(n: &SmartNode) -> std::collections::BTreeMap<&'static str, u64> {
+        n.rdwc.stats().counters()
+    }
+
     fn planted_bugs() -> &'static [PlantedBug] {
         &PLANTS
     }
