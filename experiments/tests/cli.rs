@@ -158,8 +158,12 @@ fn run_prints_the_full_metric_schema() {
 
 #[test]
 fn run_bad_configs_give_one_line_and_exit_2() {
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 13] = [
         (&["run", "--index", "nope"], "unknown index"),
+        (&["run", "--index", "smart", "--config", "smart-nope"], "smart-rearlock"),
+        (&["run", "--index", "art", "--config", "smart"], "--index smart"),
+        (&["run", "--index", "smart", "--key-bytes", "300"], "key"),
+        (&["check", "--index", "smart", "--plant", "bogus"], "rev-cas-unsignaled"),
         (&["run", "--index", "sherman", "--config", "sherman-nope"], "sherman-chime"),
         (&["run", "--index", "sherman", "--value-bytes", "4096", "--config", "artifact"], "leaf"),
         (&["check", "--index", "sherman", "--config", "bogus"], "bogus"),
@@ -322,5 +326,32 @@ fn sherman_runs_in_every_configuration() {
         assert!(v["bytes_written_per_op"].as_f64().unwrap() > 0.0, "{config}");
         assert!(v["round_trips_per_op"].as_f64().unwrap() >= 1.0, "{config}");
         assert!(v["cache_bytes_per_cn"].as_f64().unwrap() > 0.0, "{config}");
+    }
+}
+
+/// SMART runs in every step of the factor analysis, and ART as its own index: YCSB A reports
+/// writes, cache bytes and (with RDWC) its delegation and combining ratios.
+#[test]
+fn smart_and_art_run_in_every_configuration() {
+    let configs = dmkit_indexes::smart::config::CONFIGS.iter().map(|c| ("smart", *c)).chain([("art", "default")]);
+    for (index, config) in configs {
+        if index == "smart" && *config == *"art" {
+            continue;
+        }
+        let args = [
+            &["run", "--index", index, "--config", config, "--workload", "a", "--keys", "5000", "--clients", "16"][..],
+            &["--format", "json"],
+            &SHORT,
+        ]
+        .concat();
+        let out = dmkit(&args);
+        assert!(out.status.success(), "{config}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["index"], index);
+        assert!(v["throughput_mops"].as_f64().unwrap() > 0.0, "{config}");
+        assert!(v["bytes_written_per_op"].as_f64().unwrap() > 0.0, "{config}");
+        assert!(v["cache_bytes_per_cn"].as_f64().unwrap() > 0.0, "{config}");
+        assert!(v["cache_hit_ratio"].as_f64().unwrap() > 0.5, "{config}: {}", v["cache_hit_ratio"]);
+        assert!(v["rdwc"]["read_delegation_ratio"].as_f64().is_some(), "{config}");
     }
 }

@@ -31,7 +31,9 @@ pub struct CacheEntry {
     /// The key position (1-based) of the slots' partials.
     pub depth: usize,
     pub node_type: u8,
-    pub slots: Vec<Slot>,
+    pub slots: Box<[Slot]>,
+    /// The byte path: `key[..depth − 1]`.
+    prefix: Box<[u8]>,
     bytes: u64,
 }
 
@@ -71,13 +73,25 @@ impl Hasher for Fnv {
     }
 }
 
+/// Entries are keyed by the hash of their prefix (an entry holds its prefix, and a lookup
+/// compares it: two prefixes with one hash share a place, the later replacing the earlier), so
+/// the host pays one small allocation per entry beyond its slots, not three.
 #[derive(Debug, Default)]
 struct State {
-    map: HashMap<Vec<u8>, Arc<CacheEntry>, BuildHasherDefault<Fnv>>,
+    map: HashMap<u64, Arc<CacheEntry>, BuildHasherDefault<Fnv>>,
     /// Entries per prefix length, so a lookup probes only lengths that exist.
     lengths: Vec<u32>,
-    fifo: VecDeque<(Vec<u8>, usize)>,
+    /// Insertion order: (prefix hash, entry identity).
+    fifo: VecDeque<(u64, usize)>,
     stats: CacheStats,
+}
+
+fn prefix_hash(prefix: &[u8]) -> u64 {
+    let mut h = Fnv::default();
+    h.write(prefix);
+    // Mix the length in, so that prefixes of zeros of different lengths differ.
+    h.write(&(prefix.len() as u32).to_le_bytes());
+    h.finish()
 }
 
 /// One compute node's cache, shared by its clients.
@@ -113,7 +127,7 @@ impl RadixCache {
                 continue;
             }
             probes += 1;
-            if let Some(e) = s.map.get(&key[..plen]) {
+            if let Some(e) = s.map.get(&prefix_hash(&key[..plen])).filter(|e| *e.prefix == key[..plen]) {
                 let next = key[plen];
                 if let Some(i) = e.slots.iter().position(|sl| !sl.is_empty() && sl.partial() == next) {
                     let e = e.clone();
@@ -137,12 +151,22 @@ impl RadixCache {
         if bytes > self.budget {
             return;
         }
-        let entry = Arc::new(CacheEntry { addr, depth, node_type, slots, bytes });
-        let prefix = key[..plen].to_vec();
+        let prefix: Box<[u8]> = key[..plen].into();
+        let h = prefix_hash(&prefix);
+        let entry = Arc::new(CacheEntry { addr, depth, node_type, slots: slots.into_boxed_slice(), prefix, bytes });
         let mut s = lock(&self.state);
         let id = Arc::as_ptr(&entry) as usize;
-        match s.map.insert(prefix.clone(), entry) {
-            Some(old) => s.stats.bytes -= old.bytes,
+        match s.map.insert(h, entry) {
+            Some(old) => {
+                s.stats.bytes -= old.bytes;
+                if old.prefix.len() != plen {
+                    s.lengths[old.prefix.len()] -= 1;
+                    if s.lengths.len() <= plen {
+                        s.lengths.resize(plen + 1, 0);
+                    }
+                    s.lengths[plen] += 1;
+                }
+            }
             None => {
                 if s.lengths.len() <= plen {
                     s.lengths.resize(plen + 1, 0);
@@ -152,36 +176,36 @@ impl RadixCache {
             }
         }
         s.stats.bytes += bytes;
-        s.fifo.push_back((prefix, id));
+        s.fifo.push_back((h, id));
         while s.stats.bytes > self.budget {
-            let Some((p, id)) = s.fifo.pop_front() else {
+            let Some((h, id)) = s.fifo.pop_front() else {
                 s.map.clear();
                 s.lengths.clear();
                 s.stats.bytes = 0;
                 s.stats.entries = 0;
                 break;
             };
-            if s.map.get(&p).is_some_and(|e| Arc::as_ptr(e) as usize == id) {
-                Self::remove(&mut s, &p);
+            if s.map.get(&h).is_some_and(|e| Arc::as_ptr(e) as usize == id) {
+                Self::remove(&mut s, h);
                 s.stats.evictions += 1;
             }
         }
     }
 
-    fn remove(s: &mut State, prefix: &[u8]) {
-        if let Some(old) = s.map.remove(prefix) {
+    fn remove(s: &mut State, h: u64) {
+        if let Some(old) = s.map.remove(&h) {
             s.stats.bytes -= old.bytes;
             s.stats.entries -= 1;
-            s.lengths[prefix.len()] -= 1;
+            s.lengths[old.prefix.len()] -= 1;
         }
     }
 
-    /// Drops `entry` if it is still the cached snapshot of its prefix (of `key`).
-    pub fn invalidate(&self, key: &[u8], entry: &Arc<CacheEntry>) {
-        let plen = entry.depth - 1;
+    /// Drops `entry` if it is still a cached snapshot.
+    pub fn invalidate(&self, entry: &Arc<CacheEntry>) {
+        let h = prefix_hash(&entry.prefix);
         let mut s = lock(&self.state);
-        if s.map.get(&key[..plen]).is_some_and(|e| Arc::ptr_eq(e, entry)) {
-            Self::remove(&mut s, &key[..plen]);
+        if s.map.get(&h).is_some_and(|e| Arc::ptr_eq(e, entry)) {
+            Self::remove(&mut s, h);
             s.stats.invalidations += 1;
         }
     }
@@ -217,7 +241,7 @@ mod tests {
         assert_eq!(hit.expect("a hit").0.addr, at(1));
         assert!(c.lookup(&[5, 2, 3, 4]).0.is_none());
         let (hit, _) = c.lookup(&[1, 2, 3, 4]);
-        c.invalidate(&[1, 2, 3, 4], &hit.expect("a hit").0);
+        c.invalidate(&hit.expect("a hit").0);
         assert_eq!(c.lookup(&[1, 2, 3, 4]).0.expect("fallback").0.addr, at(1));
         assert_eq!(c.stats().invalidations, 1);
     }

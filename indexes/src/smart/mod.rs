@@ -450,9 +450,9 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
     }
 
     /// A stale route: drop the cache entry and read the slot itself (digest OnInvalid).
-    async fn reread(&mut self, key: &[u8], at: &mut At) -> Result<(), IndexError> {
+    async fn reread(&mut self, at: &mut At) -> Result<(), IndexError> {
         if let Some(e) = at.cached.take() {
-            self.node.cache.invalidate(key, &e);
+            self.node.cache.invalidate(&e);
             self.counters.event("cache_invalidated");
         }
         self.counters.retries += 1;
@@ -461,7 +461,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
     }
 
     /// READs the internal node `at.s` points to; `None` if the route is invalid.
-    async fn read_node(&mut self, key: &[u8], at: &At) -> Result<Option<NodeImage>, IndexError> {
+    async fn read_node(&mut self, at: &At) -> Result<Option<NodeImage>, IndexError> {
         let types = &self.node.types;
         let t = at.s.node_type();
         let n = types.capacity(t);
@@ -489,7 +489,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         if let Some(e) = &at.cached
             && ht != t
         {
-            self.node.cache.invalidate(key, e);
+            self.node.cache.invalidate(e);
             self.counters.event("cache_invalidated");
         }
         self.ctx.charge_cpu(CpuWork::NodeSearchEntry, cap as u64).await;
@@ -597,7 +597,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                         if let Some(l) = leader.as_deref_mut() {
                             l.mark();
                         }
-                        self.reread(key, &mut at).await?;
+                        self.reread(&mut at).await?;
                         continue;
                     }
                 }
@@ -605,11 +605,11 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             if let Some(l) = leader.as_deref_mut() {
                 l.mark();
             }
-            let Some(img) = self.read_node(key, &at).await? else {
+            let Some(img) = self.read_node(&at).await? else {
                 if let Some(l) = leader.as_deref_mut() {
                     l.mark();
                 }
-                self.reread(key, &mut at).await?;
+                self.reread(&mut at).await?;
                 continue;
             };
             let h = img.h;
@@ -733,7 +733,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             if at.s.is_leaf() {
                 let outcome = match self.read_leaf(&at, None).await? {
                     LeafView::Invalid => {
-                        self.reread(key, &mut at).await?;
+                        self.reread(&mut at).await?;
                         continue;
                     }
                     LeafView::Moved(now) => {
@@ -787,8 +787,8 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
 
     /// One internal node of a write's traversal: descend, split its header, or insert into it.
     async fn visit_node(&mut self, key: &[u8], p: &mut Pending<'_, '_>, at: &mut At) -> Result<Step, IndexError> {
-        let Some(img) = self.read_node(key, at).await? else {
-            self.reread(key, at).await?;
+        let Some(img) = self.read_node(at).await? else {
+            self.reread(at).await?;
             return Ok(Step::Continue);
         };
         let h = img.h;
@@ -800,7 +800,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             return Ok(match self.split(key, p, at, lcp, h.partial(i), Some((h, i))).await? {
                 Publish::Done(r) => {
                     if let Some(e) = at.cached.take() {
-                        self.node.cache.invalidate(key, &e);
+                        self.node.cache.invalidate(&e);
                     }
                     Step::Done(r)
                 }
@@ -828,7 +828,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                         let t = self.node.types.for_slot_index(i);
                         self.switch_type(at.sa, at.s, node, h, t).await?;
                         if let Some(e) = at.cached.take() {
-                            self.node.cache.invalidate(key, &e);
+                            self.node.cache.invalidate(&e);
                         }
                     }
                     return Ok(Step::Done(r));
@@ -1023,7 +1023,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     break;
                 }
                 let at = At { s: cur, sa, d: usize::MAX, cached: None };
-                let Some(img) = self.read_node(key, &at).await? else { break };
+                let Some(img) = self.read_node(&at).await? else { break };
                 let pk = kb(key, img.h.slot_depth());
                 let Some(i) = img.slots.iter().position(|s| !s.is_null() && s.partial() == pk) else { break };
                 (sa, cur) = (cur.ptr().add(16 + 8 * i as u64), img.slots[i]);
@@ -1357,7 +1357,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 continue;
             }
             let at = At { s, sa, d, cached: None };
-            let Some(img) = self.read_node(&path_key(&path, k), &at).await? else {
+            let Some(img) = self.read_node(&at).await? else {
                 self.counters.retries += 1;
                 let s = self.read_slot(sa).await?;
                 stack.push(Item::Visit(s, sa, d, path));
@@ -1431,13 +1431,6 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         }
         Ok(out)
     }
-}
-
-/// A key-length buffer starting with `path` (for cache-free node reads).
-fn path_key(path: &[u8], k: usize) -> Vec<u8> {
-    let mut key = path.to_vec();
-    key.resize(k.max(path.len()), 0);
-    key
 }
 
 fn in_bounds(key: &[u8], start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
