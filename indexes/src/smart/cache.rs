@@ -22,25 +22,83 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-/// A cached internal node: the slots of its type as read, where they live, and the key
-/// position they discriminate on.
-#[derive(Debug)]
-pub struct CacheEntry {
-    /// The node's address (its first slot is at `addr + 16`).
-    pub addr: RemoteAddr,
-    /// The key position (1-based) of the slots' partials.
-    pub depth: usize,
-    pub node_type: u8,
-    pub slots: Box<[Slot]>,
-    /// The byte path: `key[..depth − 1]`.
-    prefix: Box<[u8]>,
-    bytes: u64,
+/// A cached internal node: the slots of its type as read, where they live, the key position
+/// they discriminate on, and the byte path that identifies the node. One host allocation:
+/// `[address, depth | type | prefix length | charged bytes, prefix words..., slots...]`.
+#[derive(Clone, Debug)]
+pub struct CacheEntry(Arc<[u64]>);
+
+/// Packs bytes into little-endian words (the last one zero-padded).
+fn pack(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes.chunks(8).map(|c| {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        u64::from_le_bytes(w)
+    })
 }
 
 impl CacheEntry {
+    fn new(addr: RemoteAddr, depth: usize, node_type: u8, prefix: &[u8], slots: &[Slot], bytes: u64) -> CacheEntry {
+        debug_assert!(depth < 1 << 16 && prefix.len() < 1 << 16 && bytes < 1 << 24);
+        let meta = depth as u64 | u64::from(node_type) << 16 | (prefix.len() as u64) << 24 | bytes << 40;
+        let words: Vec<u64> =
+            [addr.raw(), meta].into_iter().chain(pack(prefix)).chain(slots.iter().map(|s| s.0)).collect();
+        CacheEntry(words.into())
+    }
+
+    fn meta(&self) -> u64 {
+        self.0[1]
+    }
+
+    /// The node's address (its first slot is at `addr + 16`).
+    pub fn addr(&self) -> RemoteAddr {
+        RemoteAddr::from_raw(self.0[0])
+    }
+
+    /// The key position (1-based) of the slots' partials.
+    pub fn depth(&self) -> usize {
+        (self.meta() & 0xFFFF) as usize
+    }
+
+    pub fn node_type(&self) -> u8 {
+        (self.meta() >> 16) as u8
+    }
+
+    fn prefix_len(&self) -> usize {
+        ((self.meta() >> 24) & 0xFFFF) as usize
+    }
+
+    fn bytes(&self) -> u64 {
+        self.meta() >> 40
+    }
+
+    fn prefix_words(&self) -> &[u64] {
+        &self.0[2..2 + self.prefix_len().div_ceil(8)]
+    }
+
+    fn is_prefix(&self, prefix: &[u8]) -> bool {
+        prefix.len() == self.prefix_len() && pack(prefix).eq(self.prefix_words().iter().copied())
+    }
+
+    pub fn slot_count(&self) -> usize {
+        self.0.len() - 2 - self.prefix_len().div_ceil(8)
+    }
+
+    pub fn slot(&self, i: usize) -> Slot {
+        Slot(self.0[2 + self.prefix_len().div_ceil(8) + i])
+    }
+
     /// The remote address of slot `i`.
     pub fn slot_addr(&self, i: usize) -> RemoteAddr {
-        self.addr.add(16 + 8 * i as u64)
+        self.addr().add(16 + 8 * i as u64)
+    }
+
+    fn same(&self, other: &CacheEntry) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as *const u64 as usize
     }
 }
 
@@ -78,7 +136,7 @@ impl Hasher for Fnv {
 /// the host pays one small allocation per entry beyond its slots, not three.
 #[derive(Debug, Default)]
 struct State {
-    map: HashMap<u64, Arc<CacheEntry>, BuildHasherDefault<Fnv>>,
+    map: HashMap<u64, CacheEntry, BuildHasherDefault<Fnv>>,
     /// Entries per prefix length, so a lookup probes only lengths that exist.
     lengths: Vec<u32>,
     /// Insertion order: (prefix hash, entry identity).
@@ -86,11 +144,13 @@ struct State {
     stats: CacheStats,
 }
 
-fn prefix_hash(prefix: &[u8]) -> u64 {
+fn prefix_hash(len: usize, words: impl Iterator<Item = u64>) -> u64 {
     let mut h = Fnv::default();
-    h.write(prefix);
+    for w in words {
+        h.write(&w.to_le_bytes());
+    }
     // Mix the length in, so that prefixes of zeros of different lengths differ.
-    h.write(&(prefix.len() as u32).to_le_bytes());
+    h.write(&(len as u32).to_le_bytes());
     h.finish()
 }
 
@@ -118,7 +178,7 @@ impl RadixCache {
 
     /// The deepest cached slot for `key`: its entry and index. Returns the number of prefix
     /// lengths probed too (the CPU cost of the walk).
-    pub fn lookup(&self, key: &[u8]) -> (Option<(Arc<CacheEntry>, usize)>, u32) {
+    pub fn lookup(&self, key: &[u8]) -> (Option<(CacheEntry, usize)>, u32) {
         let mut s = lock(&self.state);
         let mut probes = 0;
         let top = key.len().min(s.lengths.len().saturating_sub(1));
@@ -127,9 +187,13 @@ impl RadixCache {
                 continue;
             }
             probes += 1;
-            if let Some(e) = s.map.get(&prefix_hash(&key[..plen])).filter(|e| *e.prefix == key[..plen]) {
+            let prefix = &key[..plen];
+            if let Some(e) = s.map.get(&prefix_hash(plen, pack(prefix))).filter(|e| e.is_prefix(prefix)) {
                 let next = key[plen];
-                if let Some(i) = e.slots.iter().position(|sl| !sl.is_empty() && sl.partial() == next) {
+                if let Some(i) = (0..e.slot_count()).find(|&i| {
+                    let sl = e.slot(i);
+                    !sl.is_empty() && sl.partial() == next
+                }) {
                     let e = e.clone();
                     s.stats.hits += 1;
                     return (Some((e, i)), probes);
@@ -151,16 +215,16 @@ impl RadixCache {
         if bytes > self.budget {
             return;
         }
-        let prefix: Box<[u8]> = key[..plen].into();
-        let h = prefix_hash(&prefix);
-        let entry = Arc::new(CacheEntry { addr, depth, node_type, slots: slots.into_boxed_slice(), prefix, bytes });
+        let prefix = &key[..plen];
+        let h = prefix_hash(plen, pack(prefix));
+        let entry = CacheEntry::new(addr, depth, node_type, prefix, &slots, bytes);
         let mut s = lock(&self.state);
-        let id = Arc::as_ptr(&entry) as usize;
+        let id = entry.id();
         match s.map.insert(h, entry) {
             Some(old) => {
-                s.stats.bytes -= old.bytes;
-                if old.prefix.len() != plen {
-                    s.lengths[old.prefix.len()] -= 1;
+                s.stats.bytes -= old.bytes();
+                if old.prefix_len() != plen {
+                    s.lengths[old.prefix_len()] -= 1;
                     if s.lengths.len() <= plen {
                         s.lengths.resize(plen + 1, 0);
                     }
@@ -185,7 +249,7 @@ impl RadixCache {
                 s.stats.entries = 0;
                 break;
             };
-            if s.map.get(&h).is_some_and(|e| Arc::as_ptr(e) as usize == id) {
+            if s.map.get(&h).is_some_and(|e| e.id() == id) {
                 Self::remove(&mut s, h);
                 s.stats.evictions += 1;
             }
@@ -194,17 +258,17 @@ impl RadixCache {
 
     fn remove(s: &mut State, h: u64) {
         if let Some(old) = s.map.remove(&h) {
-            s.stats.bytes -= old.bytes;
+            s.stats.bytes -= old.bytes();
             s.stats.entries -= 1;
-            s.lengths[old.prefix.len()] -= 1;
+            s.lengths[old.prefix_len()] -= 1;
         }
     }
 
     /// Drops `entry` if it is still a cached snapshot.
-    pub fn invalidate(&self, entry: &Arc<CacheEntry>) {
-        let h = prefix_hash(&entry.prefix);
+    pub fn invalidate(&self, entry: &CacheEntry) {
+        let h = prefix_hash(entry.prefix_len(), entry.prefix_words().iter().copied());
         let mut s = lock(&self.state);
-        if s.map.get(&h).is_some_and(|e| Arc::ptr_eq(e, entry)) {
+        if s.map.get(&h).is_some_and(|e| e.same(entry)) {
             Self::remove(&mut s, h);
             s.stats.invalidations += 1;
         }
@@ -235,14 +299,14 @@ mod tests {
         c.add(&[1, 2, 3, 4], 3, at(2), 1, vec![slot(3, 12)]);
         let (hit, _) = c.lookup(&[1, 2, 3, 4]);
         let (e, i) = hit.expect("a hit");
-        assert_eq!((e.addr, i, e.slot_addr(i)), (at(2), 0, at(2).add(16)));
+        assert_eq!((e.addr(), i, e.slot_addr(i), e.depth()), (at(2), 0, at(2).add(16), 3));
         // No slot for byte 7 at depth 3: the shallower snapshot routes by byte 2.
         let (hit, _) = c.lookup(&[1, 2, 7, 4]);
-        assert_eq!(hit.expect("a hit").0.addr, at(1));
+        assert_eq!(hit.expect("a hit").0.addr(), at(1));
         assert!(c.lookup(&[5, 2, 3, 4]).0.is_none());
         let (hit, _) = c.lookup(&[1, 2, 3, 4]);
         c.invalidate(&hit.expect("a hit").0);
-        assert_eq!(c.lookup(&[1, 2, 3, 4]).0.expect("fallback").0.addr, at(1));
+        assert_eq!(c.lookup(&[1, 2, 3, 4]).0.expect("fallback").0.addr(), at(1));
         assert_eq!(c.stats().invalidations, 1);
     }
 

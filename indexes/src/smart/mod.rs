@@ -352,7 +352,7 @@ struct At {
     s: Slot,
     sa: RemoteAddr,
     d: usize,
-    cached: Option<Arc<CacheEntry>>,
+    cached: Option<CacheEntry>,
 }
 
 enum LeafView {
@@ -441,7 +441,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             self.ctx.charge_cpu(CpuWork::CacheLookupLevel, u64::from(probes)).await;
             if let Some((e, i)) = hit {
                 self.counters.event("cache_hit");
-                return Ok(At { s: e.slots[i], sa: e.slot_addr(i), d: e.depth + 1, cached: Some(e) });
+                return Ok(At { s: e.slot(i), sa: e.slot_addr(i), d: e.depth() + 1, cached: Some(e) });
             }
             self.counters.event("cache_miss");
         }
@@ -846,7 +846,8 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     *at = child(i, old);
                     return Ok(Step::Continue);
                 }
-                Publish::Lost(_) => self.counters.cas_failures += 1,
+                // Another partial took this slot: try the next.
+                Publish::Lost(_) => {}
             }
         }
         Err(IndexError::Corrupt(format!("node at {node} has 256 slots and none for partial {pk}")))
