@@ -1,7 +1,9 @@
-//! What a write does to its key, and how a batch of them (an RDWC window's combined writes, in
-//! deposit order) folds into one final state. Shared by the indexes that combine writes.
+//! What a write does to its key, how a batch of them (an RDWC window's combined writes, in
+//! deposit order) folds into one final state, and searches and writes routed through an RDWC
+//! table. Shared by the indexes that delegate and combine.
 
-use crate::IndexError;
+use crate::common::rdwc::{Rdwc, ReadLeader, ReadRole, WriteLeader, WriteRole};
+use crate::{Counters, IndexError};
 
 /// What a write does to its key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +35,86 @@ pub fn fold(mut state: Option<Vec<u8>>, changes: &[Change]) -> (Option<Vec<u8>>,
         }
     }
     (state, results)
+}
+
+/// A client handle whose searches and writes can go through an RDWC table ([`search_via`],
+/// [`write_via`]): the index supplies the remote search and the remote write.
+pub trait Combined {
+    /// The remote search. A leader calls [`ReadLeader::mark`] right before each READ that may
+    /// decide the result (and `unmark` if one did not decide it alone).
+    fn search_remote(
+        &mut self,
+        key: &[u8],
+        leader: Option<&mut ReadLeader<'_, Change, Reply>>,
+    ) -> impl std::future::Future<Output = Result<Option<Vec<u8>>, IndexError>>;
+
+    /// Applies `changes` (or, as a leader, the changes its window admits when it calls
+    /// [`WriteLeader::close`]) to `key`: the first change's result and, once the window
+    /// closed, one result per change.
+    #[allow(clippy::type_complexity)]
+    fn modify_remote(
+        &mut self,
+        key: &[u8],
+        changes: Vec<Change>,
+        leader: Option<&mut WriteLeader<'_, Change, Reply>>,
+    ) -> impl std::future::Future<Output = (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>)>;
+
+    fn counters_mut(&mut self) -> &mut Counters;
+}
+
+/// A search through `table`: lead a window, follow one (taking its result, or searching again
+/// if cut off), or bypass it on a hash conflict.
+pub async fn search_via<T: Combined>(
+    t: &mut T,
+    table: &Rdwc<Change, Reply>,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>, IndexError> {
+    match table.begin_read(key) {
+        ReadRole::Leader(mut leader) => {
+            let r = t.search_remote(key, Some(&mut leader)).await;
+            leader.finish(Reply::Read(r.clone()));
+            r
+        }
+        ReadRole::Follower(wait) => match wait.await {
+            Some(Reply::Read(r)) => {
+                t.counters_mut().event("rdwc_delegated");
+                r
+            }
+            _ => t.search_remote(key, None).await,
+        },
+        ReadRole::Bypass => t.search_remote(key, None).await,
+    }
+}
+
+/// A write through `table`: lead a window (applying every change it admits), have the
+/// change combined into a leader's, or bypass.
+pub async fn write_via<T: Combined>(
+    t: &mut T,
+    table: &Rdwc<Change, Reply>,
+    key: &[u8],
+    change: Change,
+) -> Result<bool, IndexError> {
+    match table.begin_write(key, change.clone()) {
+        WriteRole::Leader(mut leader) => {
+            let (mine, replies) = t.modify_remote(key, vec![], Some(&mut leader)).await;
+            if let Some(replies) = replies {
+                if replies.len() > 1 {
+                    t.counters_mut().event("rdwc_leader_combined");
+                }
+                leader.finish(replies.into_iter().map(Reply::Write).collect());
+            }
+            mine
+        }
+        WriteRole::Follower(wait) => match wait.await {
+            Some(Reply::Write(r)) => {
+                t.counters_mut().event("rdwc_combined");
+                r
+            }
+            // The leader gave up before taking our change: apply it ourselves.
+            _ => t.modify_remote(key, vec![change], None).await.0,
+        },
+        WriteRole::Bypass(change) => t.modify_remote(key, vec![change], None).await.0,
+    }
 }
 
 #[cfg(test)]

@@ -56,10 +56,11 @@ pub mod config;
 pub mod layout;
 
 pub use crate::common::change::{Change, Reply};
+use crate::common::change::{Combined, search_via, write_via};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::hocl::{LocalHold, LocalLockTable};
 use crate::common::primitive::{AtomicU64, Ordering};
-use crate::common::rdwc::{Rdwc, ReadLeader, ReadRole, WriteLeader, WriteRole};
+use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::hash::hash64;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
 use cache::{CachedNode, IndexCache};
@@ -522,21 +523,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
     async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         self.check_key(key)?;
         let node = self.node.clone();
-        match node.rdwc.begin_read(key) {
-            ReadRole::Leader(mut leader) => {
-                let r = self.search_inner(key, Some(&mut leader)).await;
-                leader.finish(Reply::Read(r.clone()));
-                r
-            }
-            ReadRole::Follower(wait) => match wait.await {
-                Some(Reply::Read(r)) => {
-                    self.counters.event("rdwc_delegated");
-                    r
-                }
-                _ => self.search_inner(key, None).await,
-            },
-            ReadRole::Bypass => self.search_inner(key, None).await,
-        }
+        search_via(self, &node.rdwc, key).await
     }
 
     /// Where a search or write goes from a leaf `n` that does not cover `key`: `None` to
@@ -719,27 +706,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             Sherman::limits(&self.o).check_value(v)?;
         }
         let node = self.node.clone();
-        match node.rdwc.begin_write(key, change.clone()) {
-            WriteRole::Leader(mut leader) => {
-                let (mine, replies) = self.modify(key, vec![], Some(&mut leader)).await;
-                if let Some(replies) = replies {
-                    if replies.len() > 1 {
-                        self.counters.event("rdwc_leader_combined");
-                    }
-                    leader.finish(replies.into_iter().map(Reply::Write).collect());
-                }
-                mine
-            }
-            WriteRole::Follower(wait) => match wait.await {
-                Some(Reply::Write(r)) => {
-                    self.counters.event("rdwc_combined");
-                    r
-                }
-                // The leader gave up before taking our change: apply it ourselves.
-                _ => self.modify(key, vec![change], None).await.0,
-            },
-            WriteRole::Bypass(change) => self.modify(key, vec![change], None).await.0,
-        }
+        write_via(self, &node.rdwc, key, change).await
     }
 
     /// Applies `changes` in order (or, as an RDWC leader, every change its window combined) to
@@ -1067,6 +1034,29 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             addr = n.sibling;
         }
         Err(self.retries_exhausted("scan"))
+    }
+}
+
+impl<C: Client + Clone + 'static> Combined for ShermanHandle<C> {
+    async fn search_remote(
+        &mut self,
+        key: &[u8],
+        leader: Option<&mut ReadLeader<'_, Change, Reply>>,
+    ) -> Result<Option<Vec<u8>>, IndexError> {
+        self.search_inner(key, leader).await
+    }
+
+    async fn modify_remote(
+        &mut self,
+        key: &[u8],
+        changes: Vec<Change>,
+        leader: Option<&mut WriteLeader<'_, Change, Reply>>,
+    ) -> (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>) {
+        self.modify(key, changes, leader).await
+    }
+
+    fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
     }
 }
 

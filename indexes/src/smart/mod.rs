@@ -63,9 +63,10 @@ pub mod invariants;
 pub mod layout;
 
 use crate::common::change::{Change, Reply, fold};
+use crate::common::change::{Combined, search_via, write_via};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::hocl::{LocalHold, LocalLockTable};
-use crate::common::rdwc::{Rdwc, ReadLeader, ReadRole, WriteLeader, WriteRole};
+use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::hash::hash64;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
 use cache::{CacheEntry, RadixCache};
@@ -638,21 +639,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             return self.search_inner(key, None).await;
         }
         let node = self.node.clone();
-        match node.rdwc.begin_read(key) {
-            ReadRole::Leader(mut leader) => {
-                let r = self.search_inner(key, Some(&mut leader)).await;
-                leader.finish(Reply::Read(r.clone()));
-                r
-            }
-            ReadRole::Follower(wait) => match wait.await {
-                Some(Reply::Read(r)) => {
-                    self.counters.event("rdwc_delegated");
-                    r
-                }
-                _ => self.search_inner(key, None).await,
-            },
-            ReadRole::Bypass => self.search_inner(key, None).await,
-        }
+        search_via(self, &node.rdwc, key).await
     }
 
     async fn do_write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
@@ -664,26 +651,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             return self.modify(key, vec![change], None).await.0;
         }
         let node = self.node.clone();
-        match node.rdwc.begin_write(key, change.clone()) {
-            WriteRole::Leader(mut leader) => {
-                let (mine, replies) = self.modify(key, vec![], Some(&mut leader)).await;
-                if let Some(replies) = replies {
-                    if replies.len() > 1 {
-                        self.counters.event("rdwc_leader_combined");
-                    }
-                    leader.finish(replies.into_iter().map(Reply::Write).collect());
-                }
-                mine
-            }
-            WriteRole::Follower(wait) => match wait.await {
-                Some(Reply::Write(r)) => {
-                    self.counters.event("rdwc_combined");
-                    r
-                }
-                _ => self.modify(key, vec![change], None).await.0,
-            },
-            WriteRole::Bypass(change) => self.modify(key, vec![change], None).await.0,
-        }
+        write_via(self, &node.rdwc, key, change).await
     }
 
     /// Applies `changes` (or, as an RDWC leader, every change its window admitted) to `key`.
@@ -1465,6 +1433,29 @@ fn overlaps(prefix: &[u8], k: usize, start: Bound<&[u8]>, end: Bound<&[u8]>) -> 
         Bound::Unbounded => true,
     };
     lower_ok && upper_ok
+}
+
+impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
+    async fn search_remote(
+        &mut self,
+        key: &[u8],
+        leader: Option<&mut ReadLeader<'_, Change, Reply>>,
+    ) -> Result<Option<Vec<u8>>, IndexError> {
+        self.search_inner(key, leader).await
+    }
+
+    async fn modify_remote(
+        &mut self,
+        key: &[u8],
+        changes: Vec<Change>,
+        leader: Option<&mut WriteLeader<'_, Change, Reply>>,
+    ) -> (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>) {
+        self.modify(key, changes, leader).await
+    }
+
+    fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
 }
 
 impl<C: Client + Clone + 'static> Index for SmartHandle<C> {
