@@ -79,7 +79,7 @@ struct RunArgs {
     /// smart-rd, smart-rearlock, smart-inplace, smart-lockfree; art: art).
     #[arg(long, default_value = "default", conflicts_with = "file")]
     config: String,
-    /// Workload: YCSB a, b, c, d, e, f or load.
+    /// Workload: YCSB a, b, c, d, e, f, or load (inserts of fresh keys after the --keys loaded).
     #[arg(long, default_value = "c", conflicts_with = "file")]
     workload: String,
     /// Keys loaded before the run (record count).

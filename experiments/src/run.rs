@@ -608,8 +608,9 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
     }
     let mut spec = WorkloadSpec::from_name(&req.workload, req.keys).map_err(|e| e.to_string())?;
     shape_workload(&mut spec, req)?;
-    let loading = req.workload.eq_ignore_ascii_case("load");
-    let items: Vec<(Vec<u8>, Vec<u8>)> = if loading { Vec::new() } else { load_items(&spec).collect() };
+    // Every workload starts from `keys` loaded items; LOAD then inserts fresh keys beyond them
+    // (the papers' LOAD: SMART and CHIME preload 5 M keys, then insert).
+    let items: Vec<(Vec<u8>, Vec<u8>)> = load_items(&spec).collect();
     let shared = SharedState::for_spec(&spec);
     let clients = req.setup.clients();
     let sources: Vec<Box<dyn OpSource>> = (0..clients)
