@@ -465,61 +465,6 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         Err(self.retries_exhausted("traverse"))
     }
 
-    async fn search_inner(
-        &mut self,
-        key: &[u8],
-        mut leader: Option<&mut ReadLeader<'_, Change, Reply>>,
-    ) -> Result<Option<Vec<u8>>, IndexError> {
-        let mut use_cache = true;
-        for _ in 0..self.o.max_retries {
-            let found = self.find(key, 0, use_cache).await?;
-            let mut addr = found.addr;
-            let mut from_cache = found.from_cache;
-            let mut torn_slot = false;
-            for _ in 0..self.o.max_retries {
-                if let Some(l) = leader.as_deref_mut() {
-                    l.mark();
-                }
-                let n = self.read_node(addr).await?;
-                if n.level != 0 {
-                    // The root was a leaf when read and grew since.
-                    self.node.root.store(0, Ordering::Release);
-                    break;
-                }
-                if !n.covers(key) && !self.planted("no-sibling-chase") {
-                    match self.leave_uncovered(&n, key, &mut from_cache) {
-                        Some(right) => {
-                            addr = right;
-                            continue;
-                        }
-                        None => {
-                            use_cache = false;
-                            break;
-                        }
-                    }
-                }
-                let mut hit = None;
-                for s in &n.slots {
-                    if s.occupied && s.key == key {
-                        if s.torn {
-                            torn_slot = true;
-                            continue;
-                        }
-                        hit = Some(s.value.clone());
-                    }
-                }
-                if torn_slot && self.o.torn_slot_reread {
-                    self.counters.event("torn_slot");
-                    self.counters.retries += 1;
-                    torn_slot = false;
-                    continue;
-                }
-                return Ok(hit);
-            }
-        }
-        Err(self.retries_exhausted("search"))
-    }
-
     async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         self.check_key(key)?;
         let node = self.node.clone();
@@ -707,34 +652,6 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         }
         let node = self.node.clone();
         write_via(self, &node.rdwc, key, change).await
-    }
-
-    /// Applies `changes` in order (or, as an RDWC leader, every change its window combined) to
-    /// `key`. Returns the first change's result and, once the leader closed its window, one
-    /// result per combined change.
-    async fn modify(
-        &mut self,
-        key: &[u8],
-        changes: Vec<Change>,
-        leader: Option<&mut WriteLeader<'_, Change, Reply>>,
-    ) -> (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>) {
-        let (addr, held, mut n, path) = match self.lock_leaf(key).await {
-            Ok(x) => x,
-            Err(e) => return (Err(e), None),
-        };
-        let changes = match leader {
-            Some(l) => l.close(),
-            None => changes,
-        };
-        let found = n.slots.iter().position(|s| s.occupied && s.key == key);
-        let before = found.map(|i| n.slots[i].value.clone());
-        let (state, results) = crate::common::change::fold(before.clone(), &changes);
-        let outcome = self.apply(addr, held, &mut n, key, found, before, state, &path).await;
-        let replies: Vec<Result<bool, IndexError>> = match &outcome {
-            Ok(()) => results.iter().map(|&r| Ok(r)).collect(),
-            Err(e) => results.iter().map(|_| Err(e.clone())).collect(),
-        };
-        (replies[0].clone(), Some(replies))
     }
 
     /// Writes the change from `before` to `after` into the locked leaf `n` and unlocks it,
@@ -1041,18 +958,84 @@ impl<C: Client + Clone + 'static> Combined for ShermanHandle<C> {
     async fn search_remote(
         &mut self,
         key: &[u8],
-        leader: Option<&mut ReadLeader<'_, Change, Reply>>,
+        mut leader: Option<&mut ReadLeader<'_, Change, Reply>>,
     ) -> Result<Option<Vec<u8>>, IndexError> {
-        self.search_inner(key, leader).await
+        let mut use_cache = true;
+        for _ in 0..self.o.max_retries {
+            let found = self.find(key, 0, use_cache).await?;
+            let mut addr = found.addr;
+            let mut from_cache = found.from_cache;
+            let mut torn_slot = false;
+            for _ in 0..self.o.max_retries {
+                if let Some(l) = leader.as_deref_mut() {
+                    l.mark();
+                }
+                let n = self.read_node(addr).await?;
+                if n.level != 0 {
+                    // The root was a leaf when read and grew since.
+                    self.node.root.store(0, Ordering::Release);
+                    break;
+                }
+                if !n.covers(key) && !self.planted("no-sibling-chase") {
+                    match self.leave_uncovered(&n, key, &mut from_cache) {
+                        Some(right) => {
+                            addr = right;
+                            continue;
+                        }
+                        None => {
+                            use_cache = false;
+                            break;
+                        }
+                    }
+                }
+                let mut hit = None;
+                for s in &n.slots {
+                    if s.occupied && s.key == key {
+                        if s.torn {
+                            torn_slot = true;
+                            continue;
+                        }
+                        hit = Some(s.value.clone());
+                    }
+                }
+                if torn_slot && self.o.torn_slot_reread {
+                    self.counters.event("torn_slot");
+                    self.counters.retries += 1;
+                    torn_slot = false;
+                    continue;
+                }
+                return Ok(hit);
+            }
+        }
+        Err(self.retries_exhausted("search"))
     }
 
+    /// Applies `changes` in order (or, as an RDWC leader, every change its window combined) to
+    /// `key`. Returns the first change's result and, once the leader closed its window, one
+    /// result per combined change.
     async fn modify_remote(
         &mut self,
         key: &[u8],
         changes: Vec<Change>,
         leader: Option<&mut WriteLeader<'_, Change, Reply>>,
     ) -> (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>) {
-        self.modify(key, changes, leader).await
+        let (addr, held, mut n, path) = match self.lock_leaf(key).await {
+            Ok(x) => x,
+            Err(e) => return (Err(e), None),
+        };
+        let changes = match leader {
+            Some(l) => l.close(),
+            None => changes,
+        };
+        let found = n.slots.iter().position(|s| s.occupied && s.key == key);
+        let before = found.map(|i| n.slots[i].value.clone());
+        let (state, results) = crate::common::change::fold(before.clone(), &changes);
+        let outcome = self.apply(addr, held, &mut n, key, found, before, state, &path).await;
+        let replies: Vec<Result<bool, IndexError>> = match &outcome {
+            Ok(()) => results.iter().map(|&r| Ok(r)).collect(),
+            Err(e) => results.iter().map(|_| Err(e.clone())).collect(),
+        };
+        (replies[0].clone(), Some(replies))
     }
 
     fn counters_mut(&mut self) -> &mut Counters {

@@ -560,83 +560,10 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         }
     }
 
-    async fn search_inner(
-        &mut self,
-        key: &[u8],
-        mut leader: Option<&mut ReadLeader<'_, Change, Reply>>,
-    ) -> Result<Option<Vec<u8>>, IndexError> {
-        // A delegating leader marks before every READ; followers that joined before the last
-        // mark take the result. So the last READ must decide the result by itself: an empty
-        // slot, a node without the key's partial, or a node or leaf still linked at the slot
-        // it was reached from (its reverse pointer says so). Otherwise it unmarks (H6, and the
-        // slot-then-leaf case the digest's fix misses).
-        if let Some(l) = leader.as_deref_mut() {
-            l.mark();
-        }
-        let mut at = self.start(key).await?;
-        for _ in 0..self.o.max_retries {
-            if at.s.is_empty() {
-                return Ok(None);
-            }
-            if at.s.is_leaf() {
-                match self.read_leaf(&at, leader.as_deref_mut()).await? {
-                    LeafView::Live(l) => {
-                        if let Some(leader) = leader.as_deref_mut()
-                            && l.rev != at.sa.raw()
-                            && !self.planted("rdwc-no-unmark")
-                        {
-                            leader.unmark();
-                        }
-                        return Ok((l.key == key).then_some(l.value));
-                    }
-                    LeafView::Dead => return Ok(None),
-                    LeafView::Moved(now) => {
-                        at.s = now;
-                        continue;
-                    }
-                    LeafView::Invalid => {
-                        if let Some(l) = leader.as_deref_mut() {
-                            l.mark();
-                        }
-                        self.reread(&mut at).await?;
-                        continue;
-                    }
-                }
-            }
-            if let Some(l) = leader.as_deref_mut() {
-                l.mark();
-            }
-            let Some(img) = self.read_node(&at).await? else {
-                if let Some(l) = leader.as_deref_mut() {
-                    l.mark();
-                }
-                self.reread(&mut at).await?;
-                continue;
-            };
-            let h = img.h;
-            if (0..h.len()).any(|i| kb(key, h.depth() + i) != h.partial(i)) {
-                if let Some(leader) = leader.as_deref_mut()
-                    && img.rev != at.sa.raw()
-                    && !self.planted("rdwc-no-unmark")
-                {
-                    leader.unmark();
-                }
-                return Ok(None);
-            }
-            self.remember(key, &at, &img);
-            let pk = kb(key, h.slot_depth());
-            let Some(i) = img.slots.iter().position(|s| !s.is_null() && s.partial() == pk) else {
-                return Ok(None);
-            };
-            at = At { s: img.slots[i], sa: at.s.ptr().add(16 + 8 * i as u64), d: h.slot_depth() + 1, cached: None };
-        }
-        Err(self.retries_exhausted("search"))
-    }
-
     async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         self.check_key(key)?;
         if !self.o.read_delegation {
-            return self.search_inner(key, None).await;
+            return self.search_remote(key, None).await;
         }
         let node = self.node.clone();
         search_via(self, &node.rdwc, key).await
@@ -648,38 +575,10 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             limits(&self.o).check_value(v)?;
         }
         if !self.o.write_combining {
-            return self.modify(key, vec![change], None).await.0;
+            return self.modify_remote(key, vec![change], None).await.0;
         }
         let node = self.node.clone();
         write_via(self, &node.rdwc, key, change).await
-    }
-
-    /// Applies `changes` (or, as an RDWC leader, every change its window admitted) to `key`.
-    /// Returns the first change's result and, once the window closed, one result per change.
-    async fn modify(
-        &mut self,
-        key: &[u8],
-        changes: Vec<Change>,
-        leader: Option<&mut WriteLeader<'_, Change, Reply>>,
-    ) -> (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>) {
-        let inserting = changes.iter().any(|c| matches!(c, Change::Upsert(_)));
-        let mut p = Pending { changes: leader.is_none().then_some(changes), leader, leaf: None, inserting };
-        let outcome = self.modify_inner(key, &mut p).await;
-        if let Some((addr, _, _)) = p.leaf.take()
-            && outcome.as_ref().is_err()
-        {
-            // Never published: give it back.
-            let _ = self.node.chunks.free(addr, self.node.leaf.alloc_bytes());
-        }
-        let closed = p.closed();
-        match outcome {
-            Ok(results) => {
-                let replies: Vec<Result<bool, IndexError>> = results.into_iter().map(Ok).collect();
-                (replies[0].clone(), Some(replies))
-            }
-            Err(e) if closed > 0 => (Err(e.clone()), Some(vec![Err(e); closed])),
-            Err(e) => (Err(e), None),
-        }
     }
 
     async fn modify_inner(&mut self, key: &[u8], p: &mut Pending<'_, '_>) -> Result<Vec<bool>, IndexError> {
@@ -1439,18 +1338,102 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
     async fn search_remote(
         &mut self,
         key: &[u8],
-        leader: Option<&mut ReadLeader<'_, Change, Reply>>,
+        mut leader: Option<&mut ReadLeader<'_, Change, Reply>>,
     ) -> Result<Option<Vec<u8>>, IndexError> {
-        self.search_inner(key, leader).await
+        // A delegating leader marks before every READ; followers that joined before the last
+        // mark take the result. So the last READ must decide the result by itself: an empty
+        // slot, a node without the key's partial, or a node or leaf still linked at the slot
+        // it was reached from (its reverse pointer says so). Otherwise it unmarks (H6, and the
+        // slot-then-leaf case the digest's fix misses).
+        if let Some(l) = leader.as_deref_mut() {
+            l.mark();
+        }
+        let mut at = self.start(key).await?;
+        for _ in 0..self.o.max_retries {
+            if at.s.is_empty() {
+                return Ok(None);
+            }
+            if at.s.is_leaf() {
+                match self.read_leaf(&at, leader.as_deref_mut()).await? {
+                    LeafView::Live(l) => {
+                        if let Some(leader) = leader.as_deref_mut()
+                            && l.rev != at.sa.raw()
+                            && !self.planted("rdwc-no-unmark")
+                        {
+                            leader.unmark();
+                        }
+                        return Ok((l.key == key).then_some(l.value));
+                    }
+                    LeafView::Dead => return Ok(None),
+                    LeafView::Moved(now) => {
+                        at.s = now;
+                        continue;
+                    }
+                    LeafView::Invalid => {
+                        if let Some(l) = leader.as_deref_mut() {
+                            l.mark();
+                        }
+                        self.reread(&mut at).await?;
+                        continue;
+                    }
+                }
+            }
+            if let Some(l) = leader.as_deref_mut() {
+                l.mark();
+            }
+            let Some(img) = self.read_node(&at).await? else {
+                if let Some(l) = leader.as_deref_mut() {
+                    l.mark();
+                }
+                self.reread(&mut at).await?;
+                continue;
+            };
+            let h = img.h;
+            if (0..h.len()).any(|i| kb(key, h.depth() + i) != h.partial(i)) {
+                if let Some(leader) = leader.as_deref_mut()
+                    && img.rev != at.sa.raw()
+                    && !self.planted("rdwc-no-unmark")
+                {
+                    leader.unmark();
+                }
+                return Ok(None);
+            }
+            self.remember(key, &at, &img);
+            let pk = kb(key, h.slot_depth());
+            let Some(i) = img.slots.iter().position(|s| !s.is_null() && s.partial() == pk) else {
+                return Ok(None);
+            };
+            at = At { s: img.slots[i], sa: at.s.ptr().add(16 + 8 * i as u64), d: h.slot_depth() + 1, cached: None };
+        }
+        Err(self.retries_exhausted("search"))
     }
 
+    /// Applies `changes` (or, as an RDWC leader, every change its window admitted) to `key`.
+    /// Returns the first change's result and, once the window closed, one result per change.
     async fn modify_remote(
         &mut self,
         key: &[u8],
         changes: Vec<Change>,
         leader: Option<&mut WriteLeader<'_, Change, Reply>>,
     ) -> (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>) {
-        self.modify(key, changes, leader).await
+        let inserting = changes.iter().any(|c| matches!(c, Change::Upsert(_)));
+        let mut p = Pending { changes: leader.is_none().then_some(changes), leader, leaf: None, inserting };
+        let outcome = self.modify_inner(key, &mut p).await;
+        if let Some((addr, _, _)) = p.leaf.take()
+            && outcome.as_ref().is_err()
+        {
+            // Never published: give it back.
+            let _ = self.node.chunks.free(addr, self.node.leaf.alloc_bytes());
+        }
+        let closed = p.closed();
+        match outcome {
+            Ok(results) => {
+                let replies: Vec<Result<bool, IndexError>> = results.into_iter().map(Ok).collect();
+                (replies[0].clone(), Some(replies))
+            }
+            Err(e) if closed > 0 => (Err(e.clone()), Some(vec![Err(e); closed])),
+            Err(e) => (Err(e), None),
+        }
     }
 
     fn counters_mut(&mut self) -> &mut Counters {
