@@ -86,6 +86,8 @@
 //! after it is released. No verb is issued here.
 
 use super::primitive::{AtomicU64, Mutex, Ordering, lock};
+use crate::{Counters, IndexError};
+use dmkit_rdma::{Client, RemoteAddr};
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
@@ -899,4 +901,52 @@ mod tests {
         assert_eq!(stats.inherited, stats.handed_over);
         assert!(globals.iter().all(|g| !g.held.load(sc)));
     }
+}
+
+/// A held hierarchical lock: the global lock word, and the local hold if a local table is used.
+#[derive(Debug)]
+pub struct HoclHeld {
+    pub word: RemoteAddr,
+    pub hold: Option<LocalHold>,
+}
+
+/// Takes the global lock word `word` (slot `(node, index)` of `table`, if there is one): the
+/// local lock first — a lock handed over by a local holder needs no verb — then CAS 0 → `me`,
+/// at most `max_retries` times. On failure the local hold is released before reporting.
+#[allow(clippy::too_many_arguments)]
+pub async fn acquire_global<C: Client>(
+    ctx: &C,
+    table: Option<&LocalLockTable>,
+    (word, node, index): (RemoteAddr, u16, u32),
+    me: u64,
+    max_retries: u32,
+    counters: &mut Counters,
+    op: &'static str,
+) -> Result<HoclHeld, IndexError> {
+    let hold = match table {
+        Some(t) => Some(t.acquire(node, index).await),
+        None => None,
+    };
+    if hold.as_ref().is_some_and(|h| h.inherited()) {
+        counters.event("lock_handed_over");
+        return Ok(HoclHeld { word, hold });
+    }
+    let mut outcome = Err(IndexError::RetriesExhausted { op, retries: max_retries });
+    for _ in 0..max_retries {
+        match ctx.cas(word, 0, me).await {
+            Ok(0) => return Ok(HoclHeld { word, hold }),
+            Ok(_) => {
+                counters.lock_failures += 1;
+                counters.cas_failures += 1;
+            }
+            Err(e) => {
+                outcome = Err(e.into());
+                break;
+            }
+        }
+    }
+    if let (Some(t), Some(h)) = (table, hold) {
+        t.finish_release(h, false);
+    }
+    outcome
 }

@@ -58,7 +58,7 @@ pub mod layout;
 pub use crate::common::change::{Change, Reply};
 use crate::common::change::{Combined, search_via, write_via};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
-use crate::common::hocl::{LocalHold, LocalLockTable};
+use crate::common::hocl::{HoclHeld, LocalLockTable, acquire_global};
 use crate::common::primitive::{AtomicU64, Ordering};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::hash::hash64;
@@ -321,10 +321,7 @@ impl IndexKind for Sherman {
 }
 
 /// A held lock: the lock word, and the local hold if HOCL's local table is on.
-struct Held {
-    word: RemoteAddr,
-    hold: Option<LocalHold>,
-}
+type Held = HoclHeld;
 
 /// The leaf a traversal found (not yet read), and the cached copy that routed to it.
 struct Found {
@@ -495,35 +492,10 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
 
     /// Takes the lock of the node at `node` (local table first, then the lock word).
     async fn lock(&mut self, node: RemoteAddr) -> Result<Held, IndexError> {
-        let (word, mn, idx) = self.node.locks.of(&self.g, node);
+        let slot = self.node.locks.of(&self.g, node);
         let table = self.node.clone();
-        let hold = match &table.local_locks {
-            Some(t) => Some(t.acquire(mn, idx).await),
-            None => None,
-        };
-        if hold.as_ref().is_some_and(|h| h.inherited()) {
-            self.counters.event("lock_handed_over");
-            return Ok(Held { word, hold });
-        }
-        for _ in 0..self.o.max_retries {
-            match self.ctx.cas(word, 0, self.me).await {
-                Ok(0) => return Ok(Held { word, hold }),
-                Ok(_) => {
-                    self.counters.lock_failures += 1;
-                    self.counters.cas_failures += 1;
-                }
-                Err(e) => {
-                    if let (Some(t), Some(h)) = (&table.local_locks, hold) {
-                        t.finish_release(h, false);
-                    }
-                    return Err(e.into());
-                }
-            }
-        }
-        if let (Some(t), Some(h)) = (&table.local_locks, hold) {
-            t.finish_release(h, false);
-        }
-        Err(self.retries_exhausted("lock"))
+        let (me, retries) = (self.me, self.o.max_retries);
+        acquire_global(&self.ctx, table.local_locks.as_ref(), slot, me, retries, &mut self.counters, "lock").await
     }
 
     /// Writes `writeback` back and releases the lock: one batch `[WRITE, WRITE unlock]` (or the

@@ -65,7 +65,7 @@ pub mod layout;
 use crate::common::change::{Change, Reply, fold};
 use crate::common::change::{Combined, search_via, write_via};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
-use crate::common::hocl::{LocalHold, LocalLockTable};
+use crate::common::hocl::{HoclHeld, LocalLockTable, acquire_global};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::hash::hash64;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
@@ -409,12 +409,6 @@ impl Pending<'_, '_> {
     fn closed(&self) -> usize {
         self.changes.as_ref().map_or(0, Vec::len)
     }
-}
-
-/// A held ART node lock.
-struct NodeHeld {
-    word: RemoteAddr,
-    hold: Option<LocalHold>,
 }
 
 impl<C: Client + Clone + 'static> SmartHandle<C> {
@@ -1136,41 +1130,15 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
     }
 
     /// Takes ART's lock on an internal node: the local table first, then the lock word.
-    async fn node_lock(&mut self, node: RemoteAddr) -> Result<NodeHeld, IndexError> {
-        let locks = self.node.locks.expect("node locks are configured");
-        let (word, mn, idx) = locks.of(node);
+    async fn node_lock(&mut self, node: RemoteAddr) -> Result<HoclHeld, IndexError> {
+        let slot = self.node.locks.expect("node locks are configured").of(node);
         let table = self.node.clone();
-        let hold = match &table.local_locks {
-            Some(t) => Some(t.acquire(mn, idx).await),
-            None => None,
-        };
-        if hold.as_ref().is_some_and(|h| h.inherited()) {
-            self.counters.event("lock_handed_over");
-            return Ok(NodeHeld { word, hold });
-        }
-        for _ in 0..self.o.max_retries {
-            match self.ctx.cas(word, 0, self.me).await {
-                Ok(0) => return Ok(NodeHeld { word, hold }),
-                Ok(_) => {
-                    self.counters.lock_failures += 1;
-                    self.counters.cas_failures += 1;
-                }
-                Err(e) => {
-                    if let (Some(t), Some(h)) = (&table.local_locks, hold) {
-                        t.finish_release(h, false);
-                    }
-                    return Err(e.into());
-                }
-            }
-        }
-        if let (Some(t), Some(h)) = (&table.local_locks, hold) {
-            t.finish_release(h, false);
-        }
-        Err(self.retries_exhausted("node lock"))
+        let (me, retries) = (self.me, self.o.max_retries);
+        acquire_global(&self.ctx, table.local_locks.as_ref(), slot, me, retries, &mut self.counters, "node lock").await
     }
 
     /// Releases an ART node lock: hands it to a local waiter, or an unsignaled WRITE of 0.
-    fn node_unlock(&mut self, held: NodeHeld) {
+    fn node_unlock(&mut self, held: HoclHeld) {
         let table = self.node.clone();
         let hand_over = match (&table.local_locks, &held.hold) {
             (Some(t), Some(h)) => t.plan_release(h),
