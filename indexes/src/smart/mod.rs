@@ -29,21 +29,32 @@
 //! - **update** of an existing key: lock CAS on the rear word, one WRITE. Upserts do the same.
 //! - **delete**: lock, WRITE the rear word with the dead bit (the linearization point), clear
 //!   the valid byte, CAS the slot to a tombstone that keeps the partial (digest H5, H9).
-//! - **scan**: depth-first from the root slot, children in partial order, leaf READs of a node
-//!   batched per memory node; per-key correct, not atomic (as the paper).
+//! - **scan**: depth-first from the root slot (not from cached slots, as the artifact does),
+//!   children in partial order, leaf READs of a node batched per memory node; per-key correct,
+//!   not atomic (as the paper).
 //!
-//! ## Fixes the digest recommends, on by default (each one's removal is a planted bug)
+//! ## Protections, on by default (each one's removal is a planted bug the tests find)
 //!
-//! - H1: the moved child's reverse-pointer CAS is awaited (retried while an earlier move's CAS
-//!   has not landed) before a split returns. Plant `rev-cas-unsignaled`.
+//! - H1, stronger than the digest's fix: a split moves the child's reverse pointer to its new
+//!   parent slot *before* the publishing CAS (and back if the CAS fails; a concurrent split of the
+//!   same child waits). Awaiting it after the publish, as the digest recommends, is not enough:
+//!   another client's insert through the new node can return first, and a stale cached copy of
+//!   the old slot then still passes the reverse check. Plants `rev-cas-unsignaled` (the
+//!   artifact) and `rev-cas-after-publish` (the digest's fix).
 //! - H2: readers never "repair" reverse pointers.
 //! - H3: an in-place update writes from the checksum on, never the reverse pointer or valid
 //!   byte it read before locking. Plant `full-leaf-write`.
 //! - H4, H9: the lock has its own word, with a dead bit that deletes set under the lock.
 //! - H5: deletes leave tombstones; inserts reuse only a tombstone of their own partial. Plant
 //!   `delete-to-null`.
-//! - H6: a delegated search shares only a READ posted after the follower joined. Plant
-//!   `rdwc-late-mark`. (H7 is fixed inside `common::rdwc`.)
+//! - H6, stronger than the digest's fix: a delegating leader marks before every READ, slot
+//!   reads included, and unmarks when its last READ did not decide the result alone (a leaf or
+//!   node whose reverse pointer is not the slot it was reached from). Plants `rdwc-late-mark`
+//!   (the paper's window) and `rdwc-no-unmark` (the digest's fix). H7 is fixed in `common::rdwc`.
+//! - Out-of-place updates (ART) retire the old leaf before the slot CAS; a retired leaf whose
+//!   slot still points to it is current. Plant `retire-after-publish` (index `art`).
+//! - A writer that finds its partial in a slot behind a node's capacity finishes that type
+//!   switch before acting on it (else it could update a key searches cannot see yet).
 //! - H10: a failed header trim retries with the fresh header.
 //! - H12: merges are not done (digest v1): empty nodes stay.
 //! - Also plants `no-reverse-check` and `no-checksum`.
