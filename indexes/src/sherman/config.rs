@@ -13,7 +13,7 @@
 //! from them (the artifact's 54 leaf slots and 61 records at 8-byte keys and values).
 //!
 //! Deviations, each named in the module doc: `sherman-hstore` keeps values inline (the digest's
-//! [R] puts them out of line, §5.4); locks are 64-bit words (the paper's 16-bit masked-CAS locks,
+//! \[R\] puts them out of line, §5.4); locks are 64-bit words (the paper's 16-bit masked-CAS locks,
 //! D1, are not offered); the device-memory lock table is clamped to the NIC's device memory
 //! (the CX-6 profile has 128 KiB, the artifact asks for 256 KiB, D2).
 

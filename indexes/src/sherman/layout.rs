@@ -24,7 +24,7 @@
 //! Slot occupancy is a bit in the meta byte's unused high nibble, not "value != 0" as in the
 //! artifact: the bytes on the wire are the same, and every value (including all-zero) can be
 //! stored. Addresses are dmkit [`RemoteAddr`]s, not the artifact's `GlobalAddress` (same 8 bytes,
-//! another bit order: digest §2.1 [R]).
+//! another bit order: digest §2.1 \[R\]).
 //!
 //! ## The two consistency modes (digest §8 D3)
 //!

@@ -23,7 +23,7 @@
 //! **Internal node**: `[reverse pointer 8][header 8][slot × capacity(largest type)]`. Only the
 //! current type's prefix is read; a type switch is in place (the slots behind are zero).
 //!
-//! **Leaf** (digest §2.5 with the [R] fixes H4 and H9): `[reverse pointer 8][valid 1][checksum
+//! **Leaf** (digest §2.5 with the \[R\] fixes H4 and H9): `[reverse pointer 8][valid 1][checksum
 //! 8][key K][value V][pad to 8][lock word 8]`; the lock word holds bit 0 = lock, bit 1 = dead.
 //! The checksum is CRC-64/WE over key‖value. The paper's leaf puts a 1-byte lock right after the
 //! value; ours gives the lock its own aligned word (0–7 bytes of padding) so that a plain CAS
