@@ -18,3 +18,14 @@ pub mod chunk;
 pub mod hocl;
 pub mod primitive;
 pub mod rdwc;
+
+/// Counters of one compute node's index cache (Sherman's node cache, SMART's radix cache).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub bytes: u64,
+    pub entries: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub invalidations: u64,
+}

@@ -59,16 +59,7 @@ struct CacheState {
     invalidations: u64,
 }
 
-/// Cache counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    pub bytes: u64,
-    pub entries: u64,
-    pub hits: u64,
-    pub misses: u64,
-    pub evictions: u64,
-    pub invalidations: u64,
-}
+pub use crate::common::CacheStats;
 
 /// The index cache of one compute node.
 #[derive(Debug)]

@@ -102,16 +102,7 @@ impl CacheEntry {
     }
 }
 
-/// Counters of one compute node's cache.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    pub bytes: u64,
-    pub entries: u64,
-    pub hits: u64,
-    pub misses: u64,
-    pub evictions: u64,
-    pub invalidations: u64,
-}
+pub use crate::common::CacheStats;
 
 /// FNV-1a: deterministic and enough for short prefixes.
 #[derive(Default)]
