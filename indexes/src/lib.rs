@@ -15,6 +15,7 @@
 
 pub mod art;
 pub mod bulk;
+pub mod chime;
 pub mod common;
 pub mod example;
 pub mod hash;

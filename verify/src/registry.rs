@@ -5,6 +5,7 @@ use crate::explore::{self, Mode};
 use crate::harness::{Checked, IndexCheck, IndexScenario, Mix, Preset, be_key, check_index};
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::art::{Art, ArtOptions};
+use dmkit_indexes::chime::{Chime, ChimeOptions};
 use dmkit_indexes::example::{Example, ExampleOptions};
 use dmkit_indexes::sherman::{Sherman, ShermanOptions};
 use dmkit_indexes::smart::{Smart, SmartOptions};
@@ -255,9 +256,101 @@ impl Checked for Art {
     }
 }
 
+/// CHIME's checking keys: `k + 1` big-endian (the all-zero key marks empty entries).
+pub fn chime_key(k: u64) -> Vec<u8> {
+    (k + 1).to_be_bytes().to_vec()
+}
+
+/// Values of 32 bytes: a 43-byte entry often spans two lines, so an update can tear a READ.
+const CHIME_VALUE: u32 = 32;
+
+/// Leaves of 8 entries with neighbourhoods of 4 and internal nodes of 3: a handful of inserts
+/// displace keys, split leaves, internal nodes and the root.
+fn chime_options(config: &str, memory_nodes: u16) -> ChimeOptions {
+    let o = ChimeOptions::named(config, 8, CHIME_VALUE).expect("a known configuration");
+    ChimeOptions { memory_nodes, max_retries: 2_000, cache_bytes: 1 << 20, hotspot_bytes: 1 << 16, ..o.with_spans(8, 4, 2) }
+}
+
+fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
+    let base = Preset {
+        name: "default",
+        compute_nodes: 2,
+        memory_nodes: 2,
+        clients: 3,
+        ops_per_client: 6,
+        keys: 24,
+        key_of: chime_key,
+        value_bytes: CHIME_VALUE as usize,
+        preload: 8,
+        mix: Mix { search: 35, insert: 35, update: 10, delete: 10, scan: 10 },
+        scan_limit: 8,
+        required_counters: &["leaf_split", "internal_split", "hop", "cache_hit", "half_split_right", "scan_next_leaf"],
+        step_limit: 400_000,
+    };
+    vec![
+        (base.clone(), chime_options(config, 2)),
+        // One compute node, hot keys: delegation, combining, speculation, lock contention.
+        (
+            Preset {
+                name: "local",
+                compute_nodes: 1,
+                memory_nodes: 1,
+                clients: 4,
+                keys: 6,
+                preload: 3,
+                mix: Mix { search: 40, insert: 20, update: 30, delete: 10, scan: 0 },
+                required_counters: &["rdwc_combined", "rdwc_delegated", "speculation_hit", "lock_failures"],
+                ..base.clone()
+            },
+            chime_options(config, 1),
+        ),
+        // Neighbourhoods of 12 in leaves of 16: 2-byte bitmaps that straddle lines (digest G1).
+        (
+            Preset { name: "wide", keys: 40, preload: 14, required_counters: &["leaf_split", "hop"], ..base.clone() },
+            ChimeOptions { ..chime_options(config, 2).with_spans(16, 12, 2) },
+        ),
+        // Small enough for DFS: two clients around one split.
+        (
+            Preset {
+                name: "pair",
+                compute_nodes: 2,
+                memory_nodes: 1,
+                clients: 2,
+                ops_per_client: 3,
+                keys: 10,
+                preload: 6,
+                mix: Mix { search: 40, insert: 60, update: 0, delete: 0, scan: 0 },
+                required_counters: &["leaf_split"],
+                step_limit: 200_000,
+                ..base
+            },
+            chime_options(config, 1),
+        ),
+    ]
+}
+
+impl Checked for Chime {
+    fn presets() -> Vec<(Preset, ChimeOptions)> {
+        chime_presets("chime")
+    }
+
+    fn configure(options: &mut ChimeOptions, config: &str) -> Result<(), String> {
+        let named = ChimeOptions::named(config, options.key_bytes, options.value_bytes)?;
+        *options = ChimeOptions {
+            plants: options.plants.clone(),
+            memory_nodes: options.memory_nodes,
+            max_retries: options.max_retries,
+            cache_bytes: options.cache_bytes,
+            hotspot_bytes: options.hotspot_bytes,
+            ..named.with_spans(options.span, options.hood, options.internal_span)
+        };
+        Ok(())
+    }
+}
+
 /// Names `dmkit check --index` accepts.
 pub fn index_names() -> Vec<&'static str> {
-    vec![Example::NAME, Sherman::NAME, Smart::NAME, Art::NAME]
+    vec![Example::NAME, Sherman::NAME, Smart::NAME, Art::NAME, Chime::NAME]
 }
 
 /// What `dmkit check` was asked to do.
@@ -293,6 +386,7 @@ pub fn list_plants(index: &str) -> Result<String, String> {
         "sherman" => Sherman::planted_bugs(),
         "smart" => Smart::planted_bugs(),
         "art" => Art::planted_bugs(),
+        "chime" => Chime::planted_bugs(),
         other => return Err(unknown(other)),
     };
     Ok(plants.iter().map(|p| format!("{}: {}\n", p.name, p.description)).collect())
@@ -309,6 +403,7 @@ pub fn run_check(req: &CheckRequest) -> Result<CheckOutcome, String> {
         "sherman" => run::<Sherman>(req),
         "smart" => run::<Smart>(req),
         "art" => run::<Art>(req),
+        "chime" => run::<Chime>(req),
         other => Err(unknown(other)),
     }
 }

@@ -9,6 +9,7 @@
 //!   hand-over of a held global lock).
 //! - [`rdwc`]: read delegation and write combining (SMART §4.2), with the SMART digest's fixes
 //!   for its admission hazards (H6, H7).
+//! - [`range_cache`]: B+tree internal-node cache by fence range and byte budget (Sherman, CHIME).
 //!
 //! Everything here is per compute node: shared by that node's clients (`Sync`), its bytes
 //! accounted, and never holding a lock across an `.await`.
@@ -17,6 +18,7 @@ pub mod change;
 pub mod chunk;
 pub mod hocl;
 pub mod primitive;
+pub mod range_cache;
 pub mod rdwc;
 
 /// Counters of one compute node's index cache (Sherman's node cache, SMART's radix cache).

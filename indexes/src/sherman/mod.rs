@@ -292,7 +292,7 @@ impl IndexKind for Sherman {
                     if node.cache.stats().bytes + cache::ENTRY_OVERHEAD + g.node_bytes as u64 * 2 > o.cache_bytes {
                         return Ok(());
                     }
-                    node.cache.insert(at, &n, g.node_bytes as u64);
+                    node.cache.insert(at, &n, cache::charge(g.node_bytes as u64, &n));
                 }
                 children.push(n.leftmost);
                 children.extend(n.records.iter().map(|r| r.1));
@@ -450,7 +450,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 if let Some(slot) = path.get_mut(n.level as usize) {
                     *slot = Some(p);
                 }
-                self.node.cache.insert(p, &n, self.g.node_bytes as u64);
+                self.node.cache.insert(p, &n, cache::charge(self.g.node_bytes as u64, &n));
                 let child = n.route(key);
                 if n.level == target + 1 {
                     return Ok(Found { addr: child, from_cache, path });

@@ -1,0 +1,192 @@
+//! CHIME's options and the named configurations of its factor analysis (digest §5.3, Appendix B).
+//!
+//! | name | vacancy bitmap | replicas | sibling validation | speculative read | values |
+//! |---|---|---|---|---|---|
+//! | `chime` (default) | yes | yes | yes | yes | inline |
+//! | `chime-no-sr` | yes | yes | yes | no | inline |
+//! | `chime-no-sbv` | yes | yes | fences in every replica | no | inline |
+//! | `chime-no-replication` | yes | one header | fences | no | inline |
+//! | `chime-hopscotch` | no (inserts read the leaf) | one header | fences | no | inline |
+//! | `chime-indirect` | yes | yes | yes | yes | 8-B pointer to a block |
+//!
+//! The rows from `chime-hopscotch` up are Fig. 15a's ladder after "Sherman + hopscotch leaf"
+//! (Sherman itself is `sherman:sherman-chime`). Any name takes overrides after commas:
+//! `chime,hood=4,span=128,internal=64`, for the H and span sweeps (Figs. 18e/f, 19).
+
+use std::collections::BTreeSet;
+
+/// Options of one CHIME tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChimeOptions {
+    /// The configuration name these options came from (with its overrides).
+    pub config: String,
+    pub key_bytes: u32,
+    /// Inline value bytes; in indirect mode, the largest value (blocks hold the values).
+    pub value_bytes: u32,
+    /// Values live in blocks; leaf entries hold 8-byte pointers (CHIME-Indirect, digest §8.22).
+    pub indirect: bool,
+    /// Leaf span S.
+    pub span: u32,
+    /// Neighbourhood H (1..=15; bit 15 of the bitmap is the tombstone flag).
+    pub hood: u32,
+    /// Internal span S_i.
+    pub internal_span: u32,
+    /// The lock word carries the vacancy bitmap, so an insert reads only its hop range.
+    pub vacancy_bitmap: bool,
+    /// Leaf metadata replicated in front of every H entries (else one header, read alongside).
+    pub replication: bool,
+    /// Sibling-based validation (else fence keys in the leaf metadata).
+    pub sibling_validation: bool,
+    /// The hotspot buffer and speculative single-entry reads.
+    pub speculative_read: bool,
+    /// Read delegation and write combining (on for every system in CHIME's evaluation).
+    pub rdwc: bool,
+    pub rdwc_slots: u32,
+    /// Internal-node cache budget per compute node, bytes (70 MB: the artifact's 100 MB minus the
+    /// hotspot buffer, digest §8.11).
+    pub cache_bytes: u64,
+    /// Hotspot buffer budget per compute node, bytes (30 MB).
+    pub hotspot_bytes: u64,
+    pub memory_nodes: u16,
+    pub chunk_bytes: u64,
+    pub max_retries: u32,
+    pub plants: BTreeSet<&'static str>,
+}
+
+/// Every configuration name, the default first.
+pub const CONFIGS: [&str; 6] =
+    ["chime", "chime-no-sr", "chime-no-sbv", "chime-no-replication", "chime-hopscotch", "chime-indirect"];
+
+const MB: u64 = 1 << 20;
+
+impl Default for ChimeOptions {
+    fn default() -> Self {
+        ChimeOptions::named("chime", 8, 8).expect("the default configuration is valid")
+    }
+}
+
+impl ChimeOptions {
+    /// The named configuration (with `,name=value` overrides) for the given key/value sizes.
+    pub fn named(spec: &str, key_bytes: u32, value_bytes: u32) -> Result<ChimeOptions, String> {
+        let mut parts = spec.split(',');
+        let name = parts.next().unwrap_or_default().trim();
+        let Some(base) = CONFIGS.iter().copied().find(|c| *c == name) else {
+            return Err(format!("CHIME has no configuration '{name}' (configurations: {})", CONFIGS.join(", ")));
+        };
+        let mut o = ChimeOptions {
+            config: spec.to_string(),
+            key_bytes,
+            value_bytes,
+            indirect: false,
+            span: 64,
+            hood: 8,
+            internal_span: 64,
+            vacancy_bitmap: true,
+            replication: true,
+            sibling_validation: true,
+            speculative_read: true,
+            rdwc: true,
+            rdwc_slots: 1024,
+            cache_bytes: 70 * MB,
+            hotspot_bytes: 30 * MB,
+            memory_nodes: 1,
+            chunk_bytes: 16 * MB,
+            max_retries: 100_000,
+            plants: BTreeSet::new(),
+        };
+        let ladder = CONFIGS.iter().position(|c| *c == base).expect("found");
+        if (1..=4).contains(&ladder) {
+            o.speculative_read = false;
+        }
+        if (2..=4).contains(&ladder) {
+            o.sibling_validation = false;
+        }
+        if (3..=4).contains(&ladder) {
+            o.replication = false;
+        }
+        if ladder == 4 {
+            o.vacancy_bitmap = false;
+        }
+        if base == "chime-indirect" {
+            o.indirect = true;
+        }
+        for part in parts {
+            let (k, v) = part.split_once('=').ok_or_else(|| format!("override '{part}' is not name=value"))?;
+            let n: u64 = v.trim().parse().map_err(|_| format!("override {part}: '{v}' is not a number"))?;
+            match k.trim() {
+                "hood" => o.hood = n as u32,
+                "span" => o.span = n as u32,
+                "internal" => o.internal_span = n as u32,
+                "hotspot_mb" => o.hotspot_bytes = n * MB,
+                other => return Err(format!("unknown override '{other}' (hood, span, internal, hotspot_mb)")),
+            }
+        }
+        Ok(o)
+    }
+
+    /// The same options with small nodes (checking presets: splits within a few operations).
+    pub fn with_spans(mut self, span: u32, hood: u32, internal_span: u32) -> ChimeOptions {
+        (self.span, self.hood, self.internal_span) = (span, hood, internal_span);
+        self
+    }
+
+    /// Bytes of an entry's value field.
+    pub fn value_field(&self) -> u32 {
+        if self.indirect { 8 } else { self.value_bytes }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=256).contains(&self.key_bytes) {
+            return Err(format!("CHIME keys are 1..=256 bytes, not {}", self.key_bytes));
+        }
+        if self.value_bytes == 0 || (!self.indirect && self.value_bytes > 1024) {
+            return Err(format!("inline values are 1..=1024 bytes, not {}", self.value_bytes));
+        }
+        if self.indirect && self.value_bytes > super::MAX_BLOCK_VALUE as u32 {
+            return Err(format!("indirect values are at most {} bytes", super::MAX_BLOCK_VALUE));
+        }
+        if !(1..=15).contains(&self.hood) {
+            return Err(format!("the neighbourhood is 1..=15 entries, not {}", self.hood));
+        }
+        if self.span < self.hood.max(2) || self.span > 1024 {
+            return Err(format!("the leaf span is {}..=1024 entries, not {}", self.hood.max(2), self.span));
+        }
+        if !(2..=1024).contains(&self.internal_span) {
+            return Err(format!("the internal span is 2..=1024 entries, not {}", self.internal_span));
+        }
+        if self.memory_nodes == 0 || self.memory_nodes > 1024 {
+            return Err("CHIME spreads over 1..=1024 memory nodes".into());
+        }
+        if self.max_retries == 0 {
+            return Err("max_retries must be positive".into());
+        }
+        if self.rdwc && self.rdwc_slots == 0 {
+            return Err("RDWC needs at least one slot".into());
+        }
+        let node = super::leaf_layout(self).alloc_bytes().max(super::internal_layout(self).alloc_bytes());
+        if self.chunk_bytes < 4 * node as u64 {
+            return Err(format!("chunks of {} bytes are too small for nodes of {node}", self.chunk_bytes));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configurations_and_overrides() {
+        for name in CONFIGS {
+            let o = ChimeOptions::named(name, 8, 8).unwrap();
+            o.validate().unwrap();
+        }
+        let h = ChimeOptions::named("chime-hopscotch", 8, 8).unwrap();
+        assert!(!h.vacancy_bitmap && !h.replication && !h.sibling_validation && !h.speculative_read);
+        let o = ChimeOptions::named("chime,hood=4,span=128", 8, 8).unwrap();
+        assert_eq!((o.hood, o.span), (4, 128));
+        assert!(ChimeOptions::named("chime,hood=16", 8, 8).unwrap().validate().is_err());
+        assert!(ChimeOptions::named("chime,colour=3", 8, 8).unwrap_err().contains("unknown override"));
+        assert!(ChimeOptions::named("nope", 8, 8).unwrap_err().contains("chime-indirect"));
+    }
+}

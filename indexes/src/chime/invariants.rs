@@ -1,0 +1,143 @@
+//! The structural walk `dmkit check` runs between schedules (digest §4.2, §4.5): it reads the
+//! whole tree from memory and checks what must hold whenever no lock is held.
+//!
+//! - Internal levels: levels decrease by one per step down; entries sorted within the fences;
+//!   every child's range nests in its parent's; `sibling_leftmost` names the right sibling's
+//!   leftmost child.
+//! - Leaves: every leaf is reachable from a parent (no half split left behind); lines and
+//!   objects carry consistent versions (C1, one NV: I2); all replicas are identical (I5); every
+//!   key sits within `H` of its home with its bit set, and every bit names a key (I3); no key
+//!   twice; every key inside the range its parent gives it (I6); a leaf with a sibling has an
+//!   exact argmax (I9); a vacancy bit says "vacant" only if the bucket has an empty entry (I10);
+//!   no lock bit set.
+
+use super::layout::{self, LOCK_BIT};
+use super::{ChimeOptions, MAGIC, internal_layout, leaf_layout, lock_word_layout, split_root_word, superblock_addr};
+use crate::InvariantReport;
+use dmkit_rdma::{MemoryView, RemoteAddr};
+
+pub fn check(o: &ChimeOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+    let (l, il, lw) = (leaf_layout(o), internal_layout(o), lock_word_layout(o));
+    let sb = memory.read_memory(superblock_addr(), 16).map_err(|e| e.to_string())?;
+    let word = u64::from_le_bytes(sb[0..8].try_into().expect("8"));
+    if u64::from_le_bytes(sb[8..16].try_into().expect("8")) != MAGIC {
+        return Err("the superblock has no CHIME magic".into());
+    }
+    let (root, root_level) = split_root_word(word);
+    let k = o.key_bytes as usize;
+    let mut report = InvariantReport::default();
+    // (address, lowest, highest, expected sibling) of the nodes at the current level.
+    let mut level: Vec<(RemoteAddr, Vec<u8>, Vec<u8>)> = vec![(root, vec![0; k], vec![0xFF; k])];
+    for lv in (1..=root_level).rev() {
+        let mut next = Vec::new();
+        for (at, lo, hi) in &level {
+            let raw = memory.read_memory(*at, il.alloc_bytes()).map_err(|e| e.to_string())?;
+            let n = il.decode(&raw[..il.encoded_bytes()], true).map_err(|_| format!("internal node at {at} is torn"))?;
+            if u64::from_le_bytes(raw[il.lock_at()..il.lock_at() + 8].try_into().expect("8")) & LOCK_BIT != 0 {
+                return Err(format!("internal node at {at} is locked"));
+            }
+            if n.level != lv || !n.valid {
+                return Err(format!("internal node at {at}: level {} (expected {lv}), valid {}", n.level, n.valid));
+            }
+            if n.lowest != *lo || n.highest != *hi {
+                return Err(format!("internal node at {at}: fences {:?}..{:?} outside {lo:?}..{hi:?}", n.lowest, n.highest));
+            }
+            *report.structures.entry("internal_nodes").or_default() += 1;
+            report.remote_bytes += il.alloc_bytes() as u64;
+            let mut bound = lo.clone();
+            let mut child = n.leftmost;
+            for (key, c) in &n.entries {
+                if key.as_slice() <= bound.as_slice() || key.as_slice() >= hi.as_slice() {
+                    return Err(format!("internal node at {at}: pivot {key:?} out of order or range"));
+                }
+                next.push((child, bound.clone(), key.clone()));
+                bound = key.clone();
+                child = *c;
+            }
+            next.push((child, bound, hi.clone()));
+        }
+        level = next;
+    }
+    let mut all_keys: Vec<Vec<u8>> = Vec::new();
+    for (i, (at, lo, hi)) in level.iter().enumerate() {
+        let raw = memory.read_memory(*at, l.alloc_bytes()).map_err(|e| e.to_string())?;
+        let mut img = vec![0u8; l.decoded_bytes()];
+        layout::decode(&raw[..l.encoded_bytes()], 0, l.decoded_bytes(), &mut img, &|d| l.object_start(d), true)
+            .map_err(|_| format!("leaf at {at}: line versions disagree with their objects"))?;
+        let nv = layout::nv(img[0]);
+        if l.versions_in(&img, 0, l.decoded_bytes()).any(|v| layout::nv(v) != nv) {
+            return Err(format!("leaf at {at}: objects with different node versions"));
+        }
+        let reps = l.replicas();
+        let r0 = &img[reps[0]..reps[0] + l.replica_bytes()];
+        if reps.iter().any(|&r| img[r..r + l.replica_bytes()] != *r0) {
+            return Err(format!("leaf at {at}: replicas differ"));
+        }
+        let sibling = l.sibling(&img, reps[0]);
+        let expected = level.get(i + 1).map_or(RemoteAddr::NULL, |n| n.0);
+        if sibling != expected {
+            return Err(format!("leaf at {at}: sibling {sibling} but the parent's next child is {expected}"));
+        }
+        let word = u64::from_le_bytes(raw[l.lock_at()..l.lock_at() + 8].try_into().expect("8"));
+        if word & LOCK_BIT != 0 {
+            return Err(format!("leaf at {at} is locked"));
+        }
+        let mut bits = vec![0u16; l.span];
+        let mut keys = Vec::new();
+        for s in 0..l.span {
+            if l.is_empty(&img, s) {
+                if l.is_tombstone(&img, s) {
+                    return Err(format!("leaf at {at}: an empty entry {s} marked deleted"));
+                }
+                continue;
+            }
+            let key = l.key(&img, s).to_vec();
+            let q = l.home(&key);
+            let d = l.dist(q, s);
+            if d >= l.hood {
+                return Err(format!("leaf at {at}: key {key:?} at {s}, {d} from its home {q}"));
+            }
+            bits[q] |= l.hop_bit(d);
+            if key.as_slice() < lo.as_slice() || key.as_slice() >= hi.as_slice() {
+                return Err(format!("leaf at {at}: key {key:?} outside its parent's range {lo:?}..{hi:?}"));
+            }
+            if !l.is_tombstone(&img, s) {
+                report.items += 1;
+            }
+            keys.push((key, s));
+        }
+        for q in 0..l.span {
+            if bits[q] != l.bitmap(&img, q) & !layout::TOMBSTONE {
+                return Err(format!("leaf at {at}: bitmap of {q} is {:#x}, its keys say {:#x}", l.bitmap(&img, q), bits[q]));
+            }
+        }
+        if o.vacancy_bitmap {
+            for b in 0..lw.vb {
+                let (first, last) = lw.bucket_entries(b);
+                if !lw.full(word, b) && (first..=last).all(|s| !l.is_empty(&img, s)) {
+                    return Err(format!("leaf at {at}: vacancy bit {b} says vacant, entries {first}..={last} are full"));
+                }
+            }
+        }
+        if !sibling.is_null()
+            && let Some((max, _)) = keys.iter().max()
+            && l.key(&img, lw.argmax(word)) != max.as_slice()
+        {
+            return Err(format!("leaf at {at} has split but its argmax {} is not its largest key", lw.argmax(word)));
+        }
+        let n = keys.len();
+        keys.sort();
+        keys.dedup_by(|a, b| a.0 == b.0);
+        if keys.len() != n {
+            return Err(format!("leaf at {at} holds a key twice"));
+        }
+        all_keys.extend(keys.into_iter().map(|(k, _)| k));
+        *report.structures.entry("leaves").or_default() += 1;
+        report.remote_bytes += l.alloc_bytes() as u64;
+    }
+    if all_keys.windows(2).any(|w| w[0] >= w[1]) {
+        return Err("leaf keys are not ascending along the sibling chain".into());
+    }
+    report.capacity_items = Some(report.structures.get("leaves").copied().unwrap_or(0) * l.span as u64);
+    Ok(report)
+}

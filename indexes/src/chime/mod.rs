@@ -1,0 +1,1463 @@
+//! CHIME (SOSP '24): a B+tree on disaggregated memory whose leaves are hopscotch hash tables.
+//!
+//! Digest: `shared/digests/chime.md`. Remote formats are in [`layout`]; the configurations of the
+//! factor analysis in [`config`]; the hotspot buffer of the speculative read in [`hotspot`].
+//!
+//! ## Operations (digest §3), with the defaults' verbs
+//!
+//! - **Traverse**: the deepest cached internal node covering the key (0 RTT), else the root
+//!   word, then whole internal-node READs (1148 B), each checked (C1, C2), moving right past a
+//!   split (B-link) and cached. The route to a leaf carries the *expected sibling*: the next
+//!   child of the parent, or the parent's `sibling_leftmost` for its last child.
+//! - **Search**: a speculative READ of one entry (19–30 B) when the hotspot buffer knows a slot
+//!   of the key's neighbourhood with its fingerprint; else (or if that entry holds another key)
+//!   a neighbourhood READ (about 165 B; two READs in one batch when it wraps). The neighbourhood
+//!   is checked for line versions (C1), one NV (C2), and that the keys homed at `h` are exactly
+//!   those the home's bitmap lists (C3). Then sibling-based validation (C4): a leaf reached
+//!   from a cached parent whose sibling is not the expected one makes the cached parent stale
+//!   (invalidate, traverse again); from a parent just read, a key not found while the sibling
+//!   differs may have moved right: read the sibling (same expected sibling).
+//! - **Insert**: masked CAS on the lock word (it returns the vacancy bitmap), READ of the hop
+//!   range (from the home to the first bucket the bitmap marks vacant, extended to hold a
+//!   replica and to the home's farthest hop offset), hopscotch insert on the local copy,
+//!   one batch `[WRITE changed range, WRITE lock word]`. A leaf with no room reads the rest and
+//!   retries on the whole table, then splits: the new leaf keeps every moved entry at its slot
+//!   index, is written first (awaited), then the old leaf and its unlock in one WRITE; the
+//!   parent gets `max(left) + 1` as pivot (sibling-based validation has no fences).
+//! - **Update / delete**: lock, speculative entry READ or neighbourhood READ, one batch
+//!   `[WRITE entry, WRITE lock word]`. Deletes write a tombstone (bit 15 of the entry's bitmap;
+//!   digest §8.6): the key keeps its place until the next split drops it, so neither the hop
+//!   bitmaps nor the left node's maximum (the pivot rule) change.
+//! - **Scan**: whole-leaf READs along the sibling chain from the start key's leaf, each checked
+//!   (C1, C2 and every bitmap against every key's home). Not atomic across leaves (as Sherman).
+//!
+//! Same-key searches and writes on a compute node go through read delegation and write
+//! combining ([`crate::common::rdwc`]), on for every system in CHIME's evaluation.
+//!
+//! ## The digest's gaps in the artifact (§4.4), fixed; each has a planted bug that restores it
+//!
+//! - G1: a hop bumps EV on every entry whose bytes change, homes whose bitmap changed included
+//!   (plant `ev-hop-entries-only`; it matters when a 2-byte bitmap straddles a line, H > 8).
+//! - G2: a search returns as soon as it finds the key among the home's keys, before C3 (sound:
+//!   an entry that passed C1 holding the key is a real version of it). Kept; the checker's clean
+//!   runs are its regression scenario.
+//! - G3: an insert reads up to the home's farthest hop offset before deciding the key is absent
+//!   (plant `upsert-first-vacancy`: only up to the first vacancy, which can duplicate a key).
+//! - G4: an insert moving right keeps the expected sibling (plant `right-null-sibling`).
+//! - G5: deletes are tombstones (plant `delete-clears`: clearing the entry, which can lose the
+//!   left node's maximum and with it the pivot rule).
+//!
+//! ## Deviations
+//!
+//! - H is at most 15 (bit 15 of the bitmap is the tombstone flag); the artifact allows 16.
+//! - Keys are fixed-size per tree (`key_bytes`); the all-zero key (empty entry) and the all-0xFF
+//!   key (+infinity fence) are reserved. Values are fixed-size inline, or of any length up to
+//!   the tree's maximum in indirect mode (blocks written out of place, never freed: AS8).
+//! - The masked CAS changes only the lock bit (digest §8.1 \[R\]); the unlock is an 8-byte WRITE.
+//! - The hop-range scan of the vacancy bitmap wraps (§8.2 \[R\]); a range that unexpectedly
+//!   holds no room is read whole and retried before a split.
+//! - The root word is `address | level` (nodes are 64-byte aligned), as Sherman's.
+//! - Scans read whole leaves (§8.15 \[R\]); the artifact's per-integer-key neighbourhood scan is
+//!   not built.
+//! - Without replication, the leaf header is read in the same doorbell batch as the
+//!   neighbourhood (one more READ, no more round trips).
+
+pub mod config;
+pub mod hotspot;
+mod invariants;
+pub mod layout;
+
+pub use crate::common::change::{Change, Reply};
+use crate::common::change::{Combined, search_via, write_via};
+use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
+use crate::common::primitive::{AtomicU64, Ordering};
+use crate::common::range_cache::{CacheLevels, CachedNode, IndexCache};
+use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
+pub use config::ChimeOptions;
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
+use hotspot::HotspotBuffer;
+use layout::{Internal, InternalLayout, LOCK_BIT, LeafLayout, LockWord, Torn, fingerprint, hop_insert, raw_of};
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// The superblock on memory node 0: `[root word u64][magic u64]`.
+pub const SUPERBLOCK_OFFSET: u64 = 8192;
+const MAGIC: u64 = u64::from_le_bytes(*b"DMKCHIM1");
+const NODE_ALIGN: u64 = 64;
+/// The largest value an indirect block holds (63 lines less its 8-byte length word).
+pub const MAX_BLOCK_VALUE: usize = 63 * 64 - 8;
+
+fn superblock_addr() -> RemoteAddr {
+    RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
+}
+
+fn root_word(addr: RemoteAddr, level: u8) -> u64 {
+    debug_assert!(addr.raw() % NODE_ALIGN == 0 && (level as u64) < NODE_ALIGN);
+    addr.raw() | level as u64
+}
+
+fn split_root_word(word: u64) -> (RemoteAddr, u8) {
+    (RemoteAddr::from_raw(word & !(NODE_ALIGN - 1)), (word & (NODE_ALIGN - 1)) as u8)
+}
+
+/// The leaf geometry of `o`.
+pub fn leaf_layout(o: &ChimeOptions) -> LeafLayout {
+    LeafLayout {
+        span: o.span as usize,
+        hood: o.hood as usize,
+        key_bytes: o.key_bytes as usize,
+        value_bytes: o.value_field() as usize,
+        replicated: o.replication,
+        fences: !o.sibling_validation,
+    }
+}
+
+/// The internal-node geometry of `o`.
+pub fn internal_layout(o: &ChimeOptions) -> InternalLayout {
+    InternalLayout { span: o.internal_span as usize, key_bytes: o.key_bytes as usize }
+}
+
+fn lock_word_layout(o: &ChimeOptions) -> LockWord {
+    let l = leaf_layout(o);
+    LockWord { vb: l.vacancy_bits(o.internal_span as usize), span: l.span }
+}
+
+/// An indirect value's pointer: offset (48 bits), memory node (10 bits), block lines (6 bits).
+fn block_pointer(at: RemoteAddr, lines: usize) -> u64 {
+    at.offset() | (at.node().0 as u64) << 48 | (lines as u64) << 58
+}
+
+fn split_block_pointer(p: u64) -> (RemoteAddr, usize) {
+    let node = NodeId(((p >> 48) & 0x3FF) as u16);
+    (RemoteAddr::host(node, p & ((1 << 48) - 1)), (p >> 58) as usize)
+}
+
+const PLANTS: [PlantedBug; 7] = [
+    PlantedBug {
+        name: "no-entry-version",
+        description: "entry writes do not bump the entry version (EV): a READ torn across a multi-line entry's update is accepted",
+    },
+    PlantedBug {
+        name: "no-bitmap-check",
+        description: "a neighbourhood READ is not checked against the home's hop bitmap (C3): a READ that caught half a hop misses the key",
+    },
+    PlantedBug {
+        name: "no-sibling-validation",
+        description: "a leaf's sibling is not compared with the expected one: stale cached parents and half-split leaves go unnoticed",
+    },
+    PlantedBug {
+        name: "ev-hop-entries-only",
+        description: "a hop bumps EV only on hop entries, not on homes whose bitmap changed (digest G1)",
+    },
+    PlantedBug {
+        name: "upsert-first-vacancy",
+        description: "an insert looks for its key only up to the first vacancy, not to the home's farthest hop (digest G3)",
+    },
+    PlantedBug {
+        name: "right-null-sibling",
+        description: "an insert moving right forgets the expected sibling and trusts a stale argmax (digest G4)",
+    },
+    PlantedBug {
+        name: "delete-clears",
+        description: "a delete clears the entry instead of writing a tombstone, losing the left node's maximum (digest G5)",
+    },
+];
+
+/// The state one compute node's clients share.
+#[derive(Debug)]
+pub struct ChimeNode {
+    pub cache: IndexCache<Internal>,
+    pub hotspot: HotspotBuffer,
+    pub rdwc: Rdwc<Change, Reply>,
+    pub chunks: LocalChunkAllocator,
+    /// The root word as this node last saw it (0: not read yet).
+    root: AtomicU64,
+}
+
+/// CHIME's [`IndexKind`].
+#[derive(Debug)]
+pub struct Chime;
+
+/// One client's handle.
+#[derive(Debug)]
+pub struct ChimeHandle<C> {
+    o: ChimeOptions,
+    l: LeafLayout,
+    il: InternalLayout,
+    lw: LockWord,
+    node: Arc<ChimeNode>,
+    ctx: C,
+    counters: Counters,
+    /// Internal nodes the last traversal read, by level.
+    path: Vec<Option<RemoteAddr>>,
+}
+
+impl IndexKind for Chime {
+    const NAME: &'static str = "chime";
+    type Options = ChimeOptions;
+    type NodeState = ChimeNode;
+    type Handle<C: Client + Clone + 'static> = ChimeHandle<C>;
+
+    fn limits(o: &ChimeOptions) -> Limits {
+        Limits {
+            min_key_bytes: o.key_bytes as usize,
+            max_key_bytes: o.key_bytes as usize,
+            min_value_bytes: if o.indirect { 1 } else { o.value_bytes as usize },
+            max_value_bytes: o.value_bytes as usize,
+        }
+    }
+
+    fn validate(o: &ChimeOptions) -> Result<(), String> {
+        o.validate()
+    }
+
+    async fn create<C: Client>(o: &ChimeOptions, ctx: &C) -> Result<(), IndexError> {
+        o.validate().map_err(IndexError::Corrupt)?;
+        let l = leaf_layout(o);
+        let k = o.key_bytes as usize;
+        let img = l.empty(RemoteAddr::NULL, &vec![0; k], &vec![0xFF; k]);
+        let at = dmkit_rdma::alloc::alloc(ctx, NodeId(0), l.alloc_bytes() as u64, NODE_ALIGN).await?;
+        ctx.write(at, Buf::from(l.encode_all(&img))).await?;
+        let mut sb = root_word(at, 0).to_le_bytes().to_vec();
+        sb.extend_from_slice(&MAGIC.to_le_bytes());
+        ctx.write(superblock_addr(), Buf::from(sb)).await?;
+        Ok(())
+    }
+
+    fn node_state(o: &ChimeOptions, _caps: &Caps) -> ChimeNode {
+        let chunks = LocalChunkAllocator::new(ChunkOptions {
+            memory_nodes: o.memory_nodes,
+            chunk_bytes: o.chunk_bytes,
+            chunk_align: 4096,
+        })
+        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        ChimeNode {
+            cache: IndexCache::new(o.cache_bytes, CacheLevels::AllInternal),
+            hotspot: HotspotBuffer::new(if o.speculative_read { o.hotspot_bytes } else { 0 }),
+            rdwc: Rdwc::new(o.rdwc_slots.max(1) as usize, o.rdwc),
+            chunks,
+            root: AtomicU64::new(0),
+        }
+    }
+
+    fn node_state_bytes(n: &ChimeNode) -> u64 {
+        n.cache.stats().bytes + n.hotspot.bytes() + n.rdwc.bytes() + n.chunks.bytes()
+    }
+
+    fn open<C: Client + Clone + 'static>(o: &ChimeOptions, node: Arc<ChimeNode>, ctx: C) -> ChimeHandle<C> {
+        ChimeHandle {
+            o: o.clone(),
+            l: leaf_layout(o),
+            il: internal_layout(o),
+            lw: lock_word_layout(o),
+            node,
+            ctx,
+            counters: Counters::default(),
+            path: Vec::new(),
+        }
+    }
+
+    fn check_invariants(o: &ChimeOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+        invariants::check(o, memory)
+    }
+
+    /// Caches internal nodes top-down until the budget is full.
+    fn warm(o: &ChimeOptions, node: &ChimeNode, memory: &dyn MemoryView) -> Result<(), String> {
+        let il = internal_layout(o);
+        let word = memory.read_memory(superblock_addr(), 8).map_err(|e| e.to_string())?;
+        let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        let (root, root_level) = split_root_word(word);
+        node.root.store(word, Ordering::Release);
+        let mut level_nodes = vec![root];
+        for _ in (1..=root_level).rev() {
+            let mut children = Vec::new();
+            for &at in &level_nodes {
+                let raw = memory.read_memory(at, il.encoded_bytes()).map_err(|e| e.to_string())?;
+                let n = il.decode(&raw, true).map_err(|_| format!("internal node at {at} is torn"))?;
+                let charge = il.cache_charge(&n);
+                if node.cache.stats().bytes + charge > o.cache_bytes {
+                    return Ok(());
+                }
+                node.cache.insert(at, &n, charge);
+                children.push(n.leftmost);
+                children.extend(n.entries.iter().map(|e| e.1));
+            }
+            level_nodes = children;
+        }
+        Ok(())
+    }
+
+    fn node_counters(n: &ChimeNode) -> std::collections::BTreeMap<&'static str, u64> {
+        let mut c = n.rdwc.stats().counters();
+        let h = n.hotspot.stats();
+        c.insert("hotspot_entries", h.entries);
+        c.insert("hotspot_bytes", h.bytes);
+        c
+    }
+
+    fn planted_bugs() -> &'static [PlantedBug] {
+        &PLANTS
+    }
+
+    fn plant(o: &mut ChimeOptions, bug: &str) -> Result<(), String> {
+        let known = PLANTS.iter().find(|p| p.name == bug).ok_or_else(|| {
+            let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
+            format!("chime has no planted bug '{bug}' (it has: {})", names.join(", "))
+        })?;
+        o.plants.insert(known.name);
+        Ok(())
+    }
+}
+
+/// Where a traversal led: a leaf, its expected sibling, and the cached parent copy used.
+struct Route {
+    leaf: RemoteAddr,
+    expected: RemoteAddr,
+    cached: Option<Arc<CachedNode<Internal>>>,
+}
+
+/// A locked leaf's state during a write.
+struct Locked {
+    addr: RemoteAddr,
+    /// The lock word as the masked CAS returned it (lock bit clear).
+    word: u64,
+    img: Vec<u8>,
+    /// Forward distance from the home covered by the local image (`span`: all of it).
+    have: usize,
+}
+
+impl<C: Client + Clone + 'static> ChimeHandle<C> {
+    fn planted(&self, bug: &str) -> bool {
+        self.o.plants.contains(bug)
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<(), IndexError> {
+        Chime::limits(&self.o).check_key(key)?;
+        if key.iter().all(|&b| b == 0) {
+            return Err(IndexError::ReservedKey("the all-zero key marks CHIME's empty entries"));
+        }
+        if key.iter().all(|&b| b == 0xFF) {
+            return Err(IndexError::ReservedKey("the all-0xFF key is CHIME's +infinity fence"));
+        }
+        Ok(())
+    }
+
+    fn retries_exhausted(&self, op: &'static str) -> IndexError {
+        IndexError::RetriesExhausted { op, retries: self.o.max_retries }
+    }
+
+    fn corrupt(&self, at: RemoteAddr, what: &str) -> IndexError {
+        IndexError::Corrupt(format!("node at {at}: {what}"))
+    }
+
+    async fn root(&mut self) -> Result<(RemoteAddr, u8), IndexError> {
+        let word = self.node.root.load(Ordering::Acquire);
+        if word != 0 {
+            return Ok(split_root_word(word));
+        }
+        self.refresh_root().await
+    }
+
+    async fn refresh_root(&mut self) -> Result<(RemoteAddr, u8), IndexError> {
+        self.counters.event("root_read");
+        let raw = self.ctx.read(superblock_addr(), Buf::zeroed(8)).await?;
+        let word = raw.u64_at(0);
+        if word == 0 {
+            return Err(IndexError::Corrupt("the superblock holds no root: was the tree created?".into()));
+        }
+        self.node.root.store(word, Ordering::Release);
+        Ok(split_root_word(word))
+    }
+
+    async fn home(&self, key: &[u8]) -> usize {
+        self.ctx.charge_cpu(CpuWork::HashByte, key.len() as u64).await;
+        self.l.home(key)
+    }
+
+    // ----- internal nodes -----
+
+    async fn read_internal(&mut self, addr: RemoteAddr) -> Result<Internal, IndexError> {
+        let check = !self.planted("no-entry-version");
+        for _ in 0..self.o.max_retries {
+            let raw = self.ctx.read(addr, Buf::zeroed(self.il.encoded_bytes())).await?;
+            match self.il.decode(raw.as_slice(), check) {
+                Ok(n) => {
+                    self.ctx.charge_cpu(CpuWork::NodeSearchEntry, n.entries.len() as u64 + 1).await;
+                    if n.level == 0 {
+                        return Err(self.corrupt(addr, "an internal node with level 0"));
+                    }
+                    return Ok(n);
+                }
+                Err(Torn) => {
+                    self.counters.event("torn_internal");
+                    self.counters.retries += 1;
+                }
+            }
+        }
+        Err(self.retries_exhausted("read internal node"))
+    }
+
+    /// The node at `target` level covering `key` (target 0: the leaf, with its expected
+    /// sibling). Uses the cache when `use_cache`.
+    async fn traverse(&mut self, key: &[u8], target: u8, use_cache: bool) -> Result<Route, IndexError> {
+        'restart: for _ in 0..self.o.max_retries {
+            let (root, root_level) = self.root().await?;
+            self.path = vec![None; root_level as usize + 2];
+            if root_level <= target {
+                return Ok(Route { leaf: root, expected: RemoteAddr::NULL, cached: None });
+            }
+            let (mut p, mut level, mut first_from_cache) = (root, root_level, None);
+            let mut at_root = true;
+            if use_cache && self.o.cache_bytes > 0 {
+                self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
+                match self.node.cache.lookup(key).filter(|e| e.node.level > target) {
+                    Some(e) => {
+                        self.counters.event("cache_hit");
+                        let (child, expected) = e.node.route(key);
+                        if e.node.level == target + 1 {
+                            return Ok(Route { leaf: child, expected, cached: Some(e) });
+                        }
+                        (p, level, at_root) = (child, e.node.level - 1, false);
+                        first_from_cache = Some(e);
+                    }
+                    None => self.counters.event("cache_miss"),
+                }
+            }
+            for _ in 0..self.o.max_retries {
+                let n = self.read_internal(p).await?;
+                if n.level != level || key < n.lowest.as_slice() || !n.valid {
+                    // A stale route (a cached copy, or a root that grew): from the root again.
+                    if let Some(e) = first_from_cache.take() {
+                        self.node.cache.invalidate(&e);
+                        self.counters.event("cache_invalidated");
+                    }
+                    self.counters.event("stale_route");
+                    self.node.root.store(0, Ordering::Release);
+                    continue 'restart;
+                }
+                first_from_cache = None;
+                if key >= n.highest.as_slice() {
+                    self.counters.event("move_right");
+                    if at_root {
+                        self.node.root.store(0, Ordering::Release);
+                    }
+                    if n.sibling.is_null() {
+                        return Err(self.corrupt(p, "a key above the highest fence and no sibling"));
+                    }
+                    p = n.sibling;
+                    continue;
+                }
+                at_root = false;
+                self.node.cache.insert(p, &n, self.il.cache_charge(&n));
+                if let Some(s) = self.path.get_mut(level as usize) {
+                    *s = Some(p);
+                }
+                let (child, expected) = n.route(key);
+                if level == target + 1 {
+                    return Ok(Route { leaf: child, expected, cached: None });
+                }
+                (p, level) = (child, level - 1);
+            }
+            return Err(self.retries_exhausted("traverse"));
+        }
+        Err(self.retries_exhausted("traverse"))
+    }
+
+    // ----- leaves -----
+
+    /// READs entries `[a, a + n)` (wrapping: two READs in one batch) of leaf `addr` into `img`,
+    /// plus the header when the layout has one and the range lacks it. Checks C1 and C2 unless
+    /// planted otherwise. Returns the offset of a replica inside what was read.
+    async fn read_entries(
+        &mut self,
+        addr: RemoteAddr,
+        img: &mut [u8],
+        a: usize,
+        n: usize,
+    ) -> Result<Result<usize, Torn>, IndexError> {
+        let l = self.l;
+        let n = n.min(l.span);
+        let mut ranges = Vec::with_capacity(3);
+        if a + n <= l.span {
+            ranges.push(l.seg_range(a, a + n));
+        } else {
+            ranges.push(l.seg_range(a, l.span));
+            ranges.push(l.seg_range(0, a + n - l.span));
+        }
+        if !ranges.iter().any(|r| !l.replicas_in(r.0, r.1).is_empty()) {
+            ranges.push((0, l.replica_bytes()));
+        }
+        let batch = ranges
+            .iter()
+            .map(|&(d0, d1)| Request::read_len(addr.add(raw_of(d0) as u64), raw_of(d1) - raw_of(d0)))
+            .collect();
+        let responses = self.ctx.post(batch).await?;
+        let check = !self.planted("no-entry-version");
+        let mut node_version = None;
+        let mut replica = None;
+        for (&(d0, d1), r) in ranges.iter().zip(responses) {
+            let buf = r.into_buf()?;
+            if layout::decode(buf.as_slice(), d0, d1, img, &|d| l.object_start(d), check).is_err() {
+                return Ok(Err(Torn));
+            }
+            for v in l.versions_in(img, d0, d1) {
+                if *node_version.get_or_insert(layout::nv(v)) != layout::nv(v) && check {
+                    return Ok(Err(Torn));
+                }
+            }
+            replica = replica.or(l.replicas_in(d0, d1).first().copied());
+        }
+        self.ctx.charge_cpu(CpuWork::CopyByte, ranges.iter().map(|r| (r.1 - r.0) as u64).sum()).await;
+        Ok(Ok(replica.expect("every read holds a replica or the header")))
+    }
+
+    /// Like [`Self::read_entries`], re-reading while torn.
+    async fn read_entries_retry(
+        &mut self,
+        addr: RemoteAddr,
+        img: &mut [u8],
+        a: usize,
+        n: usize,
+    ) -> Result<usize, IndexError> {
+        for _ in 0..self.o.max_retries {
+            match self.read_entries(addr, img, a, n).await? {
+                Ok(r) => return Ok(r),
+                Err(Torn) => {
+                    self.counters.event("torn_read");
+                    self.counters.retries += 1;
+                }
+            }
+        }
+        Err(self.retries_exhausted("read leaf"))
+    }
+
+    /// C3: the keys homed at `h` among entries `[h, h + H)` are the ones `bitmap[h]` lists.
+    async fn bitmap_consistent(&self, img: &[u8], h: usize) -> bool {
+        let l = &self.l;
+        let mut status = 0u16;
+        for d in 0..l.hood {
+            let s = l.at(h, d);
+            if !l.is_empty(img, s) && self.home(l.key(img, s)).await == h {
+                status |= l.hop_bit(d);
+            }
+        }
+        status == l.bitmap(img, h) & !layout::TOMBSTONE
+    }
+
+    /// The slot holding `key` among the keys homed at `h` (the home's hop offsets).
+    fn find_in_hood(&self, img: &[u8], h: usize, key: &[u8], have: usize) -> Option<usize> {
+        let l = &self.l;
+        l.hop_offsets(img, h).filter(|&d| d < have).map(|d| l.at(h, d)).find(|&s| l.key(img, s) == key)
+    }
+
+    /// Whether a leaf whose metadata is at `replica` may hold `key` given the route: `Ok(true)`
+    /// to use it, `Ok(false)` for "the key may have moved right" (half split); `Err(())` for a
+    /// stale cached route.
+    fn validate_route(&self, img: &[u8], replica: usize, route: &Route, key: &[u8]) -> Result<bool, ()> {
+        let l = &self.l;
+        if !l.valid(img, replica) {
+            return Err(());
+        }
+        if self.planted("no-sibling-validation") {
+            return Ok(true);
+        }
+        if l.fences {
+            let (lo, hi) = l.fences(img, replica);
+            if key < lo {
+                return Err(());
+            }
+            if key >= hi {
+                return if route.cached.is_some() { Err(()) } else { Ok(false) };
+            }
+            return Ok(true);
+        }
+        let sibling = l.sibling(img, replica);
+        if sibling == route.expected {
+            Ok(true)
+        } else if route.cached.is_some() {
+            Err(())
+        } else {
+            Ok(false)
+        }
+    }
+
+    fn invalidate(&mut self, route: &mut Route) {
+        if let Some(e) = route.cached.take() {
+            self.node.cache.invalidate(&e);
+            self.counters.event("cache_invalidated");
+        }
+    }
+
+    /// The value of the entry at `slot` (reads the block in indirect mode).
+    async fn entry_value(&mut self, img: &[u8], slot: usize) -> Result<Vec<u8>, IndexError> {
+        let raw = self.l.value(img, slot).to_vec();
+        if !self.o.indirect {
+            return Ok(raw);
+        }
+        let (at, lines) = split_block_pointer(u64::from_le_bytes(raw.try_into().expect("8 bytes")));
+        if lines == 0 {
+            return Err(IndexError::Corrupt(format!("a null value pointer in leaf entry {slot}")));
+        }
+        let block = self.ctx.read(at, Buf::zeroed(lines * 64)).await?;
+        let len = block.u64_at(0) as usize;
+        if len == 0 || len > lines * 64 - 8 {
+            return Err(IndexError::Corrupt(format!("value block at {at} has length {len}")));
+        }
+        Ok(block.as_slice()[8..8 + len].to_vec())
+    }
+
+    /// The bytes an entry's value field gets for `value` (writes a block in indirect mode).
+    async fn value_field(&mut self, value: &[u8]) -> Result<Vec<u8>, IndexError> {
+        if !self.o.indirect {
+            return Ok(value.to_vec());
+        }
+        let lines = (value.len() + 8).div_ceil(64);
+        let node = self.node.clone();
+        let at = node.chunks.alloc(&self.ctx, lines as u64 * 64, 64).await?;
+        let mut block = (value.len() as u64).to_le_bytes().to_vec();
+        block.extend_from_slice(value);
+        block.resize(lines * 64, 0);
+        self.ctx.write(at, Buf::from(block)).await?;
+        Ok(block_pointer(at, lines).to_le_bytes().to_vec())
+    }
+
+    async fn search_leaf(
+        &mut self,
+        key: &[u8],
+        mut leader: Option<&mut ReadLeader<'_, Change, Reply>>,
+    ) -> Result<Option<Vec<u8>>, IndexError> {
+        let l = self.l;
+        let h = self.home(key).await;
+        let fp = fingerprint(key);
+        let mut use_cache = true;
+        let mut img = vec![0u8; l.decoded_bytes()];
+        'route: for _ in 0..self.o.max_retries {
+            let mut route = self.traverse(key, 0, use_cache).await?;
+            // Speculative single-entry READ.
+            if self.o.speculative_read {
+                let hood = (0..l.hood).map(|d| l.at(h, d) as u16);
+                if let Some(s) = self.node.hotspot.candidates(route.leaf.raw(), hood, fp) {
+                    let s = s as usize;
+                    if let Some(ld) = leader.as_deref_mut() {
+                        ld.mark();
+                    }
+                    if self.read_entries(route.leaf, &mut img, s, 1).await?.is_ok() && l.key(&img, s) == key {
+                        self.counters.event("speculation_hit");
+                        self.node.hotspot.touch(route.leaf.raw(), s as u16, fp);
+                        if l.is_tombstone(&img, s) {
+                            return Ok(None);
+                        }
+                        return self.entry_value(&img, s).await.map(Some);
+                    }
+                    self.counters.event("speculation_miss");
+                    self.node.hotspot.forget(route.leaf.raw(), s as u16);
+                }
+            }
+            for _ in 0..self.o.max_retries {
+                if let Some(ld) = leader.as_deref_mut() {
+                    ld.mark();
+                }
+                let replica = match self.read_entries(route.leaf, &mut img, h, l.hood).await? {
+                    Ok(r) => r,
+                    Err(Torn) => {
+                        self.counters.event("torn_read");
+                        self.counters.retries += 1;
+                        continue;
+                    }
+                };
+                let verdict = self.validate_route(&img, replica, &route, key);
+                if verdict.is_err() {
+                    self.invalidate(&mut route);
+                    use_cache = !route.leaf.is_null();
+                    continue 'route;
+                }
+                // G2: a key found among the home's keys is a real version of its entry.
+                if let Some(s) = self.find_in_hood(&img, h, key, l.hood) {
+                    self.node.hotspot.touch(route.leaf.raw(), s as u16, fp);
+                    if l.is_tombstone(&img, s) {
+                        return Ok(None);
+                    }
+                    return self.entry_value(&img, s).await.map(Some);
+                }
+                if !self.planted("no-bitmap-check") && !self.bitmap_consistent(&img, h).await {
+                    self.counters.event("bitmap_mismatch");
+                    self.counters.retries += 1;
+                    continue;
+                }
+                if verdict == Ok(false) {
+                    self.counters.event("half_split_right");
+                    if let Some(ld) = leader.as_deref_mut() {
+                        // The next READ decides together with this one.
+                        ld.unmark();
+                    }
+                    route.leaf = l.sibling(&img, replica);
+                    if route.leaf.is_null() {
+                        return Err(self.corrupt(route.leaf, "a half split toward a null sibling"));
+                    }
+                    continue;
+                }
+                return Ok(None);
+            }
+            return Err(self.retries_exhausted("search"));
+        }
+        Err(self.retries_exhausted("search"))
+    }
+
+    // ----- locks and writes -----
+
+    async fn lock(&mut self, lock_at: RemoteAddr) -> Result<u64, IndexError> {
+        for _ in 0..self.o.max_retries {
+            let old = self.ctx.masked_cas(lock_at, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
+            if old & LOCK_BIT == 0 {
+                return Ok(old);
+            }
+            self.counters.lock_failures += 1;
+            self.ctx.yield_now().await;
+        }
+        Err(self.retries_exhausted("lock"))
+    }
+
+    async fn unlock(&mut self, addr: RemoteAddr, word: u64, writes: Vec<(usize, Vec<u8>)>) -> Result<(), IndexError> {
+        let mut batch: Vec<Request> = writes.into_iter().map(|(at, b)| Request::write(addr.add(at as u64), b)).collect();
+        batch.push(Request::write(addr.add(self.l.lock_at() as u64), (word & !LOCK_BIT).to_le_bytes().to_vec()));
+        self.ctx.post(batch).await?;
+        Ok(())
+    }
+
+    /// WRITE requests for entries at forward distances `[0, reach]` from `h` (two when wrapping).
+    fn entry_writes(&self, img: &[u8], h: usize, reach: usize) -> Vec<(usize, Vec<u8>)> {
+        let l = &self.l;
+        let end = h + reach + 1;
+        if end <= l.span {
+            vec![l.encode_seg(img, h, end)]
+        } else {
+            vec![l.encode_seg(img, h, l.span), l.encode_seg(img, 0, end - l.span)]
+        }
+    }
+
+    /// Locks the leaf for `key` and reads what the write needs: the hop range (inserts) or the
+    /// neighbourhood (a speculative entry first, if known). Moves right or re-traverses as
+    /// sibling-based validation says. Returns the locked leaf and where the key is.
+    async fn lock_leaf(&mut self, key: &[u8], h: usize, insert: bool) -> Result<(Locked, Option<usize>), IndexError> {
+        let l = self.l;
+        let fp = fingerprint(key);
+        let mut use_cache = true;
+        'route: for _ in 0..self.o.max_retries {
+            let mut route = self.traverse(key, 0, use_cache).await?;
+            for _ in 0..self.o.max_retries {
+                let lock_at = route.leaf.add(l.lock_at() as u64);
+                let word = self.lock(lock_at).await?;
+                let mut lk = Locked { addr: route.leaf, word, img: vec![0u8; l.decoded_bytes()], have: 0 };
+                let mut found = None;
+                if !insert && self.o.speculative_read {
+                    let hood = (0..l.hood).map(|d| l.at(h, d) as u16);
+                    if let Some(s) = self.node.hotspot.candidates(route.leaf.raw(), hood, fp) {
+                        let s = s as usize;
+                        let read = self.read_entries(route.leaf, &mut lk.img, s, 1).await;
+                        match read {
+                            Ok(Ok(_)) if l.key(&lk.img, s) == key => {
+                                self.counters.event("speculation_hit");
+                                return Ok((lk, Some(s)));
+                            }
+                            Ok(_) => {
+                                self.counters.event("speculation_miss");
+                                self.node.hotspot.forget(route.leaf.raw(), s as u16);
+                            }
+                            Err(e) => {
+                                self.unlock(route.leaf, word, vec![]).await?;
+                                return Err(e);
+                            }
+                        }
+                    }
+                }
+                let mut n = if !insert {
+                    l.hood
+                } else if self.o.vacancy_bitmap {
+                    self.lw.hop_read_len(word, h)
+                } else {
+                    l.span
+                };
+                let replica = match self.read_entries(route.leaf, &mut lk.img, h, n).await {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(Torn)) => {
+                        self.unlock(route.leaf, word, vec![]).await?;
+                        return Err(self.corrupt(route.leaf, "a leaf read torn under its lock"));
+                    }
+                    Err(e) => {
+                        self.unlock(route.leaf, word, vec![]).await?;
+                        return Err(e);
+                    }
+                };
+                // G3: the home's keys may lie beyond the first vacancy.
+                let far = l.hop_offsets(&lk.img, h).max().map_or(0, |d| d + 1);
+                if insert && far > n && !self.planted("upsert-first-vacancy") {
+                    self.counters.event("upsert_extend");
+                    if let Err(e) = self.read_entries_retry(route.leaf, &mut lk.img, l.at(h, n), far - n).await {
+                        self.unlock(route.leaf, word, vec![]).await?;
+                        return Err(e);
+                    }
+                    n = far;
+                }
+                lk.have = n;
+                found = found.or_else(|| {
+                    if self.planted("upsert-first-vacancy") {
+                        (0..n).map(|d| l.at(h, d)).find(|&s| l.key(&lk.img, s) == key)
+                    } else {
+                        self.find_in_hood(&lk.img, h, key, n)
+                    }
+                });
+                let verdict = self.validate_route(&lk.img, replica, &route, key);
+                if verdict.is_err() {
+                    self.unlock(route.leaf, word, vec![]).await?;
+                    self.invalidate(&mut route);
+                    use_cache = true;
+                    continue 'route;
+                }
+                if found.is_some() || verdict == Ok(true) {
+                    return Ok((lk, found));
+                }
+                // Half split: the key is here unless it is above this leaf's (new) maximum.
+                let sibling = l.sibling(&lk.img, replica);
+                let go_right = if !insert || l.fences {
+                    true
+                } else if (0..n).any(|d| {
+                    let s = l.at(h, d);
+                    !l.is_empty(&lk.img, s) && l.key(&lk.img, s) >= key
+                }) {
+                    false
+                } else {
+                    let a = self.lw.argmax(word);
+                    if l.dist(h, a) >= n
+                        && let Err(e) = self.read_entries_retry(route.leaf, &mut lk.img, a, 1).await
+                    {
+                        self.unlock(route.leaf, word, vec![]).await?;
+                        return Err(e);
+                    }
+                    if l.is_empty(&lk.img, a) {
+                        false
+                    } else {
+                        match layout::successor(l.key(&lk.img, a)) {
+                            Some(split) => key >= split.as_slice(),
+                            None => false,
+                        }
+                    }
+                };
+                if !go_right {
+                    return Ok((lk, None));
+                }
+                self.unlock(route.leaf, word, vec![]).await?;
+                self.counters.event("half_split_right");
+                if sibling.is_null() {
+                    return Err(self.corrupt(route.leaf, "a half split toward a null sibling"));
+                }
+                route.leaf = sibling;
+                if self.planted("right-null-sibling") {
+                    route.expected = RemoteAddr::NULL;
+                }
+            }
+            return Err(self.retries_exhausted("lock leaf"));
+        }
+        Err(self.retries_exhausted("lock leaf"))
+    }
+
+    /// Applies `changes` to `key` under the leaf lock; returns one result per change.
+    async fn write_leaf(&mut self, key: &[u8], changes: &[Change]) -> Result<Vec<bool>, IndexError> {
+        let l = self.l;
+        let h = self.home(key).await;
+        let fp = fingerprint(key);
+        let insert = changes.iter().any(|c| matches!(c, Change::Upsert(_)));
+        let (mut lk, found) = self.lock_leaf(key, h, insert).await?;
+        let live = found.filter(|&s| !l.is_tombstone(&lk.img, s));
+        // `Some(empty)` stands for the present value: values are at least one byte.
+        let (state, results) = crate::common::change::fold(live.map(|_| Vec::new()), changes);
+        let outcome = match (found, state) {
+            (_, Some(v)) if v.is_empty() => {
+                // Updates of an existing key that left it... unchanged? Impossible: fold only
+                // keeps the placeholder when no change wrote a value.
+                self.unlock(lk.addr, lk.word, vec![]).await
+            }
+            (Some(s), Some(v)) => self.write_entry(&mut lk, h, s, Some(&v)).await.map(|_| {
+                self.node.hotspot.touch(lk.addr.raw(), s as u16, fp);
+            }),
+            (Some(s), None) if live.is_some() => self.write_entry(&mut lk, h, s, None).await,
+            (None, Some(v)) => self.insert_new(lk, h, key, &v).await,
+            (_, None) => self.unlock(lk.addr, lk.word, vec![]).await,
+        };
+        outcome.map(|()| results)
+    }
+
+    /// Writes entry `s` (a new value, or a delete) and unlocks.
+    async fn write_entry(&mut self, lk: &mut Locked, h: usize, s: usize, value: Option<&[u8]>) -> Result<(), IndexError> {
+        let l = self.l;
+        let key = l.key(&lk.img, s).to_vec();
+        let mut touched = vec![s];
+        match value {
+            Some(v) => {
+                let field = match self.value_field(v).await {
+                    Ok(f) => f,
+                    Err(e) => {
+                        self.unlock(lk.addr, lk.word, vec![]).await?;
+                        return Err(e);
+                    }
+                };
+                l.set_item(&mut lk.img, s, &key, &field, false);
+            }
+            None if self.planted("delete-clears") => {
+                l.clear_item(&mut lk.img, s);
+                let d = l.dist(h, s);
+                let b = l.bitmap(&lk.img, h) & !l.hop_bit(d);
+                l.set_bitmap(&mut lk.img, h, b);
+                touched.push(h);
+            }
+            None => {
+                let field = l.value(&lk.img, s).to_vec();
+                l.set_item(&mut lk.img, s, &key, &field, true);
+            }
+        }
+        if !self.planted("no-entry-version") {
+            for &t in &touched {
+                l.bump_entry(&mut lk.img, t);
+            }
+        }
+        let writes = if touched.len() == 1 {
+            vec![l.encode_seg(&lk.img, s, s + 1)]
+        } else {
+            self.entry_writes(&lk.img, h, l.dist(h, s))
+        };
+        self.unlock(lk.addr, lk.word, writes).await
+    }
+
+    /// Inserts a new key into the locked leaf (hopscotch), splitting it if there is no room.
+    async fn insert_new(&mut self, mut lk: Locked, h: usize, key: &[u8], value: &[u8]) -> Result<(), IndexError> {
+        let l = self.l;
+        let field = match self.value_field(value).await {
+            Ok(f) => f,
+            Err(e) => {
+                self.unlock(lk.addr, lk.word, vec![]).await?;
+                return Err(e);
+            }
+        };
+        let before = lk.img.clone();
+        let mut hopped = hop_insert(&l, &mut lk.img, h, key, &field, lk.have);
+        if hopped.is_none() && lk.have < l.span {
+            // The bitmap hinted at room the range does not have: read all of the leaf.
+            self.counters.event("hop_read_all");
+            lk.img = before;
+            let rest = l.span - lk.have;
+            if let Err(e) = self.read_entries_retry(lk.addr, &mut lk.img, l.at(h, lk.have), rest).await {
+                self.unlock(lk.addr, lk.word, vec![]).await?;
+                return Err(e);
+            }
+            lk.have = l.span;
+            hopped = hop_insert(&l, &mut lk.img, h, key, &field, l.span);
+        }
+        let Some(hop) = hopped else {
+            return self.split_leaf(lk, h, key, &field).await;
+        };
+        if !hop.moves.is_empty() {
+            self.counters.event("hop");
+        }
+        for &s in &hop.changed {
+            let hop_entry = s == hop.slot || hop.moves.iter().any(|&(from, to)| s == from || s == to);
+            if hop_entry || !self.planted("ev-hop-entries-only") {
+                if !self.planted("no-entry-version") {
+                    l.bump_entry(&mut lk.img, s);
+                }
+            }
+        }
+        let mut word = lk.word;
+        if let Some(&(_, to)) = hop.moves.iter().find(|&&(from, _)| from == self.lw.argmax(word)) {
+            word = self.lw.with_argmax(word, to);
+        }
+        word = self.vacancy_after(word, &lk.img, h, lk.have);
+        let writes = self.entry_writes(&lk.img, h, hop.reach);
+        self.unlock(lk.addr, word, writes).await
+    }
+
+    /// The vacancy bits of the buckets in the local range `[h, h + have)`: a bucket is marked
+    /// full when none of its entries there is empty (so a bit errs only toward "full").
+    fn vacancy_after(&self, mut word: u64, img: &[u8], h: usize, have: usize) -> u64 {
+        if !self.o.vacancy_bitmap {
+            return word;
+        }
+        let l = &self.l;
+        let mut buckets: Vec<(usize, bool)> = Vec::new();
+        for d in 0..have {
+            let s = l.at(h, d);
+            let b = self.lw.bucket(s);
+            let empty = l.is_empty(img, s);
+            match buckets.iter_mut().find(|(x, _)| *x == b) {
+                Some((_, any)) => *any |= empty,
+                None => buckets.push((b, empty)),
+            }
+        }
+        for (b, any_empty) in buckets {
+            word = self.lw.set_full(word, b, !any_empty);
+        }
+        word
+    }
+
+    /// The exact lock word of a whole leaf image (unlocked).
+    fn exact_word(&self, img: &[u8]) -> u64 {
+        let l = &self.l;
+        let mut word = self.vacancy_after(0, img, 0, l.span);
+        let max = (0..l.span).filter(|&s| !l.is_empty(img, s)).max_by(|&a, &b| l.key(img, a).cmp(l.key(img, b)));
+        if let Some(m) = max {
+            word = self.lw.with_argmax(word, m);
+        }
+        word
+    }
+
+    /// The keys whose removal alone would let `key` (home `h`) hop into its neighbourhood.
+    fn critical_keys(&self, img: &[u8], h: usize, key: &[u8], field: &[u8]) -> Vec<Vec<u8>> {
+        let l = &self.l;
+        let mut out = Vec::new();
+        for s in 0..l.span {
+            if l.is_empty(img, s) {
+                continue;
+            }
+            let mut probe = img.to_vec();
+            l.clear_item(&mut probe, s);
+            if hop_insert(l, &mut probe, h, key, field, l.span).is_some() {
+                out.push(l.key(img, s).to_vec());
+            }
+        }
+        out
+    }
+
+    /// Splits the locked, wholly read leaf and inserts `key` into the half it belongs to.
+    async fn split_leaf(&mut self, lk: Locked, h: usize, key: &[u8], field: &[u8]) -> Result<(), IndexError> {
+        let l = self.l;
+        self.counters.event("leaf_split");
+        let img = lk.img;
+        let occupied: Vec<usize> = (0..l.span).filter(|&s| !l.is_empty(&img, s)).collect();
+        let mut candidates = self.critical_keys(&img, h, key, field);
+        candidates.push(key.to_vec());
+        candidates.sort();
+        let mut split_key = candidates[candidates.len() / 2].clone();
+        let below = |sk: &[u8]| occupied.iter().filter(|&&s| l.key(&img, s) < sk).count();
+        if below(&split_key) == 0 && key >= split_key.as_slice() || below(&split_key) == occupied.len() && key < split_key.as_slice() {
+            let mut all: Vec<Vec<u8>> = occupied.iter().map(|&s| l.key(&img, s).to_vec()).collect();
+            all.push(key.to_vec());
+            all.sort();
+            split_key = all[all.len() / 2].clone();
+        }
+        // Left keeps live keys below the split key, and its largest key even if deleted.
+        let left_max =
+            occupied.iter().copied().filter(|&s| l.key(&img, s) < split_key.as_slice()).max_by(|&a, &b| l.key(&img, a).cmp(l.key(&img, b)));
+        let (lo, hi) = if l.fences {
+            let r = l.replicas()[0];
+            let (a, b) = l.fences(&img, r);
+            (a.to_vec(), b.to_vec())
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let old_sibling = l.sibling(&img, l.replicas()[0]);
+        let mut left = img.clone();
+        let mut right = l.empty(old_sibling, &lo, &hi);
+        for i in 0..l.span {
+            let b = l.bitmap(&left, i) & layout::TOMBSTONE;
+            l.set_bitmap(&mut left, i, b);
+        }
+        for &s in &occupied {
+            let k = l.key(&img, s).to_vec();
+            let tomb = l.is_tombstone(&img, s);
+            if k.as_slice() >= split_key.as_slice() {
+                l.clear_item(&mut left, s);
+                if !tomb {
+                    l.set_item(&mut right, s, &k, l.value(&img, s), false);
+                }
+            } else if tomb && Some(s) != left_max {
+                l.clear_item(&mut left, s);
+            }
+        }
+        for half in [&mut left, &mut right] {
+            for s in 0..l.span {
+                if !l.is_empty(half, s) {
+                    let q = l.home(l.key(half, s));
+                    let b = l.bitmap(half, q) | l.hop_bit(l.dist(q, s));
+                    l.set_bitmap(half, q, b);
+                }
+            }
+        }
+        let target = if key < split_key.as_slice() { &mut left } else { &mut right };
+        if hop_insert(&l, target, h, key, field, l.span).is_none() {
+            let word = lk.word;
+            self.unlock(lk.addr, word, vec![]).await?;
+            return Err(self.corrupt(lk.addr, "a split left no room for the key"));
+        }
+        let max_left = (0..l.span)
+            .filter(|&s| !l.is_empty(&left, s))
+            .map(|s| l.key(&left, s).to_vec())
+            .max()
+            .expect("the left half keeps a key");
+        let pivot = layout::successor(&max_left).expect("keys below +infinity");
+        let right_at = match self.alloc_node(l.alloc_bytes()).await {
+            Ok(a) => a,
+            Err(e) => {
+                self.unlock(lk.addr, lk.word, vec![]).await?;
+                return Err(e);
+            }
+        };
+        if l.fences {
+            l.set_meta(&mut right, old_sibling, Some((&pivot, &hi)));
+            l.set_meta(&mut left, right_at, Some((&lo, &pivot)));
+        } else {
+            l.set_meta(&mut left, right_at, None);
+        }
+        l.bump_node(&mut left);
+        let right_word = self.exact_word(&right);
+        let left_word = self.exact_word(&left);
+        let whole = |img: &[u8], word: u64| {
+            let mut bytes = l.encode_all(img);
+            bytes.resize(l.lock_at(), 0);
+            bytes.extend_from_slice(&word.to_le_bytes());
+            bytes
+        };
+        // The new leaf first (awaited: nothing may point to it before it is complete), then
+        // the old one with its unlock in one WRITE (the lock word is its last line).
+        if let Err(e) = self.ctx.write(right_at, Buf::from(whole(&right, right_word))).await {
+            self.unlock(lk.addr, lk.word, vec![]).await?;
+            return Err(e.into());
+        }
+        self.ctx.write(lk.addr, Buf::from(whole(&left, left_word))).await?;
+        self.insert_parent(lk.addr, 0, pivot, right_at).await
+    }
+
+    async fn alloc_node(&mut self, bytes: usize) -> Result<RemoteAddr, IndexError> {
+        let node = self.node.clone();
+        node.chunks.alloc(&self.ctx, bytes as u64, NODE_ALIGN).await
+    }
+
+    /// Inserts pivot `sep` → `child` into the level above `left` (at `level`), which split;
+    /// splits upward and grows the root as needed (Sherman's propagation, digest §3.4).
+    async fn insert_parent(
+        &mut self,
+        mut left: RemoteAddr,
+        mut level: u8,
+        mut sep: Vec<u8>,
+        mut child: RemoteAddr,
+    ) -> Result<(), IndexError> {
+        let path = std::mem::take(&mut self.path);
+        let mut use_path = true;
+        for _ in 0..self.o.max_retries {
+            let (root, root_level) = self.root().await?;
+            if root_level < level {
+                self.refresh_root().await?;
+                continue;
+            }
+            if root_level == level {
+                let (first_sep, first_child) = if root == left {
+                    (sep.clone(), child)
+                } else {
+                    // Another client split the root and has not grown the tree yet: help.
+                    self.counters.event("root_help");
+                    match self.root_split_of(root, level).await? {
+                        Some(x) => x,
+                        None => {
+                            self.refresh_root().await?;
+                            continue;
+                        }
+                    }
+                };
+                let k = self.o.key_bytes as usize;
+                let r = Internal {
+                    nv: 0,
+                    level: level + 1,
+                    valid: true,
+                    sibling: RemoteAddr::NULL,
+                    leftmost: root,
+                    sibling_leftmost: RemoteAddr::NULL,
+                    lowest: vec![0; k],
+                    highest: vec![0xFF; k],
+                    entries: vec![(first_sep, first_child)],
+                };
+                let at = self.alloc_node(self.il.alloc_bytes()).await?;
+                self.ctx.write(at, Buf::from(self.il.encode(&r, &[]))).await?;
+                let (old, new) = (root_word(root, level), root_word(at, level + 1));
+                let seen = self.ctx.cas(superblock_addr(), old, new).await?;
+                if seen == old {
+                    self.counters.event("root_split");
+                    self.node.root.store(new, Ordering::Release);
+                    if root == left {
+                        return Ok(());
+                    }
+                } else {
+                    self.counters.cas_failures += 1;
+                    self.node.root.store(seen, Ordering::Release);
+                }
+                continue;
+            }
+            let parent = match path.get(level as usize + 1).copied().flatten().filter(|_| use_path) {
+                Some(p) => p,
+                None => self.traverse(&sep, level + 1, false).await?.leaf,
+            };
+            use_path = false;
+            match self.internal_store(parent, level + 1, &sep, child).await? {
+                None => return Ok(()),
+                Some((up, right)) => (left, level, sep, child) = (parent, level + 1, up, right),
+            }
+        }
+        Err(self.retries_exhausted("insert into parent"))
+    }
+
+    /// The pivot and new sibling of a root at `level` that split, if it did.
+    async fn root_split_of(&mut self, root: RemoteAddr, level: u8) -> Result<Option<(Vec<u8>, RemoteAddr)>, IndexError> {
+        if level > 0 {
+            let r = self.read_internal(root).await?;
+            return Ok((r.level == level && !r.sibling.is_null()).then_some((r.highest, r.sibling)));
+        }
+        let l = self.l;
+        let mut img = vec![0u8; l.decoded_bytes()];
+        let replica = self.read_entries_retry(root, &mut img, 0, l.span).await?;
+        let sibling = l.sibling(&img, replica);
+        if sibling.is_null() {
+            return Ok(None);
+        }
+        let max = (0..l.span).filter(|&s| !l.is_empty(&img, s)).map(|s| l.key(&img, s).to_vec()).max();
+        Ok(max.and_then(|m| layout::successor(&m)).map(|p| (p, sibling)))
+    }
+
+    /// Inserts `sep` → `child` into the internal node at `addr` (level `level`), moving right as
+    /// needed. Returns the pivot and new node if it split.
+    async fn internal_store(
+        &mut self,
+        mut addr: RemoteAddr,
+        level: u8,
+        sep: &[u8],
+        child: RemoteAddr,
+    ) -> Result<Option<(Vec<u8>, RemoteAddr)>, IndexError> {
+        let il = self.il;
+        for _ in 0..self.o.max_retries {
+            let lock_at = addr.add(il.lock_at() as u64);
+            let word = self.lock(lock_at).await?;
+            let unlock_bytes = (word & !LOCK_BIT).to_le_bytes().to_vec();
+            let raw = match self.ctx.read(addr, Buf::zeroed(il.encoded_bytes())).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.ctx.write(lock_at, Buf::from(unlock_bytes)).await?;
+                    return Err(e.into());
+                }
+            };
+            let mut n = match il.decode(raw.as_slice(), true) {
+                Ok(n) if n.level == level => n,
+                _ => {
+                    self.ctx.write(lock_at, Buf::from(unlock_bytes)).await?;
+                    return Err(self.corrupt(addr, "an internal node torn under its lock, or of another level"));
+                }
+            };
+            if sep >= n.highest.as_slice() {
+                self.ctx.write(lock_at, Buf::from(unlock_bytes)).await?;
+                self.counters.event("move_right");
+                addr = n.sibling;
+                continue;
+            }
+            match n.entries.binary_search_by(|(k, _)| k.as_slice().cmp(sep)) {
+                Ok(i) => n.entries[i].1 = child,
+                Err(i) => n.entries.insert(i, (sep.to_vec(), child)),
+            }
+            let whole = |n: &Internal| {
+                let mut bytes = il.encode(n, &[]);
+                bytes.resize(il.lock_at(), 0);
+                bytes.extend_from_slice(&(word & !LOCK_BIT).to_le_bytes());
+                bytes
+            };
+            n.nv = (n.nv + 1) & 0x0F;
+            if n.entries.len() <= il.span {
+                self.ctx.write(addr, Buf::from(whole(&n))).await?;
+                return Ok(None);
+            }
+            self.counters.event("internal_split");
+            let m = n.entries.len() / 2;
+            let right_entries = n.entries.split_off(m + 1);
+            let (up, up_child) = n.entries.pop().expect("the middle entry");
+            let right_at = match self.alloc_node(il.alloc_bytes()).await {
+                Ok(a) => a,
+                Err(e) => {
+                    self.ctx.write(lock_at, Buf::from(unlock_bytes)).await?;
+                    return Err(e);
+                }
+            };
+            let right = Internal {
+                nv: 0,
+                level,
+                valid: true,
+                sibling: n.sibling,
+                leftmost: up_child,
+                sibling_leftmost: n.sibling_leftmost,
+                lowest: up.clone(),
+                highest: n.highest.clone(),
+                entries: right_entries,
+            };
+            n.highest = up.clone();
+            n.sibling = right_at;
+            n.sibling_leftmost = up_child;
+            let mut right_bytes = il.encode(&right, &[]);
+            right_bytes.resize(il.lock_at() + 8, 0);
+            if let Err(e) = self.ctx.write(right_at, Buf::from(right_bytes)).await {
+                self.ctx.write(lock_at, Buf::from(unlock_bytes)).await?;
+                return Err(e.into());
+            }
+            self.ctx.write(addr, Buf::from(whole(&n))).await?;
+            return Ok(Some((up, right_at)));
+        }
+        Err(self.retries_exhausted("insert into internal node"))
+    }
+
+    // ----- scans -----
+
+    /// A whole-leaf image is consistent: every key is in its home's neighbourhood with its bit
+    /// set, and every set bit names a key of that home.
+    async fn leaf_consistent(&self, img: &[u8]) -> bool {
+        let l = &self.l;
+        let mut bits = vec![0u16; l.span];
+        for s in 0..l.span {
+            if !l.is_empty(img, s) {
+                let q = self.home(l.key(img, s)).await;
+                let d = l.dist(q, s);
+                if d >= l.hood || bits[q] & l.hop_bit(d) != 0 {
+                    return false;
+                }
+                bits[q] |= l.hop_bit(d);
+            }
+        }
+        (0..l.span).all(|q| bits[q] == l.bitmap(img, q) & !layout::TOMBSTONE)
+    }
+
+    async fn do_scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
+        for b in [start, end] {
+            if let Bound::Included(k) | Bound::Excluded(k) = b {
+                Chime::limits(&self.o).check_key(k)?;
+            }
+        }
+        let mut out = Pairs::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        let l = self.l;
+        let first = match start {
+            Bound::Included(k) | Bound::Excluded(k) => k.to_vec(),
+            Bound::Unbounded => vec![0; l.key_bytes],
+        };
+        let in_start = |k: &[u8]| match start {
+            Bound::Included(s) => k >= s,
+            Bound::Excluded(s) => k > s,
+            Bound::Unbounded => true,
+        };
+        let past_end = |k: &[u8]| match end {
+            Bound::Included(e) => k > e,
+            Bound::Excluded(e) => k >= e,
+            Bound::Unbounded => false,
+        };
+        let mut addr = self.traverse(&first, 0, true).await?.leaf;
+        let mut img = vec![0u8; l.decoded_bytes()];
+        let mut last: Option<Vec<u8>> = None;
+        for _ in 0..self.o.max_retries {
+            let replica = self.read_entries_retry(addr, &mut img, 0, l.span).await?;
+            if !self.leaf_consistent(&img).await {
+                self.counters.event("torn_read");
+                self.counters.retries += 1;
+                continue;
+            }
+            let mut items: Vec<usize> = (0..l.span).filter(|&s| !l.is_empty(&img, s)).collect();
+            items.sort_by(|&a, &b| l.key(&img, a).cmp(l.key(&img, b)));
+            let mut stop = false;
+            for s in items {
+                let k = l.key(&img, s).to_vec();
+                if past_end(&k) {
+                    stop = true;
+                    break;
+                }
+                if !in_start(&k) || last.as_ref().is_some_and(|p| k <= *p) || l.is_tombstone(&img, s) {
+                    continue;
+                }
+                let v = self.entry_value(&img, s).await?;
+                last = Some(k.clone());
+                out.push((k, v));
+                if out.len() == limit {
+                    return Ok(out);
+                }
+            }
+            let sibling = l.sibling(&img, replica);
+            if stop || sibling.is_null() {
+                return Ok(out);
+            }
+            if l.fences && past_end(l.fences(&img, replica).1) {
+                return Ok(out);
+            }
+            self.counters.event("scan_next_leaf");
+            addr = sibling;
+        }
+        Err(self.retries_exhausted("scan"))
+    }
+
+    async fn do_write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        self.check_key(key)?;
+        if let Change::Upsert(v) | Change::Update(v) = &change {
+            Chime::limits(&self.o).check_value(v)?;
+        }
+        let node = self.node.clone();
+        write_via(self, &node.rdwc, key, change).await
+    }
+}
+
+impl<C: Client + Clone + 'static> Combined for ChimeHandle<C> {
+    async fn search_remote(
+        &mut self,
+        key: &[u8],
+        leader: Option<&mut ReadLeader<'_, Change, Reply>>,
+    ) -> Result<Option<Vec<u8>>, IndexError> {
+        self.search_leaf(key, leader).await
+    }
+
+    async fn modify_remote(
+        &mut self,
+        key: &[u8],
+        changes: Vec<Change>,
+        leader: Option<&mut WriteLeader<'_, Change, Reply>>,
+    ) -> (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>) {
+        // The window closes before the leaf is locked: the admitted set decides insert or not.
+        let changes = match leader {
+            Some(l) => l.close(),
+            None => changes,
+        };
+        let replies: Vec<Result<bool, IndexError>> = match self.write_leaf(key, &changes).await {
+            Ok(results) => results.into_iter().map(Ok).collect(),
+            Err(e) => changes.iter().map(|_| Err(e.clone())).collect(),
+        };
+        (replies[0].clone(), Some(replies))
+    }
+
+    fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+}
+
+impl<C: Client + Clone + 'static> Index for ChimeHandle<C> {
+    async fn search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.check_key(key)?;
+        let node = self.node.clone();
+        search_via(self, &node.rdwc, key).await
+    }
+
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.do_write(key, Change::Upsert(value.to_vec())).await
+    }
+
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.do_write(key, Change::Update(value.to_vec())).await
+    }
+
+    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
+        self.do_write(key, Change::Delete).await
+    }
+
+    async fn scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
+        self.do_scan(start, end, limit).await
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
