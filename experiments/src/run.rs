@@ -596,6 +596,7 @@ pub fn index_names() -> Vec<&'static str> {
         dmkit_indexes::sherman::Sherman::NAME,
         dmkit_indexes::smart::Smart::NAME,
         dmkit_indexes::art::Art::NAME,
+        dmkit_indexes::chime::Chime::NAME,
     ]
 }
 
@@ -685,6 +686,18 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             } else {
                 run_index::<dmkit_indexes::smart::Smart>(&req.setup, &options, (config, &spec.name), items, sources)
             }
+        }
+        "chime" => {
+            use dmkit_indexes::chime::{Chime, ChimeOptions};
+            let config = if req.config == "default" { "chime" } else { req.config.as_str() };
+            let mut options =
+                ChimeOptions::named(config, spec.key_format.key_bytes() as u32, spec.value_bytes.max(1) as u32)?;
+            options.memory_nodes = req.setup.memory_nodes;
+            if let Some(bytes) = req.cache_bytes {
+                options.cache_bytes = bytes;
+            }
+            options.validate().map_err(|e| format!("index chime, configuration {config}: {e}"))?;
+            run_index::<Chime>(&req.setup, &options, (config, &spec.name), items, sources)
         }
         other => Err(format!("unknown index '{other}' (known: {})", index_names().join(", "))),
     }

@@ -268,7 +268,13 @@ const CHIME_VALUE: u32 = 32;
 /// displace keys, split leaves, internal nodes and the root.
 fn chime_options(config: &str, memory_nodes: u16) -> ChimeOptions {
     let o = ChimeOptions::named(config, 8, CHIME_VALUE).expect("a known configuration");
-    ChimeOptions { memory_nodes, max_retries: 2_000, cache_bytes: 1 << 20, hotspot_bytes: 1 << 16, ..o.with_spans(8, 4, 2) }
+    ChimeOptions {
+        memory_nodes,
+        max_retries: 2_000,
+        cache_bytes: 1 << 20,
+        hotspot_bytes: 1 << 16,
+        ..o.with_spans(8, 4, 2)
+    }
 }
 
 fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {

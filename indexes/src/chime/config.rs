@@ -27,7 +27,7 @@ pub struct ChimeOptions {
     pub indirect: bool,
     /// Leaf span S.
     pub span: u32,
-    /// Neighbourhood H (1..=15; bit 15 of the bitmap is the tombstone flag).
+    /// Neighbourhood H (1..=14; bits 15 and 14 of the bitmap are flags).
     pub hood: u32,
     /// Internal span S_i.
     pub internal_span: u32,
@@ -145,8 +145,8 @@ impl ChimeOptions {
         if self.indirect && self.value_bytes > super::MAX_BLOCK_VALUE as u32 {
             return Err(format!("indirect values are at most {} bytes", super::MAX_BLOCK_VALUE));
         }
-        if !(1..=15).contains(&self.hood) {
-            return Err(format!("the neighbourhood is 1..=15 entries, not {}", self.hood));
+        if !(1..=14).contains(&self.hood) {
+            return Err(format!("the neighbourhood is 1..=14 entries, not {}", self.hood));
         }
         if self.span < self.hood.max(2) || self.span > 1024 {
             return Err(format!("the leaf span is {}..=1024 entries, not {}", self.hood.max(2), self.span));

@@ -32,7 +32,8 @@ pub fn check(o: &ChimeOptions, memory: &dyn MemoryView) -> Result<InvariantRepor
         let mut next = Vec::new();
         for (at, lo, hi) in &level {
             let raw = memory.read_memory(*at, il.alloc_bytes()).map_err(|e| e.to_string())?;
-            let n = il.decode(&raw[..il.encoded_bytes()], true).map_err(|_| format!("internal node at {at} is torn"))?;
+            let n =
+                il.decode(&raw[..il.encoded_bytes()], true).map_err(|_| format!("internal node at {at} is torn"))?;
             if u64::from_le_bytes(raw[il.lock_at()..il.lock_at() + 8].try_into().expect("8")) & LOCK_BIT != 0 {
                 return Err(format!("internal node at {at} is locked"));
             }
@@ -40,7 +41,10 @@ pub fn check(o: &ChimeOptions, memory: &dyn MemoryView) -> Result<InvariantRepor
                 return Err(format!("internal node at {at}: level {} (expected {lv}), valid {}", n.level, n.valid));
             }
             if n.lowest != *lo || n.highest != *hi {
-                return Err(format!("internal node at {at}: fences {:?}..{:?} outside {lo:?}..{hi:?}", n.lowest, n.highest));
+                return Err(format!(
+                    "internal node at {at}: fences {:?}..{:?} outside {lo:?}..{hi:?}",
+                    n.lowest, n.highest
+                ));
             }
             *report.structures.entry("internal_nodes").or_default() += 1;
             report.remote_bytes += il.alloc_bytes() as u64;
@@ -107,15 +111,21 @@ pub fn check(o: &ChimeOptions, memory: &dyn MemoryView) -> Result<InvariantRepor
             keys.push((key, s));
         }
         for q in 0..l.span {
-            if bits[q] != l.bitmap(&img, q) & !layout::TOMBSTONE {
-                return Err(format!("leaf at {at}: bitmap of {q} is {:#x}, its keys say {:#x}", l.bitmap(&img, q), bits[q]));
+            if bits[q] != l.hops(&img, q) {
+                return Err(format!(
+                    "leaf at {at}: bitmap of {q} is {:#x}, its keys say {:#x}",
+                    l.bitmap(&img, q),
+                    bits[q]
+                ));
             }
         }
         if o.vacancy_bitmap {
             for b in 0..lw.vb {
                 let (first, last) = lw.bucket_entries(b);
                 if !lw.full(word, b) && (first..=last).all(|s| !l.is_empty(&img, s)) {
-                    return Err(format!("leaf at {at}: vacancy bit {b} says vacant, entries {first}..={last} are full"));
+                    return Err(format!(
+                        "leaf at {at}: vacancy bit {b} says vacant, entries {first}..={last} are full"
+                    ));
                 }
             }
         }

@@ -29,8 +29,9 @@
 //!
 //! The entry bitmap describes the keys whose *home* is this entry: offset `d` from the home is
 //! bit `H-1-d` (offset 0 is the most significant of the `H` bits, the artifact's order). Bit 15
-//! marks the entry's own key as deleted (a tombstone, digest §8.6); so `H <= 15` here, where
-//! the artifact allows 16. An empty entry has the all-zero (null) key, which is reserved.
+//! marks the entry's own key as deleted (a tombstone, digest §8.6) and bit 14 that the entry
+//! holds a key (the artifact reserves the all-zero key for that); so `H <= 14` here, where the
+//! artifact allows 16.
 //!
 //! ## Internal node (digest §2.3, the artifact's layout)
 //!
@@ -50,6 +51,8 @@ pub const LINE: usize = 64;
 const PAYLOAD: usize = LINE - 1;
 /// Bit 15 of an entry's bitmap: its key is deleted.
 pub const TOMBSTONE: u16 = 1 << 15;
+/// Bit 14 of an entry's bitmap: it holds a key (so every key, the all-zero one too, can be stored).
+pub const OCCUPIED: u16 = 1 << 14;
 /// The lock bit of a lock word.
 pub const LOCK_BIT: u64 = 1 << 63;
 /// Seeds of the home-slot hash and of the hotspot fingerprint (independent bits, digest §8.9).
@@ -323,7 +326,12 @@ impl LeafLayout {
     }
 
     pub fn is_empty(&self, img: &[u8], i: usize) -> bool {
-        self.key(img, i).iter().all(|&b| b == 0)
+        self.bitmap(img, i) & OCCUPIED == 0
+    }
+
+    /// Entry `i`'s hop bits (its bitmap without the flags).
+    pub fn hops(&self, img: &[u8], i: usize) -> u16 {
+        self.bitmap(img, i) & ((1 << self.hood) - 1)
     }
 
     pub fn is_tombstone(&self, img: &[u8], i: usize) -> bool {
@@ -335,7 +343,7 @@ impl LeafLayout {
         let at = self.entry_at(i) + 3;
         img[at..at + self.key_bytes].copy_from_slice(key);
         img[at + self.key_bytes..at + self.key_bytes + self.value_bytes].copy_from_slice(value);
-        let b = self.bitmap(img, i) & !TOMBSTONE;
+        let b = (self.bitmap(img, i) & !TOMBSTONE) | OCCUPIED;
         self.set_bitmap(img, i, if tombstone { b | TOMBSTONE } else { b });
     }
 
@@ -343,7 +351,7 @@ impl LeafLayout {
         let zero = vec![0u8; self.key_bytes + self.value_bytes];
         let at = self.entry_at(i) + 3;
         img[at..at + zero.len()].copy_from_slice(&zero);
-        let b = self.bitmap(img, i) & !TOMBSTONE;
+        let b = self.bitmap(img, i) & !(TOMBSTONE | OCCUPIED);
         self.set_bitmap(img, i, b);
     }
 
@@ -720,11 +728,11 @@ mod tests {
             l.set_item(&mut a, i, &(i as u64 + 1).to_be_bytes(), &[7; 8], false);
         }
         let old = l.encode_all(&a);
-        // An entry write of entry 3 (it spans lines 0 and 1? find one that spans two lines).
-        let i = (0..64).find(|&i| (l.entry_at(i) + 19 - 1 - LINE) / PAYLOAD != (l.entry_at(i).max(64) - LINE) / PAYLOAD && l.entry_at(i) > 64).unwrap();
+        // An entry write of an entry that spans two lines.
+        let i = (0..64).find(|&i| pos_of(l.entry_at(i)) / LINE != pos_of(l.entry_at(i) + 18) / LINE).unwrap();
         let mut b = a.clone();
         l.set_item(&mut b, i, &(i as u64 + 1).to_be_bytes(), &[9; 8], false);
-        l.set_version(&mut b, i, bump_ev(l.version(&b, i)));
+        l.bump_entry(&mut b, i);
         let new = l.encode_all(&b);
         let mut checked = 0;
         for line in 0..old.len().div_ceil(LINE) {
@@ -812,6 +820,38 @@ mod tests {
             }
         }
         assert!(n > 16, "a 32-entry table with H = 4 holds more than half before failing: {n}");
+    }
+
+    /// Digest G1: with H = 12 a 2-byte bitmap can straddle a line. A hop that changes a home's
+    /// bitmap without bumping that home's EV lets a READ mix the bitmap's two halves unseen.
+    #[test]
+    fn g1_home_bitmap_needs_its_own_version_bump() {
+        let l = LeafLayout { span: 16, hood: 12, key_bytes: 8, value_bytes: 32, replicated: true, fences: false };
+        let q = (0..16).find(|&i| pos_of(l.entry_at(i) + 1) / LINE != pos_of(l.entry_at(i) + 2) / LINE).unwrap();
+        let mut old = l.empty(RemoteAddr::NULL, &[], &[]);
+        l.set_bitmap(&mut old, q, l.hop_bit(2) | OCCUPIED);
+        let torn_accepted = |bump: bool| {
+            let mut new = old.clone();
+            l.set_bitmap(&mut new, q, l.hop_bit(5) | OCCUPIED);
+            if bump {
+                l.bump_entry(&mut new, q);
+            }
+            let (eo, en) = (l.encode_all(&old), l.encode_all(&new));
+            let mut accepted = false;
+            for line in 0..eo.len().div_ceil(LINE) {
+                let mut mix = eo.clone();
+                let r = line * LINE..((line + 1) * LINE).min(eo.len());
+                mix[r.clone()].copy_from_slice(&en[r]);
+                let (d0, d1) = l.seg_range(q, q + 1);
+                let mut out = vec![0u8; l.decoded_bytes()];
+                let ok = decode(&mix[raw_of(d0)..raw_of(d1)], d0, d1, &mut out, &|d| l.object_start(d), true).is_ok();
+                let b = l.hops(&out, q);
+                accepted |= ok && b != l.hops(&old, q) && b != l.hops(&new, q);
+            }
+            accepted
+        };
+        assert!(torn_accepted(false), "without the home's EV bump a torn bitmap passes C1");
+        assert!(!torn_accepted(true), "with it, C1 rejects every torn mix");
     }
 
     #[test]

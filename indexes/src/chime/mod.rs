@@ -49,9 +49,9 @@
 //!
 //! ## Deviations
 //!
-//! - H is at most 15 (bit 15 of the bitmap is the tombstone flag); the artifact allows 16.
-//! - Keys are fixed-size per tree (`key_bytes`); the all-zero key (empty entry) and the all-0xFF
-//!   key (+infinity fence) are reserved. Values are fixed-size inline, or of any length up to
+//! - H is at most 14 (bits 15 and 14 of the bitmap flag a tombstone and an occupied entry); the
+//!   artifact allows 16 and reserves the all-zero key for empty entries.
+//! - Keys are fixed-size per tree (`key_bytes`); the all-0xFF key (+infinity fence) is reserved. Values are fixed-size inline, or of any length up to
 //!   the tree's maximum in indirect mode (blocks written out of place, never freed: AS8).
 //! - The masked CAS changes only the lock bit (digest §8.1 \[R\]); the unlock is an 8-byte WRITE.
 //! - The hop-range scan of the vacancy bitmap wraps (§8.2 \[R\]); a range that unexpectedly
@@ -317,6 +317,23 @@ struct Route {
     cached: Option<Arc<CachedNode<Internal>>>,
 }
 
+/// A write's changes: the caller's, or an RDWC window that stays open (admitting same-key
+/// writes) until the leaf is locked.
+struct Pending<'a, 'b> {
+    leader: Option<&'a mut WriteLeader<'b, Change, Reply>>,
+    changes: Vec<Change>,
+}
+
+impl Pending<'_, '_> {
+    /// Closes the window (once) and returns the admitted changes.
+    fn close(&mut self) -> &[Change] {
+        if let Some(l) = self.leader.take() {
+            self.changes = l.close();
+        }
+        &self.changes
+    }
+}
+
 /// A locked leaf's state during a write.
 struct Locked {
     addr: RemoteAddr,
@@ -334,9 +351,6 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
 
     fn check_key(&self, key: &[u8]) -> Result<(), IndexError> {
         Chime::limits(&self.o).check_key(key)?;
-        if key.iter().all(|&b| b == 0) {
-            return Err(IndexError::ReservedKey("the all-zero key marks CHIME's empty entries"));
-        }
         if key.iter().all(|&b| b == 0xFF) {
             return Err(IndexError::ReservedKey("the all-0xFF key is CHIME's +infinity fence"));
         }
@@ -542,7 +556,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 status |= l.hop_bit(d);
             }
         }
-        status == l.bitmap(img, h) & !layout::TOMBSTONE
+        status == l.hops(img, h)
     }
 
     /// The slot holding `key` among the keys homed at `h` (the home's hop offsets).
@@ -719,7 +733,8 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     }
 
     async fn unlock(&mut self, addr: RemoteAddr, word: u64, writes: Vec<(usize, Vec<u8>)>) -> Result<(), IndexError> {
-        let mut batch: Vec<Request> = writes.into_iter().map(|(at, b)| Request::write(addr.add(at as u64), b)).collect();
+        let mut batch: Vec<Request> =
+            writes.into_iter().map(|(at, b)| Request::write(addr.add(at as u64), b)).collect();
         batch.push(Request::write(addr.add(self.l.lock_at() as u64), (word & !LOCK_BIT).to_le_bytes().to_vec()));
         self.ctx.post(batch).await?;
         Ok(())
@@ -739,7 +754,12 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     /// Locks the leaf for `key` and reads what the write needs: the hop range (inserts) or the
     /// neighbourhood (a speculative entry first, if known). Moves right or re-traverses as
     /// sibling-based validation says. Returns the locked leaf and where the key is.
-    async fn lock_leaf(&mut self, key: &[u8], h: usize, insert: bool) -> Result<(Locked, Option<usize>), IndexError> {
+    async fn lock_leaf(
+        &mut self,
+        key: &[u8],
+        h: usize,
+        pending: &mut Pending<'_, '_>,
+    ) -> Result<(Locked, Option<usize>), IndexError> {
         let l = self.l;
         let fp = fingerprint(key);
         let mut use_cache = true;
@@ -748,9 +768,9 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             for _ in 0..self.o.max_retries {
                 let lock_at = route.leaf.add(l.lock_at() as u64);
                 let word = self.lock(lock_at).await?;
+                let insert = pending.close().iter().any(|c| matches!(c, Change::Upsert(_)));
                 let mut lk = Locked { addr: route.leaf, word, img: vec![0u8; l.decoded_bytes()], have: 0 };
-                let mut found = None;
-                if !insert && self.o.speculative_read {
+                if !insert && self.o.speculative_read && !self.planted("delete-clears") {
                     let hood = (0..l.hood).map(|d| l.at(h, d) as u16);
                     if let Some(s) = self.node.hotspot.candidates(route.leaf.raw(), hood, fp) {
                         let s = s as usize;
@@ -800,13 +820,11 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     n = far;
                 }
                 lk.have = n;
-                found = found.or_else(|| {
-                    if self.planted("upsert-first-vacancy") {
-                        (0..n).map(|d| l.at(h, d)).find(|&s| l.key(&lk.img, s) == key)
-                    } else {
-                        self.find_in_hood(&lk.img, h, key, n)
-                    }
-                });
+                let found = if self.planted("upsert-first-vacancy") {
+                    (0..n).map(|d| l.at(h, d)).find(|&s| !l.is_empty(&lk.img, s) && l.key(&lk.img, s) == key)
+                } else {
+                    self.find_in_hood(&lk.img, h, key, n)
+                };
                 let verdict = self.validate_route(&lk.img, replica, &route, key);
                 if verdict.is_err() {
                     self.unlock(route.leaf, word, vec![]).await?;
@@ -861,13 +879,13 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         Err(self.retries_exhausted("lock leaf"))
     }
 
-    /// Applies `changes` to `key` under the leaf lock; returns one result per change.
-    async fn write_leaf(&mut self, key: &[u8], changes: &[Change]) -> Result<Vec<bool>, IndexError> {
+    /// Applies the pending changes to `key` under the leaf lock; returns one result per change.
+    async fn write_leaf(&mut self, key: &[u8], pending: &mut Pending<'_, '_>) -> Result<Vec<bool>, IndexError> {
         let l = self.l;
         let h = self.home(key).await;
         let fp = fingerprint(key);
-        let insert = changes.iter().any(|c| matches!(c, Change::Upsert(_)));
-        let (mut lk, found) = self.lock_leaf(key, h, insert).await?;
+        let (mut lk, found) = self.lock_leaf(key, h, pending).await?;
+        let changes = pending.close();
         let live = found.filter(|&s| !l.is_tombstone(&lk.img, s));
         // `Some(empty)` stands for the present value: values are at least one byte.
         let (state, results) = crate::common::change::fold(live.map(|_| Vec::new()), changes);
@@ -888,7 +906,13 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     }
 
     /// Writes entry `s` (a new value, or a delete) and unlocks.
-    async fn write_entry(&mut self, lk: &mut Locked, h: usize, s: usize, value: Option<&[u8]>) -> Result<(), IndexError> {
+    async fn write_entry(
+        &mut self,
+        lk: &mut Locked,
+        h: usize,
+        s: usize,
+        value: Option<&[u8]>,
+    ) -> Result<(), IndexError> {
         let l = self.l;
         let key = l.key(&lk.img, s).to_vec();
         let mut touched = vec![s];
@@ -1037,15 +1061,20 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         candidates.sort();
         let mut split_key = candidates[candidates.len() / 2].clone();
         let below = |sk: &[u8]| occupied.iter().filter(|&&s| l.key(&img, s) < sk).count();
-        if below(&split_key) == 0 && key >= split_key.as_slice() || below(&split_key) == occupied.len() && key < split_key.as_slice() {
+        if below(&split_key) == 0 && key >= split_key.as_slice()
+            || below(&split_key) == occupied.len() && key < split_key.as_slice()
+        {
             let mut all: Vec<Vec<u8>> = occupied.iter().map(|&s| l.key(&img, s).to_vec()).collect();
             all.push(key.to_vec());
             all.sort();
             split_key = all[all.len() / 2].clone();
         }
         // Left keeps live keys below the split key, and its largest key even if deleted.
-        let left_max =
-            occupied.iter().copied().filter(|&s| l.key(&img, s) < split_key.as_slice()).max_by(|&a, &b| l.key(&img, a).cmp(l.key(&img, b)));
+        let left_max = occupied
+            .iter()
+            .copied()
+            .filter(|&s| l.key(&img, s) < split_key.as_slice())
+            .max_by(|&a, &b| l.key(&img, a).cmp(l.key(&img, b)));
         let (lo, hi) = if l.fences {
             let r = l.replicas()[0];
             let (a, b) = l.fences(&img, r);
@@ -1057,7 +1086,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         let mut left = img.clone();
         let mut right = l.empty(old_sibling, &lo, &hi);
         for i in 0..l.span {
-            let b = l.bitmap(&left, i) & layout::TOMBSTONE;
+            let b = l.bitmap(&left, i) & (layout::TOMBSTONE | layout::OCCUPIED);
             l.set_bitmap(&mut left, i, b);
         }
         for &s in &occupied {
@@ -1203,7 +1232,11 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     }
 
     /// The pivot and new sibling of a root at `level` that split, if it did.
-    async fn root_split_of(&mut self, root: RemoteAddr, level: u8) -> Result<Option<(Vec<u8>, RemoteAddr)>, IndexError> {
+    async fn root_split_of(
+        &mut self,
+        root: RemoteAddr,
+        level: u8,
+    ) -> Result<Option<(Vec<u8>, RemoteAddr)>, IndexError> {
         if level > 0 {
             let r = self.read_internal(root).await?;
             return Ok((r.level == level && !r.sibling.is_null()).then_some((r.highest, r.sibling)));
@@ -1322,7 +1355,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 bits[q] |= l.hop_bit(d);
             }
         }
-        (0..l.span).all(|q| bits[q] == l.bitmap(img, q) & !layout::TOMBSTONE)
+        (0..l.span).all(|q| bits[q] == l.hops(img, q))
     }
 
     async fn do_scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
@@ -1417,14 +1450,14 @@ impl<C: Client + Clone + 'static> Combined for ChimeHandle<C> {
         changes: Vec<Change>,
         leader: Option<&mut WriteLeader<'_, Change, Reply>>,
     ) -> (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>) {
-        // The window closes before the leaf is locked: the admitted set decides insert or not.
-        let changes = match leader {
-            Some(l) => l.close(),
-            None => changes,
-        };
-        let replies: Vec<Result<bool, IndexError>> = match self.write_leaf(key, &changes).await {
+        // The window stays open through the traversal and the lock, then closes: the admitted
+        // set decides whether the write is an insert.
+        let mut pending = Pending { leader, changes };
+        let outcome = self.write_leaf(key, &mut pending).await;
+        let n = pending.close().len();
+        let replies: Vec<Result<bool, IndexError>> = match outcome {
             Ok(results) => results.into_iter().map(Ok).collect(),
-            Err(e) => changes.iter().map(|_| Err(e.clone())).collect(),
+            Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
         };
         (replies[0].clone(), Some(replies))
     }
