@@ -62,9 +62,14 @@ pub struct Figure {
 #[serde(deny_unknown_fields)]
 pub struct Compare {
     pub metric: String,
-    /// `peak`, `min` or `last` (in sweep order).
+    /// `peak`, `min` or `last` (in sweep order), or `extrapolate`: the least-squares line of
+    /// the metric over field `x`, evaluated at `at` (a quantity measured at smaller scales).
     pub over: String,
     pub series: Vec<String>,
+    #[serde(default)]
+    pub x: Option<String>,
+    #[serde(default)]
+    pub at: Option<f64>,
 }
 
 /// Which results a number is about: every field named must match.
@@ -99,8 +104,14 @@ impl Figure {
         if !(f.tolerance > 0.0 && f.tolerance.is_finite()) {
             return Err("bad figure file: tolerance must be positive".into());
         }
-        if !["peak", "min", "last"].contains(&f.compare.over.as_str()) {
-            return Err(format!("bad figure file: compare.over is '{}' (peak, min, last)", f.compare.over));
+        if !["peak", "min", "last", "extrapolate"].contains(&f.compare.over.as_str()) {
+            return Err(format!(
+                "bad figure file: compare.over is '{}' (peak, min, last, extrapolate)",
+                f.compare.over
+            ));
+        }
+        if f.compare.over == "extrapolate" && (f.compare.x.is_none() || f.compare.at.is_none()) {
+            return Err("bad figure file: compare.over = \"extrapolate\" needs compare.x and compare.at".into());
         }
         Ok(f)
     }
@@ -115,8 +126,40 @@ fn matches(row: &Value, sel: &Selector) -> bool {
     })
 }
 
-/// The comparison value of the results `sel` selects: peak, min or last of the metric.
+/// A least-squares line `y = intercept + slope * x` through the results `sel` selects.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fit {
+    pub points: Vec<(f64, f64)>,
+    pub intercept: f64,
+    pub slope: f64,
+}
+
+/// The line of `compare.metric` over `compare.x` through the selected results (two or more
+/// distinct x values), or `None`.
+pub fn fit(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<Fit> {
+    let x = compare.x.as_ref()?;
+    let points: Vec<(f64, f64)> = rows
+        .iter()
+        .filter(|r| matches(r, sel))
+        .filter_map(|r| Some((r.get(x)?.as_f64()?, r.get(&compare.metric)?.as_f64()?)))
+        .collect();
+    let n = points.len() as f64;
+    let (mx, my) = (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    if points.len() < 2 || sxx == 0.0 {
+        return None;
+    }
+    let slope = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx;
+    Some(Fit { intercept: my - slope * mx, slope, points })
+}
+
+/// The comparison value of the results `sel` selects: peak, min or last of the metric, or its
+/// extrapolation.
 pub fn comparison_point(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<f64> {
+    if compare.over == "extrapolate" {
+        let f = fit(rows, compare, sel)?;
+        return Some(f.intercept + f.slope * compare.at?);
+    }
     let values: Vec<f64> =
         rows.iter().filter(|r| matches(r, sel)).filter_map(|r| r.get(&compare.metric)?.as_f64()).collect();
     match compare.over.as_str() {
@@ -158,6 +201,45 @@ pub fn report(figure: &Figure, rows: &[Value], scale: &str) -> (String, usize) {
             ("missing".into(), "-".into(), "**missing**".into())
         }
     };
+    if figure.compare.over == "extrapolate" {
+        let mut sels: Vec<&Selector> = figure.published.iter().map(|p| &p.series).collect();
+        sels.extend(figure.ratio.iter().flat_map(|r| [&r.numerator, &r.denominator]));
+        sels.dedup();
+        let x = figure.compare.x.as_deref().unwrap_or("x");
+        let _ = writeln!(
+            out,
+            "Fits of `{}` over `{x}` (least squares), evaluated at {x} = {}:\n",
+            figure.compare.metric,
+            figure.compare.at.unwrap_or(0.0)
+        );
+        let _ =
+            writeln!(out, "| series | points ({x}, value) | intercept | slope | at target |\n|---|---|---|---|---|");
+        let mut seen = Vec::new();
+        for sel in sels {
+            if seen.contains(&sel) {
+                continue;
+            }
+            seen.push(sel);
+            match fit(rows, &figure.compare, sel) {
+                Some(f) => {
+                    let pts: Vec<String> = f.points.iter().map(|p| format!("({}, {:.4e})", p.0, p.1)).collect();
+                    let at = f.intercept + f.slope * figure.compare.at.unwrap_or(0.0);
+                    let _ = writeln!(
+                        out,
+                        "| {} | {} | {:.4e} | {:.4e} | {at:.4e} |",
+                        describe(sel),
+                        pts.join(" "),
+                        f.intercept,
+                        f.slope
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "| {} | too few points | - | - | - |", describe(sel));
+                }
+            }
+        }
+        out.push('\n');
+    }
     if !figure.published.is_empty() {
         let _ = writeln!(out, "| series | paper | ours | ours / paper | within |\n|---|---|---|---|---|");
         for p in &figure.published {

@@ -61,7 +61,7 @@ threads_per_cn = [1, 4]
 
 #[test]
 fn comparison_points_are_peak_min_or_last() {
-    let mut c = Compare { metric: "throughput_mops".into(), over: "peak".into(), series: vec![] };
+    let mut c = Compare { metric: "throughput_mops".into(), over: "peak".into(), series: vec![], x: None, at: None };
     let a = sel(&[("workload", "ycsb-a")]);
     assert_eq!(comparison_point(&rows(), &c, &a), Some(10.0));
     c.over = "min".into();

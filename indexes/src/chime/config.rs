@@ -118,7 +118,13 @@ impl ChimeOptions {
                 "span" => o.span = n as u32,
                 "internal" => o.internal_span = n as u32,
                 "hotspot_mb" => o.hotspot_bytes = n * MB,
-                other => return Err(format!("unknown override '{other}' (hood, span, internal, hotspot_mb)")),
+                "hotspot_kb" => o.hotspot_bytes = n << 10,
+                "cache_kb" => o.cache_bytes = n << 10,
+                other => {
+                    return Err(format!(
+                        "unknown override '{other}' (hood, span, internal, hotspot_mb, hotspot_kb, cache_kb)"
+                    ));
+                }
             }
         }
         Ok(o)

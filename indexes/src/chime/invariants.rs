@@ -8,7 +8,7 @@
 //!   objects carry consistent versions (C1, one NV: I2); all replicas are identical (I5); every
 //!   key sits within `H` of its home with its bit set, and every bit names a key (I3); no key
 //!   twice; every key inside the range its parent gives it (I6); a leaf with a sibling has an
-//!   exact argmax (I9); a vacancy bit says "vacant" only if the bucket has an empty entry (I10);
+//!   occupied argmax (I9, weakened: see the walk); a vacancy bit says "vacant" only if the bucket has an empty entry (I10);
 //!   no lock bit set.
 
 use super::layout::{self, LOCK_BIT};
@@ -110,13 +110,9 @@ pub fn check(o: &ChimeOptions, memory: &dyn MemoryView) -> Result<InvariantRepor
             }
             keys.push((key, s));
         }
-        for q in 0..l.span {
-            if bits[q] != l.hops(&img, q) {
-                return Err(format!(
-                    "leaf at {at}: bitmap of {q} is {:#x}, its keys say {:#x}",
-                    l.bitmap(&img, q),
-                    bits[q]
-                ));
+        for (q, &want) in bits.iter().enumerate() {
+            if want != l.hops(&img, q) {
+                return Err(format!("leaf at {at}: bitmap of {q} is {:#x}, its keys say {want:#x}", l.bitmap(&img, q)));
             }
         }
         if o.vacancy_bitmap {
@@ -129,11 +125,12 @@ pub fn check(o: &ChimeOptions, memory: &dyn MemoryView) -> Result<InvariantRepor
                 }
             }
         }
-        if !sibling.is_null()
-            && let Some((max, _)) = keys.iter().max()
-            && l.key(&img, lw.argmax(word)) != max.as_slice()
-        {
-            return Err(format!("leaf at {at} has split but its argmax {} is not its largest key", lw.argmax(word)));
+        // A leaf that split holds its largest key at argmax until it splits again (inserts
+        // into it stay below its pivot); a leaf made by a split inherits a sibling without
+        // having split, and its argmax may fall behind later inserts, harmlessly (it is read
+        // only after a split the reader's parent copy missed). So: occupied, at least.
+        if !sibling.is_null() && l.is_empty(&img, lw.argmax(word)) {
+            return Err(format!("leaf at {at} has a sibling but its argmax {} is empty", lw.argmax(word)));
         }
         let n = keys.len();
         keys.sort();

@@ -984,10 +984,8 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         }
         for &s in &hop.changed {
             let hop_entry = s == hop.slot || hop.moves.iter().any(|&(from, to)| s == from || s == to);
-            if hop_entry || !self.planted("ev-hop-entries-only") {
-                if !self.planted("no-entry-version") {
-                    l.bump_entry(&mut lk.img, s);
-                }
+            if (hop_entry || !self.planted("ev-hop-entries-only")) && !self.planted("no-entry-version") {
+                l.bump_entry(&mut lk.img, s);
             }
         }
         let mut word = lk.word;
