@@ -67,6 +67,7 @@ pub mod hotspot;
 mod invariants;
 pub mod layout;
 
+use crate::common::bounds::{above_start, below_end};
 pub use crate::common::change::{Change, Reply};
 use crate::common::change::{Combined, search_via, write_via};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
@@ -1371,16 +1372,6 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             Bound::Included(k) | Bound::Excluded(k) => k.to_vec(),
             Bound::Unbounded => vec![0; l.key_bytes],
         };
-        let in_start = |k: &[u8]| match start {
-            Bound::Included(s) => k >= s,
-            Bound::Excluded(s) => k > s,
-            Bound::Unbounded => true,
-        };
-        let past_end = |k: &[u8]| match end {
-            Bound::Included(e) => k > e,
-            Bound::Excluded(e) => k >= e,
-            Bound::Unbounded => false,
-        };
         let mut addr = self.traverse(&first, 0, true).await?.leaf;
         let mut img = vec![0u8; l.decoded_bytes()];
         let mut last: Option<Vec<u8>> = None;
@@ -1396,11 +1387,11 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             let mut stop = false;
             for s in items {
                 let k = l.key(&img, s).to_vec();
-                if past_end(&k) {
+                if !below_end(&k, end) {
                     stop = true;
                     break;
                 }
-                if !in_start(&k) || last.as_ref().is_some_and(|p| k <= *p) || l.is_tombstone(&img, s) {
+                if !above_start(&k, start) || last.as_ref().is_some_and(|p| k <= *p) || l.is_tombstone(&img, s) {
                     continue;
                 }
                 let v = self.entry_value(&img, s).await?;
@@ -1414,7 +1405,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             if stop || sibling.is_null() {
                 return Ok(out);
             }
-            if l.fences && past_end(l.fences(&img, replica).1) {
+            if l.fences && !below_end(l.fences(&img, replica).1, end) {
                 return Ok(out);
             }
             self.counters.event("scan_next_leaf");

@@ -55,6 +55,7 @@ pub mod cache;
 pub mod config;
 pub mod layout;
 
+use crate::common::bounds::{below_end, in_bounds};
 pub use crate::common::change::{Change, Reply};
 use crate::common::change::{Combined, search_via, write_via};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
@@ -872,16 +873,6 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             Bound::Included(k) | Bound::Excluded(k) => k.to_vec(),
             Bound::Unbounded => vec![0; self.g.key_bytes],
         };
-        let in_end = |k: &[u8]| match end {
-            Bound::Included(e) => k <= e,
-            Bound::Excluded(e) => k < e,
-            Bound::Unbounded => true,
-        };
-        let in_start = |k: &[u8]| match start {
-            Bound::Included(s) => k >= s,
-            Bound::Excluded(s) => k > s,
-            Bound::Unbounded => true,
-        };
         let mut addr = self.find(&first, 0, true).await?.addr;
         // Keys below `cursor` were taken from earlier leaves.
         let mut cursor = first.clone();
@@ -905,7 +896,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = n
                 .slots
                 .iter()
-                .filter(|s| s.occupied && s.key >= cursor && in_start(&s.key) && in_end(&s.key))
+                .filter(|s| s.occupied && s.key >= cursor && in_bounds(&s.key, start, end))
                 .map(|s| (s.key.clone(), s.value.clone()))
                 .collect();
             pairs.sort();
@@ -915,7 +906,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 }
                 out.push(p);
             }
-            if n.sibling.is_null() || !in_end(&n.highest) || n.highest.iter().all(|&b| b == 0xFF) {
+            if n.sibling.is_null() || !below_end(&n.highest, end) || n.highest.iter().all(|&b| b == 0xFF) {
                 return Ok(out);
             }
             self.counters.event("scan_next_leaf");

@@ -73,6 +73,7 @@ pub mod config;
 pub mod invariants;
 pub mod layout;
 
+use crate::common::bounds::{above_start, below_end, in_bounds};
 use crate::common::change::{Change, Reply, fold};
 use crate::common::change::{Combined, search_via, write_via};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
@@ -1280,37 +1281,13 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
     }
 }
 
-fn in_bounds(key: &[u8], start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
-    let lower = match start {
-        Bound::Included(s) => key >= s,
-        Bound::Excluded(s) => key > s,
-        Bound::Unbounded => true,
-    };
-    let upper = match end {
-        Bound::Included(e) => key <= e,
-        Bound::Excluded(e) => key < e,
-        Bound::Unbounded => true,
-    };
-    lower && upper
-}
-
 /// Whether some `k`-byte key starting with `prefix` can be within the bounds.
 fn overlaps(prefix: &[u8], k: usize, start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
     let mut lo = prefix.to_vec();
     lo.resize(k, 0);
     let mut hi = prefix.to_vec();
     hi.resize(k, 0xFF);
-    let lower_ok = match start {
-        Bound::Included(s) => hi.as_slice() >= s,
-        Bound::Excluded(s) => hi.as_slice() > s,
-        Bound::Unbounded => true,
-    };
-    let upper_ok = match end {
-        Bound::Included(e) => lo.as_slice() <= e,
-        Bound::Excluded(e) => lo.as_slice() < e,
-        Bound::Unbounded => true,
-    };
-    lower_ok && upper_ok
+    above_start(&hi, start) && below_end(&lo, end)
 }
 
 impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
