@@ -12,7 +12,7 @@
 //!   no lock bit set.
 
 use super::layout::{self, LOCK_BIT};
-use super::{ChimeOptions, MAGIC, internal_layout, leaf_layout, lock_word_layout, split_root_word, superblock_addr};
+use super::{ChimeOptions, MAGIC, internal_layout, leaf_layout, lock_word_layout, superblock_addr};
 use crate::InvariantReport;
 use dmkit_rdma::{MemoryView, RemoteAddr};
 
@@ -23,7 +23,7 @@ pub fn check(o: &ChimeOptions, memory: &dyn MemoryView) -> Result<InvariantRepor
     if u64::from_le_bytes(sb[8..16].try_into().expect("8")) != MAGIC {
         return Err("the superblock has no CHIME magic".into());
     }
-    let (root, root_level) = split_root_word(word);
+    let (root, root_level) = crate::common::root::unpack(word);
     let k = o.key_bytes as usize;
     let mut report = InvariantReport::default();
     // (address, lowest, highest, expected sibling) of the nodes at the current level.

@@ -71,9 +71,9 @@ use crate::common::bounds::{above_start, below_end};
 pub use crate::common::change::{Change, Reply};
 use crate::common::change::{Combined, search_via, write_via};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
-use crate::common::primitive::{AtomicU64, Ordering};
 use crate::common::range_cache::{CacheLevels, CachedNode, IndexCache};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
+use crate::common::root::{self, CachedRoot};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
 pub use config::ChimeOptions;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
@@ -85,21 +85,12 @@ use std::sync::Arc;
 /// The superblock on memory node 0: `[root word u64][magic u64]`.
 pub const SUPERBLOCK_OFFSET: u64 = 8192;
 const MAGIC: u64 = u64::from_le_bytes(*b"DMKCHIM1");
-const NODE_ALIGN: u64 = 64;
+const NODE_ALIGN: u64 = root::ROOT_ALIGN;
 /// The largest value an indirect block holds (63 lines less its 8-byte length word).
 pub const MAX_BLOCK_VALUE: usize = 63 * 64 - 8;
 
 fn superblock_addr() -> RemoteAddr {
     RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
-}
-
-fn root_word(addr: RemoteAddr, level: u8) -> u64 {
-    debug_assert!(addr.raw() % NODE_ALIGN == 0 && (level as u64) < NODE_ALIGN);
-    addr.raw() | level as u64
-}
-
-fn split_root_word(word: u64) -> (RemoteAddr, u8) {
-    (RemoteAddr::from_raw(word & !(NODE_ALIGN - 1)), (word & (NODE_ALIGN - 1)) as u8)
 }
 
 /// The leaf geometry of `o`.
@@ -173,7 +164,7 @@ pub struct ChimeNode {
     pub rdwc: Rdwc<Change, Reply>,
     pub chunks: LocalChunkAllocator,
     /// The root word as this node last saw it (0: not read yet).
-    root: AtomicU64,
+    root: CachedRoot,
 }
 
 /// CHIME's [`IndexKind`].
@@ -220,7 +211,7 @@ impl IndexKind for Chime {
         let img = l.empty(RemoteAddr::NULL, &vec![0; k], &vec![0xFF; k]);
         let at = dmkit_rdma::alloc::alloc(ctx, NodeId(0), l.alloc_bytes() as u64, NODE_ALIGN).await?;
         ctx.write(at, Buf::from(l.encode_all(&img))).await?;
-        let mut sb = root_word(at, 0).to_le_bytes().to_vec();
+        let mut sb = root::pack(at, 0).to_le_bytes().to_vec();
         sb.extend_from_slice(&MAGIC.to_le_bytes());
         ctx.write(superblock_addr(), Buf::from(sb)).await?;
         Ok(())
@@ -238,7 +229,7 @@ impl IndexKind for Chime {
             hotspot: HotspotBuffer::new(if o.speculative_read { o.hotspot_bytes } else { 0 }),
             rdwc: Rdwc::new(o.rdwc_slots.max(1) as usize, o.rdwc),
             chunks,
-            root: AtomicU64::new(0),
+            root: CachedRoot::new(superblock_addr()),
         }
     }
 
@@ -268,8 +259,8 @@ impl IndexKind for Chime {
         let il = internal_layout(o);
         let word = memory.read_memory(superblock_addr(), 8).map_err(|e| e.to_string())?;
         let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-        let (root, root_level) = split_root_word(word);
-        node.root.store(word, Ordering::Release);
+        let (root, root_level) = root::unpack(word);
+        node.root.set(word);
         let mut level_nodes = vec![root];
         for _ in (1..=root_level).rev() {
             let mut children = Vec::new();
@@ -367,22 +358,11 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     }
 
     async fn root(&mut self) -> Result<(RemoteAddr, u8), IndexError> {
-        let word = self.node.root.load(Ordering::Acquire);
-        if word != 0 {
-            return Ok(split_root_word(word));
-        }
-        self.refresh_root().await
+        self.node.root.get(&self.ctx, &mut self.counters).await
     }
 
     async fn refresh_root(&mut self) -> Result<(RemoteAddr, u8), IndexError> {
-        self.counters.event("root_read");
-        let raw = self.ctx.read(superblock_addr(), Buf::zeroed(8)).await?;
-        let word = raw.u64_at(0);
-        if word == 0 {
-            return Err(IndexError::Corrupt("the superblock holds no root: was the tree created?".into()));
-        }
-        self.node.root.store(word, Ordering::Release);
-        Ok(split_root_word(word))
+        self.node.root.refresh(&self.ctx, &mut self.counters).await
     }
 
     async fn home(&self, key: &[u8]) -> usize {
@@ -448,14 +428,14 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                         self.counters.event("cache_invalidated");
                     }
                     self.counters.event("stale_route");
-                    self.node.root.store(0, Ordering::Release);
+                    self.node.root.forget();
                     continue 'restart;
                 }
                 first_from_cache = None;
                 if key >= n.highest.as_slice() {
                     self.counters.event("move_right");
                     if at_root {
-                        self.node.root.store(0, Ordering::Release);
+                        self.node.root.forget();
                     }
                     if n.sibling.is_null() {
                         return Err(self.corrupt(p, "a key above the highest fence and no sibling"));
@@ -1203,17 +1183,17 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 };
                 let at = self.alloc_node(self.il.alloc_bytes()).await?;
                 self.ctx.write(at, Buf::from(self.il.encode(&r, &[]))).await?;
-                let (old, new) = (root_word(root, level), root_word(at, level + 1));
+                let (old, new) = (root::pack(root, level), root::pack(at, level + 1));
                 let seen = self.ctx.cas(superblock_addr(), old, new).await?;
                 if seen == old {
                     self.counters.event("root_split");
-                    self.node.root.store(new, Ordering::Release);
+                    self.node.root.set(new);
                     if root == left {
                         return Ok(());
                     }
                 } else {
                     self.counters.cas_failures += 1;
-                    self.node.root.store(seen, Ordering::Release);
+                    self.node.root.set(seen);
                 }
                 continue;
             }

@@ -8,6 +8,7 @@
 //! - [`change`]: a write's change to its key, and folding a combined batch of them.
 //! - [`hocl`]: the local half of the hierarchical on-chip lock (Sherman's local lock table with
 //!   hand-over of a held global lock).
+//! - [`root`]: a B+tree's root word and each compute node's copy of it.
 //! - [`rdwc`]: read delegation and write combining (SMART §4.2), with the SMART digest's fixes
 //!   for its admission hazards (H6, H7).
 //! - [`range_cache`]: B+tree internal-node cache by fence range and byte budget (Sherman, CHIME).
@@ -22,6 +23,7 @@ pub mod hocl;
 pub mod primitive;
 pub mod range_cache;
 pub mod rdwc;
+pub mod root;
 
 /// Counters of one compute node's index cache (Sherman's node cache, SMART's radix cache).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -15,7 +15,7 @@
 //! 6. every lock word is free.
 
 use super::layout::Node;
-use super::{Locks, MAGIC, NODE_ALIGN, SUPERBLOCK_BYTES, ShermanOptions, split_root_word, superblock_addr};
+use super::{Locks, MAGIC, NODE_ALIGN, SUPERBLOCK_BYTES, ShermanOptions, superblock_addr};
 use crate::InvariantReport;
 use dmkit_rdma::{MemoryView, NodeId, RemoteAddr};
 use std::collections::HashSet;
@@ -29,7 +29,7 @@ pub fn check(o: &ShermanOptions, memory: &dyn MemoryView) -> Result<InvariantRep
         return Err("superblock: no Sherman tree here (bad magic)".into());
     }
     let locks = Locks::from_code(sb[16], u32::from_le_bytes(sb[20..24].try_into().expect("4 bytes")))?;
-    let (root, root_level) = split_root_word(word);
+    let (root, root_level) = crate::common::root::unpack(word);
     let read = |at: RemoteAddr| -> Result<Node, String> {
         let image = memory.read_memory(at, g.node_bytes).map_err(|e| format!("node at {at}: {e}"))?;
         let n = g.decode(&image).map_err(|e| format!("node at {at} does not decode: {e:?}"))?;

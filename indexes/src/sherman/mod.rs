@@ -60,8 +60,8 @@ pub use crate::common::change::{Change, Reply};
 use crate::common::change::{Combined, search_via, write_via};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::hocl::{HoclHeld, LocalLockTable, acquire_global};
-use crate::common::primitive::{AtomicU64, Ordering};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
+use crate::common::root::{self, CachedRoot};
 use crate::hash::hash64;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
 use cache::{CachedNode, IndexCache};
@@ -79,20 +79,11 @@ const MAGIC: u64 = u64::from_le_bytes(*b"DMKSHRM1");
 pub const HOST_LOCK_TABLE_AT: u64 = 512 << 10;
 pub const HOST_LOCK_TABLE_MAX: u64 = 256 << 10;
 /// Nodes are 64-byte aligned, so the root word packs the root's level into the low 6 bits.
-const NODE_ALIGN: u64 = 64;
+const NODE_ALIGN: u64 = root::ROOT_ALIGN;
 const LOCK_HASH_SEED: u64 = 0x5e1f_10c4;
 
 fn superblock_addr() -> RemoteAddr {
     RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
-}
-
-fn root_word(addr: RemoteAddr, level: u8) -> u64 {
-    debug_assert!(addr.raw() % NODE_ALIGN == 0 && (level as u64) < NODE_ALIGN);
-    addr.raw() | level as u64
-}
-
-fn split_root_word(word: u64) -> (RemoteAddr, u8) {
-    (RemoteAddr::from_raw(word & !(NODE_ALIGN - 1)), (word & (NODE_ALIGN - 1)) as u8)
 }
 
 const PLANTS: [PlantedBug; 4] = [
@@ -184,7 +175,7 @@ pub struct ShermanNode {
     pub rdwc: Rdwc<Change, Reply>,
     pub chunks: LocalChunkAllocator,
     /// The root word as this node last saw it (0: not read yet).
-    root: AtomicU64,
+    root: CachedRoot,
 }
 
 /// Sherman's [`IndexKind`].
@@ -230,7 +221,7 @@ impl IndexKind for Sherman {
         let at = dmkit_rdma::alloc::alloc(ctx, NodeId(0), g.alloc_bytes() as u64, NODE_ALIGN).await?;
         ctx.write(at, Buf::from(g.encode(&leaf))).await?;
         let mut sb = Vec::with_capacity(SUPERBLOCK_BYTES);
-        sb.extend_from_slice(&root_word(at, 0).to_le_bytes());
+        sb.extend_from_slice(&root::pack(at, 0).to_le_bytes());
         sb.extend_from_slice(&MAGIC.to_le_bytes());
         sb.extend_from_slice(&[locks.code(), 0, 0, 0]);
         sb.extend_from_slice(&locks.count.to_le_bytes());
@@ -258,7 +249,7 @@ impl IndexKind for Sherman {
             local_locks,
             rdwc: Rdwc::new(o.rdwc_slots.max(1) as usize, o.rdwc),
             chunks,
-            root: AtomicU64::new(0),
+            root: CachedRoot::new(superblock_addr()),
         }
     }
 
@@ -281,8 +272,8 @@ impl IndexKind for Sherman {
         let g = node.geometry;
         let word = memory.read_memory(superblock_addr(), 8).map_err(|e| e.to_string())?;
         let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-        let (root, root_level) = split_root_word(word);
-        node.root.store(word, Ordering::Release);
+        let (root, root_level) = root::unpack(word);
+        node.root.set(word);
         let mut level_nodes = vec![root];
         for level in (1..=root_level).rev() {
             let mut children = Vec::new();
@@ -351,22 +342,11 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
 
     /// The root (address, level), from this node's copy or the superblock.
     async fn root(&mut self) -> Result<(RemoteAddr, u8), IndexError> {
-        let word = self.node.root.load(Ordering::Acquire);
-        if word != 0 {
-            return Ok(split_root_word(word));
-        }
-        self.refresh_root().await
+        self.node.root.get(&self.ctx, &mut self.counters).await
     }
 
     async fn refresh_root(&mut self) -> Result<(RemoteAddr, u8), IndexError> {
-        self.counters.event("root_read");
-        let raw = self.ctx.read(superblock_addr(), Buf::zeroed(8)).await?;
-        let word = raw.u64_at(0);
-        if word == 0 {
-            return Err(IndexError::Corrupt("the superblock holds no root: was the tree created?".into()));
-        }
-        self.node.root.store(word, Ordering::Release);
-        Ok(split_root_word(word))
+        self.node.root.refresh(&self.ctx, &mut self.counters).await
     }
 
     /// READs and decodes a node, reading again while it is torn.
@@ -435,14 +415,14 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                         self.node.cache.invalidate(&e);
                     }
                     self.counters.event("stale_route");
-                    self.node.root.store(0, Ordering::Release);
+                    self.node.root.forget();
                     continue 'restart;
                 }
                 if key >= n.highest.as_slice() && !self.planted("no-sibling-chase") {
                     self.counters.event("move_right");
                     if at_root {
                         // The root split: learn the new root next time.
-                        self.node.root.store(0, Ordering::Release);
+                        self.node.root.forget();
                     }
                     p = n.sibling;
                     continue;
@@ -583,7 +563,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 };
                 if n.level != 0 {
                     self.unlock(held, None, false).await?;
-                    self.node.root.store(0, Ordering::Release);
+                    self.node.root.forget();
                     break;
                 }
                 if !n.covers(key) && !self.planted("no-sibling-chase") {
@@ -765,12 +745,12 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 r.leftmost = root;
                 r.records = vec![(first_sep, first_child)];
                 self.ctx.write(at, Buf::from(self.g.encode(&r))).await?;
-                let old = root_word(root, level);
-                let new = root_word(at, level + 1);
+                let old = root::pack(root, level);
+                let new = root::pack(at, level + 1);
                 let seen = self.ctx.cas(superblock_addr(), old, new).await?;
                 if seen == old {
                     self.counters.event("root_split");
-                    self.node.root.store(new, Ordering::Release);
+                    self.node.root.set(new);
                     if root == left {
                         return Ok(());
                     }
@@ -778,7 +758,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                     // Someone else grew the tree: insert into the level that now exists (D6).
                     // The node written for nothing is leaked, as in the artifact.
                     self.counters.cas_failures += 1;
-                    self.node.root.store(seen, Ordering::Release);
+                    self.node.root.set(seen);
                 }
                 continue;
             }
@@ -880,7 +860,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             let n = self.read_node(addr).await?;
             if n.level != 0 || cursor.as_slice() < n.lowest.as_slice() {
                 // A stale route: find the cursor's leaf from the root.
-                self.node.root.store(0, Ordering::Release);
+                self.node.root.forget();
                 addr = self.find(&cursor, 0, false).await?.addr;
                 continue;
             }
@@ -936,7 +916,7 @@ impl<C: Client + Clone + 'static> Combined for ShermanHandle<C> {
                 let n = self.read_node(addr).await?;
                 if n.level != 0 {
                     // The root was a leaf when read and grew since.
-                    self.node.root.store(0, Ordering::Release);
+                    self.node.root.forget();
                     break;
                 }
                 if !n.covers(key) && !self.planted("no-sibling-chase") {
