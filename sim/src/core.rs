@@ -16,7 +16,7 @@ use crate::config::{MemoryModel, SimConfig};
 use crate::memory::{FixedMap, SparseMemory};
 use crate::nic::{PS_PER_NS, Server, StageCosts};
 use crate::profile::rdma_op::Kind;
-use crate::sched::{Actor, Step, StepInfo, StepKind, StepQueue, WHOLE};
+use crate::sched::{Actor, Step, StepClass, StepInfo, StepKind, StepQueue, WHOLE};
 use crate::stats::{ClientStats, FaultCounters, NodeStats, Stats, VerbKind};
 use dmkit_rdma::{
     CpuWork, MaskedAtomics, NodeId, Op, Region, RemoteAddr, Request, Response, VerbsError, validate_batch,
@@ -259,6 +259,8 @@ pub(crate) struct Timer {
     pub(crate) fired: bool,
     pub(crate) abandoned: bool,
     pub(crate) waiter: Option<TaskId>,
+    /// Set by `yield_now`: the step is a [`StepClass::Yield`].
+    pub(crate) yields: bool,
 }
 
 /// `Verb::arrive_ps` of a verb whose post waits for its thread's CPU.
@@ -576,7 +578,7 @@ impl Core {
         if at <= self.now_ns {
             return None;
         }
-        let id = self.timers.insert(Timer { fired: false, abandoned: false, waiter: None });
+        let id = self.timers.insert(Timer { fired: false, abandoned: false, waiter: None, yields: false });
         self.schedule(at, StepKind::Timer(id));
         Some(id)
     }
@@ -860,7 +862,11 @@ impl Core {
             }
             StepKind::Fault(_) => (Actor::Fault, None, 0, true),
         };
-        StepInfo { time_ns: s.time_ns, seq: s.seq, class: s.kind.class(), actor, addr, len, writes }
+        let class = match s.kind {
+            StepKind::Timer(t) if self.timers[t].yields => StepClass::Yield,
+            k => k.class(),
+        };
+        StepInfo { time_ns: s.time_ns, seq: s.seq, class, actor, addr, len, writes }
     }
 
     /// A task's steps belong to its client, if it has one.

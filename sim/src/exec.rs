@@ -586,7 +586,7 @@ impl SimClient {
     /// Waits `ns` of virtual time without using the CPU.
     pub fn sleep(&self, ns: u64) -> Sleep {
         let mut core = self.core.borrow_mut();
-        let id = core.timers.insert(Timer { fired: false, abandoned: false, waiter: None });
+        let id = core.timers.insert(Timer { fired: false, abandoned: false, waiter: None, yields: false });
         let at = core.now_ns.saturating_add(ns).min(crate::config::MAX_TIME_NS);
         core.schedule(at, StepKind::Timer(id));
         Sleep { core: self.core.clone(), timer: Some(id) }
@@ -595,7 +595,11 @@ impl SimClient {
     /// Hands the thread to its other coroutines: one coroutine switch of CPU time.
     pub fn yield_now(&self) -> Sleep {
         let switch_ns = self.core.borrow().cfg.profile.cpu.coroutine_switch_ns;
-        self.charge_cpu(CpuWork::Nanoseconds, switch_ns.ceil() as u64)
+        let sleep = self.charge_cpu(CpuWork::Nanoseconds, switch_ns.ceil() as u64);
+        if let Some(t) = sleep.timer {
+            self.core.borrow_mut().timers[t].yields = true;
+        }
+        sleep
     }
 
     /// Spends CPU on this client's thread (see [`ClientCtx::charge_cpu`]).

@@ -40,6 +40,10 @@ pub enum StepClass {
     RpcComplete,
     /// A scheduled fault (crash, restart, slowdown).
     Fault,
+    /// A `yield_now` ends: the client gave its thread away, typically inside a spin loop (a
+    /// lock or a version it waits on). PCT lowers a yielding client's priority, or a spinning
+    /// client at the top would starve the one it waits for until its retries run out.
+    Yield,
 }
 
 impl StepClass {
@@ -57,6 +61,7 @@ impl StepClass {
             StepClass::RpcArrive => "rpc-arrive",
             StepClass::RpcComplete => "rpc-complete",
             StepClass::Fault => "fault",
+            StepClass::Yield => "yield",
         }
     }
 }

@@ -8,7 +8,8 @@
 //! - [`Mode::Random`]: a uniformly random enabled step each time, a fresh seed per schedule.
 //! - [`Mode::Pct`]: probabilistic concurrency testing (Burckhardt et al., ASPLOS'10): random
 //!   priorities per actor, the highest-priority enabled actor runs, and at `depth - 1` random
-//!   points the running actor drops to the lowest priority. Finds any bug of depth `d` with
+//!   points the running actor drops to the lowest priority (so does a client whose `yield_now`
+//!   runs: it is spinning on someone). Finds any bug of depth `d` with
 //!   probability at least 1/(n·k^(d-1)) per schedule.
 //! - [`Mode::Dfs`]: systematic depth-first search over schedules with at most `preemptions`
 //!   preemptions (switching away from an actor that could go on), by iterative context bounding
@@ -218,7 +219,14 @@ impl Strategy for RandomStrategy {
     }
 }
 
-/// PCT with `depth - 1` priority change points over an estimated `k` steps.
+/// Priorities below this are given at change points and on yields, each lower than the last;
+/// initial priorities lie above it.
+const LOW_PRIORITIES: u64 = 1 << 40;
+
+/// PCT with `depth - 1` priority change points over an estimated `k` steps. A client whose
+/// `yield_now` step runs also drops to the lowest priority (it is waiting for someone): without
+/// that, a spinning client at the top starves the lock holder until its retries run out, and
+/// the run reports a failed operation PCT manufactured (the yield-aware PCT of CHESS/Coyote).
 struct PctStrategy {
     rng: ChaCha8Rng,
     priorities: BTreeMap<Actor, u64>,
@@ -234,7 +242,7 @@ impl PctStrategy {
         let mut change_points: Vec<u64> =
             (1..depth.max(1)).map(|_| rng.random_range(1..=estimated_steps.max(2))).collect();
         change_points.sort_unstable();
-        PctStrategy { rng, priorities: BTreeMap::new(), change_points, step: 0, last: None, next_low: depth as u64 }
+        PctStrategy { rng, priorities: BTreeMap::new(), change_points, step: 0, last: None, next_low: LOW_PRIORITIES }
     }
 }
 
@@ -252,7 +260,7 @@ impl Strategy for PctStrategy {
         for s in enabled {
             if !self.priorities.contains_key(&s.actor) {
                 // Initial priorities are random and above every change-point priority.
-                let p = 1_000 + self.rng.random_range(0..1u64 << 40);
+                let p = LOW_PRIORITIES + 1 + self.rng.random_range(0..1u64 << 40);
                 self.priorities.insert(s.actor, p);
             }
         }
@@ -260,6 +268,10 @@ impl Strategy for PctStrategy {
             .max_by_key(|&i| (self.priorities[&enabled[i].actor], std::cmp::Reverse(enabled[i].seq)))
             .expect("enabled is never empty");
         self.last = Some(enabled[best].actor);
+        if enabled[best].class == StepClass::Yield {
+            self.next_low = self.next_low.saturating_sub(1);
+            self.priorities.insert(enabled[best].actor, self.next_low);
+        }
         best
     }
 }

@@ -286,3 +286,66 @@ fn a_lock_never_released_is_found_as_livelock() {
         assert!(f.message.contains("lock never released"), "{}", f.message);
     }
 }
+
+/// A spin lock: two clients each take it (at most `SPINS` attempts, waiting between attempts
+/// with `yield_now` as the indexes' lock loops do, or with a plain `sleep`), do two more verbs
+/// and release it.
+struct SpinLock {
+    yields: bool,
+}
+
+const SPINS: u32 = 40;
+
+impl Scenario for SpinLock {
+    fn config(&self) -> SimConfig {
+        SimConfig { step_limit: Some(20_000), ..SimConfig::default() }
+    }
+
+    fn build(&self, sim: &mut Sim, phase: &Phase, _variant: u64) -> Judge {
+        phase.explore();
+        let done = Rc::new(RefCell::new(0));
+        for id in 1..=2u64 {
+            let c = sim.add_client(0).unwrap();
+            let (c2, done, yields) = (c.clone(), done.clone(), self.yields);
+            let data = RECORD.add(64);
+            sim.spawn(&c, async move {
+                for _ in 0..SPINS {
+                    if c2.cas(RECORD, 0, id).await.unwrap() == 0 {
+                        c2.write(data, Buf::from(vec![id as u8; 8])).await.unwrap();
+                        c2.read(data, Buf::zeroed(8)).await.unwrap();
+                        c2.write(RECORD, Buf::from(0u64.to_le_bytes().to_vec())).await.unwrap();
+                        *done.borrow_mut() += 1;
+                        return;
+                    }
+                    if yields {
+                        c2.yield_now().await;
+                    } else {
+                        c2.sleep(1).await;
+                    }
+                }
+            });
+        }
+        Box::new(move |_: &Sim, outcome| {
+            outcome.map_err(|e| e.to_string())?;
+            match *done.borrow() {
+                2 => Ok(()),
+                n => Err(format!("{} client gave up after {SPINS} attempts", 2 - n)),
+            }
+        })
+    }
+}
+
+/// PCT runs the highest-priority client; a spinner above the lock holder would spin until its
+/// retries run out unless a change point happens to demote it, so PCT reports failed
+/// operations it manufactured. A client whose `yield_now` runs drops to the lowest priority:
+/// the yielding spinner always gets the lock, and a spinner that only sleeps is still starved.
+#[test]
+fn pct_demotes_a_yielding_spinner() {
+    let mode = Mode::Pct { depth: 2 };
+    let starved = explore::explore(&SpinLock { yields: false }, mode, 3, find_budget(), 500);
+    let f = starved.failure.expect("PCT starves the holder under a spinner that does not yield");
+    assert!(f.message.contains("gave up"), "{}", f.message);
+    let fair = explore::explore(&SpinLock { yields: true }, mode, 3, find_budget(), 500);
+    assert!(fair.failure.is_none(), "{}", fair.failure.unwrap());
+    assert_eq!(fair.schedules, 500);
+}
