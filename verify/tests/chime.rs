@@ -114,8 +114,10 @@ fn many_keys_grow_a_consistent_tree() {
 mod explored {
     use dmkit_indexes::IndexKind;
     use dmkit_indexes::chime::Chime;
+    use dmkit_indexes::spec::Op;
     use dmkit_verify::explore::{self, Mode};
-    use dmkit_verify::harness::{Checked, IndexScenario, check_index};
+    use dmkit_verify::harness::{Checked, IndexScenario, Mix, Preset, check_index};
+    use dmkit_verify::registry::chime_key;
     use std::time::Duration;
 
     fn ci() -> bool {
@@ -165,6 +167,57 @@ mod explored {
                 .unwrap_or_else(|| panic!("{bug} not found in {} schedules", check.exploration.schedules));
             let again = scenario("default", Some(bug), 1);
             assert_eq!(explore::replay(&again, f.variant, &f.choices), Err(f.message.clone()), "{bug}");
+        }
+    }
+
+    /// Preloaded keys 10, 20, ..., 160: leaves {10..40}, {50..80}, {90..120}, {130..160}.
+    fn tens(k: u64) -> Vec<u8> {
+        chime_key(10 * (k + 1))
+    }
+
+    /// Digest G4. Client 1 deletes 80, the maximum of leaf {50..80} (its tombstone stays), then
+    /// inserts until that leaf splits: the new right leaf drops the tombstone, so its range
+    /// (up to 81) has room above its largest key, and inserting 78 there leaves its argmax
+    /// behind. Client 0 inserts 79 having read the parent before the split; it finds the half
+    /// split and moves right. Carrying the expected sibling, the right leaf is known to be the
+    /// last of the range and 79 goes there. With the artifact's NULL (the plant), the right
+    /// leaf looks half-split too, its stale argmax says 79 is above it, and 79 lands one leaf
+    /// too far right: the walk finds it outside its parent's range.
+    fn g4(plant: bool) -> IndexScenario<Chime> {
+        let (base, mut options) = Chime::presets().into_iter().next().unwrap();
+        let preset = Preset {
+            name: "g4",
+            keys: 16,
+            preload: 16,
+            key_of: tens,
+            mix: Mix { search: 1, insert: 0, update: 0, delete: 0, scan: 0 },
+            ..base
+        };
+        if plant {
+            Chime::plant(&mut options, "right-null-sibling").unwrap();
+        }
+        let insert = |k: u64| Op::Insert { key: chime_key(k), value: vec![0xAB; preset.value_bytes] };
+        let mut splitter = vec![Op::Delete { key: chime_key(80) }];
+        splitter.extend([55, 65, 75, 57, 67, 78].map(insert));
+        let mover = vec![insert(79)];
+        IndexScenario::new(preset.clone(), options, 1).scripted(vec![mover, splitter])
+    }
+
+    #[test]
+    fn g4_insert_moving_right_keeps_the_expected_sibling() {
+        let mode = Mode::Pct { depth: 3 };
+        let budget = Duration::from_secs(if ci() { 4 } else { 15 });
+        let check = check_index(&g4(true), mode, 1, budget, u64::MAX);
+        let f = check.exploration.failure.expect("G4 is found with the expected sibling dropped");
+        assert!(f.message.contains("outside its parent's range"), "{}", f.message);
+        assert_eq!(explore::replay(&g4(true), f.variant, &f.choices), Err(f.message.clone()));
+        let fixed = g4(false);
+        let clean = check_index(&fixed, mode, 1, budget, u64::MAX);
+        assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());
+        assert!(clean.exploration.schedules > 100, "{} schedules", clean.exploration.schedules);
+        let counters = fixed.counters.borrow();
+        for event in ["leaf_split", "half_split_right"] {
+            assert!(counters.events.get(event).copied().unwrap_or(0) > 0, "{event}: {counters:?}");
         }
     }
 }
