@@ -261,6 +261,19 @@ pub fn chime_key(k: u64) -> Vec<u8> {
     (k + 1).to_be_bytes().to_vec()
 }
 
+/// CHIME-Indirect's checking keys (with `prefix=2`): three keys of 2, 3 and 5 bytes per 2-byte
+/// prefix, `[p]`, `[p, 0]`, `[p, 9, 9, 9]` for `p = k / 3 + 1`, so every lookup resolves a
+/// prefix collision through the blocks, and the keys sort as their numbers do.
+pub fn chime_var_key(k: u64) -> Vec<u8> {
+    let mut key = ((k / 3 + 1) as u16).to_be_bytes().to_vec();
+    key.extend_from_slice(match k % 3 {
+        0 => &[][..],
+        1 => &[0][..],
+        _ => &[9, 9, 9][..],
+    });
+    key
+}
+
 /// Values of 32 bytes: a 43-byte entry often spans two lines, so an update can tear a READ.
 const CHIME_VALUE: u32 = 32;
 
@@ -314,6 +327,19 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
         (
             Preset { name: "wide", keys: 40, preload: 14, required_counters: &["leaf_split", "hop"], ..base.clone() },
             ChimeOptions { ..chime_options(config, 2).with_spans(16, 12, 2) },
+        ),
+        // CHIME-Indirect: variable-length keys in blocks, entries holding 2-byte prefixes that
+        // three keys share (whatever `--config` says: the keys need indirect mode).
+        (
+            Preset {
+                name: "indirect",
+                keys: 36,
+                preload: 12,
+                key_of: chime_var_key,
+                required_counters: &["leaf_split", "hop", "prefix_collision", "half_split_right"],
+                ..base.clone()
+            },
+            ChimeOptions { prefix: 2, ..chime_options("chime-indirect", 2) },
         ),
         // Small enough for DFS: two clients around one split.
         (

@@ -7,6 +7,7 @@ use dmkit_indexes::IndexKind;
 use dmkit_indexes::chime::{Chime, ChimeOptions, config::CONFIGS};
 use dmkit_indexes::spec::{Op, Outcome};
 use dmkit_verify::harness::{run_sequence, run_sequence_checked};
+use dmkit_verify::registry::chime_var_key;
 use proptest::prelude::*;
 use std::ops::Bound;
 
@@ -45,8 +46,38 @@ fn configs() -> impl Strategy<Value = ChimeOptions> {
         .prop_map(|(i, (span, hood))| options(CONFIGS[i]).with_spans(span, hood, 3))
 }
 
+/// CHIME-Indirect with 2-byte prefixes: keys of 2, 3 and 5 bytes, three per prefix, values
+/// of 1..=VALUE bytes.
+fn var_ops() -> impl Strategy<Value = Vec<Op>> {
+    let k = (0..120u64).prop_map(chime_var_key);
+    let value = (any::<u8>(), 1..=VALUE).prop_map(|(b, n)| vec![b; n]);
+    let op = prop_oneof![
+        2 => k.clone().prop_map(|key| Op::Search { key }),
+        4 => (k.clone(), value.clone()).prop_map(|(key, value)| Op::Insert { key, value }),
+        1 => (k.clone(), value).prop_map(|(key, value)| Op::Update { key, value }),
+        1 => k.clone().prop_map(|key| Op::Delete { key }),
+        1 => (k.clone(), k, 1usize..20).prop_map(|(a, b, limit)| {
+            let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+            Op::Scan { start: Bound::Included(lo), end: Bound::Excluded(hi), limit }
+        }),
+    ];
+    prop::collection::vec(op, 1..150)
+}
+
+fn var_options() -> impl Strategy<Value = ChimeOptions> {
+    prop_oneof![Just((8u32, 4u32)), Just((16, 6)), Just((64, 8))]
+        .prop_map(|(span, hood)| ChimeOptions { prefix: 2, ..options("chime-indirect").with_spans(span, hood, 3) })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: if std::env::var("CI").is_ok() { 48 } else { 256 }, ..ProptestConfig::default() })]
+
+    #[test]
+    fn chime_indirect_variable_keys_match_the_specification(options in var_options(), ops in var_ops()) {
+        let (got, want, walk) = run_sequence_checked::<Chime>(&options, &ops);
+        prop_assert_eq!(got, want);
+        walk.map_err(|e| TestCaseError::fail(format!("invariants: {e}")))?;
+    }
 
     #[test]
     fn chime_sequences_match_the_specification(options in configs(), ops in ops(300)) {
@@ -54,6 +85,30 @@ proptest! {
         prop_assert_eq!(got, want);
         walk.map_err(|e| TestCaseError::fail(format!("invariants: {e}")))?;
     }
+}
+
+/// More keys with one prefix than a neighbourhood holds: the one that does not fit is
+/// `Full`, and nothing else is lost.
+#[test]
+fn too_many_keys_with_one_prefix_are_full_and_lose_nothing() {
+    let o = ChimeOptions { prefix: 2, ..options("chime-indirect").with_spans(8, 4, 3) };
+    let keys: Vec<Vec<u8>> = (0..6u8).map(|i| vec![7, 7, i]).collect();
+    let mut ops: Vec<Op> = (0..20u64).map(|k| Op::Insert { key: chime_var_key(k), value: vec![1; 5] }).collect();
+    ops.extend(keys.iter().map(|k| Op::Insert { key: k.clone(), value: k.clone() }));
+    ops.extend(keys.iter().map(|k| Op::Search { key: k.clone() }));
+    ops.extend((0..20u64).map(|k| Op::Search { key: chime_var_key(k) }));
+    let (got, _, walk) = run_sequence_checked::<Chime>(&o, &ops);
+    walk.unwrap();
+    let inserted = &got[20..26];
+    let searched = &got[26..32];
+    let fit = inserted.iter().take_while(|r| **r == Outcome::Existed(false)).count();
+    assert_eq!(fit, 4, "{inserted:?}");
+    assert!(inserted[4..].iter().all(|r| matches!(r, Outcome::Failed(dmkit_indexes::IndexError::Full))), "{got:?}");
+    for (i, r) in searched.iter().enumerate() {
+        let want = if i < fit { Some(keys[i].clone()) } else { None };
+        assert_eq!(*r, Outcome::Found(want), "key {:?}", keys[i]);
+    }
+    assert!(got[32..].iter().all(|r| *r == Outcome::Found(Some(vec![1; 5]))), "{got:?}");
 }
 
 #[test]
@@ -140,6 +195,8 @@ mod explored {
             ("default", Mode::Pct { depth: 3 }),
             ("local", Mode::Random),
             ("wide", Mode::Random),
+            ("indirect", Mode::Random),
+            ("indirect", Mode::Pct { depth: 3 }),
             ("pair", Mode::Dfs { preemptions: 2 }),
         ] {
             let check = check_index(&scenario(preset, None, 5), mode, 5, budget, u64::MAX);

@@ -9,6 +9,12 @@
 //! | `chime-hopscotch` | no (inserts read the leaf) | one header | fences | no | inline |
 //! | `chime-indirect` | yes | yes | yes | yes | 8-B pointer to a block |
 //!
+//! `chime-indirect` is CHIME-Indirect (digest §8.22): keys of 1..=`key_bytes` bytes and values
+//! of any length live in blocks; a leaf entry holds the key's first `prefix` bytes (8 unless
+//! overridden; zero-padded), which order the tree and pick the home, and the block's pointer.
+//! Keys that share a prefix share a home and a leaf, so at most H of them fit in one tree (more
+//! is `IndexError::Full`); widen `prefix` for keys with long common prefixes.
+//!
 //! The rows from `chime-hopscotch` up are Fig. 15a's ladder after "Sherman + hopscotch leaf"
 //! (Sherman itself is `sherman:sherman-chime`). Any name takes overrides after commas:
 //! `chime,hood=4,span=128,internal=64`, for the H and span sweeps (Figs. 18e/f, 19).
@@ -23,8 +29,11 @@ pub struct ChimeOptions {
     pub key_bytes: u32,
     /// Inline value bytes; in indirect mode, the largest value (blocks hold the values).
     pub value_bytes: u32,
-    /// Values live in blocks; leaf entries hold 8-byte pointers (CHIME-Indirect, digest §8.22).
+    /// Keys and values live in blocks; leaf entries hold a key prefix and an 8-byte pointer
+    /// (CHIME-Indirect, digest §8.22). Keys are then 1..=`key_bytes` bytes long.
     pub indirect: bool,
+    /// In indirect mode, the key prefix a leaf entry (and an internal pivot) holds.
+    pub prefix: u32,
     /// Leaf span S.
     pub span: u32,
     /// Neighbourhood H (1..=14; bits 15 and 14 of the bitmap are flags).
@@ -78,6 +87,7 @@ impl ChimeOptions {
             key_bytes,
             value_bytes,
             indirect: false,
+            prefix: 8,
             span: 64,
             hood: 8,
             internal_span: 64,
@@ -120,9 +130,10 @@ impl ChimeOptions {
                 "hotspot_mb" => o.hotspot_bytes = n * MB,
                 "hotspot_kb" => o.hotspot_bytes = n << 10,
                 "cache_kb" => o.cache_bytes = n << 10,
+                "prefix" => o.prefix = n as u32,
                 other => {
                     return Err(format!(
-                        "unknown override '{other}' (hood, span, internal, hotspot_mb, hotspot_kb, cache_kb)"
+                        "unknown override '{other}' (hood, span, internal, hotspot_mb, hotspot_kb, cache_kb, prefix)"
                     ));
                 }
             }
@@ -134,6 +145,12 @@ impl ChimeOptions {
     pub fn with_spans(mut self, span: u32, hood: u32, internal_span: u32) -> ChimeOptions {
         (self.span, self.hood, self.internal_span) = (span, hood, internal_span);
         self
+    }
+
+    /// Bytes of an entry's key field and of an internal pivot: the key, or in indirect mode its
+    /// prefix.
+    pub fn slot_key_bytes(&self) -> u32 {
+        if self.indirect { self.prefix.min(self.key_bytes) } else { self.key_bytes }
     }
 
     /// Bytes of an entry's value field.
@@ -148,8 +165,16 @@ impl ChimeOptions {
         if self.value_bytes == 0 || (!self.indirect && self.value_bytes > 1024) {
             return Err(format!("inline values are 1..=1024 bytes, not {}", self.value_bytes));
         }
-        if self.indirect && self.value_bytes > super::MAX_BLOCK_VALUE as u32 {
-            return Err(format!("indirect values are at most {} bytes", super::MAX_BLOCK_VALUE));
+        if self.indirect && self.key_bytes + self.value_bytes > super::MAX_BLOCK_PAYLOAD as u32 {
+            return Err(format!(
+                "an indirect block holds at most {} bytes of key and value, not {} + {}",
+                super::MAX_BLOCK_PAYLOAD,
+                self.key_bytes,
+                self.value_bytes
+            ));
+        }
+        if self.indirect && self.prefix == 0 {
+            return Err("the key prefix in leaf entries needs at least one byte".into());
         }
         if !(1..=14).contains(&self.hood) {
             return Err(format!("the neighbourhood is 1..=14 entries, not {}", self.hood));

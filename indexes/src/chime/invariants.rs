@@ -24,7 +24,7 @@ pub fn check(o: &ChimeOptions, memory: &dyn MemoryView) -> Result<InvariantRepor
         return Err("the superblock has no CHIME magic".into());
     }
     let (root, root_level) = crate::common::root::unpack(word);
-    let k = o.key_bytes as usize;
+    let k = l.key_bytes;
     let mut report = InvariantReport::default();
     // (address, lowest, highest, expected sibling) of the nodes at the current level.
     let mut level: Vec<(RemoteAddr, Vec<u8>, Vec<u8>)> = vec![(root, vec![0; k], vec![0xFF; k])];
@@ -131,6 +131,21 @@ pub fn check(o: &ChimeOptions, memory: &dyn MemoryView) -> Result<InvariantRepor
         // only after a split the reader's parent copy missed). So: occupied, at least.
         if !sibling.is_null() && l.is_empty(&img, lw.argmax(word)) {
             return Err(format!("leaf at {at} has a sibling but its argmax {} is empty", lw.argmax(word)));
+        }
+        if o.indirect {
+            // Whole keys are in the blocks; each must carry its entry's prefix.
+            for (key, s) in keys.iter_mut() {
+                let (block_at, lines) =
+                    super::split_block_pointer(u64::from_le_bytes(l.value(&img, *s).try_into().expect("8")));
+                let block = memory.read_memory(block_at, lines * 64).map_err(|e| e.to_string())?;
+                let (full, _) = super::parse_block(&block).map_err(|e| format!("leaf at {at}, entry {s}: {e}"))?;
+                let mut prefix = full[..full.len().min(k)].to_vec();
+                prefix.resize(k, 0);
+                if prefix != *key {
+                    return Err(format!("leaf at {at}, entry {s}: block key {full:?} under prefix {key:?}"));
+                }
+                *key = full;
+            }
         }
         let n = keys.len();
         keys.sort();

@@ -51,8 +51,14 @@
 //!
 //! - H is at most 14 (bits 15 and 14 of the bitmap flag a tombstone and an occupied entry); the
 //!   artifact allows 16 and reserves the all-zero key for empty entries.
-//! - Keys are fixed-size per tree (`key_bytes`); the all-0xFF key (+infinity fence) is reserved. Values are fixed-size inline, or of any length up to
-//!   the tree's maximum in indirect mode (blocks written out of place, never freed: AS8).
+//! - Keys are fixed-size per tree (`key_bytes`); the all-0xFF key (+infinity fence) is
+//!   reserved. Values are fixed-size inline.
+//! - Indirect mode (CHIME-Indirect): keys of 1..=`key_bytes` bytes and values of any length up
+//!   to the tree's maximum live in blocks `[key length u32][value length u32][key][value]`,
+//!   written out of place and never freed (AS8). An entry holds the key's zero-padded
+//!   `prefix`; keys that share it share a home and a leaf, and a lookup reads the blocks of
+//!   every entry with its prefix in one doorbell batch. The artifact's block keeps only the
+//!   key's remainder; this one keeps the whole key (one comparison, a few bytes more).
 //! - The masked CAS changes only the lock bit (digest §8.1 \[R\]); the unlock is an 8-byte WRITE.
 //! - The hop-range scan of the vacancy bitmap wraps (§8.2 \[R\]); a range that unexpectedly
 //!   holds no room is read whole and retried before a split.
@@ -86,8 +92,8 @@ use std::sync::Arc;
 pub const SUPERBLOCK_OFFSET: u64 = 8192;
 const MAGIC: u64 = u64::from_le_bytes(*b"DMKCHIM1");
 const NODE_ALIGN: u64 = root::ROOT_ALIGN;
-/// The largest value an indirect block holds (63 lines less its 8-byte length word).
-pub const MAX_BLOCK_VALUE: usize = 63 * 64 - 8;
+/// The most key and value bytes an indirect block holds (63 lines less its two length words).
+pub const MAX_BLOCK_PAYLOAD: usize = 63 * 64 - 8;
 
 fn superblock_addr() -> RemoteAddr {
     RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
@@ -98,7 +104,7 @@ pub fn leaf_layout(o: &ChimeOptions) -> LeafLayout {
     LeafLayout {
         span: o.span as usize,
         hood: o.hood as usize,
-        key_bytes: o.key_bytes as usize,
+        key_bytes: o.slot_key_bytes() as usize,
         value_bytes: o.value_field() as usize,
         replicated: o.replication,
         fences: !o.sibling_validation,
@@ -107,7 +113,7 @@ pub fn leaf_layout(o: &ChimeOptions) -> LeafLayout {
 
 /// The internal-node geometry of `o`.
 pub fn internal_layout(o: &ChimeOptions) -> InternalLayout {
-    InternalLayout { span: o.internal_span as usize, key_bytes: o.key_bytes as usize }
+    InternalLayout { span: o.internal_span as usize, key_bytes: o.slot_key_bytes() as usize }
 }
 
 fn lock_word_layout(o: &ChimeOptions) -> LockWord {
@@ -123,6 +129,16 @@ fn block_pointer(at: RemoteAddr, lines: usize) -> u64 {
 fn split_block_pointer(p: u64) -> (RemoteAddr, usize) {
     let node = NodeId(((p >> 48) & 0x3FF) as u16);
     (RemoteAddr::host(node, p & ((1 << 48) - 1)), (p >> 58) as usize)
+}
+
+/// An indirect block's key and value.
+fn parse_block(block: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let klen = u32::from_le_bytes(block[0..4].try_into().expect("4")) as usize;
+    let vlen = u32::from_le_bytes(block[4..8].try_into().expect("4")) as usize;
+    if klen == 0 || vlen == 0 || 8 + klen + vlen > block.len() {
+        return Err(format!("a block of {} bytes with key length {klen}, value length {vlen}", block.len()));
+    }
+    Ok((block[8..8 + klen].to_vec(), block[8 + klen..8 + klen + vlen].to_vec()))
 }
 
 const PLANTS: [PlantedBug; 7] = [
@@ -193,7 +209,7 @@ impl IndexKind for Chime {
 
     fn limits(o: &ChimeOptions) -> Limits {
         Limits {
-            min_key_bytes: o.key_bytes as usize,
+            min_key_bytes: if o.indirect { 1 } else { o.key_bytes as usize },
             max_key_bytes: o.key_bytes as usize,
             min_value_bytes: if o.indirect { 1 } else { o.value_bytes as usize },
             max_value_bytes: o.value_bytes as usize,
@@ -207,7 +223,7 @@ impl IndexKind for Chime {
     async fn create<C: Client>(o: &ChimeOptions, ctx: &C) -> Result<(), IndexError> {
         o.validate().map_err(IndexError::Corrupt)?;
         let l = leaf_layout(o);
-        let k = o.key_bytes as usize;
+        let k = l.key_bytes;
         let img = l.empty(RemoteAddr::NULL, &vec![0; k], &vec![0xFF; k]);
         let at = dmkit_rdma::alloc::alloc(ctx, NodeId(0), l.alloc_bytes() as u64, NODE_ALIGN).await?;
         ctx.write(at, Buf::from(l.encode_all(&img))).await?;
@@ -343,14 +359,33 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
 
     fn check_key(&self, key: &[u8]) -> Result<(), IndexError> {
         Chime::limits(&self.o).check_key(key)?;
-        if key.iter().all(|&b| b == 0xFF) {
-            return Err(IndexError::ReservedKey("the all-0xFF key is CHIME's +infinity fence"));
+        if self.slot_key(key).iter().all(|&b| b == 0xFF) {
+            return Err(IndexError::ReservedKey("an all-0xFF key (or key prefix) is CHIME's +infinity fence"));
         }
         Ok(())
     }
 
+    /// What a leaf entry and the internal nodes hold of `key`: the key itself, or in indirect
+    /// mode its first `prefix` bytes, zero-padded (monotone: a <= b implies slot(a) <= slot(b)).
+    fn slot_key<'k>(&self, key: &'k [u8]) -> std::borrow::Cow<'k, [u8]> {
+        let w = self.l.key_bytes;
+        if key.len() == w {
+            std::borrow::Cow::Borrowed(key)
+        } else {
+            let mut slot = key[..key.len().min(w)].to_vec();
+            slot.resize(w, 0);
+            std::borrow::Cow::Owned(slot)
+        }
+    }
+
     fn retries_exhausted(&self, op: &'static str) -> IndexError {
         IndexError::RetriesExhausted { op, retries: self.o.max_retries }
+    }
+
+    /// A split that cannot make room: in indirect mode, more than H keys share a prefix (they
+    /// share a home); with fixed-size keys, a bug.
+    fn crowded(&self, at: RemoteAddr) -> IndexError {
+        if self.o.indirect { IndexError::Full } else { self.corrupt(at, "a split left no room for the key") }
     }
 
     fn corrupt(&self, at: RemoteAddr, what: &str) -> IndexError {
@@ -540,10 +575,29 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         status == l.hops(img, h)
     }
 
-    /// The slot holding `key` among the keys homed at `h` (the home's hop offsets).
-    fn find_in_hood(&self, img: &[u8], h: usize, key: &[u8], have: usize) -> Option<usize> {
+    /// The entries homed at `h` (the home's hop offsets, within `have`) whose key field is `slot`.
+    fn hood_matches(&self, img: &[u8], h: usize, slot: &[u8], have: usize) -> Vec<usize> {
         let l = &self.l;
-        l.hop_offsets(img, h).filter(|&d| d < have).map(|d| l.at(h, d)).find(|&s| l.key(img, s) == key)
+        l.hop_offsets(img, h).filter(|&d| d < have).map(|d| l.at(h, d)).filter(|&s| l.key(img, s) == slot).collect()
+    }
+
+    /// Among `slots` (entries whose key field matches `key`'s), the one holding `key`, with its
+    /// value when it was read: with fixed-size keys the first (no value); in indirect mode the
+    /// one whose block holds `key` (all the blocks in one doorbell batch).
+    async fn resolve(
+        &mut self,
+        img: &[u8],
+        slots: &[usize],
+        key: &[u8],
+    ) -> Result<Option<(usize, Option<Vec<u8>>)>, IndexError> {
+        if !self.o.indirect || slots.is_empty() {
+            return Ok(slots.first().map(|&s| (s, None)));
+        }
+        if slots.len() > 1 {
+            self.counters.event("prefix_collision");
+        }
+        let blocks = self.read_blocks(img, slots).await?;
+        Ok(slots.iter().zip(blocks).find(|(_, (k, _))| k == key).map(|(&s, (_, v))| (s, Some(v))))
     }
 
     /// Whether a leaf whose metadata is at `replica` may hold `key` given the route: `Ok(true)`
@@ -586,31 +640,49 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
 
     /// The value of the entry at `slot` (reads the block in indirect mode).
     async fn entry_value(&mut self, img: &[u8], slot: usize) -> Result<Vec<u8>, IndexError> {
-        let raw = self.l.value(img, slot).to_vec();
         if !self.o.indirect {
-            return Ok(raw);
+            return Ok(self.l.value(img, slot).to_vec());
         }
-        let (at, lines) = split_block_pointer(u64::from_le_bytes(raw.try_into().expect("8 bytes")));
-        if lines == 0 {
-            return Err(IndexError::Corrupt(format!("a null value pointer in leaf entry {slot}")));
-        }
-        let block = self.ctx.read(at, Buf::zeroed(lines * 64)).await?;
-        let len = block.u64_at(0) as usize;
-        if len == 0 || len > lines * 64 - 8 {
-            return Err(IndexError::Corrupt(format!("value block at {at} has length {len}")));
-        }
-        Ok(block.as_slice()[8..8 + len].to_vec())
+        Ok(self.read_blocks(img, &[slot]).await?.pop().expect("one block").1)
     }
 
-    /// The bytes an entry's value field gets for `value` (writes a block in indirect mode).
-    async fn value_field(&mut self, value: &[u8]) -> Result<Vec<u8>, IndexError> {
+    /// The `(key, value)` of the blocks entries `slots` point to (indirect mode), read in one
+    /// doorbell batch.
+    async fn read_blocks(&mut self, img: &[u8], slots: &[usize]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, IndexError> {
+        if slots.is_empty() {
+            return Ok(Vec::new());
+        }
+        let l = self.l;
+        let mut batch = Vec::with_capacity(slots.len());
+        for &s in slots {
+            let (at, lines) = split_block_pointer(u64::from_le_bytes(l.value(img, s).try_into().expect("8 bytes")));
+            if lines == 0 {
+                return Err(IndexError::Corrupt(format!("a null block pointer in leaf entry {s}")));
+            }
+            batch.push(Request::read_len(at, lines * 64));
+        }
+        let responses = crate::common::batch::post_per_node(&self.ctx, batch).await?;
+        let mut out = Vec::with_capacity(slots.len());
+        for r in responses {
+            let block = r.into_buf()?;
+            out.push(parse_block(block.as_slice()).map_err(IndexError::Corrupt)?);
+        }
+        self.ctx.charge_cpu(CpuWork::CopyByte, out.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum()).await;
+        Ok(out)
+    }
+
+    /// The bytes an entry's value field gets for `value` (in indirect mode, writes a block
+    /// holding `key` and `value`).
+    async fn value_field(&mut self, key: &[u8], value: &[u8]) -> Result<Vec<u8>, IndexError> {
         if !self.o.indirect {
             return Ok(value.to_vec());
         }
-        let lines = (value.len() + 8).div_ceil(64);
+        let lines = (key.len() + value.len() + 8).div_ceil(64);
         let node = self.node.clone();
         let at = node.chunks.alloc(&self.ctx, lines as u64 * 64, 64).await?;
-        let mut block = (value.len() as u64).to_le_bytes().to_vec();
+        let mut block = (key.len() as u32).to_le_bytes().to_vec();
+        block.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        block.extend_from_slice(key);
         block.extend_from_slice(value);
         block.resize(lines * 64, 0);
         self.ctx.write(at, Buf::from(block)).await?;
@@ -623,6 +695,9 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         mut leader: Option<&mut ReadLeader<'_, Change, Reply>>,
     ) -> Result<Option<Vec<u8>>, IndexError> {
         let l = self.l;
+        let full = key;
+        let slot = self.slot_key(full);
+        let key: &[u8] = &slot;
         let h = self.home(key).await;
         let fp = fingerprint(key);
         let mut use_cache = true;
@@ -637,13 +712,21 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     if let Some(ld) = leader.as_deref_mut() {
                         ld.mark();
                     }
-                    if self.read_entries(route.leaf, &mut img, s, 1).await?.is_ok() && l.key(&img, s) == key {
+                    let hit = if self.read_entries(route.leaf, &mut img, s, 1).await?.is_ok() && l.key(&img, s) == key {
+                        self.resolve(&img, &[s], full).await?
+                    } else {
+                        None
+                    };
+                    if let Some((s, value)) = hit {
                         self.counters.event("speculation_hit");
                         self.node.hotspot.touch(route.leaf.raw(), s as u16, fp);
                         if l.is_tombstone(&img, s) {
                             return Ok(None);
                         }
-                        return self.entry_value(&img, s).await.map(Some);
+                        return match value {
+                            Some(v) => Ok(Some(v)),
+                            None => self.entry_value(&img, s).await.map(Some),
+                        };
                     }
                     self.counters.event("speculation_miss");
                     self.node.hotspot.forget(route.leaf.raw(), s as u16);
@@ -668,12 +751,16 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     continue 'route;
                 }
                 // G2: a key found among the home's keys is a real version of its entry.
-                if let Some(s) = self.find_in_hood(&img, h, key, l.hood) {
+                let matches = self.hood_matches(&img, h, key, l.hood);
+                if let Some((s, value)) = self.resolve(&img, &matches, full).await? {
                     self.node.hotspot.touch(route.leaf.raw(), s as u16, fp);
                     if l.is_tombstone(&img, s) {
                         return Ok(None);
                     }
-                    return self.entry_value(&img, s).await.map(Some);
+                    return match value {
+                        Some(v) => Ok(Some(v)),
+                        None => self.entry_value(&img, s).await.map(Some),
+                    };
                 }
                 if !self.planted("no-bitmap-check") && !self.bitmap_consistent(&img, h).await {
                     self.counters.event("bitmap_mismatch");
@@ -742,6 +829,9 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         pending: &mut Pending<'_, '_>,
     ) -> Result<(Locked, Option<usize>), IndexError> {
         let l = self.l;
+        let full = key;
+        let slot = self.slot_key(full);
+        let key: &[u8] = &slot;
         let fp = fingerprint(key);
         let mut use_cache = true;
         'route: for _ in 0..self.o.max_retries {
@@ -755,9 +845,16 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     let hood = (0..l.hood).map(|d| l.at(h, d) as u16);
                     if let Some(s) = self.node.hotspot.candidates(route.leaf.raw(), hood, fp) {
                         let s = s as usize;
-                        let read = self.read_entries(route.leaf, &mut lk.img, s, 1).await;
-                        match read {
+                        // `Ok(true)`: the entry holds the key.
+                        let read = match self.read_entries(route.leaf, &mut lk.img, s, 1).await {
                             Ok(Ok(_)) if l.key(&lk.img, s) == key => {
+                                self.resolve(&lk.img, &[s], full).await.map(|hit| hit.is_some())
+                            }
+                            Ok(_) => Ok(false),
+                            Err(e) => Err(e),
+                        };
+                        match read {
+                            Ok(true) => {
                                 self.counters.event("speculation_hit");
                                 return Ok((lk, Some(s)));
                             }
@@ -801,10 +898,20 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     n = far;
                 }
                 lk.have = n;
-                let found = if self.planted("upsert-first-vacancy") {
-                    (0..n).map(|d| l.at(h, d)).find(|&s| !l.is_empty(&lk.img, s) && l.key(&lk.img, s) == key)
+                let matches: Vec<usize> = if self.planted("upsert-first-vacancy") {
+                    (0..n)
+                        .map(|d| l.at(h, d))
+                        .filter(|&s| !l.is_empty(&lk.img, s) && l.key(&lk.img, s) == key)
+                        .collect()
                 } else {
-                    self.find_in_hood(&lk.img, h, key, n)
+                    self.hood_matches(&lk.img, h, key, n)
+                };
+                let found = match self.resolve(&lk.img, &matches, full).await {
+                    Ok(hit) => hit.map(|(s, _)| s),
+                    Err(e) => {
+                        self.unlock(route.leaf, word, vec![]).await?;
+                        return Err(e);
+                    }
                 };
                 let verdict = self.validate_route(&lk.img, replica, &route, key);
                 if verdict.is_err() {
@@ -863,8 +970,9 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     /// Applies the pending changes to `key` under the leaf lock; returns one result per change.
     async fn write_leaf(&mut self, key: &[u8], pending: &mut Pending<'_, '_>) -> Result<Vec<bool>, IndexError> {
         let l = self.l;
-        let h = self.home(key).await;
-        let fp = fingerprint(key);
+        let slot = self.slot_key(key).into_owned();
+        let h = self.home(&slot).await;
+        let fp = fingerprint(&slot);
         let (mut lk, found) = self.lock_leaf(key, h, pending).await?;
         let changes = pending.close();
         let live = found.filter(|&s| !l.is_tombstone(&lk.img, s));
@@ -876,10 +984,10 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 // keeps the placeholder when no change wrote a value.
                 self.unlock(lk.addr, lk.word, vec![]).await
             }
-            (Some(s), Some(v)) => self.write_entry(&mut lk, h, s, Some(&v)).await.map(|_| {
+            (Some(s), Some(v)) => self.write_entry(&mut lk, h, s, key, Some(&v)).await.map(|_| {
                 self.node.hotspot.touch(lk.addr.raw(), s as u16, fp);
             }),
-            (Some(s), None) if live.is_some() => self.write_entry(&mut lk, h, s, None).await,
+            (Some(s), None) if live.is_some() => self.write_entry(&mut lk, h, s, key, None).await,
             (None, Some(v)) => self.insert_new(lk, h, key, &v).await,
             (_, None) => self.unlock(lk.addr, lk.word, vec![]).await,
         };
@@ -892,6 +1000,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         lk: &mut Locked,
         h: usize,
         s: usize,
+        full: &[u8],
         value: Option<&[u8]>,
     ) -> Result<(), IndexError> {
         let l = self.l;
@@ -899,7 +1008,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         let mut touched = vec![s];
         match value {
             Some(v) => {
-                let field = match self.value_field(v).await {
+                let field = match self.value_field(full, v).await {
                     Ok(f) => f,
                     Err(e) => {
                         self.unlock(lk.addr, lk.word, vec![]).await?;
@@ -936,13 +1045,15 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     /// Inserts a new key into the locked leaf (hopscotch), splitting it if there is no room.
     async fn insert_new(&mut self, mut lk: Locked, h: usize, key: &[u8], value: &[u8]) -> Result<(), IndexError> {
         let l = self.l;
-        let field = match self.value_field(value).await {
+        let field = match self.value_field(key, value).await {
             Ok(f) => f,
             Err(e) => {
                 self.unlock(lk.addr, lk.word, vec![]).await?;
                 return Err(e);
             }
         };
+        let slot = self.slot_key(key).into_owned();
+        let key = slot.as_slice();
         let before = lk.img.clone();
         let mut hopped = hop_insert(&l, &mut lk.img, h, key, &field, lk.have);
         if hopped.is_none() && lk.have < l.span {
@@ -1038,6 +1149,9 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         let mut candidates = self.critical_keys(&img, h, key, field);
         candidates.push(key.to_vec());
         candidates.sort();
+        // Indirect keys that share a prefix share a key field and move together: split between
+        // distinct fields, or a group can land whole beside the key and leave it no room.
+        candidates.dedup();
         let mut split_key = candidates[candidates.len() / 2].clone();
         let below = |sk: &[u8]| occupied.iter().filter(|&&s| l.key(&img, s) < sk).count();
         if below(&split_key) == 0 && key >= split_key.as_slice()
@@ -1047,6 +1161,12 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             all.push(key.to_vec());
             all.sort();
             split_key = all[all.len() / 2].clone();
+        }
+        if below(&split_key) == 0 && key >= split_key.as_slice() {
+            // Every key here shares one key field (indirect keys with one prefix): no pivot
+            // can part them.
+            self.unlock(lk.addr, lk.word, vec![]).await?;
+            return Err(self.crowded(lk.addr));
         }
         // Left keeps live keys below the split key, and its largest key even if deleted.
         let left_max = occupied
@@ -1093,7 +1213,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         if hop_insert(&l, target, h, key, field, l.span).is_none() {
             let word = lk.word;
             self.unlock(lk.addr, word, vec![]).await?;
-            return Err(self.corrupt(lk.addr, "a split left no room for the key"));
+            return Err(self.crowded(lk.addr));
         }
         let max_left = (0..l.span)
             .filter(|&s| !l.is_empty(&left, s))
@@ -1169,7 +1289,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                         }
                     }
                 };
-                let k = self.o.key_bytes as usize;
+                let k = self.l.key_bytes;
                 let r = Internal {
                     nv: 0,
                     level: level + 1,
@@ -1349,8 +1469,13 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         }
         let l = self.l;
         let first = match start {
-            Bound::Included(k) | Bound::Excluded(k) => k.to_vec(),
+            Bound::Included(k) | Bound::Excluded(k) => self.slot_key(k).into_owned(),
             Bound::Unbounded => vec![0; l.key_bytes],
+        };
+        // In indirect mode, the key fields that can hold keys in range (slots are monotone).
+        let slot_end = match end {
+            Bound::Included(k) | Bound::Excluded(k) => Bound::Included(self.slot_key(k).into_owned()),
+            Bound::Unbounded => Bound::Unbounded,
         };
         let mut addr = self.traverse(&first, 0, true).await?.leaf;
         let mut img = vec![0u8; l.decoded_bytes()];
@@ -1362,11 +1487,26 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 self.counters.retries += 1;
                 continue;
             }
-            let mut items: Vec<usize> = (0..l.span).filter(|&s| !l.is_empty(&img, s)).collect();
-            items.sort_by(|&a, &b| l.key(&img, a).cmp(l.key(&img, b)));
-            let mut stop = false;
-            for s in items {
-                let k = l.key(&img, s).to_vec();
+            let occupied = (0..l.span).filter(|&s| !l.is_empty(&img, s));
+            // A key field above the end's holds a key above the end.
+            let mut stop = self.o.indirect
+                && occupied.clone().any(|s| !below_end(l.key(&img, s), slot_end.as_ref().map(|k| k.as_slice())));
+            // (key, entry, value if read already), in key order.
+            let mut items: Vec<(Vec<u8>, usize, Option<Vec<u8>>)> = if self.o.indirect {
+                let slot_end = slot_end.as_ref().map(|k| k.as_slice());
+                let want: Vec<usize> = occupied
+                    .filter(|&s| {
+                        let k = l.key(&img, s);
+                        !l.is_tombstone(&img, s) && k >= first.as_slice() && below_end(k, slot_end)
+                    })
+                    .collect();
+                let blocks = self.read_blocks(&img, &want).await?;
+                want.into_iter().zip(blocks).map(|(s, (k, v))| (k, s, Some(v))).collect()
+            } else {
+                occupied.map(|s| (l.key(&img, s).to_vec(), s, None)).collect()
+            };
+            items.sort_by(|a, b| a.0.cmp(&b.0));
+            for (k, s, value) in items {
                 if !below_end(&k, end) {
                     stop = true;
                     break;
@@ -1374,7 +1514,10 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 if !above_start(&k, start) || last.as_ref().is_some_and(|p| k <= *p) || l.is_tombstone(&img, s) {
                     continue;
                 }
-                let v = self.entry_value(&img, s).await?;
+                let v = match value {
+                    Some(v) => v,
+                    None => self.entry_value(&img, s).await?,
+                };
                 last = Some(k.clone());
                 out.push((k, v));
                 if out.len() == limit {

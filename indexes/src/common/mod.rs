@@ -4,6 +4,7 @@
 //!   structure here imports them from it and from nowhere else, so loom can check it.
 //! - [`chunk`]: the local chunk allocator — remote memory fetched in large chunks from the
 //!   memory nodes' allocator service and carved into small blocks without a round trip.
+//! - [`batch`]: doorbell batches that span memory nodes (one per node, in flight together).
 //! - [`bounds`]: whether a key lies within a scan's start and end bounds.
 //! - [`change`]: a write's change to its key, and folding a combined batch of them.
 //! - [`hocl`]: the local half of the hierarchical on-chip lock (Sherman's local lock table with
@@ -16,6 +17,7 @@
 //! Everything here is per compute node: shared by that node's clients (`Sync`), its bytes
 //! accounted, and never holding a lock across an `.await`.
 
+pub mod batch;
 pub mod bounds;
 pub mod change;
 pub mod chunk;
