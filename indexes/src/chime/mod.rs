@@ -43,7 +43,9 @@
 //!   runs are its regression scenario.
 //! - G3: an insert reads up to the home's farthest hop offset before deciding the key is absent
 //!   (plant `upsert-first-vacancy`: only up to the first vacancy, which can duplicate a key).
-//! - G4: an insert moving right keeps the expected sibling (plant `right-null-sibling`).
+//! - G4: an insert moving right keeps the expected sibling (plant `right-null-sibling`). It
+//!   needs a right leaf with room above its argmax, which only a deleted maximum leaves (a
+//!   split drops the tombstone from the right half); `verify/tests/chime.rs` scripts it.
 //! - G5: deletes are tombstones (plant `delete-clears`: clearing the entry, which can lose the
 //!   left node's maximum and with it the pivot rule).
 //!
