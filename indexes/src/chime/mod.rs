@@ -701,7 +701,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         let slot = self.slot_key(full);
         let key: &[u8] = &slot;
         let h = self.home(key).await;
-        let fp = fingerprint(key);
+        let fp = fingerprint(full);
         let mut use_cache = true;
         let mut img = vec![0u8; l.decoded_bytes()];
         'route: for _ in 0..self.o.max_retries {
@@ -834,7 +834,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         let full = key;
         let slot = self.slot_key(full);
         let key: &[u8] = &slot;
-        let fp = fingerprint(key);
+        let fp = fingerprint(full);
         let mut use_cache = true;
         'route: for _ in 0..self.o.max_retries {
             let mut route = self.traverse(key, 0, use_cache).await?;
@@ -974,7 +974,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         let l = self.l;
         let slot = self.slot_key(key).into_owned();
         let h = self.home(&slot).await;
-        let fp = fingerprint(&slot);
+        let fp = fingerprint(key);
         let (mut lk, found) = self.lock_leaf(key, h, pending).await?;
         let changes = pending.close();
         let live = found.filter(|&s| !l.is_tombstone(&lk.img, s));
