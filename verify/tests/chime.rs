@@ -17,9 +17,8 @@ fn key(k: u16) -> Vec<u8> {
     (k as u64).to_be_bytes().to_vec()
 }
 
-fn ops(keys: u16) -> impl Strategy<Value = Vec<Op>> {
-    let k = (0..keys).prop_map(key);
-    let value = any::<u8>().prop_map(|b| vec![b; VALUE]);
+/// Sequences of every operation over the keys and values the strategies give.
+fn ops_over(k: BoxedStrategy<Vec<u8>>, value: BoxedStrategy<Vec<u8>>) -> impl Strategy<Value = Vec<Op>> {
     let op = prop_oneof![
         2 => k.clone().prop_map(|key| Op::Search { key }),
         4 => (k.clone(), value.clone()).prop_map(|(key, value)| Op::Insert { key, value }),
@@ -31,6 +30,10 @@ fn ops(keys: u16) -> impl Strategy<Value = Vec<Op>> {
         }),
     ];
     prop::collection::vec(op, 1..150)
+}
+
+fn ops(keys: u16) -> impl Strategy<Value = Vec<Op>> {
+    ops_over((0..keys).prop_map(key).boxed(), any::<u8>().prop_map(|b| vec![b; VALUE]).boxed())
 }
 
 fn options(config: &str) -> ChimeOptions {
@@ -49,19 +52,10 @@ fn configs() -> impl Strategy<Value = ChimeOptions> {
 /// CHIME-Indirect with 2-byte prefixes: keys of 2, 3 and 5 bytes, three per prefix, values
 /// of 1..=VALUE bytes.
 fn var_ops() -> impl Strategy<Value = Vec<Op>> {
-    let k = (0..120u64).prop_map(chime_var_key);
-    let value = (any::<u8>(), 1..=VALUE).prop_map(|(b, n)| vec![b; n]);
-    let op = prop_oneof![
-        2 => k.clone().prop_map(|key| Op::Search { key }),
-        4 => (k.clone(), value.clone()).prop_map(|(key, value)| Op::Insert { key, value }),
-        1 => (k.clone(), value).prop_map(|(key, value)| Op::Update { key, value }),
-        1 => k.clone().prop_map(|key| Op::Delete { key }),
-        1 => (k.clone(), k, 1usize..20).prop_map(|(a, b, limit)| {
-            let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-            Op::Scan { start: Bound::Included(lo), end: Bound::Excluded(hi), limit }
-        }),
-    ];
-    prop::collection::vec(op, 1..150)
+    ops_over(
+        (0..120u64).prop_map(chime_var_key).boxed(),
+        (any::<u8>(), 1..=VALUE).prop_map(|(b, n)| vec![b; n]).boxed(),
+    )
 }
 
 fn var_options() -> impl Strategy<Value = ChimeOptions> {
