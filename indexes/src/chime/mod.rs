@@ -584,22 +584,22 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     }
 
     /// Among `slots` (entries whose key field matches `key`'s), the one holding `key`, with its
-    /// value when it was read: with fixed-size keys the first (no value); in indirect mode the
-    /// one whose block holds `key` (all the blocks in one doorbell batch).
+    /// value: with fixed-size keys the first; in indirect mode the one whose block holds `key`
+    /// (all the blocks in one doorbell batch).
     async fn resolve(
         &mut self,
         img: &[u8],
         slots: &[usize],
         key: &[u8],
-    ) -> Result<Option<(usize, Option<Vec<u8>>)>, IndexError> {
+    ) -> Result<Option<(usize, Vec<u8>)>, IndexError> {
         if !self.o.indirect || slots.is_empty() {
-            return Ok(slots.first().map(|&s| (s, None)));
+            return Ok(slots.first().map(|&s| (s, self.l.value(img, s).to_vec())));
         }
         if slots.len() > 1 {
             self.counters.event("prefix_collision");
         }
         let blocks = self.read_blocks(img, slots).await?;
-        Ok(slots.iter().zip(blocks).find(|(_, (k, _))| k == key).map(|(&s, (_, v))| (s, Some(v))))
+        Ok(slots.iter().zip(blocks).find(|(_, (k, _))| k == key).map(|(&s, (_, v))| (s, v)))
     }
 
     /// Whether a leaf whose metadata is at `replica` may hold `key` given the route: `Ok(true)`
@@ -722,13 +722,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     if let Some((s, value)) = hit {
                         self.counters.event("speculation_hit");
                         self.node.hotspot.touch(route.leaf.raw(), s as u16, fp);
-                        if l.is_tombstone(&img, s) {
-                            return Ok(None);
-                        }
-                        return match value {
-                            Some(v) => Ok(Some(v)),
-                            None => self.entry_value(&img, s).await.map(Some),
-                        };
+                        return Ok((!l.is_tombstone(&img, s)).then_some(value));
                     }
                     self.counters.event("speculation_miss");
                     self.node.hotspot.forget(route.leaf.raw(), s as u16);
@@ -756,13 +750,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 let matches = self.hood_matches(&img, h, key, l.hood);
                 if let Some((s, value)) = self.resolve(&img, &matches, full).await? {
                     self.node.hotspot.touch(route.leaf.raw(), s as u16, fp);
-                    if l.is_tombstone(&img, s) {
-                        return Ok(None);
-                    }
-                    return match value {
-                        Some(v) => Ok(Some(v)),
-                        None => self.entry_value(&img, s).await.map(Some),
-                    };
+                    return Ok((!l.is_tombstone(&img, s)).then_some(value));
                 }
                 if !self.planted("no-bitmap-check") && !self.bitmap_consistent(&img, h).await {
                     self.counters.event("bitmap_mismatch");
