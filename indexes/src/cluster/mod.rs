@@ -1,0 +1,855 @@
+//! # DrTM cluster hashing, one-sided (the RACE paper's baseline)
+//!
+//! The RACE paper (digest `shared/digests/race.md` §5, "Baselines") compares RACE with DrTM's
+//! cluster hashing re-implemented with **one-sided verbs only** (READ, WRITE, CAS; the memory
+//! pool runs no index code): 8 slots per main and per overflow bucket, overflow-to-main bucket
+//! ratio 3, keys and values out of the table in KV blocks. "Traverse the chain with one READ per
+//! bucket; if full, lock the list (CAS), allocate and link an overflow bucket, write the item,
+//! unlock. Delete compacts by moving tail items forward and recycles tail buckets." This module
+//! is that baseline, written from the digest's description; the paper gives no byte layout, so
+//! the layout is ours ([`layout`]).
+//!
+//! ## Remote layout ([`layout`])
+//!
+//! A superblock on memory node 0 names one region per memory node. A region holds a pool header
+//! (the node's overflow counter), the node's main buckets (bucket `b` lives on node `b % m`) and
+//! its pool of overflow buckets (`overflow_percent` per 100 main buckets, 300 by default: the
+//! paper's ratio 3). A bucket is a header word `[lock | version | next]`, `slots` slot words
+//! `[fingerprint: 8 | units: 8 | offset: 48]` (RACE's slot format) and, in main buckets, a copy
+//! of the version. A chain — its main bucket, its overflow buckets and its items' KV blocks —
+//! lives on one memory node, so every verb of an operation goes to one QP.
+//!
+//! **Items are packed.** A chain's items occupy its positions `0..n` (slot order, bucket by
+//! bucket) with no hole: inserts append at position `n`, and a delete moves the tail item into
+//! the hole it leaves (DrTM's compaction). A reader can therefore stop at the first empty slot.
+//!
+//! ## Operations
+//!
+//! - **search** — lock-free. READ the main bucket; for each bucket, one doorbell batch READs the
+//!   KV blocks of the slots whose fingerprint matches together with the next bucket (same node),
+//!   until a full key matches (return its value), or an empty slot or the chain's end. A found
+//!   value is linearizable at the READ of its slot word: a slot word naming a block of key `k`
+//!   always names `k`'s current value (blocks are written before they are published and never
+//!   rewritten; the tail copy a move leaves for an instant names the same block). A miss needs
+//!   more, because a delete moves the tail item forward, past a reader that already read the
+//!   earlier bucket: the reader requires the main bucket's version to be even (no move under way)
+//!   and equal in both 64-byte units of its READ, and, after the last bucket, READs the header
+//!   again (riding the batch of the last KV-block READs when there is one) and retries if the
+//!   version moved. Between the two samples no item moved, and then a present key stays in one
+//!   slot that the traversal reads. 1 RTT per bucket (+1 for a fingerprint match in the last
+//!   bucket, or for a miss).
+//! - **insert (upsert) / update / delete** — lock the chain: one doorbell batch
+//!   `[masked CAS of the main header's lock bit, READ main bucket]` (on one QP the READ sees the
+//!   CAS; with emulated masked atomics the CAS goes alone, then the READ). Read the rest of the
+//!   chain up to the first empty slot, one READ per bucket, with the fingerprint matches' KV
+//!   blocks in the same batches, then act and unlock in one final batch whose WRITEs a QP places
+//!   in order (block before slot before unlock):
+//!   - the key exists (upsert, update): WRITE a new KV block, WRITE the slot word, unlock. The
+//!     new block is carved from the compute node's chunk of the chain's memory node before
+//!     locking; updates are out of place.
+//!   - a new key: WRITE the block and the slot word at position `n`. If the chain is full, FAA the
+//!     node's overflow counter (index ≥ the pool's size: [`IndexError::Full`]), WRITE the item
+//!     into the new bucket and link it from the tail's header (the main bucket's link rides the
+//!     unlock word).
+//!   - delete of the tail item: WRITE its slot to 0. Of another item: WRITE the header with an
+//!     odd version and its copy, WRITE the tail's word over the deleted slot, clear the tail
+//!     slot, WRITE the copy and the header with the next even version, unlocked.
+//!   - absent key (update, delete): unlock.
+//! - **scan** — unsupported (a hash table has no order).
+//!
+//! ## Deviations from the baseline as the paper describes it
+//!
+//! - **Tail buckets are recycled within their chain, not across chains.** An overflow bucket
+//!   that compaction empties stays linked and takes the chain's next inserts; DrTM returns it to
+//!   a free list. A shared one-sided free list needs an ABA-safe stack and a grace period for
+//!   readers still walking the unlinked bucket; the RACE paper does not say how its
+//!   re-implementation did it. Consequence: a node's pool, once handed out, is never returned,
+//!   so the insert-until-first-failure load factor (Fig. 12) is unaffected (no deletes there),
+//!   but a delete-heavy run keeps its longest chains.
+//! - **Old KV blocks are not reclaimed.** Updates and deletes leave the old block in remote
+//!   memory (RACE reclaims through a quarantine after a grace period, digest D18). Without reuse
+//!   no reader can see a block rewritten under it; the block checksum is kept, and a block that
+//!   fails it is reported as [`IndexError::Corrupt`].
+//! - **The version word** (and its copy in the main bucket's second 64-byte unit) is ours: the
+//!   paper's searches are lock-free, and without it a search racing a compaction misses a present
+//!   key (planted bug `no-version-check`). It relies on the default 64-byte atomicity unit;
+//!   under `atomicity_bytes = 8` a miss is not validated.
+//! - Slots are RACE's 8-byte words (fingerprint, length, pointer), not DrTM's 16-byte slots
+//!   with the full key; buckets are 80 bytes on a 128-byte stride.
+//!
+//! ## Invariants ([`Cluster::check_invariants`])
+//!
+//! With no operation in flight: every main header unlocked with an even version equal to its
+//! copy; overflow headers carry only a link; chains are acyclic, link only handed-out overflow
+//! buckets of their own node, and every handed-out bucket is in exactly one chain; items are
+//! packed; every slot names a valid KV block of its length whose key has the slot's fingerprint
+//! and hashes to the chain; no key appears twice.
+//!
+//! ## Planted bugs
+//!
+//! - `no-lock`: writers skip the chain lock: two inserts take one position, or one key twice.
+//! - `unlock-before-write`: the unlock WRITE is posted before the slot WRITEs, so the next writer
+//!   reads the chain before they land and overwrites them.
+//! - `no-version-check`: searches do not validate a miss against the chain version: a search
+//!   that read a bucket before a delete moved the tail item into it returns a present key as
+//!   absent.
+
+pub mod layout;
+
+use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
+use crate::common::primitive::{Mutex, lock};
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, MaskedAtomics, MemoryView, NodeId, RemoteAddr, Request};
+use layout::{Block, Bucket, Header, LOCK_BIT, SlotWord, Superblock};
+use rand::Rng;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// Options of the cluster hash table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterOptions {
+    /// Main buckets in total (spread round-robin over the memory nodes).
+    pub main_buckets: u64,
+    /// Slots per bucket, main and overflow alike (the paper: 8; at most [`layout::MAX_SLOTS`]).
+    pub slots_per_bucket: u32,
+    /// Overflow buckets per 100 main buckets, per memory node (the paper's ratio 3 = 300).
+    pub overflow_percent: u32,
+    /// Longest key (bytes).
+    pub key_bytes: u32,
+    /// Longest value (bytes).
+    pub value_bytes: u32,
+    /// Memory nodes `0..memory_nodes` hold the buckets and KV blocks.
+    pub memory_nodes: u16,
+    /// Bound on attempts of one operation before [`IndexError::RetriesExhausted`].
+    pub max_retries: u32,
+    /// Bytes of the chunks KV blocks are carved from (per compute node and memory node).
+    pub chunk_bytes: u64,
+    /// Planted bugs (removed protections), by name.
+    pub plants: BTreeSet<&'static str>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            main_buckets: 1 << 16,
+            slots_per_bucket: 8,
+            overflow_percent: 300,
+            key_bytes: 256,
+            value_bytes: 1024,
+            memory_nodes: 1,
+            max_retries: 10_000,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            plants: BTreeSet::new(),
+        }
+    }
+}
+
+impl ClusterOptions {
+    /// A clear message for options the index cannot work with.
+    pub fn validate(&self) -> Result<(), String> {
+        let m = self.memory_nodes as u64;
+        if self.memory_nodes == 0 || self.memory_nodes as usize > layout::MAX_MEMORY_NODES {
+            return Err(format!("the cluster index spreads over 1..={} memory nodes", layout::MAX_MEMORY_NODES));
+        }
+        if self.main_buckets < m {
+            return Err(format!(
+                "the cluster index needs at least one main bucket per memory node ({} for {m} nodes)",
+                self.main_buckets
+            ));
+        }
+        if self.slots_per_bucket == 0 || self.slots_per_bucket > layout::MAX_SLOTS {
+            return Err(format!(
+                "slots_per_bucket must be 1..={} (a bucket fits two 64-byte units), not {}",
+                layout::MAX_SLOTS,
+                self.slots_per_bucket
+            ));
+        }
+        let main_per_node = layout::main_on(self.main_buckets, m, 0);
+        let overflow_per_node = layout::overflow_for(main_per_node, self.overflow_percent);
+        if overflow_per_node >= u32::MAX as u64 {
+            return Err(format!("{overflow_per_node} overflow buckets per memory node do not fit a 32-bit link"));
+        }
+        let region = main_per_node
+            .checked_add(overflow_per_node)
+            .and_then(|b| b.checked_add(1))
+            .and_then(|b| b.checked_mul(layout::bucket_stride(self.slots_per_bucket)));
+        if region.is_none_or(|r| r >= RemoteAddr::OFFSET_LIMIT / 2) {
+            return Err("the table does not fit a memory node's address space".into());
+        }
+        if self.key_bytes == 0 || self.key_bytes > u16::MAX as u32 || self.value_bytes > u16::MAX as u32 {
+            return Err("key_bytes must be 1..=65535 and value_bytes at most 65535".into());
+        }
+        let units = layout::block_units(self.key_bytes as usize, self.value_bytes as usize);
+        if units > layout::MAX_BLOCK_UNITS {
+            return Err(format!(
+                "a KV block of a {}-byte key and a {}-byte value takes {units} units of 64 bytes; a slot names at most {}",
+                self.key_bytes,
+                self.value_bytes,
+                layout::MAX_BLOCK_UNITS
+            ));
+        }
+        if self.max_retries == 0 {
+            return Err("max_retries must be positive".into());
+        }
+        let chunks = ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 };
+        chunks.validate()?;
+        if self.chunk_bytes < 4 * (units * layout::BLOCK_UNIT) as u64 {
+            return Err(format!("chunks of {} bytes are too small for KV blocks of {units} units", self.chunk_bytes));
+        }
+        for p in &self.plants {
+            if !PLANTS.iter().any(|k| k.name == *p) {
+                return Err(format!("unknown planted bug '{p}'"));
+            }
+        }
+        Ok(())
+    }
+}
+
+const PLANTS: [PlantedBug; 3] = [
+    PlantedBug {
+        name: "no-lock",
+        description: "writers skip the chain lock: concurrent inserts take one slot or store one key twice, and links are lost",
+    },
+    PlantedBug {
+        name: "unlock-before-write",
+        description: "the unlock is posted before the slot WRITEs: the next writer reads the chain before they land and overwrites them",
+    },
+    PlantedBug {
+        name: "no-version-check",
+        description: "a search's miss is not validated against the chain version: a delete that moves the tail item forward hides a present key",
+    },
+];
+
+/// The state one compute node's clients share: the superblock and the KV-block chunks.
+#[derive(Debug)]
+pub struct ClusterNode {
+    superblock: Mutex<Option<Arc<Superblock>>>,
+    chunks: LocalChunkAllocator,
+}
+
+impl ClusterNode {
+    fn cached(&self) -> Option<Arc<Superblock>> {
+        lock(&self.superblock).clone()
+    }
+
+    fn fill(&self, sb: Superblock) -> Arc<Superblock> {
+        lock(&self.superblock).get_or_insert_with(|| Arc::new(sb)).clone()
+    }
+
+    fn bytes(&self) -> u64 {
+        self.cached().map_or(0, |sb| sb.encode().len() as u64) + self.chunks.bytes()
+    }
+}
+
+/// DrTM cluster hashing's [`IndexKind`].
+#[derive(Debug)]
+pub struct Cluster;
+
+/// One client's handle.
+#[derive(Debug)]
+pub struct ClusterHandle<C> {
+    o: ClusterOptions,
+    node: Arc<ClusterNode>,
+    ctx: C,
+    counters: Counters,
+}
+
+impl IndexKind for Cluster {
+    const NAME: &'static str = "cluster";
+    const SUPPORTS_SCAN: bool = false;
+    type Options = ClusterOptions;
+    type NodeState = ClusterNode;
+    type Handle<C: Client + Clone + 'static> = ClusterHandle<C>;
+
+    fn limits(o: &ClusterOptions) -> Limits {
+        Limits {
+            min_key_bytes: 1,
+            max_key_bytes: o.key_bytes as usize,
+            min_value_bytes: 0,
+            max_value_bytes: o.value_bytes as usize,
+        }
+    }
+
+    fn validate(o: &ClusterOptions) -> Result<(), String> {
+        o.validate()
+    }
+
+    async fn create<C: Client>(o: &ClusterOptions, ctx: &C) -> Result<(), IndexError> {
+        o.validate().map_err(IndexError::Corrupt)?;
+        let mut sb = Superblock {
+            main_buckets: o.main_buckets,
+            slots: o.slots_per_bucket,
+            overflow_percent: o.overflow_percent,
+            key_bytes: o.key_bytes,
+            value_bytes: o.value_bytes,
+            regions: vec![RemoteAddr::NULL; o.memory_nodes as usize],
+        };
+        for i in 0..o.memory_nodes as usize {
+            let bytes = layout::region_bytes(sb.slots, sb.main_on(i), sb.overflow_on(i));
+            // Fresh memory is zero: empty buckets, versions 0, the overflow counter 0.
+            sb.regions[i] = dmkit_rdma::alloc::alloc(ctx, NodeId(i as u16), bytes, 4096).await?;
+        }
+        ctx.write(layout::superblock_addr(), Buf::from(sb.encode())).await?;
+        Ok(())
+    }
+
+    fn node_state(o: &ClusterOptions, _: &Caps) -> ClusterNode {
+        let chunks = LocalChunkAllocator::new(ChunkOptions {
+            memory_nodes: o.memory_nodes,
+            chunk_bytes: o.chunk_bytes,
+            chunk_align: 4096,
+        })
+        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        ClusterNode { superblock: Mutex::new(None), chunks }
+    }
+
+    fn node_state_bytes(node: &ClusterNode) -> u64 {
+        node.bytes()
+    }
+
+    fn open<C: Client + Clone + 'static>(o: &ClusterOptions, node: Arc<ClusterNode>, ctx: C) -> ClusterHandle<C> {
+        ClusterHandle { o: o.clone(), node, ctx, counters: Counters::default() }
+    }
+
+    fn check_invariants(o: &ClusterOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+        walk(o, memory)
+    }
+
+    fn node_counters(node: &ClusterNode) -> BTreeMap<&'static str, u64> {
+        let a = node.chunks.account();
+        BTreeMap::from([("chunks", a.chunks)])
+    }
+
+    fn planted_bugs() -> &'static [PlantedBug] {
+        &PLANTS
+    }
+
+    fn plant(o: &mut ClusterOptions, bug: &str) -> Result<(), String> {
+        let known = PLANTS.iter().find(|p| p.name == bug).ok_or_else(|| {
+            let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
+            format!("the cluster index has no planted bug '{bug}' (it has: {})", names.join(", "))
+        })?;
+        o.plants.insert(known.name);
+        Ok(())
+    }
+}
+
+/// The invariant walk (see the module doc).
+fn walk(o: &ClusterOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+    let read = |addr: RemoteAddr, len: usize| memory.read_memory(addr, len).map_err(|e| e.to_string());
+    let raw = read(layout::superblock_addr(), layout::superblock_bytes(o.memory_nodes as usize))?;
+    let sb = Superblock::decode(&raw)?;
+    let mut report = InvariantReport { remote_bytes: raw.len() as u64, ..InvariantReport::default() };
+    let m = sb.regions.len();
+    // Overflow buckets handed out per node, and which chain links each.
+    let mut handed_out = Vec::with_capacity(m);
+    let mut linked: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); m];
+    for i in 0..m {
+        let counter = u64::from_le_bytes(read(sb.pool_counter_addr(i), 8)?.try_into().expect("8 bytes"));
+        handed_out.push(counter.min(sb.overflow_on(i)));
+        report.remote_bytes += layout::region_bytes(sb.slots, sb.main_on(i), sb.overflow_on(i));
+    }
+    let mut longest_chain = 0u64;
+    for b in 0..sb.main_buckets {
+        let i = sb.node_of(b);
+        let main = Bucket::decode(&sb, &read(sb.main_addr(b), sb.bucket_bytes())?);
+        let h = main.header;
+        if h.locked {
+            return Err(format!("main bucket {b}: locked with no operation in flight"));
+        }
+        if h.version % 2 != 0 || main.copy != h.version {
+            return Err(format!("main bucket {b}: version {} (copy {}) is odd or torn", h.version, main.copy));
+        }
+        let mut keys = BTreeSet::new();
+        let mut chain = vec![main];
+        let mut packed_end: Option<(usize, usize)> = None;
+        loop {
+            let cur = chain.len() - 1;
+            let bucket = &chain[cur];
+            for (s, &word) in bucket.slots.iter().enumerate() {
+                let Some(slot) = SlotWord::decode(word) else {
+                    packed_end.get_or_insert((cur, s));
+                    continue;
+                };
+                if let Some((pb, ps)) = packed_end {
+                    return Err(format!(
+                        "chain {b}: bucket {cur} slot {s} holds an item after the empty slot {ps} of bucket {pb}"
+                    ));
+                }
+                let at =
+                    sb.block_addr(i, slot).ok_or_else(|| format!("chain {b}: slot word {word:#x} out of range"))?;
+                let bytes = read(at, slot.block_bytes())?;
+                let Block::Item { key, value } = layout::decode_block(&bytes) else {
+                    return Err(format!("chain {b}: bucket {cur} slot {s} names an invalid KV block at {at}"));
+                };
+                if layout::block_units(key.len(), value.len()) != slot.units as usize {
+                    return Err(format!("chain {b}: slot length {} does not match its block", slot.units));
+                }
+                if layout::fingerprint(&key) != slot.fp {
+                    return Err(format!("chain {b}: key {key:02x?} has another fingerprint than its slot"));
+                }
+                if sb.bucket_of(&key) != b {
+                    return Err(format!("chain {b}: key {key:02x?} belongs to chain {}", sb.bucket_of(&key)));
+                }
+                if !keys.insert(key.clone()) {
+                    return Err(format!("chain {b}: key {key:02x?} appears twice"));
+                }
+                report.items += 1;
+                report.remote_bytes += slot.block_bytes() as u64;
+                *report.structures.entry("kv_blocks").or_default() += 1;
+            }
+            let next = bucket.header.next;
+            if next == 0 {
+                break;
+            }
+            let index = next as u64 - 1;
+            if index >= handed_out[i] {
+                return Err(format!(
+                    "chain {b}: links overflow bucket {index}, beyond the {} handed out",
+                    handed_out[i]
+                ));
+            }
+            if let Some(other) = linked[i].insert(index, b) {
+                return Err(format!("overflow bucket {index} of node {i} is linked by chains {other} and {b}"));
+            }
+            let bucket = Bucket::decode(&sb, &read(sb.overflow_addr(i, index), sb.bucket_bytes())?);
+            if bucket.header.locked || bucket.header.version != 0 || bucket.copy != 0 {
+                return Err(format!("chain {b}: overflow bucket {index} has lock or version bits"));
+            }
+            chain.push(bucket);
+        }
+        longest_chain = longest_chain.max(chain.len() as u64);
+        *report.structures.entry("main_buckets").or_default() += 1;
+        *report.structures.entry("overflow_buckets").or_default() += chain.len() as u64 - 1;
+    }
+    for i in 0..m {
+        if linked[i].len() as u64 != handed_out[i] {
+            return Err(format!(
+                "node {i}: {} overflow buckets handed out but {} linked",
+                handed_out[i],
+                linked[i].len()
+            ));
+        }
+    }
+    report.structures.insert("longest_chain", longest_chain);
+    let overflow: u64 = (0..m).map(|i| sb.overflow_on(i)).sum();
+    report.capacity_items = Some((sb.main_buckets + overflow) * sb.slots as u64);
+    Ok(report)
+}
+
+/// What a writer does once it holds the chain.
+#[derive(Clone, Copy)]
+enum Change<'a> {
+    Upsert(&'a [u8]),
+    Update(&'a [u8]),
+    Delete,
+}
+
+/// A chain as a writer (or a reader) read it: bucket addresses and images, the items in
+/// position order, the first empty position.
+struct Chain {
+    buckets: Vec<(RemoteAddr, Bucket)>,
+    /// (bucket, slot, word) of every item, in position order.
+    items: Vec<(usize, usize, u64)>,
+    first_empty: Option<(usize, usize)>,
+}
+
+impl<C: Client + Clone + 'static> ClusterHandle<C> {
+    fn planted(&self, bug: &str) -> bool {
+        self.o.plants.contains(bug)
+    }
+
+    fn limits(&self) -> Limits {
+        Cluster::limits(&self.o)
+    }
+
+    /// The superblock, from the node's cache or (once per node) from remote memory.
+    async fn superblock(&self) -> Result<Arc<Superblock>, IndexError> {
+        self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
+        if let Some(sb) = self.node.cached() {
+            return Ok(sb);
+        }
+        let len = layout::superblock_bytes(self.o.memory_nodes as usize);
+        let raw = self.ctx.read(layout::superblock_addr(), Buf::zeroed(len)).await?;
+        let sb = Superblock::decode(&raw).map_err(IndexError::Corrupt)?;
+        Ok(self.node.fill(sb))
+    }
+
+    /// Waits a random, growing time (bounded exponential backoff).
+    async fn back_off(&mut self, attempt: u32) {
+        self.counters.retries += 1;
+        let cap = 100u64 << attempt.min(6);
+        let ns = self.ctx.with_rng(|r| r.random_range(0..=cap));
+        self.ctx.sleep(ns).await;
+    }
+
+    /// The key's chain: main bucket number, its node index, fingerprint.
+    async fn locate(&self, sb: &Superblock, key: &[u8]) -> (u64, usize, u8) {
+        self.ctx.charge_cpu(CpuWork::HashByte, 2 * key.len() as u64).await;
+        let b = sb.bucket_of(key);
+        (b, sb.node_of(b), layout::fingerprint(key))
+    }
+
+    /// Decodes the KV block of a fingerprint match; `Ok(Some(value))` if it holds `key`.
+    async fn match_block(&mut self, bytes: &[u8], key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.ctx.charge_cpu(CpuWork::ChecksumByte, bytes.len() as u64).await;
+        match layout::decode_block(bytes) {
+            Block::Item { key: k, value } if k == key => Ok(Some(value)),
+            Block::Item { .. } => {
+                self.counters.event("fp_collision");
+                Ok(None)
+            }
+            // Blocks are written before they are published and never rewritten or freed.
+            Block::Invalid => Err(IndexError::Corrupt("a slot names an invalid KV block".into())),
+        }
+    }
+
+    /// Items of `bucket` (up to its first empty slot) appended to `chain`; the fingerprint
+    /// matches among them, as (slot, block address, block bytes).
+    async fn scan_bucket(
+        &self,
+        sb: &Superblock,
+        node: usize,
+        fp: u8,
+        chain: &mut Chain,
+    ) -> Result<Vec<(RemoteAddr, usize)>, IndexError> {
+        let at = chain.buckets.len() - 1;
+        let mut matches = Vec::new();
+        self.ctx.charge_cpu(CpuWork::NodeSearchEntry, sb.slots as u64).await;
+        for (s, &word) in chain.buckets[at].1.slots.iter().enumerate() {
+            if chain.first_empty.is_some() {
+                break;
+            }
+            match SlotWord::decode(word) {
+                None => chain.first_empty = Some((at, s)),
+                Some(slot) => {
+                    chain.items.push((at, s, word));
+                    if slot.fp == fp {
+                        let addr = sb.block_addr(node, slot).ok_or_else(|| {
+                            IndexError::Corrupt(format!("slot word {word:#x} names a block out of range"))
+                        })?;
+                        matches.push((addr, slot.block_bytes()));
+                    }
+                }
+            }
+        }
+        Ok(matches)
+    }
+
+    async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.limits().check_key(key)?;
+        let sb = self.superblock().await?;
+        let (b, node, fp) = self.locate(&sb, key).await;
+        let main = sb.main_addr(b);
+        let validate = !self.planted("no-version-check");
+        let max_hops = sb.overflow_on(node) + 1;
+        'attempt: for attempt in 0..self.o.max_retries {
+            let image = self.ctx.read(main, Buf::zeroed(sb.bucket_bytes())).await?;
+            let first = Bucket::decode(&sb, &image);
+            let version = first.header.version;
+            if validate && (version % 2 != 0 || first.copy != version) {
+                // A delete is moving an item in this chain (or the READ saw both sides of one).
+                self.counters.event("search_saw_move");
+                self.back_off(attempt.min(3)).await;
+                continue;
+            }
+            let mut chain = Chain { buckets: vec![(main, first)], items: Vec::new(), first_empty: None };
+            loop {
+                let matches = self.scan_bucket(&sb, node, fp, &mut chain).await?;
+                let next = chain.buckets.last().expect("a bucket").1.header.next;
+                let ended = chain.first_empty.is_some() || next == 0;
+                let mut batch: Vec<Request> = matches.iter().map(|&(a, len)| Request::read_len(a, len)).collect();
+                if !ended {
+                    let at = sb.overflow_addr(node, next as u64 - 1);
+                    batch.push(Request::read_len(at, sb.bucket_bytes()));
+                } else if validate {
+                    // The header again, after every slot was sampled (the previous batch
+                    // completed): a miss holds only if no item moved meanwhile.
+                    batch.push(Request::read_len(main, 8));
+                }
+                let mut responses = if batch.is_empty() { Vec::new() } else { self.ctx.post(batch).await? };
+                let tail = (responses.len() > matches.len()).then(|| responses.pop().expect("a response"));
+                for r in responses {
+                    let bytes = r.into_buf()?;
+                    if let Some(value) = self.match_block(&bytes, key).await? {
+                        return Ok(Some(value));
+                    }
+                }
+                if ended {
+                    if let Some(r) = tail {
+                        let now = Header::decode(r.into_buf()?.u64_at(0));
+                        if now.version != version {
+                            self.counters.event("search_revalidated");
+                            self.back_off(attempt.min(3)).await;
+                            continue 'attempt;
+                        }
+                    }
+                    return Ok(None);
+                }
+                if chain.buckets.len() as u64 > max_hops {
+                    // Only a broken protocol makes a cycle; a planted bug can.
+                    self.back_off(attempt.min(3)).await;
+                    continue 'attempt;
+                }
+                let image = tail.expect("the next bucket").into_buf()?;
+                let at = sb.overflow_addr(node, next as u64 - 1);
+                chain.buckets.push((at, Bucket::decode(&sb, &image)));
+            }
+        }
+        Err(IndexError::RetriesExhausted { op: "search", retries: self.o.max_retries })
+    }
+
+    /// Takes the chain's lock and reads its main bucket; `None` if the lock was held.
+    async fn lock_and_read(&mut self, main: RemoteAddr, len: usize) -> Result<Option<Buf>, IndexError> {
+        if self.planted("no-lock") {
+            return Ok(Some(self.ctx.read(main, Buf::zeroed(len)).await?));
+        }
+        let old = if self.ctx.caps().masked_atomics == MaskedAtomics::Native {
+            // On one QP the READ sees the CAS: if it won, the image is the locked one.
+            let mut r = self
+                .ctx
+                .post(vec![Request::masked_cas(main, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT), Request::read_len(main, len)])
+                .await?;
+            let image = r.pop().expect("a READ response").into_buf()?;
+            let old = r.pop().expect("a CAS response").atomic()?;
+            if old & LOCK_BIT == 0 {
+                return Ok(Some(image));
+            }
+            old
+        } else {
+            let old = self.ctx.masked_cas(main, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
+            if old & LOCK_BIT == 0 {
+                return Ok(Some(self.ctx.read(main, Buf::zeroed(len)).await?));
+            }
+            old
+        };
+        debug_assert!(old & LOCK_BIT != 0);
+        self.counters.lock_failures += 1;
+        self.counters.cas_failures += 1;
+        Ok(None)
+    }
+
+    /// Gives an unpublished KV block back to the compute node's chunks.
+    fn give_back(&self, block: &Option<(RemoteAddr, Vec<u8>, u64)>) {
+        if let Some((at, bytes, _)) = block {
+            let _ = self.node.chunks.free(*at, bytes.len() as u64);
+        }
+    }
+
+    /// The header word a writer leaves (unlocked).
+    fn unlock_word(header: Header) -> Vec<u8> {
+        Header { locked: false, ..header }.encode().to_le_bytes().to_vec()
+    }
+
+    /// Posts the final batch: `writes` in order, then the unlock (first, with the planted bug).
+    async fn finish(&mut self, main: RemoteAddr, header: Header, writes: Vec<Request>) -> Result<(), IndexError> {
+        let unlock = Request::write(main, Self::unlock_word(header));
+        let batch = if self.planted("unlock-before-write") {
+            // The plant moves the unlock first (and drops the odd-version header WRITE, which
+            // would lock the chain again).
+            let mut b = vec![unlock];
+            b.extend(writes.into_iter().filter(|r| r.addr != main));
+            b
+        } else {
+            let mut b = writes;
+            b.push(unlock);
+            b
+        };
+        self.ctx.post(batch).await?;
+        Ok(())
+    }
+
+    /// Locks the key's chain, reads it, applies `change`, writes and unlocks. Returns whether the
+    /// key existed.
+    async fn write(&mut self, op: &'static str, key: &[u8], change: Change<'_>) -> Result<bool, IndexError> {
+        self.limits().check_key(key)?;
+        if let Change::Upsert(v) | Change::Update(v) = change {
+            self.limits().check_value(v)?;
+        }
+        let sb = self.superblock().await?;
+        let (b, node, fp) = self.locate(&sb, key).await;
+        let main = sb.main_addr(b);
+        let node_id = sb.regions[node].node();
+        // The new KV block, carved before locking (out of place: never published until the slot
+        // WRITE, so it can be given back if the operation does not use it).
+        let block = match change {
+            Change::Upsert(v) | Change::Update(v) => {
+                let bytes = layout::encode_block(key, v);
+                self.ctx.charge_cpu(CpuWork::ChecksumByte, bytes.len() as u64).await;
+                let at = self.node.chunks.alloc_on(&self.ctx, node_id, bytes.len() as u64, 64).await?;
+                let units = (bytes.len() / layout::BLOCK_UNIT) as u8;
+                Some((at, bytes, SlotWord { fp, units, offset: at.offset() }.encode()))
+            }
+            Change::Delete => None,
+        };
+        let locking = !self.planted("no-lock");
+        let max_hops = sb.overflow_on(node) + 1;
+        for attempt in 0..self.o.max_retries {
+            let Some(image) = self.lock_and_read(main, sb.bucket_bytes()).await? else {
+                self.back_off(attempt).await;
+                continue;
+            };
+            let mut header = Bucket::decode(&sb, &image).header;
+            if !locking {
+                header.locked = false;
+            }
+            let mut chain =
+                Chain { buckets: vec![(main, Bucket::decode(&sb, &image))], items: Vec::new(), first_empty: None };
+            let mut found: Option<usize> = None;
+            // Read the chain up to its first empty slot (a delete needs the tail; others stop
+            // once the key is found).
+            let outcome: Result<(), IndexError> = async {
+                loop {
+                    let before = chain.items.len();
+                    let matches = self.scan_bucket(&sb, node, fp, &mut chain).await?;
+                    let next = chain.buckets.last().expect("a bucket").1.header.next;
+                    let more = chain.first_empty.is_none() && next != 0;
+                    let positions: Vec<usize> = (before..chain.items.len())
+                        .filter(|&p| SlotWord::decode(chain.items[p].2).is_some_and(|s| s.fp == fp))
+                        .collect();
+                    let mut batch: Vec<Request> = matches.iter().map(|&(a, len)| Request::read_len(a, len)).collect();
+                    let follow = more && (found.is_none() || matches!(change, Change::Delete));
+                    if follow {
+                        if chain.buckets.len() as u64 > max_hops {
+                            return Err(IndexError::Corrupt(format!("chain {b} has a cycle")));
+                        }
+                        batch.push(Request::read_len(sb.overflow_addr(node, next as u64 - 1), sb.bucket_bytes()));
+                    }
+                    let mut responses = if batch.is_empty() { Vec::new() } else { self.ctx.post(batch).await? };
+                    let next_image = follow.then(|| responses.pop().expect("the next bucket"));
+                    for (r, p) in responses.into_iter().zip(positions) {
+                        let bytes = r.into_buf()?;
+                        if found.is_none() && self.match_block(&bytes, key).await?.is_some() {
+                            found = Some(p);
+                        }
+                    }
+                    match next_image {
+                        Some(r) => {
+                            let img = r.into_buf()?;
+                            chain.buckets.push((sb.overflow_addr(node, next as u64 - 1), Bucket::decode(&sb, &img)));
+                        }
+                        None => return Ok(()),
+                    }
+                }
+            }
+            .await;
+            if let Err(e) = outcome {
+                self.give_back(&block);
+                if locking {
+                    self.ctx.post(vec![Request::write(main, Self::unlock_word(header))]).await?;
+                }
+                return Err(e);
+            }
+            let slot_addr = |chain: &Chain, (bucket, slot): (usize, usize)| {
+                chain.buckets[bucket].0.add(sb.slot_offset(slot) as u64)
+            };
+            let word_bytes = |w: u64| w.to_le_bytes().to_vec();
+            match (change, found) {
+                (Change::Upsert(_) | Change::Update(_), Some(p)) => {
+                    let (at, bytes, word) = block.clone().expect("a block for a write");
+                    let (bi, si, _) = chain.items[p];
+                    let writes =
+                        vec![Request::write(at, bytes), Request::write(slot_addr(&chain, (bi, si)), word_bytes(word))];
+                    self.finish(main, header, writes).await?;
+                    return Ok(true);
+                }
+                (Change::Update(_), None) => {
+                    self.give_back(&block);
+                    self.finish(main, header, Vec::new()).await?;
+                    return Ok(false);
+                }
+                (Change::Delete, None) => {
+                    self.finish(main, header, Vec::new()).await?;
+                    return Ok(false);
+                }
+                (Change::Upsert(_), None) => {
+                    let (at, bytes, word) = block.clone().expect("a block for a write");
+                    if let Some(pos) = chain.first_empty {
+                        let writes =
+                            vec![Request::write(at, bytes), Request::write(slot_addr(&chain, pos), word_bytes(word))];
+                        self.finish(main, header, writes).await?;
+                        return Ok(false);
+                    }
+                    // The chain is full: hand out an overflow bucket and link it.
+                    let index = self.ctx.faa(sb.pool_counter_addr(node), 1).await?;
+                    if index >= sb.overflow_on(node) {
+                        self.counters.event("full");
+                        self.give_back(&block);
+                        self.finish(main, header, Vec::new()).await?;
+                        return Err(IndexError::Full);
+                    }
+                    self.counters.event("overflow_linked");
+                    let fresh = sb.overflow_addr(node, index);
+                    let link = index as u32 + 1;
+                    let mut writes = vec![
+                        Request::write(at, bytes),
+                        Request::write(fresh.add(sb.slot_offset(0) as u64), word_bytes(word)),
+                    ];
+                    let (tail_addr, tail) = chain.buckets.last().expect("a bucket");
+                    if chain.buckets.len() == 1 {
+                        header.next = link;
+                    } else {
+                        let h = Header { next: link, ..tail.header };
+                        writes.push(Request::write(*tail_addr, word_bytes(h.encode())));
+                    }
+                    self.finish(main, header, writes).await?;
+                    return Ok(false);
+                }
+                (Change::Delete, Some(p)) => {
+                    let last = chain.items.len() - 1;
+                    let (bi, si, _) = chain.items[p];
+                    let hole = slot_addr(&chain, (bi, si));
+                    if p == last {
+                        self.counters.event("delete_tail");
+                        self.finish(main, header, vec![Request::write(hole, word_bytes(0))]).await?;
+                        return Ok(true);
+                    }
+                    // Move the tail item into the hole between an odd and the next even version.
+                    self.counters.event("delete_moved");
+                    let (tb, ts, tail_word) = chain.items[last];
+                    let odd = Header { version: Header::version_plus(header.version, 1), ..header };
+                    let even = Header { version: Header::version_plus(header.version, 2), ..header };
+                    let copy = main.add(sb.copy_offset() as u64);
+                    let writes = vec![
+                        Request::write(main, word_bytes(odd.encode())),
+                        Request::write(copy, word_bytes(odd.version as u64)),
+                        Request::write(hole, word_bytes(tail_word)),
+                        Request::write(slot_addr(&chain, (tb, ts)), word_bytes(0)),
+                        Request::write(copy, word_bytes(even.version as u64)),
+                    ];
+                    self.finish(main, even, writes).await?;
+                    return Ok(true);
+                }
+            }
+        }
+        self.give_back(&block);
+        Err(IndexError::RetriesExhausted { op, retries: self.o.max_retries })
+    }
+}
+
+impl<C: Client + Clone + 'static> Index for ClusterHandle<C> {
+    async fn search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.do_search(key).await
+    }
+
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.write("insert", key, Change::Upsert(value)).await
+    }
+
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.write("update", key, Change::Update(value)).await
+    }
+
+    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
+        self.write("delete", key, Change::Delete).await
+    }
+
+    async fn scan(&mut self, _: Bound<&[u8]>, _: Bound<&[u8]>, _: usize) -> Result<crate::Pairs, IndexError> {
+        Err(IndexError::Unsupported("scan"))
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
