@@ -13,3 +13,4 @@ pub mod harness;
 pub mod history;
 pub mod linearizability;
 pub mod registry;
+mod registry_cluster;

@@ -1,0 +1,284 @@
+//! DrTM cluster hashing (the RACE paper's baseline) against the executable specification
+//! (proptest over operation sequences with tables small enough that chains grow overflow
+//! buckets, deletes move tail items forward and inserts run out of overflow buckets), its
+//! invariant walk after each sequence, bad input, and the schedule explorer on the checking
+//! presets: clean as written, and every planted bug found.
+
+use dmkit_indexes::IndexError;
+use dmkit_indexes::IndexKind;
+use dmkit_indexes::cluster::{Cluster, ClusterOptions};
+use dmkit_indexes::spec::{Op, Outcome, SpecMap};
+use dmkit_verify::harness::{run_sequence, run_sequence_checked};
+use proptest::prelude::*;
+use std::ops::Bound;
+
+fn key(k: u16) -> Vec<u8> {
+    (k as u64).to_be_bytes().to_vec()
+}
+
+/// Compares what the index answered with the model, op by op. `Full` is allowed for an insert
+/// of an absent key (the model then leaves the key absent) and nowhere else. Returns the
+/// model's final size.
+fn agree(ops: &[Op], got: &[Outcome]) -> Result<usize, String> {
+    if ops.len() != got.len() {
+        return Err(format!("{} answers to {} operations", got.len(), ops.len()));
+    }
+    let mut model = SpecMap::new();
+    for (i, (op, out)) in ops.iter().zip(got).enumerate() {
+        if *out == Outcome::Failed(IndexError::Full) {
+            match op {
+                Op::Insert { key, .. } if model.search(key).is_none() => continue,
+                _ => return Err(format!("op {i} {op:?}: Full, but it needs no new slot")),
+            }
+        }
+        let want = model.apply(op, Cluster::SUPPORTS_SCAN);
+        if want != *out {
+            return Err(format!("op {i} {op:?}: got {out:?}, the specification says {want:?}"));
+        }
+    }
+    Ok(model.len())
+}
+
+fn ops(keys: u16, max_value: usize) -> impl Strategy<Value = Vec<Op>> {
+    let k = (0..keys).prop_map(key);
+    let value = (any::<u8>(), 0..=max_value).prop_map(|(b, n)| vec![b; n]);
+    let op = prop_oneof![
+        3 => k.clone().prop_map(|key| Op::Search { key }),
+        4 => (k.clone(), value.clone()).prop_map(|(key, value)| Op::Insert { key, value }),
+        1 => (k.clone(), value).prop_map(|(key, value)| Op::Update { key, value }),
+        2 => k.clone().prop_map(|key| Op::Delete { key }),
+        1 => (k.clone(), 1usize..5).prop_map(|(key, limit)| Op::Scan { start: Bound::Included(key), end: Bound::Unbounded, limit }),
+    ];
+    prop::collection::vec(op, 1..200)
+}
+
+/// Tiny tables: 1-3 main buckets of 1, 2, 3 or 8 slots, 0-4 overflow buckets per main bucket
+/// (`run_sequence_checked` simulates one memory node; the explorer's `spread` preset has two).
+fn configs() -> impl Strategy<Value = ClusterOptions> {
+    (
+        1u64..4,
+        prop_oneof![Just(1u32), Just(2), Just(3), Just(8)],
+        prop_oneof![Just(0u32), Just(100), Just(300), Just(400)],
+    )
+        .prop_map(|(main_buckets, slots, overflow)| ClusterOptions {
+            main_buckets,
+            slots_per_bucket: slots,
+            overflow_percent: overflow,
+            key_bytes: 8,
+            value_bytes: 80,
+            chunk_bytes: 1 << 16,
+            ..ClusterOptions::default()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if std::env::var("CI").is_ok() { 64 } else { 256 }, ..ProptestConfig::default() })]
+
+    #[test]
+    fn cluster_sequences_match_the_specification(options in configs(), ops in ops(40, 80)) {
+        let (got, _, walk) = run_sequence_checked::<Cluster>(&options, &ops);
+        let items = agree(&ops, &got).map_err(TestCaseError::fail)?;
+        let report = walk.map_err(|e| TestCaseError::fail(format!("invariants: {e}")))?;
+        prop_assert_eq!(report.items, items as u64);
+    }
+}
+
+/// One main bucket of 2 slots and one overflow bucket: four keys fit, the fifth and sixth are
+/// `Full`; an upsert of a present key still works; a delete makes room again (the main bucket's
+/// hole is filled by the overflow bucket's tail item); nothing is lost.
+#[test]
+fn a_full_chain_and_pool_say_full_and_lose_nothing() {
+    let o = ClusterOptions {
+        main_buckets: 1,
+        slots_per_bucket: 2,
+        overflow_percent: 100,
+        key_bytes: 8,
+        value_bytes: 16,
+        chunk_bytes: 1 << 16,
+        ..ClusterOptions::default()
+    };
+    let v = |k: u16| vec![k as u8; 16];
+    let mut ops: Vec<Op> = (0..6).map(|k| Op::Insert { key: key(k), value: v(k) }).collect();
+    ops.push(Op::Insert { key: key(1), value: v(9) });
+    ops.push(Op::Delete { key: key(0) });
+    ops.push(Op::Insert { key: key(5), value: v(5) });
+    ops.extend((0..6).map(|k| Op::Search { key: key(k) }));
+    let (got, _, walk) = run_sequence_checked::<Cluster>(&o, &ops);
+    let items = agree(&ops, &got).unwrap();
+    assert!(got[..4].iter().all(|r| *r == Outcome::Existed(false)), "{got:?}");
+    assert_eq!(&got[4..6], &[Outcome::Failed(IndexError::Full), Outcome::Failed(IndexError::Full)]);
+    assert_eq!(got[6], Outcome::Existed(true));
+    assert_eq!(got[8], Outcome::Existed(false), "the deleted key's slot takes a new key");
+    let searched = &got[9..];
+    assert_eq!(searched[0], Outcome::Found(None));
+    assert_eq!(searched[1], Outcome::Found(Some(v(9))));
+    assert_eq!(searched[4], Outcome::Found(None));
+    assert_eq!(searched[5], Outcome::Found(Some(v(5))));
+    let report = walk.unwrap();
+    assert_eq!(report.items, items as u64);
+    assert_eq!(report.items, 4);
+    assert_eq!(report.capacity_items, Some(4));
+    assert_eq!(report.structures["overflow_buckets"], 1);
+}
+
+/// The paper's geometry (8 slots, overflow ratio 3) filled with unique keys until the first
+/// insert failure: the load factor (items over all slots, main and overflow) comes out high, as
+/// the paper's Fig. 12 reports for DrTM (about 90%); then every key is found, a third are
+/// deleted (compaction moves tail items forward) and the rest updated, and the walk agrees.
+#[test]
+fn the_papers_geometry_fills_to_a_high_load_factor() {
+    let o = ClusterOptions {
+        main_buckets: 64,
+        key_bytes: 16,
+        value_bytes: 32,
+        chunk_bytes: 1 << 20,
+        ..ClusterOptions::default()
+    };
+    let capacity = 64 * 4 * 8;
+    let k = |i: u32| ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_be_bytes().to_vec();
+    let v = |i: u32| vec![i as u8; 1 + i as usize % 32];
+    let mut ops: Vec<Op> = (0..capacity as u32 + 1).map(|i| Op::Insert { key: k(i), value: v(i) }).collect();
+    let (got, _, walk) = run_sequence_checked::<Cluster>(&o, &ops);
+    agree(&ops, &got).unwrap();
+    let first_full = got.iter().position(|r| *r == Outcome::Failed(IndexError::Full)).expect("the table fills up");
+    let load_factor = first_full as f64 / capacity as f64;
+    assert!(load_factor > 0.75, "load factor {load_factor:.3} at the first failure");
+    let report = walk.unwrap();
+    assert!(report.structures["longest_chain"] >= 3, "{:?}", report.structures);
+    // Again, stopping at the first failure, then searches, deletes, updates, searches.
+    let n = first_full as u32;
+    ops.truncate(n as usize);
+    ops.extend((0..n).map(|i| Op::Search { key: k(i) }));
+    ops.extend((0..n).step_by(3).map(|i| Op::Delete { key: k(i) }));
+    ops.extend((0..n).step_by(2).map(|i| Op::Update { key: k(i), value: v(i + 7) }));
+    ops.extend((0..n).map(|i| Op::Search { key: k(i) }));
+    ops.extend((0..n).step_by(3).map(|i| Op::Insert { key: k(i), value: v(i) }));
+    let (got, _, walk) = run_sequence_checked::<Cluster>(&o, &ops);
+    let items = agree(&ops, &got).unwrap();
+    assert_eq!(items, n as usize);
+    assert!(!got.contains(&Outcome::Failed(IndexError::Full)), "deleted keys' slots are reused");
+    assert_eq!(walk.unwrap().items, n as u64);
+}
+
+#[test]
+fn bad_keys_values_and_options_are_errors() {
+    let o = ClusterOptions { key_bytes: 8, value_bytes: 16, main_buckets: 4, ..ClusterOptions::default() };
+    let ops = vec![
+        Op::Insert { key: vec![], value: vec![0; 4] },
+        Op::Insert { key: vec![1; 9], value: vec![0; 4] },
+        Op::Insert { key: vec![1; 8], value: vec![0; 17] },
+        Op::Search { key: vec![1; 9] },
+        Op::Update { key: vec![], value: vec![] },
+        Op::Delete { key: vec![1; 9] },
+        Op::Scan { start: Bound::Unbounded, end: Bound::Unbounded, limit: 10 },
+        Op::Insert { key: vec![1], value: vec![] },
+        Op::Search { key: vec![1] },
+    ];
+    let (got, _) = run_sequence::<Cluster>(&o, &ops);
+    assert!(matches!(got[0], Outcome::Failed(IndexError::KeyTooShort { .. })), "{got:?}");
+    assert!(matches!(got[1], Outcome::Failed(IndexError::KeyTooLong { len: 9, max: 8 })), "{got:?}");
+    assert!(matches!(got[2], Outcome::Failed(IndexError::ValueTooLong { len: 17, max: 16 })), "{got:?}");
+    assert!(matches!(got[3], Outcome::Failed(IndexError::KeyTooLong { .. })), "{got:?}");
+    assert!(matches!(got[4], Outcome::Failed(IndexError::KeyTooShort { .. })), "{got:?}");
+    assert!(matches!(got[5], Outcome::Failed(IndexError::KeyTooLong { .. })), "{got:?}");
+    assert_eq!(got[6], Outcome::Failed(IndexError::Unsupported("scan")));
+    assert_eq!(got[7], Outcome::Existed(false));
+    assert_eq!(got[8], Outcome::Found(Some(vec![])), "empty values are values");
+    assert!(!Cluster::SUPPORTS_SCAN);
+
+    let d = ClusterOptions::default();
+    assert_eq!(Cluster::validate(&d), Ok(()));
+    assert_eq!((d.slots_per_bucket, d.overflow_percent), (8, 300), "the paper's setting");
+    for (bad, why) in [
+        (ClusterOptions { main_buckets: 0, ..d.clone() }, "main bucket"),
+        (ClusterOptions { main_buckets: 1, memory_nodes: 2, ..d.clone() }, "main bucket"),
+        (ClusterOptions { slots_per_bucket: 0, ..d.clone() }, "slots_per_bucket"),
+        (ClusterOptions { slots_per_bucket: 15, ..d.clone() }, "slots_per_bucket"),
+        (ClusterOptions { memory_nodes: 0, ..d.clone() }, "memory nodes"),
+        (ClusterOptions { max_retries: 0, ..d.clone() }, "max_retries"),
+        (ClusterOptions { key_bytes: 0, ..d.clone() }, "key_bytes"),
+        (ClusterOptions { key_bytes: 8000, value_bytes: 9000, ..d.clone() }, "units"),
+        (ClusterOptions { main_buckets: 1 << 40, ..d.clone() }, "fit"),
+        (ClusterOptions { chunk_bytes: 100, ..d.clone() }, "chunk"),
+        (ClusterOptions { plants: ["no-such-bug"].into(), ..d.clone() }, "no-such-bug"),
+    ] {
+        let e = Cluster::validate(&bad).expect_err(why);
+        assert!(e.contains(why), "{e}");
+    }
+    let mut p = d.clone();
+    assert!(Cluster::plant(&mut p, "no-such-bug").unwrap_err().contains("no-lock"));
+    for bug in Cluster::planted_bugs() {
+        Cluster::plant(&mut p, bug.name).unwrap();
+    }
+    assert_eq!(Cluster::validate(&p), Ok(()));
+}
+
+// --- The schedule explorer on the checking presets -------------------------------------------
+
+mod explored {
+    use dmkit_indexes::IndexKind;
+    use dmkit_indexes::cluster::Cluster;
+    use dmkit_verify::explore::{self, Mode};
+    use dmkit_verify::harness::{Checked, IndexScenario, check_index};
+    use std::time::{Duration, Instant};
+
+    fn ci() -> bool {
+        std::env::var("CI").is_ok()
+    }
+
+    fn scenario(preset: &str, plant: Option<&str>, seed: u64) -> IndexScenario<Cluster> {
+        let (preset, mut options) = Cluster::presets().into_iter().find(|(p, _)| p.name == preset).unwrap();
+        if let Some(bug) = plant {
+            Cluster::plant(&mut options, bug).unwrap();
+        }
+        IndexScenario::new(preset, options, seed)
+    }
+
+    #[test]
+    fn cluster_is_clean_and_not_vacuous() {
+        let budget = Duration::from_secs(if ci() { 4 } else { 20 });
+        for (preset, mode) in [
+            ("default", Mode::Random),
+            ("default", Mode::Pct { depth: 3 }),
+            ("spread", Mode::Random),
+            ("pair", Mode::Dfs { preemptions: 2 }),
+        ] {
+            let check = check_index(&scenario(preset, None, 5), mode, 5, budget, u64::MAX);
+            assert!(check.exploration.failure.is_none(), "{preset} {mode:?}: {}", check.exploration.failure.unwrap());
+            assert!(check.exploration.schedules >= 5, "{preset} {mode:?}: {}", check.exploration.schedules);
+            if mode == Mode::Random {
+                assert!(check.vacuous.is_empty(), "{preset} {mode:?}: counters {:?} stayed zero", check.vacuous);
+            }
+            eprintln!(
+                "cluster {preset} {mode:?}: clean, {} schedules in {:.1} s, counters {:?}",
+                check.exploration.schedules,
+                check.exploration.elapsed.as_secs_f64(),
+                check.counters
+            );
+        }
+    }
+
+    /// Each removed protection is found by the random explorer on the default preset, and the
+    /// failing schedule replays.
+    #[test]
+    fn each_planted_bug_is_found_and_replays() {
+        let budget = Duration::from_secs(if ci() { 30 } else { 60 });
+        for bug in Cluster::planted_bugs().iter().map(|p| p.name) {
+            let started = Instant::now();
+            let check = check_index(&scenario("default", Some(bug), 1), Mode::Random, 1, budget, u64::MAX);
+            let f = check
+                .exploration
+                .failure
+                .unwrap_or_else(|| panic!("{bug} not found in {} schedules", check.exploration.schedules));
+            eprintln!(
+                "cluster plant {bug}: found in schedule {} after {:.2} s: {}",
+                f.schedule,
+                started.elapsed().as_secs_f64(),
+                f.message.lines().next().unwrap_or("")
+            );
+            let again = scenario("default", Some(bug), 1);
+            assert_eq!(explore::replay(&again, f.variant, &f.choices), Err(f.message.clone()), "{bug}");
+        }
+        assert_eq!(Cluster::planted_bugs().len(), 3);
+    }
+}
