@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod common;
 pub mod example;
 pub mod hash;
+pub mod race;
 pub mod sherman;
 pub mod smart;
 pub mod spec;

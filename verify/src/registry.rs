@@ -7,6 +7,7 @@ use dmkit_indexes::IndexKind;
 use dmkit_indexes::art::{Art, ArtOptions};
 use dmkit_indexes::chime::{Chime, ChimeOptions};
 use dmkit_indexes::example::{Example, ExampleOptions};
+use dmkit_indexes::race::{Race, RaceOptions};
 use dmkit_indexes::sherman::{Sherman, ShermanOptions};
 use dmkit_indexes::smart::{Smart, SmartOptions};
 use std::fmt::Write as _;
@@ -380,9 +381,83 @@ impl Checked for Chime {
     }
 }
 
+/// RACE's checking tables: 2 groups of 3 buckets of 2 slots in one subtable, so few keys fill
+/// combined buckets, share them and collide on fingerprints' buckets.
+fn race_options(memory_nodes: u16) -> RaceOptions {
+    RaceOptions {
+        key_bytes: 8,
+        value_bytes: 32,
+        slots: 2,
+        groups: 2,
+        initial_depth: 1,
+        max_depth: 4,
+        memory_nodes,
+        max_retries: 2_000,
+        ..RaceOptions::default()
+    }
+}
+
+impl Checked for Race {
+    fn presets() -> Vec<(Preset, RaceOptions)> {
+        let base = Preset {
+            name: "default",
+            compute_nodes: 2,
+            memory_nodes: 2,
+            clients: 3,
+            ops_per_client: 6,
+            keys: 6,
+            key_of: be_key,
+            value_bytes: 32,
+            preload: 2,
+            mix: Mix { search: 35, insert: 35, update: 15, delete: 15, scan: 0 },
+            scan_limit: 4,
+            required_counters: &["cas_failures", "lock_failures"],
+            step_limit: 400_000,
+        };
+        vec![
+            (base.clone(), race_options(2)),
+            // Three keys in 1-slot buckets, three inserting clients: concurrent inserts of one
+            // absent key land in different slots.
+            (
+                Preset {
+                    name: "same-key",
+                    keys: 3,
+                    preload: 1,
+                    mix: Mix { search: 30, insert: 50, update: 0, delete: 20, scan: 0 },
+                    required_counters: &["cas_failures", "lock_failures"],
+                    ..base.clone()
+                },
+                RaceOptions { slots: 1, ..race_options(1) },
+            ),
+            (
+                Preset {
+                    name: "pair",
+                    clients: 2,
+                    ops_per_client: 3,
+                    keys: 2,
+                    preload: 1,
+                    required_counters: &[],
+                    step_limit: 100_000,
+                    ..base
+                },
+                race_options(1),
+            ),
+        ]
+    }
+
+    fn configure(options: &mut RaceOptions, config: &str) -> Result<(), String> {
+        options.faithful = match config {
+            "safe" => false,
+            "faithful" => true,
+            other => return Err(format!("race has configurations 'safe' (default) and 'faithful', not '{other}'")),
+        };
+        Ok(())
+    }
+}
+
 /// Names `dmkit check --index` accepts.
 pub fn index_names() -> Vec<&'static str> {
-    vec![Example::NAME, Sherman::NAME, Smart::NAME, Art::NAME, Chime::NAME]
+    vec![Example::NAME, Sherman::NAME, Smart::NAME, Art::NAME, Chime::NAME, Race::NAME]
 }
 
 /// What `dmkit check` was asked to do.
@@ -419,6 +494,7 @@ pub fn list_plants(index: &str) -> Result<String, String> {
         "smart" => Smart::planted_bugs(),
         "art" => Art::planted_bugs(),
         "chime" => Chime::planted_bugs(),
+        "race" => Race::planted_bugs(),
         other => return Err(unknown(other)),
     };
     Ok(plants.iter().map(|p| format!("{}: {}\n", p.name, p.description)).collect())
@@ -436,6 +512,7 @@ pub fn run_check(req: &CheckRequest) -> Result<CheckOutcome, String> {
         "smart" => run::<Smart>(req),
         "art" => run::<Art>(req),
         "chime" => run::<Chime>(req),
+        "race" => run::<Race>(req),
         other => Err(unknown(other)),
     }
 }

@@ -1,0 +1,833 @@
+//! # RACE hashing (ATC '21 / TOS '22): one-sided extendible hashing
+//!
+//! **Status: partial (issue 9).** Built: the byte-exact directory, subtables, combined buckets,
+//! slots and checksummed KV blocks ([`layout`]); the compute node's directory cache with the
+//! stale-bucket check (Algorithm 5); search (Algorithms 4 and 6), insert, update and delete
+//! with 8-byte CAS on slots (lock-free, except that safe mode serialises inserts of one absent
+//! key, below), and the paper's lock-free insert as the faithful mode. **Not built yet:**
+//! subtable splits and directory doubling (an insert whose two combined buckets are full
+//! returns [`IndexError::Full`]), the paper-faithful mode's holes K1–K9 as scenarios, and the
+//! baselines. See the issue note for the design of the remaining parts.
+//!
+//! ## Operations (digest §3; K = 7, a 64-B KV block, cache hit)
+//!
+//! - **search**: `READ cb1 ‖ READ cb2` (one batch), then the KV blocks of every
+//!   fingerprint-matching slot in one batch, checked in agreement order (physical bucket, slot:
+//!   K9's fix). 2 round trips.
+//! - **insert** (upsert, D11): `WRITE block ‖ READ cb1 ‖ READ cb2`; if the key is present, CAS
+//!   its slot to the new block (an update); else CAS an empty slot of the less-loaded combined
+//!   bucket, then re-read both combined buckets for duplicates (see below). 3 round trips.
+//! - **update / delete**: search, then CAS the valid copy's slot. 3 round trips. An absent key
+//!   returns `false` (D12).
+//!
+//! ## Concurrent inserts of one key
+//!
+//! **Safe mode (default).** An insert that finds its key absent takes the insert lock of the
+//! key's lower main bucket (bit 63 of that bucket's header word) in the same batch as a re-read
+//! of both combined buckets, then posts `[CAS slot, WRITE unlock]`. Inserts of one key serialise,
+//! so a key is never published twice and every insert's "existed" is exact. Searches, updates,
+//! deletes and inserts of present keys never take the lock. A new key's insert still costs the
+//! paper's three round trips, `[WRITE block ‖ READ cb1 ‖ READ cb2]`, `[CAS lock, READ cb1,
+//! READ cb2]`, `[CAS slot, WRITE unlock]`: the duplicate re-read moves before the slot CAS.
+//!
+//! **Faithful mode** (`faithful`): the paper's lock-free insert and duplicate agreement, with
+//! the settling below. `dmkit check --index race --preset same-key --config faithful` finds a
+//! non-linearizable pair of inserts that both return "did not exist": whoever absorbs or
+//! withdraws, some interleaving lets a copy be seen before it is ordered (issue 9's note).
+//!
+//! The valid copy is the one at the lowest (physical bucket, slot). After its CAS each inserter
+//! re-reads the combined buckets. The copy at the lowest position *absorbs* the others: it CASes
+//! each other copy's slot to empty, and an insert that absorbed a copy returns "existed" (the
+//! absorbed insert is ordered before it). An inserter that is not the lowest first removes its
+//! own copy by CAS; if that CAS fails, its copy was absorbed (or deleted) and it returns "did not
+//! exist"; if it succeeds, it updates the lowest copy to its own block (ordered after it).
+//!
+//! ## Blocks
+//!
+//! Blocks are written before the CAS that publishes them and never change. A block whose
+//! pointer leaves its slot is retired and never reused (deferred reclamation taken to the
+//! limit, the digest's fix for K1 and K2; the paper's immediate reuse is the faithful mode's).
+
+pub mod layout;
+
+use crate::common::batch::post_per_node;
+use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
+use crate::common::primitive::{Mutex, lock};
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
+use layout::{Entry, Geometry, Header, KeyHash, Slot};
+use std::collections::BTreeSet;
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// The root word and directory on memory node 0: `[root u64][entry u64; 2^max_depth]`.
+pub const DIRECTORY_OFFSET: u64 = 8192;
+/// The memory node's reserved prefix the directory must fit in.
+const RESERVED_BYTES: u64 = 1 << 20;
+
+fn root_addr() -> RemoteAddr {
+    RemoteAddr::host(NodeId(0), DIRECTORY_OFFSET)
+}
+
+fn entry_addr(i: usize) -> RemoteAddr {
+    root_addr().add(8 + 8 * i as u64)
+}
+
+/// Options of one RACE table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RaceOptions {
+    /// Largest key (keys are 1..=key_bytes bytes).
+    pub key_bytes: u32,
+    /// Largest value.
+    pub value_bytes: u32,
+    /// Slots per bucket (K).
+    pub slots: u32,
+    /// Bucket groups per subtable (G).
+    pub groups: u32,
+    /// Global depth at creation: `2^initial_depth` subtables.
+    pub initial_depth: u8,
+    /// Directory reservation: `2^max_depth` entries (M).
+    pub max_depth: u8,
+    pub memory_nodes: u16,
+    pub chunk_bytes: u64,
+    pub max_retries: u32,
+    /// The paper's lock-free insert with duplicate agreement (faithful mode); the default
+    /// (safe mode) serialises inserts of one absent key on a bucket-header lock bit.
+    pub faithful: bool,
+    pub plants: BTreeSet<&'static str>,
+}
+
+impl Default for RaceOptions {
+    fn default() -> Self {
+        RaceOptions {
+            key_bytes: 16,
+            value_bytes: 32,
+            slots: 7,
+            groups: 4096,
+            initial_depth: 4,
+            max_depth: 16,
+            memory_nodes: 1,
+            chunk_bytes: crate::common::chunk::DEFAULT_CHUNK_BYTES,
+            max_retries: 100_000,
+            faithful: false,
+            plants: BTreeSet::new(),
+        }
+    }
+}
+
+impl RaceOptions {
+    pub fn geometry(&self) -> Geometry {
+        Geometry { slots: self.slots as usize, groups: self.groups as usize, max_depth: self.max_depth }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=1024).contains(&self.key_bytes) || self.value_bytes == 0 {
+            return Err(format!(
+                "RACE keys are 1..=1024 bytes and values at least 1, not {}/{}",
+                self.key_bytes, self.value_bytes
+            ));
+        }
+        if layout::block_units(self.key_bytes as usize, self.value_bytes as usize) > layout::MAX_UNITS {
+            return Err(format!("a KV block holds at most {} bytes", layout::MAX_UNITS * layout::UNIT - 16));
+        }
+        if !(1..=64).contains(&self.slots) || self.groups < 2 {
+            return Err(format!(
+                "RACE needs 1..=64 slots per bucket and at least 2 groups, not {}/{}",
+                self.slots, self.groups
+            ));
+        }
+        if 8 * (1u64 << self.max_depth) + 8 + DIRECTORY_OFFSET > RESERVED_BYTES || self.max_depth > 16 {
+            return Err(format!("the directory reservation 2^{} does not fit (at most 2^16 entries)", self.max_depth));
+        }
+        if self.initial_depth > self.max_depth {
+            return Err("the initial depth exceeds the directory reservation".into());
+        }
+        if self.memory_nodes == 0 || self.memory_nodes > 256 {
+            return Err("RACE spreads over 1..=256 memory nodes".into());
+        }
+        if self.max_retries == 0 {
+            return Err("max_retries must be at least 1".into());
+        }
+        ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 }.validate()
+    }
+}
+
+const PLANTS: [PlantedBug; 2] = [
+    PlantedBug {
+        name: "no-insert-lock",
+        description: "safe mode: an insert of an absent key skips the bucket-header lock: concurrent inserts of one key publish two copies",
+    },
+    PlantedBug {
+        name: "no-duplicate-check",
+        description: "faithful mode: an insert does not re-read its buckets after its CAS: concurrent inserts of one key leave two live copies (digest §3.4)",
+    },
+];
+
+/// RACE's [`IndexKind`].
+#[derive(Debug)]
+pub struct Race;
+
+/// A compute node's state: the directory cache and the block allocator.
+#[derive(Debug)]
+pub struct RaceNode {
+    dir: Mutex<Directory>,
+    chunks: LocalChunkAllocator,
+}
+
+/// The cached used area of the directory.
+#[derive(Debug, Default, Clone)]
+struct Directory {
+    gd: u8,
+    entries: Vec<u64>,
+}
+
+/// One client's handle.
+#[derive(Debug)]
+pub struct RaceHandle<C> {
+    o: RaceOptions,
+    g: Geometry,
+    node: Arc<RaceNode>,
+    ctx: C,
+    counters: Counters,
+}
+
+impl IndexKind for Race {
+    const NAME: &'static str = "race";
+    const SUPPORTS_SCAN: bool = false;
+    type Options = RaceOptions;
+    type NodeState = RaceNode;
+    type Handle<C: Client + Clone + 'static> = RaceHandle<C>;
+
+    fn limits(o: &RaceOptions) -> Limits {
+        Limits {
+            min_key_bytes: 1,
+            max_key_bytes: o.key_bytes as usize,
+            min_value_bytes: 1,
+            max_value_bytes: o.value_bytes as usize,
+        }
+    }
+
+    fn validate(o: &RaceOptions) -> Result<(), String> {
+        o.validate()
+    }
+
+    async fn create<C: Client>(o: &RaceOptions, ctx: &C) -> Result<(), IndexError> {
+        o.validate().map_err(IndexError::Corrupt)?;
+        let g = o.geometry();
+        let n = 1usize << o.initial_depth;
+        let mut entries = Vec::with_capacity(n * 8);
+        for i in 0..n {
+            let node = NodeId((i % o.memory_nodes as usize) as u16);
+            let at = dmkit_rdma::alloc::alloc(ctx, node, g.subtable_bytes() as u64, 64).await?;
+            ctx.write(at, Buf::from(empty_subtable(&g, Header { ld: o.initial_depth, suffix: i as u32 }))).await?;
+            entries.extend_from_slice(&Entry { lock: false, ld: o.initial_depth, subtable: at }.encode().to_le_bytes());
+        }
+        ctx.write(entry_addr(0), Buf::from(entries)).await?;
+        ctx.write(root_addr(), Buf::from(layout::root_word(o.initial_depth, false).to_le_bytes().to_vec())).await?;
+        Ok(())
+    }
+
+    fn node_state(o: &RaceOptions, _caps: &Caps) -> RaceNode {
+        let chunks = LocalChunkAllocator::new(ChunkOptions {
+            memory_nodes: o.memory_nodes,
+            chunk_bytes: o.chunk_bytes,
+            chunk_align: 4096,
+        })
+        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        RaceNode { dir: Mutex::new(Directory::default()), chunks }
+    }
+
+    fn node_state_bytes(n: &RaceNode) -> u64 {
+        let d = lock(&n.dir);
+        (8 + 8 * d.entries.len()) as u64 + n.chunks.bytes()
+    }
+
+    fn open<C: Client + Clone + 'static>(o: &RaceOptions, node: Arc<RaceNode>, ctx: C) -> RaceHandle<C> {
+        RaceHandle { o: o.clone(), g: o.geometry(), node, ctx, counters: Counters::default() }
+    }
+
+    fn check_invariants(o: &RaceOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+        check(o, memory)
+    }
+
+    fn planted_bugs() -> &'static [PlantedBug] {
+        &PLANTS
+    }
+
+    fn plant(o: &mut RaceOptions, bug: &str) -> Result<(), String> {
+        let known = PLANTS.iter().find(|p| p.name == bug).ok_or_else(|| {
+            let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
+            format!("race has no planted bug '{bug}' (it has: {})", names.join(", "))
+        })?;
+        o.plants.insert(known.name);
+        Ok(())
+    }
+}
+
+/// A subtable's bytes: every bucket's header, empty slots.
+fn empty_subtable(g: &Geometry, h: Header) -> Vec<u8> {
+    let mut b = vec![0u8; g.subtable_bytes()];
+    for i in 0..g.buckets() {
+        let at = g.bucket_at(i);
+        b[at..at + 8].copy_from_slice(&h.encode().to_le_bytes());
+    }
+    b
+}
+
+/// The two combined buckets of a key as read: four physical buckets.
+struct View {
+    subtable: RemoteAddr,
+    /// (physical bucket, header, slot words), in physical order per combined bucket.
+    buckets: Vec<(usize, Header, Vec<u64>)>,
+}
+
+/// A published copy of a key.
+#[derive(Clone, Debug)]
+struct Copy {
+    /// (physical bucket, slot): the agreement order.
+    pos: (usize, usize),
+    word: u64,
+    value: Vec<u8>,
+}
+
+impl View {
+    fn slot_addr(&self, g: &Geometry, (b, s): (usize, usize)) -> RemoteAddr {
+        self.subtable.add((g.bucket_at(b) + 8 + 8 * s) as u64)
+    }
+
+    /// Non-empty slots with fingerprint `fp`, in agreement order (K9's fix).
+    fn matches(&self, fp: u8) -> Vec<((usize, usize), u64)> {
+        let mut out: Vec<((usize, usize), u64)> = Vec::new();
+        for (b, _, slots) in &self.buckets {
+            for (s, &w) in slots.iter().enumerate() {
+                if Slot::decode(w).is_some_and(|x| x.fp == fp) && !out.iter().any(|(p, _)| *p == (*b, s)) {
+                    out.push(((*b, s), w));
+                }
+            }
+        }
+        out.sort_by_key(|(p, _)| *p);
+        out
+    }
+}
+
+enum Found {
+    /// Valid copies of the key, in the order searched.
+    Copies(Vec<Copy>),
+    /// A candidate block was invalid (torn or reclaimed): read again.
+    Invalid,
+}
+
+impl<C: Client + Clone + 'static> RaceHandle<C> {
+    fn planted(&self, bug: &str) -> bool {
+        self.o.plants.contains(bug)
+    }
+
+    fn retries_exhausted(&self, op: &'static str) -> IndexError {
+        IndexError::RetriesExhausted { op, retries: self.o.max_retries }
+    }
+
+    /// READs the root and the used area of the directory into the cache.
+    async fn synchronize(&mut self) -> Result<(), IndexError> {
+        self.counters.event("directory_sync");
+        let mut gd = lock(&self.node.dir).gd;
+        for _ in 0..self.o.max_retries {
+            let raw = self.ctx.read(root_addr(), Buf::zeroed(8 + 8 * (1usize << gd))).await?;
+            let now = layout::root_gd(raw.u64_at(0));
+            if now > gd {
+                gd = now;
+                continue;
+            }
+            let entries = (0..1usize << now).map(|i| raw.u64_at(8 + 8 * i)).collect();
+            let mut d = lock(&self.node.dir);
+            if now >= d.gd {
+                *d = Directory { gd: now, entries };
+            }
+            return Ok(());
+        }
+        Err(self.retries_exhausted("synchronize"))
+    }
+
+    /// The cached directory entry for `kh` (synchronizing first if the cache is empty).
+    async fn entry(&mut self, kh: &KeyHash) -> Result<Entry, IndexError> {
+        if lock(&self.node.dir).entries.is_empty() {
+            self.synchronize().await?;
+        }
+        let d = lock(&self.node.dir);
+        Ok(Entry::decode(d.entries[layout::suffix(kh.dir, d.gd) as usize]))
+    }
+
+    /// `READ cb1 ‖ READ cb2` of `kh` in subtable `st`, with `extra` requests in the same
+    /// round trip (a block WRITE); returns the view.
+    async fn read_view(&mut self, st: RemoteAddr, kh: &KeyHash, extra: Vec<Request>) -> Result<View, IndexError> {
+        Ok(self.read_view_after(st, kh, Vec::new(), extra).await?.0)
+    }
+
+    /// [`Self::read_view`] after `pre` (requests to the subtable's node, posted before the
+    /// READs in the same batch: an RMW there is seen by the READs); returns the view and the
+    /// responses of `pre`.
+    async fn read_view_after(
+        &mut self,
+        st: RemoteAddr,
+        kh: &KeyHash,
+        pre: Vec<Request>,
+        extra: Vec<Request>,
+    ) -> Result<(View, Vec<dmkit_rdma::Response>), IndexError> {
+        let g = self.g;
+        let firsts = kh.idx.map(|a| g.combined_first(a));
+        let n_pre = pre.len();
+        let mut reqs = pre;
+        reqs.extend(firsts.iter().map(|&b| Request::read_len(st.add(g.bucket_at(b) as u64), 2 * g.bucket_bytes())));
+        reqs.extend(extra);
+        let mut resp = post_per_node(&self.ctx, reqs).await?;
+        let reads: Vec<dmkit_rdma::Response> = resp.drain(n_pre..n_pre + 2).collect();
+        resp.truncate(n_pre);
+        let mut buckets = Vec::with_capacity(4);
+        for (first, r) in firsts.iter().zip(reads) {
+            let buf = r.into_buf()?;
+            for half in 0..2 {
+                let at = half * g.bucket_bytes();
+                let header = Header::decode(buf.u64_at(at));
+                let slots = (0..g.slots).map(|s| buf.u64_at(at + 8 + 8 * s)).collect();
+                buckets.push((first + half, header, slots));
+            }
+        }
+        Ok((View { subtable: st, buckets }, resp))
+    }
+
+    /// The valid copies of `key` among the view's fingerprint matches (their blocks read in one
+    /// batch per memory node).
+    async fn copies(&mut self, view: &View, kh: &KeyHash, key: &[u8]) -> Result<Found, IndexError> {
+        let cands = view.matches(kh.fp);
+        if cands.is_empty() {
+            return Ok(Found::Copies(Vec::new()));
+        }
+        let reqs = cands
+            .iter()
+            .map(|(_, w)| {
+                let s = Slot::decode(*w).expect("non-empty");
+                Request::read_len(s.block, s.bytes())
+            })
+            .collect();
+        let blocks = post_per_node(&self.ctx, reqs).await?;
+        let mut out = Vec::new();
+        let mut invalid = false;
+        for ((pos, word), r) in cands.into_iter().zip(blocks) {
+            let buf = r.into_buf()?;
+            self.ctx.charge_cpu(CpuWork::ChecksumByte, buf.len() as u64).await;
+            match layout::decode_block(buf.as_slice()) {
+                Some((k, v)) if k == key => out.push(Copy { pos, word, value: v.to_vec() }),
+                Some(_) => {}
+                None => invalid = true,
+            }
+        }
+        // A block is never reclaimed here, so an invalid one is a torn read of nothing: only a
+        // bug makes one. Retry rather than skip (K1's fix).
+        Ok(if invalid && out.is_empty() { Found::Invalid } else { Found::Copies(out) })
+    }
+
+    /// Whether every bucket of the view may hold the key for a client whose entry has `ld`.
+    fn view_correct(&self, view: &View, ld: u8, kh: &KeyHash) -> bool {
+        view.buckets.iter().all(|(_, h, _)| layout::bucket_correct(ld, *h, kh.dir))
+    }
+
+    /// The valid copies of `key`, following the directory (Algorithms 4 and 6).
+    async fn find(&mut self, key: &[u8], kh: &KeyHash) -> Result<(View, Entry, Vec<Copy>), IndexError> {
+        for _ in 0..self.o.max_retries {
+            let e = self.entry(kh).await?;
+            let view = self.read_view(e.subtable, kh, Vec::new()).await?;
+            if e.lock || !self.view_correct(&view, e.ld, kh) {
+                self.counters.event("stale_bucket");
+                self.synchronize().await?;
+                continue;
+            }
+            match self.copies(&view, kh, key).await? {
+                Found::Copies(c) => return Ok((view, e, c)),
+                Found::Invalid => {
+                    self.counters.event("invalid_block");
+                    self.counters.retries += 1;
+                }
+            }
+        }
+        Err(self.retries_exhausted("search"))
+    }
+
+    /// Allocates and writes a block for `key` and `value` (not yet published).
+    async fn new_block(&mut self, key: &[u8], value: &[u8], fp: u8) -> Result<(Slot, Request), IndexError> {
+        let bytes = layout::encode_block(key, value);
+        let units = bytes.len() / layout::UNIT;
+        let node = self.node.clone();
+        let at = node.chunks.alloc(&self.ctx, bytes.len() as u64, layout::UNIT as u64).await?;
+        self.ctx.charge_cpu(CpuWork::ChecksumByte, bytes.len() as u64).await;
+        Ok((Slot { fp, units, block: at }, Request::write(at, bytes)))
+    }
+
+    async fn cas(&mut self, at: RemoteAddr, old: u64, new: u64) -> Result<bool, IndexError> {
+        let seen = self.ctx.cas(at, old, new).await?;
+        if seen != old {
+            self.counters.cas_failures += 1;
+        }
+        Ok(seen == old)
+    }
+
+    async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        Race::limits(&self.o).check_key(key)?;
+        let kh = self.g.hash(key);
+        let (_, _, copies) = self.find(key, &kh).await?;
+        Ok(copies.into_iter().next().map(|c| c.value))
+    }
+
+    async fn do_insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        let limits = Race::limits(&self.o);
+        limits.check_key(key)?;
+        limits.check_value(value)?;
+        let g = self.g;
+        let kh = g.hash(key);
+        let (slot, write) = self.new_block(key, value, kh.fp).await?;
+        let mine = slot.encode();
+        let mut write = Some(write);
+        for _ in 0..self.o.max_retries {
+            let e = self.entry(&kh).await?;
+            // The block's WRITE rides in the first round trip; it has completed (and is
+            // visible) before any CAS publishes it.
+            let extra = write.take().into_iter().collect();
+            let view = self.read_view(e.subtable, &kh, extra).await?;
+            if e.lock || view.buckets.iter().any(|(_, h, _)| h.ld != e.ld) {
+                self.counters.event("stale_bucket");
+                self.synchronize().await?;
+                continue;
+            }
+            let copies = match self.copies(&view, &kh, key).await? {
+                Found::Copies(c) => c,
+                Found::Invalid => continue,
+            };
+            if let Some(c) = copies.first() {
+                // D11: the key is here; update its valid copy.
+                if self.cas(view.slot_addr(&g, c.pos), c.word, mine).await? {
+                    return Ok(true);
+                }
+                continue;
+            }
+            if !self.o.faithful && !self.planted("no-insert-lock") {
+                match self.insert_locked(&kh, key, e, &view, mine).await? {
+                    Some(existed) => return Ok(existed),
+                    None => continue,
+                }
+            }
+            let Some(pos) = free_slot(&g, &view, &kh) else {
+                return Err(IndexError::Full);
+            };
+            if !self.cas(view.slot_addr(&g, pos), 0, mine).await? {
+                continue;
+            }
+            if !self.o.faithful || self.planted("no-duplicate-check") {
+                return Ok(false);
+            }
+            return self.settle(&kh, key, e, pos, mine).await;
+        }
+        Err(self.retries_exhausted("insert"))
+    }
+
+    /// Safe mode's insert of a key found absent: take the insert lock of its lower main bucket
+    /// (a bit in that bucket's header) with the combined buckets read in the same batch (an RMW
+    /// is seen by later READs of its QP), then `[CAS slot, WRITE unlock]`. Inserts of one key
+    /// serialise on the lock, so no duplicate is ever published; searches, updates and deletes
+    /// never take it. `None`: retry from the start.
+    async fn insert_locked(
+        &mut self,
+        kh: &KeyHash,
+        key: &[u8],
+        e: Entry,
+        seen: &View,
+        mine: u64,
+    ) -> Result<Option<bool>, IndexError> {
+        let g = self.g;
+        let lock_bucket = g.main_of(kh.idx[0].min(kh.idx[1]));
+        let header_at = e.subtable.add(g.bucket_at(lock_bucket) as u64);
+        // The unlocked header word (a locked one fails the CAS).
+        let header = seen
+            .buckets
+            .iter()
+            .find(|(b, _, _)| *b == lock_bucket)
+            .map(|(_, h, _)| h.encode())
+            .expect("a main bucket of the key");
+        let (view, pre) = self
+            .read_view_after(
+                e.subtable,
+                kh,
+                vec![Request::cas(header_at, header, header | layout::LOCK_BIT)],
+                Vec::new(),
+            )
+            .await?;
+        if pre.into_iter().next().expect("the CAS").atomic()? != header {
+            self.counters.lock_failures += 1;
+            self.ctx.yield_now().await;
+            return Ok(None);
+        }
+        let unlock = Request::write(header_at, header.to_le_bytes().to_vec());
+        let copies = match self.copies(&view, kh, key).await {
+            Ok(Found::Copies(c)) => c,
+            Ok(Found::Invalid) => Vec::new(),
+            Err(err) => {
+                self.ctx.post(vec![unlock]).await?;
+                return Err(err);
+            }
+        };
+        let pos = free_slot(&g, &view, kh);
+        if !copies.is_empty() || pos.is_none() || view.buckets.iter().any(|(_, h, _)| h.ld != e.ld) {
+            self.ctx.post(vec![unlock]).await?;
+            return match (copies.is_empty(), pos) {
+                (true, None) => Err(IndexError::Full),
+                _ => Ok(None),
+            };
+        }
+        let pos = pos.expect("checked");
+        let done = self.ctx.post(vec![Request::cas(view.slot_addr(&g, pos), 0, mine), unlock]).await?;
+        let published = done.into_iter().next().expect("the CAS").atomic()? == 0;
+        if !published {
+            self.counters.cas_failures += 1;
+        }
+        Ok(published.then_some(false))
+    }
+
+    /// After publishing `mine` at `pos`: re-read the combined buckets and settle duplicates
+    /// (module docs). Returns whether the key existed.
+    async fn settle(
+        &mut self,
+        kh: &KeyHash,
+        key: &[u8],
+        e: Entry,
+        pos: (usize, usize),
+        mine: u64,
+    ) -> Result<bool, IndexError> {
+        let g = self.g;
+        for _ in 0..self.o.max_retries {
+            let view = self.read_view(e.subtable, kh, Vec::new()).await?;
+            let copies = match self.copies(&view, kh, key).await? {
+                Found::Copies(c) => c,
+                Found::Invalid => continue,
+            };
+            let Some(lowest) = copies.first() else {
+                // Our copy is gone: absorbed by a lower copy's insert or deleted, both ordered
+                // after this insert.
+                return Ok(false);
+            };
+            if lowest.pos == pos {
+                if lowest.word != mine {
+                    // Someone updated our copy: ordered after us.
+                    return Ok(false);
+                }
+                let mut absorbed = false;
+                for c in &copies[1..] {
+                    if self.cas(view.slot_addr(&g, c.pos), c.word, 0).await? {
+                        self.counters.event("duplicate_absorbed");
+                        absorbed = true;
+                    }
+                }
+                return Ok(absorbed);
+            }
+            if !copies.iter().any(|c| c.pos == pos) {
+                return Ok(false);
+            }
+            // We are not the lowest copy: withdraw ours, then update the lowest.
+            if !self.cas(view.slot_addr(&g, pos), mine, 0).await? {
+                // Absorbed (or deleted, or updated) meanwhile: ordered before the lowest.
+                return Ok(false);
+            }
+            self.counters.event("duplicate_withdrawn");
+            for _ in 0..self.o.max_retries {
+                let (v2, _, copies) = self.find(key, kh).await?;
+                let Some(c) = copies.first() else {
+                    // The lowest copy was deleted after we withdrew: insert afresh.
+                    return Box::pin(self.reinsert(kh, key, mine)).await;
+                };
+                if self.cas(v2.slot_addr(&g, c.pos), c.word, mine).await? {
+                    return Ok(true);
+                }
+            }
+            return Err(self.retries_exhausted("insert"));
+        }
+        Err(self.retries_exhausted("insert"))
+    }
+
+    /// Publishes an already written block `mine` as a fresh insert.
+    async fn reinsert(&mut self, kh: &KeyHash, key: &[u8], mine: u64) -> Result<bool, IndexError> {
+        let g = self.g;
+        for _ in 0..self.o.max_retries {
+            let (view, e, copies) = self.find(key, kh).await?;
+            if let Some(c) = copies.first() {
+                if self.cas(view.slot_addr(&g, c.pos), c.word, mine).await? {
+                    return Ok(true);
+                }
+                continue;
+            }
+            let Some(pos) = free_slot(&g, &view, kh) else {
+                return Err(IndexError::Full);
+            };
+            if self.cas(view.slot_addr(&g, pos), 0, mine).await? {
+                return Box::pin(self.settle(kh, key, e, pos, mine)).await;
+            }
+        }
+        Err(self.retries_exhausted("insert"))
+    }
+
+    /// Update (`Some`) or delete (`None`) of an existing key; `false` if absent.
+    async fn do_modify(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<bool, IndexError> {
+        let limits = Race::limits(&self.o);
+        limits.check_key(key)?;
+        if let Some(v) = value {
+            limits.check_value(v)?;
+        }
+        let g = self.g;
+        let kh = g.hash(key);
+        let mut block = None;
+        for _ in 0..self.o.max_retries {
+            let (view, _, copies) = self.find(key, &kh).await?;
+            let Some(first) = copies.first() else {
+                return Ok(false);
+            };
+            match value {
+                Some(v) => {
+                    if block.is_none() {
+                        let (slot, write) = self.new_block(key, v, kh.fp).await?;
+                        self.ctx.post(vec![write]).await?;
+                        block = Some(slot.encode());
+                    }
+                    let new = block.expect("written");
+                    if self.cas(view.slot_addr(&g, first.pos), first.word, new).await? {
+                        return Ok(true);
+                    }
+                }
+                None => {
+                    // Delete every copy (an insert in flight may have published one).
+                    let mut any = false;
+                    for c in &copies {
+                        any |= self.cas(view.slot_addr(&g, c.pos), c.word, 0).await?;
+                    }
+                    if any {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        Err(self.retries_exhausted(if value.is_some() { "update" } else { "delete" }))
+    }
+}
+
+/// A free slot for a new key (D7): the less-loaded combined bucket (ties: the lower one), main
+/// bucket first, then the overflow bucket.
+fn free_slot(g: &Geometry, view: &View, kh: &KeyHash) -> Option<(usize, usize)> {
+    let load = |i: usize| {
+        view.buckets[2 * i..2 * i + 2].iter().map(|(_, _, s)| s.iter().filter(|&&w| w != 0).count()).sum::<usize>()
+    };
+    let mut order = [0usize, 1];
+    if load(1) < load(0) || (load(1) == load(0) && g.combined_first(kh.idx[1]) < g.combined_first(kh.idx[0])) {
+        order = [1, 0];
+    }
+    for i in order {
+        let main = g.main_of(kh.idx[i]);
+        let mut pair: Vec<&(usize, Header, Vec<u64>)> = view.buckets[2 * i..2 * i + 2].iter().collect();
+        pair.sort_by_key(|(b, _, _)| *b != main);
+        for (b, _, slots) in pair {
+            if let Some(s) = slots.iter().position(|&w| w == 0) {
+                return Some((*b, s));
+            }
+        }
+    }
+    None
+}
+
+/// The walk: directory consistent with the subtables' headers (I2), every slot's block valid
+/// with its fingerprint, in one of its key's combined buckets of the right subtable (I3), and
+/// no key twice (P4).
+fn check(o: &RaceOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+    let g = o.geometry();
+    let root = memory.read_memory(root_addr(), 8).map_err(|e| e.to_string())?;
+    let gd = layout::root_gd(u64::from_le_bytes(root[..8].try_into().expect("8")));
+    let mut report = InvariantReport::default();
+    let mut seen_tables = BTreeSet::new();
+    let mut keys = BTreeSet::new();
+    for i in 0..1usize << gd {
+        let raw = memory.read_memory(entry_addr(i), 8).map_err(|e| e.to_string())?;
+        let e = Entry::decode(u64::from_le_bytes(raw[..8].try_into().expect("8")));
+        if e.lock {
+            return Err(format!("directory entry {i} is locked with no operation in flight"));
+        }
+        if e.ld > gd {
+            return Err(format!("directory entry {i}: local depth {} above the global depth {gd}", e.ld));
+        }
+        if !seen_tables.insert(e.subtable.raw()) {
+            continue;
+        }
+        let want = Header { ld: e.ld, suffix: layout::suffix(i as u64, e.ld) };
+        let bytes = memory.read_memory(e.subtable, g.subtable_bytes()).map_err(|e| e.to_string())?;
+        *report.structures.entry("subtables").or_default() += 1;
+        report.remote_bytes += g.subtable_bytes() as u64;
+        for b in 0..g.buckets() {
+            let at = g.bucket_at(b);
+            let word = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
+            if word & layout::LOCK_BIT != 0 {
+                return Err(format!("subtable of entry {i}, bucket {b}: insert lock held with no operation in flight"));
+            }
+            let h = Header::decode(word);
+            if h != want {
+                return Err(format!("subtable of entry {i}, bucket {b}: header {h:?}, the directory says {want:?}"));
+            }
+            for s in 0..g.slots {
+                let p = at + 8 + 8 * s;
+                let Some(slot) = Slot::decode(u64::from_le_bytes(bytes[p..p + 8].try_into().expect("8"))) else {
+                    continue;
+                };
+                let block = memory.read_memory(slot.block, slot.bytes()).map_err(|e| e.to_string())?;
+                let (k, _) = layout::decode_block(&block)
+                    .ok_or_else(|| format!("bucket {b} slot {s}: an invalid block at {}", slot.block))?;
+                let kh = g.hash(k);
+                if kh.fp != slot.fp {
+                    return Err(format!(
+                        "bucket {b} slot {s}: fingerprint {} for a key whose fingerprint is {}",
+                        slot.fp, kh.fp
+                    ));
+                }
+                if layout::suffix(kh.dir, e.ld) != want.suffix {
+                    return Err(format!("key {k:?} in the subtable of suffix {:#x}", want.suffix));
+                }
+                let home = kh.idx.iter().any(|&a| [g.combined_first(a), g.combined_first(a) + 1].contains(&b));
+                if !home {
+                    return Err(format!("key {k:?} in bucket {b}, outside its combined buckets"));
+                }
+                if !keys.insert(k.to_vec()) {
+                    return Err(format!("key {k:?} is stored twice"));
+                }
+                report.items += 1;
+                report.remote_bytes += slot.bytes() as u64;
+            }
+        }
+    }
+    report.capacity_items = Some(seen_tables.len() as u64 * (g.buckets() * g.slots) as u64);
+    Ok(report)
+}
+
+impl<C: Client + Clone + 'static> Index for RaceHandle<C> {
+    async fn search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.do_search(key).await
+    }
+
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.do_insert(key, value).await
+    }
+
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.do_modify(key, Some(value)).await
+    }
+
+    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
+        self.do_modify(key, None).await
+    }
+
+    async fn scan(&mut self, _: Bound<&[u8]>, _: Bound<&[u8]>, _: usize) -> Result<Pairs, IndexError> {
+        Err(IndexError::Unsupported("RACE is a hash table: no range scans"))
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}

@@ -1,0 +1,161 @@
+//! RACE against the executable specification (proptest over operation sequences on tables
+//! small enough that combined buckets fill and keys share them) and the schedule explorer.
+
+use dmkit_indexes::race::{Race, RaceOptions};
+use dmkit_indexes::spec::{Op, Outcome};
+use dmkit_verify::harness::run_sequence_checked;
+use proptest::prelude::*;
+
+fn key(k: u16) -> Vec<u8> {
+    (k as u64).to_be_bytes().to_vec()
+}
+
+fn ops(keys: u16) -> impl Strategy<Value = Vec<Op>> {
+    let k = (0..keys).prop_map(key);
+    let value = (any::<u8>(), 1..=32usize).prop_map(|(b, n)| vec![b; n]);
+    let op = prop_oneof![
+        2 => k.clone().prop_map(|key| Op::Search { key }),
+        4 => (k.clone(), value.clone()).prop_map(|(key, value)| Op::Insert { key, value }),
+        1 => (k.clone(), value).prop_map(|(key, value)| Op::Update { key, value }),
+        1 => k.prop_map(|key| Op::Delete { key }),
+    ];
+    prop::collection::vec(op, 1..120)
+}
+
+fn options(slots: u32, groups: u32, depth: u8) -> RaceOptions {
+    RaceOptions {
+        key_bytes: 8,
+        value_bytes: 32,
+        slots,
+        groups,
+        initial_depth: depth,
+        max_depth: 4,
+        ..RaceOptions::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if std::env::var("CI").is_ok() { 48 } else { 256 }, ..ProptestConfig::default() })]
+
+    /// Sequences that fit (no Full): keys fewer than the smallest table holds at its worst.
+    #[test]
+    fn race_sequences_match_the_specification(
+        (slots, groups, depth) in prop_oneof![Just((7u32, 4u32, 0u8)), Just((4, 8, 1)), Just((7, 16, 2))],
+        ops in ops(12),
+    ) {
+        let (got, want, walk) = run_sequence_checked::<Race>(&options(slots, groups, depth), &ops);
+        prop_assert_eq!(got, want);
+        walk.map_err(|e| TestCaseError::fail(format!("invariants: {e}")))?;
+    }
+}
+
+#[test]
+fn a_full_pair_of_combined_buckets_is_full_and_loses_nothing() {
+    // One subtable of 2 groups of 1-slot buckets: 6 slots in all.
+    let o = options(1, 2, 0);
+    let ops: Vec<Op> = (0..12u16).map(|k| Op::Insert { key: key(k), value: vec![k as u8 + 1; 4] }).collect();
+    let mut all = ops.clone();
+    all.extend((0..12u16).map(|k| Op::Search { key: key(k) }));
+    let (got, _, walk) = run_sequence_checked::<Race>(&o, &all);
+    walk.unwrap();
+    let mut stored = 0;
+    for k in 0..12usize {
+        match &got[k] {
+            Outcome::Existed(false) => {
+                stored += 1;
+                assert_eq!(got[12 + k], Outcome::Found(Some(vec![k as u8 + 1; 4])), "key {k}");
+            }
+            Outcome::Failed(dmkit_indexes::IndexError::Full) => assert_eq!(got[12 + k], Outcome::Found(None)),
+            other => panic!("key {k}: {other:?}"),
+        }
+    }
+    assert!((1..=6).contains(&stored), "{got:?}");
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    let o = options(7, 4, 0);
+    let ops = vec![
+        Op::Insert { key: vec![], value: vec![1] },
+        Op::Insert { key: vec![1; 9], value: vec![1] },
+        Op::Insert { key: vec![1; 8], value: vec![1; 33] },
+        Op::Scan { start: std::ops::Bound::Unbounded, end: std::ops::Bound::Unbounded, limit: 3 },
+    ];
+    let (got, _, _) = run_sequence_checked::<Race>(&o, &ops);
+    assert!(matches!(got[0], Outcome::Failed(dmkit_indexes::IndexError::KeyTooShort { .. })), "{got:?}");
+    assert!(matches!(got[1], Outcome::Failed(dmkit_indexes::IndexError::KeyTooLong { .. })), "{got:?}");
+    assert!(matches!(got[2], Outcome::Failed(dmkit_indexes::IndexError::ValueTooLong { .. })), "{got:?}");
+    assert!(matches!(got[3], Outcome::Failed(dmkit_indexes::IndexError::Unsupported(_))), "{got:?}");
+    use dmkit_indexes::IndexKind;
+    assert!(Race::validate(&RaceOptions { groups: 1, ..o.clone() }).is_err());
+    assert!(Race::validate(&RaceOptions { max_depth: 17, ..o.clone() }).is_err());
+    assert!(Race::validate(&RaceOptions { initial_depth: 5, ..o }).is_err());
+}
+
+mod explored {
+    use dmkit_indexes::IndexKind;
+    use dmkit_indexes::race::Race;
+    use dmkit_verify::explore::{self, Mode};
+    use dmkit_verify::harness::{Checked, IndexScenario, check_index};
+    use std::time::Duration;
+
+    fn budget() -> Duration {
+        Duration::from_secs(if std::env::var("CI").is_ok() { 5 } else { 30 })
+    }
+
+    fn scenario(preset: &str, config: Option<&str>, plant: Option<&str>) -> IndexScenario<Race> {
+        let (preset, mut options) = Race::presets().into_iter().find(|(p, _)| p.name == preset).unwrap();
+        if let Some(c) = config {
+            Race::configure(&mut options, c).unwrap();
+        }
+        if let Some(bug) = plant {
+            Race::plant(&mut options, bug).unwrap();
+        }
+        IndexScenario::new(preset, options, 3)
+    }
+
+    #[test]
+    fn safe_mode_is_clean_and_not_vacuous() {
+        for (preset, mode) in [
+            ("default", Mode::Random),
+            ("default", Mode::Pct { depth: 3 }),
+            ("same-key", Mode::Random),
+            ("pair", Mode::Dfs { preemptions: 2 }),
+        ] {
+            let check = check_index(&scenario(preset, None, None), mode, 3, budget(), u64::MAX);
+            assert!(check.exploration.failure.is_none(), "{preset} {mode:?}: {}", check.exploration.failure.unwrap());
+            if mode == Mode::Random {
+                assert!(check.vacuous.is_empty(), "{preset}: counters {:?} stayed zero", check.vacuous);
+            }
+        }
+    }
+
+    /// Without the insert lock, two inserts of one absent key both publish a copy: found and
+    /// replayed.
+    #[test]
+    fn the_insert_lock_is_needed() {
+        let check =
+            check_index(&scenario("same-key", None, Some("no-insert-lock")), Mode::Random, 3, budget(), u64::MAX);
+        let f = check.exploration.failure.expect("duplicate inserts are found without the lock");
+        assert_eq!(
+            explore::replay(&scenario("same-key", None, Some("no-insert-lock")), f.variant, &f.choices),
+            Err(f.message.clone())
+        );
+    }
+
+    /// The paper's lock-free insert with duplicate agreement: two concurrent inserts of one
+    /// absent key can both report that it did not exist (the paper's insert reports nothing;
+    /// dmkit's does). Documented as the faithful mode's behaviour.
+    #[test]
+    fn faithful_inserts_are_not_linearizable() {
+        let check = check_index(
+            &scenario("same-key", Some("faithful"), None),
+            Mode::Random,
+            3,
+            Duration::from_secs(60),
+            u64::MAX,
+        );
+        let f = check.exploration.failure.expect("the faithful insert race is found");
+        assert!(f.message.contains("not linearizable") || f.message.contains("twice"), "{}", f.message);
+    }
+}
