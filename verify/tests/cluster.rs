@@ -129,8 +129,9 @@ fn a_full_chain_and_pool_say_full_and_lose_nothing() {
 
 /// The paper's geometry (8 slots, overflow ratio 3) filled with unique keys until the first
 /// insert failure: the load factor (items over all slots, main and overflow) comes out high, as
-/// the paper's Fig. 12 reports for DrTM (about 90%; 0.900 here, 64 main buckets); then every key is found, a third are
-/// deleted (compaction moves tail items forward) and the rest updated, and the walk agrees.
+/// the paper's Fig. 12 reports for DrTM (about 90%; 0.900 here, with 64 main buckets); then
+/// every key is found, a third are deleted (compaction moves tail items forward) and the rest
+/// updated, and the walk agrees.
 #[test]
 fn the_papers_geometry_fills_to_a_high_load_factor() {
     let o = ClusterOptions {
