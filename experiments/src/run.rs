@@ -593,6 +593,7 @@ impl OpSource for Limited {
 pub fn index_names() -> Vec<&'static str> {
     vec![
         dmkit_indexes::example::Example::NAME,
+        dmkit_indexes::race::Race::NAME,
         dmkit_indexes::sherman::Sherman::NAME,
         dmkit_indexes::smart::Smart::NAME,
         dmkit_indexes::art::Art::NAME,
@@ -651,6 +652,37 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
                 ..ExampleOptions::default()
             };
             run_index::<Example>(&req.setup, &options, (&req.config, &spec.name), items, sources)
+        }
+        "race" => {
+            use dmkit_indexes::race::{Race, RaceOptions};
+            if needs_scans {
+                return Err(format!("index race is a hash table: no scans, and workload {} has them", spec.name));
+            }
+            if req.cache_bytes.is_some() {
+                return Err("index race caches only its directory: --cache-bytes does not apply".into());
+            }
+            let faithful = match req.config.as_str() {
+                "default" | "safe" => false,
+                "faithful" => true,
+                other => {
+                    return Err(format!("index race has no configuration '{other}' (configurations: safe, faithful)"));
+                }
+            };
+            // No subtable splits yet (issue 9): enough subtables of 4,096 groups to hold the
+            // keys and the run's inserts at under half load.
+            let groups = 4096u64;
+            let per_subtable = 3 * groups * 7 / 2;
+            let depth = (2 * req.keys.max(1)).div_ceil(per_subtable).next_power_of_two().trailing_zeros() as u8;
+            let options = RaceOptions {
+                key_bytes: spec.key_format.key_bytes().max(8) as u32,
+                value_bytes: spec.value_bytes.max(1) as u32,
+                groups: groups as u32,
+                initial_depth: depth.min(16),
+                memory_nodes: req.setup.memory_nodes,
+                faithful,
+                ..RaceOptions::default()
+            };
+            run_index::<Race>(&req.setup, &options, (&req.config, &spec.name), items, sources)
         }
         "sherman" => {
             use dmkit_indexes::sherman::{Sherman, ShermanOptions};
