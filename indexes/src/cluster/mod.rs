@@ -93,6 +93,10 @@
 //! - `no-version-check`: searches do not validate a miss against the chain version: a search
 //!   that read a bucket before a delete moved the tail item into it returns a present key as
 //!   absent.
+//! - `in-place-value`: an upsert or update of a present key whose new block has as many units
+//!   as the old one rewrites the published block in place instead of out of place. A search
+//!   that READs the block across the WRITE gets units of both values; the block checksum fails
+//!   and the search reports [`IndexError::Corrupt`] (a torn block is a broken invariant here).
 
 pub mod layout;
 
@@ -206,7 +210,7 @@ impl ClusterOptions {
     }
 }
 
-const PLANTS: [PlantedBug; 3] = [
+const PLANTS: [PlantedBug; 4] = [
     PlantedBug {
         name: "no-lock",
         description: "writers skip the chain lock: concurrent inserts take one slot or store one key twice, and links are lost",
@@ -218,6 +222,10 @@ const PLANTS: [PlantedBug; 3] = [
     PlantedBug {
         name: "no-version-check",
         description: "a search's miss is not validated against the chain version: a delete that moves the tail item forward hides a present key",
+    },
+    PlantedBug {
+        name: "in-place-value",
+        description: "an update rewrites the key's published KV block in place: a search reads it torn (its checksum fails and the search reports corruption)",
     },
 ];
 
@@ -748,7 +756,15 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
             match (change, found) {
                 (Change::Upsert(_) | Change::Update(_), Some(p)) => {
                     let (at, bytes, word) = block.clone().expect("a block for a write");
-                    let (bi, si, _) = chain.items[p];
+                    let (bi, si, old) = chain.items[p];
+                    let old = SlotWord::decode(old).expect("an item");
+                    if self.planted("in-place-value") && old.units as u64 * 64 == bytes.len() as u64 {
+                        // The plant: rewrite the published block where it is.
+                        self.give_back(&block);
+                        let old_at = sb.block_addr(node, old).expect("checked when it was read");
+                        self.finish(main, header, vec![Request::write(old_at, bytes)]).await?;
+                        return Ok(true);
+                    }
                     let writes =
                         vec![Request::write(at, bytes), Request::write(slot_addr(&chain, (bi, si)), word_bytes(word))];
                     self.finish(main, header, writes).await?;
