@@ -594,6 +594,7 @@ pub fn index_names() -> Vec<&'static str> {
     vec![
         dmkit_indexes::example::Example::NAME,
         dmkit_indexes::race::Race::NAME,
+        dmkit_indexes::cluster::Cluster::NAME,
         dmkit_indexes::sherman::Sherman::NAME,
         dmkit_indexes::smart::Smart::NAME,
         dmkit_indexes::art::Art::NAME,
@@ -652,6 +653,25 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
                 ..ExampleOptions::default()
             };
             run_index::<Example>(&req.setup, &options, (&req.config, &spec.name), items, sources)
+        }
+        "cluster" => {
+            use dmkit_indexes::cluster::{Cluster, ClusterOptions};
+            if needs_scans {
+                return Err(format!("index cluster is a hash table: no scans, and workload {} has them", spec.name));
+            }
+            if req.cache_bytes.is_some() || req.config != "default" {
+                return Err("index cluster has no cache and no named configurations".into());
+            }
+            // The paper's geometry (8 slots, overflow ratio 3), main buckets for about 4 keys
+            // each after loading.
+            let options = ClusterOptions {
+                main_buckets: req.keys.div_ceil(4).max(1),
+                key_bytes: spec.key_format.key_bytes().max(8) as u32,
+                value_bytes: spec.value_bytes.max(1) as u32,
+                memory_nodes: req.setup.memory_nodes,
+                ..ClusterOptions::default()
+            };
+            run_index::<Cluster>(&req.setup, &options, (&req.config, &spec.name), items, sources)
         }
         "race" => {
             use dmkit_indexes::race::{Race, RaceOptions};

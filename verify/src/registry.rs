@@ -6,6 +6,7 @@ use crate::harness::{Checked, IndexCheck, IndexScenario, Mix, Preset, be_key, ch
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::art::{Art, ArtOptions};
 use dmkit_indexes::chime::{Chime, ChimeOptions};
+use dmkit_indexes::cluster::Cluster;
 use dmkit_indexes::example::{Example, ExampleOptions};
 use dmkit_indexes::race::{Race, RaceOptions};
 use dmkit_indexes::sherman::{Sherman, ShermanOptions};
@@ -457,7 +458,7 @@ impl Checked for Race {
 
 /// Names `dmkit check --index` accepts.
 pub fn index_names() -> Vec<&'static str> {
-    vec![Example::NAME, Sherman::NAME, Smart::NAME, Art::NAME, Chime::NAME, Race::NAME]
+    vec![Example::NAME, Sherman::NAME, Smart::NAME, Art::NAME, Chime::NAME, Race::NAME, Cluster::NAME]
 }
 
 /// What `dmkit check` was asked to do.
@@ -495,6 +496,7 @@ pub fn list_plants(index: &str) -> Result<String, String> {
         "art" => Art::planted_bugs(),
         "chime" => Chime::planted_bugs(),
         "race" => Race::planted_bugs(),
+        "cluster" => Cluster::planted_bugs(),
         other => return Err(unknown(other)),
     };
     Ok(plants.iter().map(|p| format!("{}: {}\n", p.name, p.description)).collect())
@@ -513,6 +515,7 @@ pub fn run_check(req: &CheckRequest) -> Result<CheckOutcome, String> {
         "art" => run::<Art>(req),
         "chime" => run::<Chime>(req),
         "race" => run::<Race>(req),
+        "cluster" => run::<Cluster>(req),
         other => Err(unknown(other)),
     }
 }
