@@ -159,3 +159,35 @@ mod explored {
         assert!(f.message.contains("not linearizable") || f.message.contains("twice"), "{}", f.message);
     }
 }
+
+/// The paper's run-until-insert-failure (Fig. 5/12a): one subtable of 7-slot buckets (no
+/// splits) filled with unique keys until the first insert fails; the load factor (items over
+/// all slots, main and overflow) is about 90% in the paper. Then every stored key is found.
+#[test]
+fn seven_slots_fill_to_about_ninety_percent() {
+    let o = RaceOptions {
+        key_bytes: 16,
+        value_bytes: 32,
+        slots: 7,
+        groups: 256,
+        initial_depth: 0,
+        max_depth: 4,
+        ..RaceOptions::default()
+    };
+    let capacity = 3 * 256 * 7;
+    let k = |i: u32| ((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_be_bytes().to_vec();
+    let mut ops: Vec<Op> =
+        (0..capacity as u32 + 1).map(|i| Op::Insert { key: k(i), value: vec![i as u8; 32] }).collect();
+    let (got, _, walk) = run_sequence_checked::<Race>(&o, &ops);
+    let first_full =
+        got.iter().position(|r| *r == Outcome::Failed(dmkit_indexes::IndexError::Full)).expect("the table fills");
+    let load_factor = first_full as f64 / capacity as f64;
+    eprintln!("race: first insert failure at load factor {load_factor:.3} ({first_full} of {capacity} slots)");
+    assert!((0.8..0.97).contains(&load_factor), "load factor {load_factor:.3}");
+    assert!(got[..first_full].iter().all(|r| *r == Outcome::Existed(false)));
+    walk.unwrap();
+    ops.truncate(first_full);
+    ops.extend((0..first_full as u32).map(|i| Op::Search { key: k(i) }));
+    let (got, want, _) = run_sequence_checked::<Race>(&o, &ops);
+    assert_eq!(got, want);
+}
