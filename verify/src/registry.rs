@@ -400,8 +400,8 @@ fn race_options(memory_nodes: u16) -> RaceOptions {
 
 impl Checked for Race {
     fn presets() -> Vec<(Preset, RaceOptions)> {
-        let base = Preset {
-            name: "default",
+        let basic = Preset {
+            name: "basic",
             compute_nodes: 2,
             memory_nodes: 2,
             clients: 3,
@@ -416,7 +416,22 @@ impl Checked for Race {
             step_limit: 400_000,
         };
         vec![
-            (base.clone(), race_options(2)),
+            // One subtable of six 1-slot buckets: inserts split it and double the directory
+            // while searches and writes meet items in flight.
+            (
+                Preset {
+                    name: "default",
+                    keys: 8,
+                    preload: 3,
+                    mix: Mix { search: 35, insert: 40, update: 15, delete: 10, scan: 0 },
+                    required_counters: &["split", "item_moved", "directory_doubling", "search_on_resize", "split_wait"],
+                    step_limit: 1_000_000,
+                    ..basic.clone()
+                },
+                RaceOptions { slots: 1, initial_depth: 0, ..race_options(2) },
+            ),
+            // Two subtables of 2-slot buckets, no splits: the plain protocol.
+            (basic.clone(), race_options(2)),
             // Three keys in 1-slot buckets, three inserting clients: concurrent inserts of one
             // absent key land in different slots.
             (
@@ -425,8 +440,7 @@ impl Checked for Race {
                     keys: 3,
                     preload: 1,
                     mix: Mix { search: 30, insert: 50, update: 0, delete: 20, scan: 0 },
-                    required_counters: &["cas_failures", "lock_failures"],
-                    ..base.clone()
+                    ..basic.clone()
                 },
                 RaceOptions { slots: 1, ..race_options(1) },
             ),
@@ -439,7 +453,7 @@ impl Checked for Race {
                     preload: 1,
                     required_counters: &[],
                     step_limit: 100_000,
-                    ..base
+                    ..basic
                 },
                 race_options(1),
             ),

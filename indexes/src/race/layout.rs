@@ -6,7 +6,8 @@
 //!   the used area.
 //! - **Subtable**: `3G` buckets of `B = 8 + 8K` bytes in groups `[main0][overflow][main1]`. A
 //!   bucket is a header `[0 | ld:8 | suffix:32]` and `K` slots.
-//! - **Slot**: `[fp:8 | units−1:8 | node:8 | offset/64:40]`; the all-zero word is empty.
+//! - **Slot**: `[fp:8 | units−1:8 | node:8 | frozen:1 | offset/64:39]`; the all-zero word is
+//!   empty. `frozen` marks an item a split is moving (its CAS from the plain word fails).
 //! - **KV block**: `[klen u16][flags u16][vlen u32][key][value][padding][crc64 u64]`, a multiple
 //!   of 64 bytes, the checksum over everything before it.
 
@@ -15,6 +16,9 @@ use crate::smart::layout::crc64;
 use dmkit_rdma::{NodeId, RemoteAddr};
 
 pub const LOCK_BIT: u64 = 1 << 63;
+/// A slot's item is being moved by a split.
+pub const FROZEN: u64 = 1 << 39;
+const OFFSET_MASK: u64 = (1 << 39) - 1;
 /// The unit of a KV block's length.
 pub const UNIT: usize = 64;
 /// The most units a slot's length field names (D9: units − 1 in 8 bits).
@@ -87,7 +91,7 @@ impl Slot {
         (self.fp as u64) << 56
             | ((self.units - 1) as u64) << 48
             | (self.block.node().0 as u64 & 0xFF) << 40
-            | ((self.block.offset() / UNIT as u64) & ((1 << 40) - 1))
+            | ((self.block.offset() / UNIT as u64) & OFFSET_MASK)
     }
 
     /// `None` for the empty word.
@@ -95,7 +99,7 @@ impl Slot {
         (w != 0).then(|| Slot {
             fp: (w >> 56) as u8,
             units: ((w >> 48) & 0xFF) as usize + 1,
-            block: RemoteAddr::host(NodeId(((w >> 40) & 0xFF) as u16), (w & ((1 << 40) - 1)) * UNIT as u64),
+            block: RemoteAddr::host(NodeId(((w >> 40) & 0xFF) as u16), (w & OFFSET_MASK) * UNIT as u64),
         })
     }
 

@@ -4,10 +4,29 @@
 //! slots and checksummed KV blocks ([`layout`]); the compute node's directory cache with the
 //! stale-bucket check (Algorithm 5); search (Algorithms 4 and 6), insert, update and delete
 //! with 8-byte CAS on slots (lock-free, except that safe mode serialises inserts of one absent
-//! key, below), and the paper's lock-free insert as the faithful mode. **Not built yet:**
-//! subtable splits and directory doubling (an insert whose two combined buckets are full
-//! returns [`IndexError::Full`]), the paper-faithful mode's holes K1–K9 as scenarios, and the
-//! baselines. See the issue note for the design of the remaining parts.
+//! key, below); subtable splits with directory doubling, concurrent with every operation; and
+//! the paper's lock-free insert as the faithful mode. **Not built yet:** the faithful mode's
+//! other holes (K1, K2, K4–K7 need immediate block reuse and unguarded writes during splits)
+//! and a `reproduce` figure. The DrTM cluster-hashing baseline is [`crate::cluster`].
+//!
+//! ## Splits (§3.6, safe mode)
+//!
+//! An insert that finds both combined buckets full splits their subtable S (depth d, suffix
+//! i0) under the directory lock (bit 63 of the root word; one split at a time):
+//! 1. allocate T and write its headers (depth d + 1, suffix i0 | 2^d);
+//! 2. if d equals the global depth, append a copy of the used directory and bump it;
+//! 3. point the entries of S's keys with bit d set at T, locked ("filling"), the others at S,
+//!    all with depth d + 1;
+//! 4. for each bucket b of S: CAS its header to depth d + 1 with the bucket read in the same
+//!    batch; for each item whose key has bit d set, freeze its slot (a flag bit), copy the word
+//!    into bucket b of T, clear the slot;
+//! 5. unlock T's entries, then the directory.
+//!
+//! Searches stay lock-free: a key whose entry is filling, or whose buckets moved under a stale
+//! cache, is looked for in T, then S, then T (Algorithm 6). Writes to such a key, or to a
+//! frozen item, wait for the split to move on (D15's safe mode). A new key's insert locks the
+//! header of the bucket it writes, so step 4's header CAS cannot fall between its READ and its
+//! slot CAS.
 //!
 //! ## Operations (digest §3; K = 7, a 64-B KV block, cache hit)
 //!
@@ -430,22 +449,89 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         view.buckets.iter().all(|(_, h, _)| layout::bucket_correct(ld, *h, kh.dir))
     }
 
-    /// The valid copies of `key`, following the directory (Algorithms 4 and 6).
+    /// Waits (yielding, then re-reading the directory) for a split to move on.
+    async fn wait_for_split(&mut self) -> Result<(), IndexError> {
+        self.counters.event("split_wait");
+        self.ctx.yield_now().await;
+        self.synchronize().await
+    }
+
+    /// The valid copies of `key` for a write (safe mode, D15): a key whose entry is being
+    /// filled by a split, whose buckets moved under a stale cache, or whose copy is frozen for
+    /// a move waits until the split has moved on; so writes act on settled copies only.
     async fn find(&mut self, key: &[u8], kh: &KeyHash) -> Result<(View, Entry, Vec<Copy>), IndexError> {
         for _ in 0..self.o.max_retries {
             let e = self.entry(kh).await?;
+            if e.lock {
+                self.wait_for_split().await?;
+                continue;
+            }
             let view = self.read_view(e.subtable, kh, Vec::new()).await?;
-            if e.lock || !self.view_correct(&view, e.ld, kh) {
+            if !self.view_correct(&view, e.ld, kh) {
                 self.counters.event("stale_bucket");
-                self.synchronize().await?;
+                self.wait_for_split().await?;
                 continue;
             }
             match self.copies(&view, kh, key).await? {
+                Found::Copies(c) if c.iter().any(|c| c.word & layout::FROZEN != 0) => self.wait_for_split().await?,
                 Found::Copies(c) => return Ok((view, e, c)),
                 Found::Invalid => {
                     self.counters.event("invalid_block");
                     self.counters.retries += 1;
                 }
+            }
+        }
+        Err(self.retries_exhausted("write"))
+    }
+
+    /// A search (Algorithms 4 and 6), lock-free during splits: a key whose entry is being
+    /// filled, or whose buckets moved under a stale cache, is looked for in the new subtable,
+    /// then the old one, then the new one again (an item is copied into the new subtable
+    /// before it leaves the old one).
+    async fn search_copies(&mut self, key: &[u8], kh: &KeyHash) -> Result<Option<Vec<u8>>, IndexError> {
+        for _ in 0..self.o.max_retries {
+            let e = self.entry(kh).await?;
+            if !e.lock {
+                let view = self.read_view(e.subtable, kh, Vec::new()).await?;
+                if self.view_correct(&view, e.ld, kh) {
+                    match self.copies(&view, kh, key).await? {
+                        Found::Copies(c) => return Ok(c.into_iter().next().map(|c| c.value)),
+                        Found::Invalid => {
+                            self.counters.retries += 1;
+                            continue;
+                        }
+                    }
+                }
+            }
+            self.counters.event("search_on_resize");
+            self.synchronize().await?;
+            let (e, old) = {
+                let d = lock(&self.node.dir);
+                let e = Entry::decode(d.entries[layout::suffix(kh.dir, d.gd) as usize]);
+                let sfx = layout::suffix(kh.dir, e.ld);
+                let old = (e.lock && e.ld > 0 && (sfx >> (e.ld - 1)) & 1 == 1)
+                    .then(|| Entry::decode(d.entries[(sfx & !(1 << (e.ld - 1))) as usize]));
+                (e, old)
+            };
+            let mut tables = vec![e.subtable];
+            if let Some(o) = old {
+                tables.extend([o.subtable, e.subtable]);
+            }
+            let mut settled = true;
+            for (n, st) in tables.into_iter().enumerate() {
+                let view = self.read_view(st, kh, Vec::new()).await?;
+                if n == 0 && !self.view_correct(&view, e.ld, kh) {
+                    settled = false;
+                    break;
+                }
+                match self.copies(&view, kh, key).await? {
+                    Found::Copies(c) if !c.is_empty() => return Ok(c.into_iter().next().map(|c| c.value)),
+                    Found::Copies(_) => {}
+                    Found::Invalid => settled = false,
+                }
+            }
+            if settled {
+                return Ok(None);
             }
         }
         Err(self.retries_exhausted("search"))
@@ -472,8 +558,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         Race::limits(&self.o).check_key(key)?;
         let kh = self.g.hash(key);
-        let (_, _, copies) = self.find(key, &kh).await?;
-        Ok(copies.into_iter().next().map(|c| c.value))
+        self.search_copies(key, &kh).await
     }
 
     async fn do_insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
@@ -491,12 +576,16 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             // visible) before any CAS publishes it.
             let extra = write.take().into_iter().collect();
             let view = self.read_view(e.subtable, &kh, extra).await?;
-            if e.lock || view.buckets.iter().any(|(_, h, _)| h.ld != e.ld) {
+            if e.lock || !self.view_correct(&view, e.ld, &kh) {
                 self.counters.event("stale_bucket");
-                self.synchronize().await?;
+                self.wait_for_split().await?;
                 continue;
             }
             let copies = match self.copies(&view, &kh, key).await? {
+                Found::Copies(c) if c.iter().any(|c| c.word & layout::FROZEN != 0) => {
+                    self.wait_for_split().await?;
+                    continue;
+                }
                 Found::Copies(c) => c,
                 Found::Invalid => continue,
             };
@@ -507,6 +596,11 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 }
                 continue;
             }
+            if free_slot(&g, &view, &kh).is_none() {
+                // Insertion failure: split the subtable (§3.6), then try again.
+                self.resize(&kh).await?;
+                continue;
+            }
             if !self.o.faithful && !self.planted("no-insert-lock") {
                 match self.insert_locked(&kh, key, e, &view, mine).await? {
                     Some(existed) => return Ok(existed),
@@ -514,7 +608,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 }
             }
             let Some(pos) = free_slot(&g, &view, &kh) else {
-                return Err(IndexError::Full);
+                continue;
             };
             if !self.cas(view.slot_addr(&g, pos), 0, mine).await? {
                 continue;
@@ -525,6 +619,138 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             return self.settle(&kh, key, e, pos, mine).await;
         }
         Err(self.retries_exhausted("insert"))
+    }
+
+    /// Splits the subtable that holds `kh`'s key (§3.6 and the digest's reconstruction), or
+    /// returns at once if another split holds the directory lock (the caller retries).
+    ///
+    /// One split at a time: the directory lock (bit 63 of the root word) is held from the
+    /// publish to the end of the move. The paper lets different subtables split at once; this
+    /// keeps directory doubling and multi-entry updates simple (K8) at the price of serial
+    /// splits, which matter only while a table grows.
+    async fn resize(&mut self, kh: &KeyHash) -> Result<(), IndexError> {
+        let g = self.g;
+        let w = self.ctx.read(root_addr(), Buf::zeroed(8)).await?.u64_at(0);
+        if w & layout::LOCK_BIT != 0 || !self.cas(root_addr(), w, w | layout::LOCK_BIT).await? {
+            self.wait_for_split().await?;
+            return Ok(());
+        }
+        let release = |gd: u8| Request::write(root_addr(), layout::root_word(gd, false).to_le_bytes().to_vec());
+        self.synchronize().await?;
+        let (mut gd, e, used) = {
+            let d = lock(&self.node.dir);
+            let e = Entry::decode(d.entries[layout::suffix(kh.dir, d.gd) as usize]);
+            let used: Vec<u8> = d.entries.iter().flat_map(|w| w.to_le_bytes()).collect();
+            (d.gd, e, used)
+        };
+        let (s, d) = (e.subtable, e.ld);
+        let i0 = layout::suffix(kh.dir, d) as usize;
+        // Still full? Someone may have split or deleted meanwhile.
+        let view = self.read_view(s, kh, Vec::new()).await?;
+        if free_slot(&g, &view, kh).is_some() || !self.view_correct(&view, d, kh) {
+            self.ctx.post(vec![release(gd)]).await?;
+            return Ok(());
+        }
+        if d >= self.o.max_depth {
+            self.ctx.post(vec![release(gd)]).await?;
+            return Err(IndexError::Full);
+        }
+        let sibling = i0 | 1 << d;
+        let node = NodeId((sibling % self.o.memory_nodes as usize) as u16);
+        let t = match dmkit_rdma::alloc::alloc(&self.ctx, node, g.subtable_bytes() as u64, 64).await {
+            Ok(t) => t,
+            Err(err) => {
+                self.ctx.post(vec![release(gd)]).await?;
+                return Err(err.into());
+            }
+        };
+        self.ctx.write(t, Buf::from(empty_subtable(&g, Header { ld: d + 1, suffix: sibling as u32 }))).await?;
+        if d == gd {
+            // Directory doubling: the used area is appended to itself (entries never move).
+            self.ctx.write(entry_addr(1 << gd), Buf::from(used)).await?;
+            gd += 1;
+            self.ctx.write(root_addr(), Buf::from(layout::root_word(gd, true).to_le_bytes().to_vec())).await?;
+            self.counters.event("directory_doubling");
+        }
+        let publish = |filling: bool| -> Vec<Request> {
+            (i0..1usize << gd)
+                .step_by(1 << d)
+                .map(|j| {
+                    let moving = (j >> d) & 1 == 1;
+                    let ent = Entry { lock: moving && filling, ld: d + 1, subtable: if moving { t } else { s } };
+                    Request::write(entry_addr(j), ent.encode().to_le_bytes().to_vec())
+                })
+                .collect()
+        };
+        self.ctx.post(publish(true)).await?;
+        self.synchronize().await?;
+        for b in 0..g.buckets() {
+            self.move_bucket(s, t, b, d, i0 as u32).await?;
+        }
+        self.ctx.post(publish(false)).await?;
+        self.ctx.post(vec![release(gd)]).await?;
+        self.counters.event("split");
+        self.synchronize().await
+    }
+
+    /// Moves bucket `b` of subtable `s` (local depth `d`, suffix `i0`): (1) CAS its header to
+    /// depth `d + 1` with the bucket read in the same batch (the READ sees the CAS), (2) for
+    /// every item whose key has bit `d` set, freeze its slot, copy the word into the same
+    /// bucket of `t`, and (3) clear the slot. A frozen slot's CAS from the plain word fails, so
+    /// no write lands on an item in flight; searches read frozen items as usual.
+    async fn move_bucket(&mut self, s: RemoteAddr, t: RemoteAddr, b: usize, d: u8, i0: u32) -> Result<(), IndexError> {
+        let g = self.g;
+        let at = s.add(g.bucket_at(b) as u64);
+        let (old, new) = (Header { ld: d, suffix: i0 }.encode(), Header { ld: d + 1, suffix: i0 }.encode());
+        let mut slots = None;
+        for _ in 0..self.o.max_retries {
+            let r = self.ctx.post(vec![Request::cas(at, old, new), Request::read_len(at, g.bucket_bytes())]).await?;
+            let mut r = r.into_iter();
+            let seen = r.next().expect("the CAS").atomic()?;
+            if seen == old {
+                let buf = r.next().expect("the READ").into_buf()?;
+                slots = Some((0..g.slots).map(|i| buf.u64_at(8 + 8 * i)).collect::<Vec<u64>>());
+                break;
+            }
+            // An insert holds this bucket's lock bit.
+            self.counters.lock_failures += 1;
+            self.ctx.yield_now().await;
+        }
+        let Some(slots) = slots else {
+            return Err(self.retries_exhausted("split"));
+        };
+        let t_at = t.add(g.bucket_at(b) as u64);
+        let mut next_free = 0;
+        for (i, mut w) in slots.into_iter().enumerate() {
+            let slot_at = at.add(8 + 8 * i as u64);
+            for _ in 0..self.o.max_retries {
+                let Some(slot) = Slot::decode(w) else { break };
+                let block = self.ctx.read(slot.block, Buf::zeroed(slot.bytes())).await?;
+                let (key, _) = layout::decode_block(block.as_slice())
+                    .ok_or_else(|| IndexError::Corrupt(format!("split: an invalid block at {}", slot.block)))?;
+                if (g.hash(key).dir >> d) & 1 == 0 {
+                    break;
+                }
+                let seen = self.ctx.cas(slot_at, w, w | layout::FROZEN).await?;
+                if seen != w {
+                    // Updated, deleted, or replaced since the READ: decide again.
+                    w = seen;
+                    continue;
+                }
+                if !self.cas(t_at.add(8 + 8 * next_free as u64), 0, w).await? {
+                    return Err(IndexError::Corrupt(
+                        "split: a slot of the new subtable was taken while filling".into(),
+                    ));
+                }
+                next_free += 1;
+                if !self.cas(slot_at, w | layout::FROZEN, 0).await? {
+                    return Err(IndexError::Corrupt("split: a frozen slot changed".into()));
+                }
+                self.counters.event("item_moved");
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Safe mode's insert of a key found absent: take the insert lock of its lower main bucket
@@ -541,47 +767,56 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         mine: u64,
     ) -> Result<Option<bool>, IndexError> {
         let g = self.g;
+        // The key's lock bucket, and the bucket its slot will be in: a split's header CAS on
+        // that bucket (step 1) then cannot fall between this insert's READ and its slot CAS.
         let lock_bucket = g.main_of(kh.idx[0].min(kh.idx[1]));
-        let header_at = e.subtable.add(g.bucket_at(lock_bucket) as u64);
-        // The unlocked header word (a locked one fails the CAS).
-        let header = seen
-            .buckets
+        let Some(target) = free_slot(&g, seen, kh) else {
+            return Ok(None);
+        };
+        let mut locked: Vec<usize> = vec![lock_bucket, target.0];
+        locked.dedup();
+        let header_of =
+            |b: usize| seen.buckets.iter().find(|(x, _, _)| *x == b).map(|(_, h, _)| h.encode()).expect("read");
+        let cas: Vec<Request> = locked
             .iter()
-            .find(|(b, _, _)| *b == lock_bucket)
-            .map(|(_, h, _)| h.encode())
-            .expect("a main bucket of the key");
-        let (view, pre) = self
-            .read_view_after(
-                e.subtable,
-                kh,
-                vec![Request::cas(header_at, header, header | layout::LOCK_BIT)],
-                Vec::new(),
-            )
-            .await?;
-        if pre.into_iter().next().expect("the CAS").atomic()? != header {
+            .map(|&b| {
+                Request::cas(e.subtable.add(g.bucket_at(b) as u64), header_of(b), header_of(b) | layout::LOCK_BIT)
+            })
+            .collect();
+        let (view, pre) = self.read_view_after(e.subtable, kh, cas, Vec::new()).await?;
+        let mut unlock = Vec::new();
+        let mut all = true;
+        for (&b, r) in locked.iter().zip(pre) {
+            if r.atomic()? == header_of(b) {
+                unlock.push(Request::write(e.subtable.add(g.bucket_at(b) as u64), header_of(b).to_le_bytes().to_vec()));
+            } else {
+                all = false;
+            }
+        }
+        if !all {
             self.counters.lock_failures += 1;
+            if !unlock.is_empty() {
+                self.ctx.post(unlock).await?;
+            }
             self.ctx.yield_now().await;
             return Ok(None);
         }
-        let unlock = Request::write(header_at, header.to_le_bytes().to_vec());
         let copies = match self.copies(&view, kh, key).await {
             Ok(Found::Copies(c)) => c,
             Ok(Found::Invalid) => Vec::new(),
             Err(err) => {
-                self.ctx.post(vec![unlock]).await?;
+                self.ctx.post(unlock).await?;
                 return Err(err);
             }
         };
-        let pos = free_slot(&g, &view, kh);
-        if !copies.is_empty() || pos.is_none() || view.buckets.iter().any(|(_, h, _)| h.ld != e.ld) {
-            self.ctx.post(vec![unlock]).await?;
-            return match (copies.is_empty(), pos) {
-                (true, None) => Err(IndexError::Full),
-                _ => Ok(None),
-            };
+        let free = view.buckets.iter().find(|(b, _, _)| *b == target.0).is_some_and(|(_, _, s)| s[target.1] == 0);
+        if !copies.is_empty() || !free || !self.view_correct(&view, e.ld, kh) {
+            self.ctx.post(unlock).await?;
+            return Ok(None);
         }
-        let pos = pos.expect("checked");
-        let done = self.ctx.post(vec![Request::cas(view.slot_addr(&g, pos), 0, mine), unlock]).await?;
+        let mut batch = vec![Request::cas(view.slot_addr(&g, target), 0, mine)];
+        batch.extend(unlock);
+        let done = self.ctx.post(batch).await?;
         let published = done.into_iter().next().expect("the CAS").atomic()? == 0;
         if !published {
             self.counters.cas_failures += 1;
@@ -742,7 +977,11 @@ fn free_slot(g: &Geometry, view: &View, kh: &KeyHash) -> Option<(usize, usize)> 
 fn check(o: &RaceOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
     let g = o.geometry();
     let root = memory.read_memory(root_addr(), 8).map_err(|e| e.to_string())?;
-    let gd = layout::root_gd(u64::from_le_bytes(root[..8].try_into().expect("8")));
+    let root_word = u64::from_le_bytes(root[..8].try_into().expect("8"));
+    if root_word & layout::LOCK_BIT != 0 {
+        return Err("the directory lock is held with no operation in flight".into());
+    }
+    let gd = layout::root_gd(root_word);
     let mut report = InvariantReport::default();
     let mut seen_tables = BTreeSet::new();
     let mut keys = BTreeSet::new();
@@ -774,7 +1013,11 @@ fn check(o: &RaceOptions, memory: &dyn MemoryView) -> Result<InvariantReport, St
             }
             for s in 0..g.slots {
                 let p = at + 8 + 8 * s;
-                let Some(slot) = Slot::decode(u64::from_le_bytes(bytes[p..p + 8].try_into().expect("8"))) else {
+                let word = u64::from_le_bytes(bytes[p..p + 8].try_into().expect("8"));
+                if word & layout::FROZEN != 0 {
+                    return Err(format!("bucket {b} slot {s}: frozen with no split in flight"));
+                }
+                let Some(slot) = Slot::decode(word) else {
                     continue;
                 };
                 let block = memory.read_memory(slot.block, slot.bytes()).map_err(|e| e.to_string())?;
