@@ -195,3 +195,30 @@ fn seven_slots_fill_to_about_ninety_percent() {
     let (got, want, _) = run_sequence_checked::<Race>(&o, &ops);
     assert_eq!(got, want);
 }
+
+/// Digest K3: the paper's insert does not look for its key, so re-inserting a present key
+/// publishes a second copy and duplicate removal keeps the lower one: for some keys the new
+/// value is lost (faithful mode). Safe mode updates the present copy.
+#[test]
+fn faithful_mode_loses_upserts_and_safe_mode_does_not() {
+    let mut lost = 0;
+    for k in 0..40u16 {
+        let ops = vec![
+            Op::Insert { key: key(100), value: vec![9; 8] },
+            Op::Insert { key: key(k), value: vec![1; 8] },
+            Op::Insert { key: key(k), value: vec![2; 8] },
+            Op::Search { key: key(k) },
+        ];
+        let faithful = RaceOptions { faithful: true, ..options(2, 2, 0) };
+        let (got, want, _) = run_sequence_checked::<Race>(&faithful, &ops);
+        if got[3] != want[3] {
+            assert_eq!(got[3], Outcome::Found(Some(vec![1; 8])), "key {k}: the old value survives");
+            lost += 1;
+        }
+        let (got, want, walk) = run_sequence_checked::<Race>(&options(2, 2, 0), &ops);
+        assert_eq!(got, want, "key {k}");
+        walk.unwrap();
+    }
+    assert!(lost > 0, "no upsert was lost in faithful mode");
+    eprintln!("faithful mode lost {lost} of 40 upserts");
+}

@@ -49,17 +49,11 @@
 //! paper's three round trips, `[WRITE block ‖ READ cb1 ‖ READ cb2]`, `[CAS lock, READ cb1,
 //! READ cb2]`, `[CAS slot, WRITE unlock]`: the duplicate re-read moves before the slot CAS.
 //!
-//! **Faithful mode** (`faithful`): the paper's lock-free insert and duplicate agreement, with
-//! the settling below. `dmkit check --index race --preset same-key --config faithful` finds a
-//! non-linearizable pair of inserts that both return "did not exist": whoever absorbs or
-//! withdraws, some interleaving lets a copy be seen before it is ordered (issue 9's note).
-//!
-//! The valid copy is the one at the lowest (physical bucket, slot). After its CAS each inserter
-//! re-reads the combined buckets. The copy at the lowest position *absorbs* the others: it CASes
-//! each other copy's slot to empty, and an insert that absorbed a copy returns "existed" (the
-//! absorbed insert is ordered before it). An inserter that is not the lowest first removes its
-//! own copy by CAS; if that CAS fails, its copy was absorbed (or deleted) and it returns "did not
-//! exist"; if it succeeds, it updates the lowest copy to its own block (ordered after it).
+//! **Faithful mode** (`faithful`): the paper's Algorithm 1. No look for the key first (K3: an
+//! insert of a present key publishes a second copy), and after the slot CAS a re-read that
+//! clears every copy but the lowest (physical bucket, slot) one. An upsert can be lost (K3),
+//! and two concurrent inserts of one absent key can both report that it was absent;
+//! `verify/tests/race.rs` shows both.
 //!
 //! ## Blocks
 //!
@@ -589,8 +583,9 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 Found::Copies(c) => c,
                 Found::Invalid => continue,
             };
-            if let Some(c) = copies.first() {
-                // D11: the key is here; update its valid copy.
+            if let Some(c) = copies.first().filter(|_| !self.o.faithful) {
+                // D11: the key is here; update its valid copy (the paper's Algorithm 1 does not
+                // look, digest K3).
                 if self.cas(view.slot_addr(&g, c.pos), c.word, mine).await? {
                     return Ok(true);
                 }
@@ -616,7 +611,8 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             if !self.o.faithful || self.planted("no-duplicate-check") {
                 return Ok(false);
             }
-            return self.settle(&kh, key, e, pos, mine).await;
+            self.remove_duplicates(&kh, key, e).await?;
+            return Ok(false);
         }
         Err(self.retries_exhausted("insert"))
     }
@@ -824,85 +820,19 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         Ok(published.then_some(false))
     }
 
-    /// After publishing `mine` at `pos`: re-read the combined buckets and settle duplicates
-    /// (module docs). Returns whether the key existed.
-    async fn settle(
-        &mut self,
-        kh: &KeyHash,
-        key: &[u8],
-        e: Entry,
-        pos: (usize, usize),
-        mine: u64,
-    ) -> Result<bool, IndexError> {
+    /// The paper's RemoveDuplicate (faithful mode): re-read both combined buckets and clear
+    /// every copy of `key` but the lowest (physical bucket, slot).
+    async fn remove_duplicates(&mut self, kh: &KeyHash, key: &[u8], e: Entry) -> Result<(), IndexError> {
         let g = self.g;
-        for _ in 0..self.o.max_retries {
-            let view = self.read_view(e.subtable, kh, Vec::new()).await?;
-            let copies = match self.copies(&view, kh, key).await? {
-                Found::Copies(c) => c,
-                Found::Invalid => continue,
-            };
-            let Some(lowest) = copies.first() else {
-                // Our copy is gone: absorbed by a lower copy's insert or deleted, both ordered
-                // after this insert.
-                return Ok(false);
-            };
-            if lowest.pos == pos {
-                if lowest.word != mine {
-                    // Someone updated our copy: ordered after us.
-                    return Ok(false);
+        let view = self.read_view(e.subtable, kh, Vec::new()).await?;
+        if let Found::Copies(copies) = self.copies(&view, kh, key).await? {
+            for c in copies.iter().skip(1) {
+                if self.cas(view.slot_addr(&g, c.pos), c.word, 0).await? {
+                    self.counters.event("duplicate_removed");
                 }
-                let mut absorbed = false;
-                for c in &copies[1..] {
-                    if self.cas(view.slot_addr(&g, c.pos), c.word, 0).await? {
-                        self.counters.event("duplicate_absorbed");
-                        absorbed = true;
-                    }
-                }
-                return Ok(absorbed);
-            }
-            if !copies.iter().any(|c| c.pos == pos) {
-                return Ok(false);
-            }
-            // We are not the lowest copy: withdraw ours, then update the lowest.
-            if !self.cas(view.slot_addr(&g, pos), mine, 0).await? {
-                // Absorbed (or deleted, or updated) meanwhile: ordered before the lowest.
-                return Ok(false);
-            }
-            self.counters.event("duplicate_withdrawn");
-            for _ in 0..self.o.max_retries {
-                let (v2, _, copies) = self.find(key, kh).await?;
-                let Some(c) = copies.first() else {
-                    // The lowest copy was deleted after we withdrew: insert afresh.
-                    return Box::pin(self.reinsert(kh, key, mine)).await;
-                };
-                if self.cas(v2.slot_addr(&g, c.pos), c.word, mine).await? {
-                    return Ok(true);
-                }
-            }
-            return Err(self.retries_exhausted("insert"));
-        }
-        Err(self.retries_exhausted("insert"))
-    }
-
-    /// Publishes an already written block `mine` as a fresh insert.
-    async fn reinsert(&mut self, kh: &KeyHash, key: &[u8], mine: u64) -> Result<bool, IndexError> {
-        let g = self.g;
-        for _ in 0..self.o.max_retries {
-            let (view, e, copies) = self.find(key, kh).await?;
-            if let Some(c) = copies.first() {
-                if self.cas(view.slot_addr(&g, c.pos), c.word, mine).await? {
-                    return Ok(true);
-                }
-                continue;
-            }
-            let Some(pos) = free_slot(&g, &view, kh) else {
-                return Err(IndexError::Full);
-            };
-            if self.cas(view.slot_addr(&g, pos), 0, mine).await? {
-                return Box::pin(self.settle(kh, key, e, pos, mine)).await;
             }
         }
-        Err(self.retries_exhausted("insert"))
+        Ok(())
     }
 
     /// Update (`Some`) or delete (`None`) of an existing key; `false` if absent.
