@@ -662,10 +662,11 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             if req.cache_bytes.is_some() || req.config != "default" {
                 return Err("index cluster has no cache and no named configurations".into());
             }
-            // The paper's geometry (8 slots, overflow ratio 3), main buckets for about 4 keys
-            // each after loading.
+            // The paper's geometry (8 slots, overflow ratio 3), sized like the RACE paper's
+            // tables for the loaded items: 75% of all slots (main and overflow) full after
+            // loading, room for the run's inserts.
             let options = ClusterOptions {
-                main_buckets: req.keys.div_ceil(4).max(1),
+                main_buckets: (req.keys as f64 / (8.0 * 4.0 * 0.75)).ceil().max(1.0) as u64,
                 key_bytes: spec.key_format.key_bytes().max(8) as u32,
                 value_bytes: spec.value_bytes.max(1) as u32,
                 memory_nodes: req.setup.memory_nodes,
@@ -688,11 +689,12 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
                     return Err(format!("index race has no configuration '{other}' (configurations: safe, faithful)"));
                 }
             };
-            // No subtable splits yet (issue 9): enough subtables of 4,096 groups to hold the
-            // keys and the run's inserts at under half load.
+            // Subtables of 4,096 groups, as many as hold the loaded keys at about 75% of their
+            // slots (the paper sizes its tables for the loaded items); inserts split them.
             let groups = 4096u64;
-            let per_subtable = 3 * groups * 7 / 2;
-            let depth = (2 * req.keys.max(1)).div_ceil(per_subtable).next_power_of_two().trailing_zeros() as u8;
+            let per_subtable = (3 * groups * 7) as f64 * 0.75;
+            let depth =
+                ((req.keys.max(1) as f64 / per_subtable).ceil() as u64).next_power_of_two().trailing_zeros() as u8;
             let options = RaceOptions {
                 key_bytes: spec.key_format.key_bytes().max(8) as u32,
                 value_bytes: spec.value_bytes.max(1) as u32,
