@@ -98,6 +98,7 @@ fn bad_input_is_an_error() {
 mod explored {
     use dmkit_indexes::IndexKind;
     use dmkit_indexes::race::Race;
+    use dmkit_indexes::spec::Op;
     use dmkit_verify::explore::{self, Mode};
     use dmkit_verify::harness::{Checked, IndexScenario, check_index};
     use std::time::Duration;
@@ -145,6 +146,32 @@ mod explored {
             explore::replay(&scenario("same-key", None, Some("no-insert-lock")), f.variant, &f.choices),
             Err(f.message.clone())
         );
+    }
+
+    /// Digest K1: the paper zeroes and reuses a block as soon as its pointer leaves the slot,
+    /// and its search skips a block that no longer holds the key. A search that read the slot
+    /// before an update, and the block after it, misses a key that was there all along. Safe
+    /// mode (blocks never reused, invalid blocks re-read) runs the same script clean.
+    #[test]
+    fn immediate_reuse_makes_a_search_miss_a_present_key() {
+        let script = |faithful: bool| {
+            let mut s = scenario("basic", faithful.then_some("faithful"), None);
+            s.preset.preload = 1;
+            let k = (s.preset.key_of)(0);
+            let v = |b: u8| vec![b; 32];
+            s.scripted(vec![
+                vec![Op::Search { key: k.clone() }, Op::Search { key: k.clone() }],
+                vec![Op::Update { key: k.clone(), value: v(1) }, Op::Update { key: k.clone(), value: v(2) }],
+            ])
+        };
+        let check = check_index(&script(true), Mode::Random, 3, budget(), u64::MAX);
+        let f = check.exploration.failure.expect("the missed key is found");
+        assert!(f.message.contains("not linearizable"), "{}", f.message);
+        assert_eq!(explore::replay(&script(true), f.variant, &f.choices), Err(f.message.clone()));
+        let safe = script(false);
+        let clean = check_index(&safe, Mode::Random, 3, budget(), u64::MAX);
+        assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());
+        assert!(clean.exploration.schedules > 100);
     }
 
     /// The paper's lock-free insert with duplicate agreement: two concurrent inserts of one

@@ -433,9 +433,9 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 None => invalid = true,
             }
         }
-        // A block is never reclaimed here, so an invalid one is a torn read of nothing: only a
-        // bug makes one. Retry rather than skip (K1's fix).
-        Ok(if invalid && out.is_empty() { Found::Invalid } else { Found::Copies(out) })
+        // Safe mode never reclaims a block, so an invalid one is a bug's: retry rather than skip
+        // (K1's fix). The faithful mode skips it, as the paper's search does.
+        Ok(if invalid && out.is_empty() && !self.o.faithful { Found::Invalid } else { Found::Copies(out) })
     }
 
     /// Whether every bucket of the view may hold the key for a client whose entry has `ld`.
@@ -587,6 +587,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 // D11: the key is here; update its valid copy (the paper's Algorithm 1 does not
                 // look, digest K3).
                 if self.cas(view.slot_addr(&g, c.pos), c.word, mine).await? {
+                    self.retire(c.word).await?;
                     return Ok(true);
                 }
                 continue;
@@ -611,7 +612,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             if !self.o.faithful || self.planted("no-duplicate-check") {
                 return Ok(false);
             }
-            self.remove_duplicates(&kh, key, e).await?;
+            self.remove_duplicates(&kh, key, e, pos).await?;
             return Ok(false);
         }
         Err(self.retries_exhausted("insert"))
@@ -820,11 +821,36 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         Ok(published.then_some(false))
     }
 
+    /// A block whose pointer left its slot. Safe mode never reuses it (deferred reclamation
+    /// taken to the limit: no reader can still be on its way to it). The faithful mode does what
+    /// the paper does: zero it and give it back to this compute node's allocator, which hands
+    /// it to the next block of its size at once (digest K1, K2).
+    async fn retire(&mut self, word: u64) -> Result<(), IndexError> {
+        if !self.o.faithful {
+            return Ok(());
+        }
+        let slot = Slot::decode(word).expect("a published word");
+        self.ctx.write(slot.block, Buf::from(vec![0u8; slot.bytes()])).await?;
+        self.node.chunks.free(slot.block, slot.bytes() as u64)?;
+        self.counters.event("block_reused");
+        Ok(())
+    }
+
     /// The paper's RemoveDuplicate (faithful mode): re-read both combined buckets and clear
-    /// every copy of `key` but the lowest (physical bucket, slot).
-    async fn remove_duplicates(&mut self, kh: &KeyHash, key: &[u8], e: Entry) -> Result<(), IndexError> {
+    /// every copy of `key` but the lowest (physical bucket, slot). `mine` is this insert's slot.
+    async fn remove_duplicates(
+        &mut self,
+        kh: &KeyHash,
+        key: &[u8],
+        e: Entry,
+        mine: (usize, usize),
+    ) -> Result<(), IndexError> {
         let g = self.g;
         let view = self.read_view(e.subtable, kh, Vec::new()).await?;
+        if view.matches(kh.fp).iter().all(|(p, _)| *p == mine) {
+            // No other fingerprint match: no block to read (3 round trips in all).
+            return Ok(());
+        }
         if let Found::Copies(copies) = self.copies(&view, kh, key).await? {
             for c in copies.iter().skip(1) {
                 if self.cas(view.slot_addr(&g, c.pos), c.word, 0).await? {
@@ -859,6 +885,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                     }
                     let new = block.expect("written");
                     if self.cas(view.slot_addr(&g, first.pos), first.word, new).await? {
+                        self.retire(first.word).await?;
                         return Ok(true);
                     }
                 }
@@ -866,7 +893,10 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                     // Delete every copy (an insert in flight may have published one).
                     let mut any = false;
                     for c in &copies {
-                        any |= self.cas(view.slot_addr(&g, c.pos), c.word, 0).await?;
+                        if self.cas(view.slot_addr(&g, c.pos), c.word, 0).await? {
+                            self.retire(c.word).await?;
+                            any = true;
+                        }
                     }
                     if any {
                         return Ok(true);
