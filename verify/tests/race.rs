@@ -123,6 +123,7 @@ mod explored {
         for (preset, mode) in [
             ("default", Mode::Random),
             ("default", Mode::Pct { depth: 3 }),
+            ("deep", Mode::Random),
             ("basic", Mode::Random),
             ("same-key", Mode::Random),
             ("pair", Mode::Dfs { preemptions: 2 }),

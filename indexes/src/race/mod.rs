@@ -668,6 +668,9 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             gd += 1;
             self.ctx.write(root_addr(), Buf::from(layout::root_word(gd, true).to_le_bytes().to_vec())).await?;
             self.counters.event("directory_doubling");
+        } else {
+            // Several entries point at S: half of them move to T, no doubling.
+            self.counters.event("shallow_split");
         }
         let publish = |filling: bool| -> Vec<Request> {
             (i0..1usize << gd)
