@@ -453,14 +453,20 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     /// The valid copies of `key` for a write (safe mode, D15): a key whose entry is being
     /// filled by a split, whose buckets moved under a stale cache, or whose copy is frozen for
     /// a move waits until the split has moved on; so writes act on settled copies only.
-    async fn find(&mut self, key: &[u8], kh: &KeyHash) -> Result<(View, Entry, Vec<Copy>), IndexError> {
+    /// `write`, if any, rides in the first READ's round trip (an update's new block).
+    async fn find(
+        &mut self,
+        key: &[u8],
+        kh: &KeyHash,
+        write: &mut Option<Request>,
+    ) -> Result<(View, Entry, Vec<Copy>), IndexError> {
         for _ in 0..self.o.max_retries {
             let e = self.entry(kh).await?;
             if e.lock {
                 self.wait_for_split().await?;
                 continue;
             }
-            let view = self.read_view(e.subtable, kh, Vec::new()).await?;
+            let view = self.read_view(e.subtable, kh, write.take().into_iter().collect()).await?;
             if !self.view_correct(&view, e.ld, kh) {
                 self.counters.event("stale_bucket");
                 self.wait_for_split().await?;
@@ -873,20 +879,26 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         }
         let g = self.g;
         let kh = g.hash(key);
-        let mut block = None;
+        // An update's block is written in the first round trip, with the bucket READs.
+        let (block, mut write) = match value {
+            Some(v) => {
+                let (slot, write) = self.new_block(key, v, kh.fp).await?;
+                (Some(slot), Some(write))
+            }
+            None => (None, None),
+        };
         for _ in 0..self.o.max_retries {
-            let (view, _, copies) = self.find(key, &kh).await?;
+            let (view, _, copies) = self.find(key, &kh, &mut write).await?;
             let Some(first) = copies.first() else {
+                if let Some(b) = block {
+                    // D12: never published, so nobody can reach it: reuse it at once.
+                    self.node.chunks.free(b.block, b.bytes() as u64)?;
+                }
                 return Ok(false);
             };
-            match value {
-                Some(v) => {
-                    if block.is_none() {
-                        let (slot, write) = self.new_block(key, v, kh.fp).await?;
-                        self.ctx.post(vec![write]).await?;
-                        block = Some(slot.encode());
-                    }
-                    let new = block.expect("written");
+            match block {
+                Some(b) => {
+                    let new = b.encode();
                     if self.cas(view.slot_addr(&g, first.pos), first.word, new).await? {
                         self.retire(first.word).await?;
                         return Ok(true);
