@@ -182,6 +182,16 @@ pub struct PlantedBug {
     pub description: &'static str,
 }
 
+impl PlantedBug {
+    /// The name of `bug` among `plants`, or an error naming `index` and every plant it has.
+    pub fn named(plants: &'static [PlantedBug], index: &str, bug: &str) -> Result<&'static str, String> {
+        plants.iter().find(|p| p.name == bug).map(|p| p.name).ok_or_else(|| {
+            let names: Vec<&str> = plants.iter().map(|p| p.name).collect();
+            format!("{index} has no planted bug '{bug}' (it has: {})", names.join(", "))
+        })
+    }
+}
+
 /// What an invariant walk saw, for reports (load factor, memory per item) and for presets'
 /// non-vacuity checks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -311,11 +311,7 @@ impl IndexKind for Chime {
     }
 
     fn plant(o: &mut ChimeOptions, bug: &str) -> Result<(), String> {
-        let known = PLANTS.iter().find(|p| p.name == bug).ok_or_else(|| {
-            let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
-            format!("chime has no planted bug '{bug}' (it has: {})", names.join(", "))
-        })?;
-        o.plants.insert(known.name);
+        o.plants.insert(PlantedBug::named(&PLANTS, "chime", bug)?);
         Ok(())
     }
 }

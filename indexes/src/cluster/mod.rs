@@ -334,11 +334,7 @@ impl IndexKind for Cluster {
     }
 
     fn plant(o: &mut ClusterOptions, bug: &str) -> Result<(), String> {
-        let known = PLANTS.iter().find(|p| p.name == bug).ok_or_else(|| {
-            let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
-            format!("the cluster index has no planted bug '{bug}' (it has: {})", names.join(", "))
-        })?;
-        o.plants.insert(known.name);
+        o.plants.insert(PlantedBug::named(&PLANTS, "the cluster index", bug)?);
         Ok(())
     }
 }

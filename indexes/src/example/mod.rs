@@ -222,11 +222,7 @@ impl IndexKind for Example {
     }
 
     fn plant(o: &mut ExampleOptions, bug: &str) -> Result<(), String> {
-        let known = PLANTS.iter().find(|p| p.name == bug).ok_or_else(|| {
-            let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
-            format!("the example index has no planted bug '{bug}' (it has: {})", names.join(", "))
-        })?;
-        o.plants.insert(known.name);
+        o.plants.insert(PlantedBug::named(&PLANTS, "the example index", bug)?);
         Ok(())
     }
 }

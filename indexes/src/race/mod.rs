@@ -268,11 +268,7 @@ impl IndexKind for Race {
     }
 
     fn plant(o: &mut RaceOptions, bug: &str) -> Result<(), String> {
-        let known = PLANTS.iter().find(|p| p.name == bug).ok_or_else(|| {
-            let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
-            format!("race has no planted bug '{bug}' (it has: {})", names.join(", "))
-        })?;
-        o.plants.insert(known.name);
+        o.plants.insert(PlantedBug::named(&PLANTS, "race", bug)?);
         Ok(())
     }
 }

@@ -303,11 +303,7 @@ impl IndexKind for Sherman {
     }
 
     fn plant(o: &mut ShermanOptions, bug: &str) -> Result<(), String> {
-        let known = PLANTS.iter().find(|p| p.name == bug).ok_or_else(|| {
-            let names: Vec<&str> = PLANTS.iter().map(|p| p.name).collect();
-            format!("sherman has no planted bug '{bug}' (it has: {})", names.join(", "))
-        })?;
-        o.plants.insert(known.name);
+        o.plants.insert(PlantedBug::named(&PLANTS, "sherman", bug)?);
         Ok(())
     }
 }

@@ -299,11 +299,8 @@ pub fn warm(o: &SmartOptions, node: &SmartNode, memory: &dyn MemoryView) -> Resu
 
 /// Plants `bug`, one of `plants` (SMART's, or ART's), for index `index`.
 pub fn plant(o: &mut SmartOptions, bug: &str, index: &str, plants: &'static [PlantedBug]) -> Result<(), String> {
-    let known = plants.iter().find(|p| p.name == bug).ok_or_else(|| {
-        let names: Vec<&str> = plants.iter().map(|p| p.name).collect();
-        format!("{index} has no planted bug '{bug}' (it has: {})", names.join(", "))
-    })?;
-    o.plants.insert(known.name);
+    let known = PlantedBug::named(plants, index, bug)?;
+    o.plants.insert(known);
     Ok(())
 }
 
