@@ -5,9 +5,10 @@
 //! stale-bucket check (Algorithm 5); search (Algorithms 4 and 6), insert, update and delete
 //! with 8-byte CAS on slots (lock-free, except that safe mode serialises inserts of one absent
 //! key, below); subtable splits with directory doubling, concurrent with every operation; and
-//! the paper's lock-free insert as the faithful mode. **Not built yet:** the faithful mode's
-//! other holes (K1, K2, K4–K7 need immediate block reuse and unguarded writes during splits)
-//! and a `reproduce` figure. The DrTM cluster-hashing baseline is [`crate::cluster`].
+//! the paper's insert, block reuse and search as the faithful mode (K1 and K3 shown in
+//! `verify/tests/race.rs`). **Not built yet:** the faithful mode's writes during a split (it
+//! waits like safe mode, so K4–K6 have no scenario), K2, K7, and concurrent splits of
+//! different subtables. The DrTM cluster-hashing baseline is [`crate::cluster`].
 //!
 //! ## Splits (§3.6, safe mode)
 //!
