@@ -48,7 +48,7 @@
 //! The artifact (`IdxCache.h`) has 10^6 buckets × 16 entry *pointers* (128 MB) and charges only
 //! the 16-B entries to its 30 MB budget; when the budget is exceeded it evicts the lower-counter
 //! of two random buckets' LFU entries, and that global eviction starts the admission pause. Here
-//! the inline array *is* the budget (the digest's recommendation [R] §8.10): the only eviction is
+//! the inline array *is* the budget (the digest's recommendation \[R\] §8.10): the only eviction is
 //! the set-full replacement, which starts the pause, and no randomness is involved. The entry
 //! count for a budget is the artifact's (budget / 16 B); the per-set lock word is not charged.
 
