@@ -26,6 +26,27 @@ enum Command {
     Plot(PlotArgs),
     /// Reproduce a paper's figures: run their sweeps and set our numbers beside the paper's.
     Reproduce(ReproduceArgs),
+    /// Fill a hash table (race, cluster) with unique keys until an insert fails; print its load factor.
+    Fill(FillArgs),
+}
+
+#[derive(Args, Debug)]
+struct FillArgs {
+    /// race or cluster.
+    #[arg(long)]
+    index: String,
+    /// Slots per bucket (default: 7 for race, 8 for cluster).
+    #[arg(long)]
+    slots: Option<u32>,
+    /// race: bucket groups in its one subtable; cluster: main buckets.
+    #[arg(long, default_value_t = 4096)]
+    size: u64,
+    #[arg(long, default_value_t = 16)]
+    key_bytes: usize,
+    #[arg(long, default_value_t = 32)]
+    value_bytes: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(Args, Debug)]
@@ -271,6 +292,23 @@ fn main() -> ExitCode {
         Command::Run(args) => run_run(args).map(|()| ExitCode::SUCCESS),
         Command::Plot(args) => run_plot(args).map(|()| ExitCode::SUCCESS),
         Command::Reproduce(args) => run_reproduce(args),
+        Command::Fill(a) => {
+            let req = dmkit_experiments::fill::FillRequest {
+                index: a.index,
+                slots: a.slots,
+                size: a.size,
+                key_bytes: a.key_bytes,
+                value_bytes: a.value_bytes,
+                seed: a.seed,
+            };
+            dmkit_experiments::fill::fill(&req).map(|r| {
+                println!(
+                    "{}: first insertion failure after {} items in {} slots: load factor {:.3}",
+                    r.index, r.stored, r.capacity, r.load_factor
+                );
+                ExitCode::SUCCESS
+            })
+        }
     };
     match result {
         Ok(code) => code,

@@ -355,3 +355,26 @@ fn smart_and_art_run_in_every_configuration() {
         assert!(v["rdwc"]["read_delegation_ratio"].as_f64().is_some(), "{config}");
     }
 }
+
+/// `dmkit fill`: RACE's load factor at the first insertion failure rises with the slots per
+/// bucket (Fig. 12a), about 90% at the paper's 7; DrTM's chains with overflow ratio 3 too.
+#[test]
+fn fill_reports_the_load_factor_at_the_first_failure() {
+    use dmkit_experiments::fill::{FillRequest, fill};
+    let req = |index: &str, slots: u32, size: u64| FillRequest {
+        index: index.into(),
+        slots: Some(slots),
+        size,
+        key_bytes: 16,
+        value_bytes: 32,
+        seed: 1,
+    };
+    let four = fill(&req("race", 4, 128)).unwrap();
+    let seven = fill(&req("race", 7, 128)).unwrap();
+    assert_eq!(seven.capacity, 3 * 128 * 7);
+    assert!(four.load_factor < seven.load_factor, "{four:?} {seven:?}");
+    assert!((0.85..0.97).contains(&seven.load_factor), "{seven:?}");
+    let drtm = fill(&req("cluster", 8, 128)).unwrap();
+    assert!(drtm.load_factor > 0.8, "{drtm:?}");
+    assert!(fill(&req("sherman", 8, 128)).unwrap_err().contains("race and cluster"));
+}
