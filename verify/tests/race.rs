@@ -149,6 +149,32 @@ mod explored {
         );
     }
 
+    /// The split's two protections, each removed and found (a fixed seed and schedule bound,
+    /// so the test does not depend on the machine's speed), and the failure replayed.
+    /// `no-target-lock` needs a stale-cache insert of a moving key whose bucket's header CAS
+    /// falls between its READ and its slot CAS: schedule 37,302 of seed 3.
+    #[test]
+    fn each_split_protection_is_needed() {
+        for (bug, seed, schedules) in [("no-freeze", 1, 5_000), ("no-target-lock", 3, 40_000)] {
+            let check = check_index(
+                &scenario("default", None, Some(bug)),
+                Mode::Random,
+                seed,
+                Duration::from_secs(600),
+                schedules,
+            );
+            let f = check
+                .exploration
+                .failure
+                .unwrap_or_else(|| panic!("{bug} not found in {} schedules", check.exploration.schedules));
+            assert_eq!(
+                explore::replay(&scenario("default", None, Some(bug)), f.variant, &f.choices),
+                Err(f.message.clone()),
+                "{bug}"
+            );
+        }
+    }
+
     /// Digest K1: the paper zeroes and reuses a block as soon as its pointer leaves the slot,
     /// and its search skips a block that no longer holds the key. A search that read the slot
     /// before an update, and the block after it, misses a key that was there all along. Safe

@@ -166,7 +166,15 @@ impl RaceOptions {
     }
 }
 
-const PLANTS: [PlantedBug; 2] = [
+const PLANTS: [PlantedBug; 4] = [
+    PlantedBug {
+        name: "no-freeze",
+        description: "a split copies an item to the new subtable without freezing its slot: a write that lands between the copy and the clear is lost, or leaves a stale copy in the new subtable",
+    },
+    PlantedBug {
+        name: "no-target-lock",
+        description: "a new key's insert locks only its key's lock bucket: a split's header CAS on the bucket it writes can fall between its READ and its slot CAS, and the split leaves the item behind",
+    },
     PlantedBug {
         name: "no-insert-lock",
         description: "safe mode: an insert of an absent key skips the bucket-header lock: concurrent inserts of one key publish two copies",
@@ -734,11 +742,14 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 if (g.hash(key).dir >> d) & 1 == 0 {
                     break;
                 }
-                let seen = self.ctx.cas(slot_at, w, w | layout::FROZEN).await?;
-                if seen != w {
-                    // Updated, deleted, or replaced since the READ: decide again.
-                    w = seen;
-                    continue;
+                let freeze = !self.planted("no-freeze");
+                if freeze {
+                    let seen = self.ctx.cas(slot_at, w, w | layout::FROZEN).await?;
+                    if seen != w {
+                        // Updated, deleted, or replaced since the READ: decide again.
+                        w = seen;
+                        continue;
+                    }
                 }
                 if !self.cas(t_at.add(8 + 8 * next_free as u64), 0, w).await? {
                     return Err(IndexError::Corrupt(
@@ -746,7 +757,8 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                     ));
                 }
                 next_free += 1;
-                if !self.cas(slot_at, w | layout::FROZEN, 0).await? {
+                let moving = if freeze { w | layout::FROZEN } else { w };
+                if !self.cas(slot_at, moving, 0).await? && freeze {
                     return Err(IndexError::Corrupt("split: a frozen slot changed".into()));
                 }
                 self.counters.event("item_moved");
@@ -776,7 +788,10 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         let Some(target) = free_slot(&g, seen, kh) else {
             return Ok(None);
         };
-        let mut locked: Vec<usize> = vec![lock_bucket, target.0];
+        let mut locked: Vec<usize> = vec![lock_bucket];
+        if !self.planted("no-target-lock") {
+            locked.push(target.0);
+        }
         locked.dedup();
         let header_of =
             |b: usize| seen.buckets.iter().find(|(x, _, _)| *x == b).map(|(_, h, _)| h.encode()).expect("read");
