@@ -127,6 +127,32 @@ impl<K: Checked> IndexScenario<K> {
         }
     }
 
+    /// The scenario `dmkit check` explores: preset `name` of `K` (its first if `None`), with
+    /// the named configuration `config` and the planted bug `plant` applied, options validated.
+    pub fn from_preset(
+        name: Option<&str>,
+        config: Option<&str>,
+        plant: Option<&str>,
+        workload_seed: u64,
+    ) -> Result<IndexScenario<K>, String> {
+        let presets = K::presets();
+        let (preset, mut options) = match name {
+            None => presets[0].clone(),
+            Some(name) => presets.iter().find(|(p, _)| p.name == name).cloned().ok_or_else(|| {
+                let names: Vec<&str> = presets.iter().map(|(p, _)| p.name).collect();
+                format!("index {} has no preset '{name}' (presets: {})", K::NAME, names.join(", "))
+            })?,
+        };
+        if let Some(config) = config {
+            K::configure(&mut options, config)?;
+        }
+        if let Some(bug) = plant {
+            K::plant(&mut options, bug)?;
+        }
+        K::validate(&options)?;
+        Ok(IndexScenario::new(preset, options, workload_seed))
+    }
+
     /// The same scenario with fixed operations per client (one list per client, in client
     /// order; the preset's client count becomes the script's).
     pub fn scripted(mut self, script: Vec<Vec<Op>>) -> IndexScenario<K> {

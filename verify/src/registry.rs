@@ -549,33 +549,18 @@ pub fn run_check(req: &CheckRequest) -> Result<CheckOutcome, String> {
 }
 
 fn run<K: Checked>(req: &CheckRequest) -> Result<CheckOutcome, String> {
-    let presets = K::presets();
-    let names: Vec<&str> = presets.iter().map(|(p, _)| p.name).collect();
-    let (mut preset, mut options) = match &req.preset {
-        None => presets[0].clone(),
-        Some(name) => presets
-            .iter()
-            .find(|(p, _)| p.name == name)
-            .cloned()
-            .ok_or_else(|| format!("index {} has no preset '{name}' (presets: {})", K::NAME, names.join(", ")))?,
-    };
+    if req.clients == Some(0) {
+        return Err("--clients must be positive".into());
+    }
+    let mut scenario =
+        IndexScenario::<K>::from_preset(req.preset.as_deref(), req.config.as_deref(), req.plant.as_deref(), req.seed)?;
     if let Some(c) = req.clients {
-        if c == 0 {
-            return Err("--clients must be positive".into());
-        }
-        preset.clients = c;
+        scenario.preset.clients = c;
     }
-    if let Some(config) = &req.config {
-        K::configure(&mut options, config)?;
-    }
-    if let Some(bug) = &req.plant {
-        K::plant(&mut options, bug)?;
-    }
-    K::validate(&options)?;
     if !(req.seconds > 0.0 && req.seconds.is_finite()) {
         return Err("--seconds must be positive".into());
     }
-    let scenario = IndexScenario::<K>::new(preset.clone(), options, req.seed);
+    let preset = &scenario.preset;
     let command = format!(
         "dmkit check --index {} --preset {}{}{} --seed {}{}",
         K::NAME,

@@ -174,11 +174,7 @@ mod explored {
     }
 
     fn scenario(preset: &str, plant: Option<&str>, seed: u64) -> IndexScenario<Chime> {
-        let (preset, mut options) = Chime::presets().into_iter().find(|(p, _)| p.name == preset).unwrap();
-        if let Some(bug) = plant {
-            Chime::plant(&mut options, bug).unwrap();
-        }
-        IndexScenario::new(preset, options, seed)
+        IndexScenario::from_preset(Some(preset), None, plant, seed).unwrap()
     }
 
     #[test]

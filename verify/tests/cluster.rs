@@ -335,7 +335,7 @@ mod explored {
     use dmkit_indexes::IndexKind;
     use dmkit_indexes::cluster::Cluster;
     use dmkit_verify::explore::{self, Mode};
-    use dmkit_verify::harness::{Checked, IndexScenario, check_index};
+    use dmkit_verify::harness::{IndexScenario, check_index};
     use std::time::{Duration, Instant};
 
     fn ci() -> bool {
@@ -343,11 +343,7 @@ mod explored {
     }
 
     fn scenario(preset: &str, plant: Option<&str>, seed: u64) -> IndexScenario<Cluster> {
-        let (preset, mut options) = Cluster::presets().into_iter().find(|(p, _)| p.name == preset).unwrap();
-        if let Some(bug) = plant {
-            Cluster::plant(&mut options, bug).unwrap();
-        }
-        IndexScenario::new(preset, options, seed)
+        IndexScenario::from_preset(Some(preset), None, plant, seed).unwrap()
     }
 
     #[test]

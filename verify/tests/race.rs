@@ -96,11 +96,10 @@ fn bad_input_is_an_error() {
 }
 
 mod explored {
-    use dmkit_indexes::IndexKind;
     use dmkit_indexes::race::Race;
     use dmkit_indexes::spec::Op;
     use dmkit_verify::explore::{self, Mode};
-    use dmkit_verify::harness::{Checked, IndexScenario, check_index};
+    use dmkit_verify::harness::{IndexScenario, check_index};
     use std::time::Duration;
 
     fn budget() -> Duration {
@@ -108,14 +107,7 @@ mod explored {
     }
 
     fn scenario(preset: &str, config: Option<&str>, plant: Option<&str>) -> IndexScenario<Race> {
-        let (preset, mut options) = Race::presets().into_iter().find(|(p, _)| p.name == preset).unwrap();
-        if let Some(c) = config {
-            Race::configure(&mut options, c).unwrap();
-        }
-        if let Some(bug) = plant {
-            Race::plant(&mut options, bug).unwrap();
-        }
-        IndexScenario::new(preset, options, 3)
+        IndexScenario::from_preset(Some(preset), config, plant, 3).unwrap()
     }
 
     #[test]

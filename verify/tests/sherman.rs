@@ -100,7 +100,7 @@ mod explored {
     use dmkit_indexes::IndexKind;
     use dmkit_indexes::sherman::Sherman;
     use dmkit_verify::explore::{self, Mode};
-    use dmkit_verify::harness::{Checked, IndexScenario, check_index};
+    use dmkit_verify::harness::{IndexScenario, check_index};
     use std::time::Duration;
 
     fn ci() -> bool {
@@ -117,14 +117,7 @@ mod explored {
     }
 
     fn scenario(preset: &str, config: Option<&str>, plant: Option<&str>, seed: u64) -> IndexScenario<Sherman> {
-        let (preset, mut options) = Sherman::presets().into_iter().find(|(p, _)| p.name == preset).unwrap();
-        if let Some(c) = config {
-            Sherman::configure(&mut options, c).unwrap();
-        }
-        if let Some(bug) = plant {
-            Sherman::plant(&mut options, bug).unwrap();
-        }
-        IndexScenario::new(preset, options, seed)
+        IndexScenario::from_preset(Some(preset), config, plant, seed).unwrap()
     }
 
     #[test]
