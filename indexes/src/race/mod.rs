@@ -603,20 +603,17 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 }
                 continue;
             }
-            if free_slot(&g, &view, &kh).is_none() {
+            let Some(pos) = free_slot(&g, &view, &kh) else {
                 // Insertion failure: split the subtable (§3.6), then try again.
                 self.resize(&kh).await?;
                 continue;
-            }
+            };
             if !self.o.faithful && !self.planted("no-insert-lock") {
-                match self.insert_locked(&kh, key, e, &view, mine).await? {
+                match self.insert_locked(&kh, key, e, &view, pos, mine).await? {
                     Some(existed) => return Ok(existed),
                     None => continue,
                 }
             }
-            let Some(pos) = free_slot(&g, &view, &kh) else {
-                continue;
-            };
             if !self.cas(view.slot_addr(&g, pos), 0, mine).await? {
                 continue;
             }
@@ -772,22 +769,20 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     /// (a bit in that bucket's header) with the combined buckets read in the same batch (an RMW
     /// is seen by later READs of its QP), then `[CAS slot, WRITE unlock]`. Inserts of one key
     /// serialise on the lock, so no duplicate is ever published; searches, updates and deletes
-    /// never take it. `None`: retry from the start.
+    /// never take it. `target` is the free slot `seen` offers. `None`: retry from the start.
     async fn insert_locked(
         &mut self,
         kh: &KeyHash,
         key: &[u8],
         e: Entry,
         seen: &View,
+        target: (usize, usize),
         mine: u64,
     ) -> Result<Option<bool>, IndexError> {
         let g = self.g;
         // The key's lock bucket, and the bucket its slot will be in: a split's header CAS on
         // that bucket (step 1) then cannot fall between this insert's READ and its slot CAS.
         let lock_bucket = g.main_of(kh.idx[0].min(kh.idx[1]));
-        let Some(target) = free_slot(&g, seen, kh) else {
-            return Ok(None);
-        };
         let mut locked: Vec<usize> = vec![lock_bucket];
         if !self.planted("no-target-lock") {
             locked.push(target.0);
