@@ -682,13 +682,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             if req.cache_bytes.is_some() {
                 return Err("index race caches only its directory: --cache-bytes does not apply".into());
             }
-            let faithful = match req.config.as_str() {
-                "default" | "safe" => false,
-                "faithful" => true,
-                other => {
-                    return Err(format!("index race has no configuration '{other}' (configurations: safe, faithful)"));
-                }
-            };
+            let paper = dmkit_indexes::race::Paper::named(&req.config)?;
             // Subtables of 4,096 groups, as many as hold the loaded keys at about 75% of their
             // slots (the paper sizes its tables for the loaded items); inserts split them.
             let groups = 4096u64;
@@ -701,7 +695,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
                 groups: groups as u32,
                 initial_depth: depth.min(16),
                 memory_nodes: req.setup.memory_nodes,
-                faithful,
+                paper,
                 ..RaceOptions::default()
             };
             run_index::<Race>(&req.setup, &options, (&req.config, &spec.name), items, sources)

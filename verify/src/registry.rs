@@ -475,11 +475,7 @@ impl Checked for Race {
     }
 
     fn configure(options: &mut RaceOptions, config: &str) -> Result<(), String> {
-        options.faithful = match config {
-            "safe" => false,
-            "faithful" => true,
-            other => return Err(format!("race has configurations 'safe' (default) and 'faithful', not '{other}'")),
-        };
+        options.paper = dmkit_indexes::race::Paper::named(config)?;
         Ok(())
     }
 }

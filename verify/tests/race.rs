@@ -1,7 +1,7 @@
 //! RACE against the executable specification (proptest over operation sequences on tables
 //! small enough that combined buckets fill and keys share them) and the schedule explorer.
 
-use dmkit_indexes::race::{Race, RaceOptions};
+use dmkit_indexes::race::{Paper, Race, RaceOptions};
 use dmkit_indexes::spec::{Op, Outcome};
 use dmkit_verify::harness::run_sequence_checked;
 use proptest::prelude::*;
@@ -45,8 +45,11 @@ proptest! {
     fn race_sequences_match_the_specification(
         (slots, groups, depth) in prop_oneof![Just((7u32, 4u32, 0u8)), Just((4, 8, 1)), Just((1, 2, 0)), Just((2, 2, 1))],
         ops in ops(40),
+        // The paper's split and block reuse differ from safe mode only under concurrency.
+        config in prop_oneof![Just("safe"), Just("paper-split"), Just("paper-reuse")],
     ) {
-        let (got, want, walk) = run_sequence_checked::<Race>(&options(slots, groups, depth), &ops);
+        let o = RaceOptions { paper: Paper::named(config).unwrap(), ..options(slots, groups, depth) };
+        let (got, want, walk) = run_sequence_checked::<Race>(&o, &ops);
         prop_assert_eq!(got, want);
         walk.map_err(|e| TestCaseError::fail(format!("invariants: {e}")))?;
     }
@@ -174,7 +177,7 @@ mod explored {
     #[test]
     fn immediate_reuse_makes_a_search_miss_a_present_key() {
         let script = |faithful: bool| {
-            let mut s = scenario("basic", faithful.then_some("faithful"), None);
+            let mut s = scenario("basic", Some(if faithful { "paper-reuse" } else { "safe" }), None);
             s.preset.preload = 1;
             let k = (s.preset.key_of)(0);
             let v = |b: u8| vec![b; 32];
@@ -193,21 +196,219 @@ mod explored {
         assert!(clean.exploration.schedules > 100);
     }
 
-    /// The paper's lock-free insert with duplicate agreement: two concurrent inserts of one
-    /// absent key can both report that it did not exist (the paper's insert reports nothing;
-    /// dmkit's does). Documented as the faithful mode's behaviour.
-    #[test]
-    fn faithful_inserts_are_not_linearizable() {
-        let check = check_index(
-            &scenario("same-key", Some("faithful"), None),
-            Mode::Random,
-            3,
-            Duration::from_secs(60),
-            u64::MAX,
-        );
-        let f = check.exploration.failure.expect("the faithful insert race is found");
-        assert!(f.message.contains("not linearizable") || f.message.contains("twice"), "{}", f.message);
+    /// A preset's scenario for a script, with `config`.
+    fn script(preset: &str, config: &str, ops: Vec<Vec<Op>>) -> IndexScenario<Race> {
+        scenario(preset, Some(config), None).scripted(ops)
     }
+
+    /// Explores `hole` (a scripted scenario under a paper configuration) with a fixed seed and
+    /// schedule bound; the failure must be a linearizability violation that replays. Then
+    /// the same script in safe mode must be clean over `budget()`, and not trivially so.
+    fn hole_found_and_fixed(name: &str, hole: &IndexScenario<Race>, safe: &IndexScenario<Race>, schedules: u64) {
+        let check = check_index(hole, Mode::Random, 1, Duration::from_secs(600), schedules);
+        let f = check.exploration.failure.unwrap_or_else(|| {
+            panic!("{name}: not found in {} schedules; counters {:?}", check.exploration.schedules, check.counters)
+        });
+        eprintln!("{name}: found at schedule {}: {}", check.exploration.schedules, f.message);
+        assert!(f.message.contains("not linearizable"), "{name}: {}", f.message);
+        assert_eq!(explore::replay(hole, f.variant, &f.choices), Err(f.message.clone()), "{name}");
+        let clean = check_index(safe, Mode::Random, 1, budget(), u64::MAX);
+        assert!(clean.exploration.failure.is_none(), "{name} in safe mode: {}", clean.exploration.failure.unwrap());
+        assert!(clean.exploration.schedules > 50, "{name}: {} schedules", clean.exploration.schedules);
+    }
+
+    /// The default preset (one subtable of six 1-slot buckets, keys 0..3 preloaded): a
+    /// preloaded key that the first split moves, and fresh keys whose inserts split the table.
+    fn moving_key_and_splitters() -> (Vec<u8>, Vec<Op>) {
+        let s = scenario("default", None, None);
+        let g = s.options.geometry();
+        let key_of = s.preset.key_of;
+        let moving = (0..s.preset.preload)
+            .map(key_of)
+            .find(|k| g.hash(k).dir & 1 == 1)
+            .expect("a preloaded key moves at the first split");
+        let splitters = (s.preset.preload..s.preset.preload + 6)
+            .map(|k| Op::Insert { key: key_of(k), value: vec![0x5a; 32] })
+            .collect();
+        (moving, splitters)
+    }
+
+    /// `ops` with `n` searches of an absent key before each: spreads a client's operations over
+    /// the split, which the other client's inserts start only after a few round trips.
+    fn spread(n: usize, ops: Vec<Op>) -> Vec<Op> {
+        let pad = Op::Search { key: staying_absent_key() };
+        ops.into_iter().flat_map(|op| std::iter::repeat_n(pad.clone(), n).chain([op])).collect()
+    }
+
+    /// A key no script writes whose directory bit 0 is clear: its searches never see a moved
+    /// bucket, so they never refresh a stale directory cache.
+    fn staying_absent_key() -> Vec<u8> {
+        let g = scenario("default", None, None).options.geometry();
+        (0xee00u64..).map(|n| n.to_be_bytes().to_vec()).find(|k| g.hash(k).dir & 1 == 0).expect("a key")
+    }
+
+    /// Digest K4 (`paper-split`): writes act on the new subtable while the split fills it. A
+    /// search probes new, old, new; if the copy reaches the new subtable after its first read
+    /// and is updated there, its second read finds the old copy, not yet cleared, and returns
+    /// the old value after the update returned. Safe mode (writes wait for the fill) is clean.
+    #[test]
+    fn k4_an_update_in_the_filling_subtable_is_read_stale() {
+        let (x, splitters) = moving_key_and_splitters();
+        let ops = |c: &str| {
+            script(
+                "default",
+                c,
+                vec![
+                    splitters.clone(),
+                    spread(3, (1..=6).map(|v| Op::Update { key: x.clone(), value: vec![v; 32] }).collect()),
+                    vec![Op::Search { key: x.clone() }; 30],
+                ],
+            )
+        };
+        hole_found_and_fixed("K4", &ops("paper-split"), &ops("safe"), 20_000);
+    }
+
+    /// Digest K5 (`paper-split`): a delete whose CAS lands between the mover's copy and its
+    /// clear returns, and the copy stays findable in the new subtable until the mover sees its
+    /// clear fail and takes the copy back (transient resurrection).
+    #[test]
+    fn k5_a_deleted_key_comes_back_during_a_split() {
+        let (x, splitters) = moving_key_and_splitters();
+        let ops = |c: &str| {
+            script(
+                "default",
+                c,
+                vec![
+                    splitters.clone(),
+                    spread(12, vec![Op::Delete { key: x.clone() }]),
+                    vec![Op::Search { key: x.clone() }; 30],
+                ],
+            )
+        };
+        hole_found_and_fixed("K5", &ops("paper-split"), &ops("safe"), 20_000);
+    }
+
+    /// Digest K6 (`paper-split`): an insert (an upsert, D11) of a present key that has not
+    /// moved yet looks only in the filling subtable, publishes a second copy there and reports
+    /// the key absent.
+    #[test]
+    fn k6_an_insert_into_the_filling_subtable_duplicates_an_unmoved_key() {
+        let (x, splitters) = moving_key_and_splitters();
+        let ops = |c: &str| {
+            script(
+                "default",
+                c,
+                vec![
+                    splitters.clone(),
+                    spread(3, (1..=6).map(|v| Op::Insert { key: x.clone(), value: vec![v; 32] }).collect()),
+                ],
+            )
+        };
+        hole_found_and_fixed("K6", &ops("paper-split"), &ops("safe"), 20_000);
+    }
+
+    /// Digest K2 (`paper-reuse`): an update reads X's slot; X is deleted, its block zeroed and
+    /// reused at once for a new key Y with X's fingerprint and buckets, published into the same
+    /// slot with the same word; the update's CAS then succeeds on Y's slot: Y is lost and X is
+    /// back. Safe mode (blocks never reused) is clean.
+    #[test]
+    fn k2_a_reused_block_lets_a_stale_cas_succeed() {
+        let s = scenario("same-key", None, None);
+        let g = s.options.geometry();
+        let key_of = s.preset.key_of;
+        let x = key_of(0);
+        let hx = g.hash(&x);
+        let same = |k: &[u8]| {
+            let h = g.hash(k);
+            let sorted = |mut i: [usize; 2]| {
+                i.sort();
+                i
+            };
+            h.fp == hx.fp && h.dir & 1 == hx.dir & 1 && sorted(h.idx) == sorted(hx.idx)
+        };
+        let y = (1u64..5_000_000).map(|n| (n << 32).to_be_bytes().to_vec()).find(|k| same(k)).expect("a twin key");
+        let ops = |c: &str| {
+            script(
+                "same-key",
+                c,
+                vec![
+                    // Client 0 shares compute node 0 (and its allocator) with the preloader.
+                    vec![
+                        Op::Delete { key: x.clone() },
+                        Op::Insert { key: y.clone(), value: vec![7; 32] },
+                        Op::Search { key: y.clone() },
+                    ],
+                    vec![Op::Update { key: x.clone(), value: vec![1; 32] }],
+                ],
+            )
+        };
+        hole_found_and_fixed("K2", &ops("paper-reuse"), &ops("safe"), 20_000);
+    }
+
+    /// Digest K7 (`paper-printed`): the printed Algorithms 2 and 3 restart on a stale bucket
+    /// without re-reading the directory. A client alone on its compute node, whose cache
+    /// predates a split, retries forever on the moved key. Safe mode re-reads and is clean.
+    #[test]
+    fn k7_a_restart_without_synchronize_livelocks() {
+        let (x, splitters) = moving_key_and_splitters();
+        let ops = |c: &str| {
+            let mut s = script(
+                "default",
+                c,
+                vec![
+                    splitters.clone(),
+                    spread(3, (1..=6).map(|v| Op::Update { key: x.clone(), value: vec![v; 32] }).collect()),
+                ],
+            );
+            // Unbounded retries, so that a livelock shows as a run that never ends.
+            s.options.max_retries = u32::MAX;
+            s.preset.step_limit = 20_000;
+            s
+        };
+        let hole = ops("paper-printed");
+        let check = check_index(&hole, Mode::Random, 1, Duration::from_secs(600), 200_000);
+        let f = check.exploration.failure.expect("the livelock is found");
+        eprintln!("K7: found at schedule {}: {}", check.exploration.schedules, f.message);
+        assert!(f.message.contains("no progress"), "{}", f.message);
+        assert_eq!(explore::replay(&hole, f.variant, &f.choices), Err(f.message.clone()));
+        let clean = check_index(&ops("safe"), Mode::Random, 1, budget(), u64::MAX);
+        assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());
+        assert!(clean.exploration.schedules > 50, "{} schedules", clean.exploration.schedules);
+    }
+
+    /// The paper's lock-free insert with duplicate agreement (`paper-insert`): two concurrent
+    /// inserts of one absent key can both report that it did not exist (the paper's insert
+    /// reports nothing; dmkit's does). Safe mode's insert lock serialises them.
+    #[test]
+    fn paper_inserts_of_one_absent_key_both_report_it_absent() {
+        let k = scenario("same-key", None, None).preset.key_of;
+        let ops = |c: &str| {
+            script(
+                "same-key",
+                c,
+                vec![
+                    vec![Op::Insert { key: k(2), value: vec![1; 32] }],
+                    vec![Op::Insert { key: k(2), value: vec![2; 32] }],
+                ],
+            )
+        };
+        hole_found_and_fixed("insert race", &ops("paper-insert"), &ops("safe"), 20_000);
+    }
+}
+
+/// K7's other half (`paper-printed`): the printed update and delete return SUCCESS for an
+/// absent key. Safe mode returns `false` (D12).
+#[test]
+fn printed_mode_succeeds_on_an_absent_key() {
+    let ops =
+        vec![Op::Update { key: key(3), value: vec![1; 8] }, Op::Delete { key: key(4) }, Op::Search { key: key(3) }];
+    let printed = RaceOptions { paper: Paper::named("paper-printed").unwrap(), ..options(2, 2, 0) };
+    let (got, _, walk) = run_sequence_checked::<Race>(&printed, &ops);
+    assert_eq!(got, vec![Outcome::Existed(true), Outcome::Existed(true), Outcome::Found(None)]);
+    walk.unwrap();
+    let (got, want, _) = run_sequence_checked::<Race>(&options(2, 2, 0), &ops);
+    assert_eq!(got, want);
+    assert_eq!(got[..2], [Outcome::Existed(false), Outcome::Existed(false)]);
 }
 
 /// The paper's run-until-insert-failure (Fig. 5/12a): one subtable of 7-slot buckets (no
@@ -255,7 +456,7 @@ fn faithful_mode_loses_upserts_and_safe_mode_does_not() {
             Op::Insert { key: key(k), value: vec![2; 8] },
             Op::Search { key: key(k) },
         ];
-        let faithful = RaceOptions { faithful: true, ..options(2, 2, 0) };
+        let faithful = RaceOptions { paper: Paper::named("faithful").unwrap(), ..options(2, 2, 0) };
         let (got, want, _) = run_sequence_checked::<Race>(&faithful, &ops);
         if got[3] != want[3] {
             assert_eq!(got[3], Outcome::Found(Some(vec![1; 8])), "key {k}: the old value survives");

@@ -537,6 +537,15 @@ impl LocalChunkAllocator {
         Ok(addr)
     }
 
+    /// Whether `addr` lies in a chunk this allocator reserved (a block another compute node
+    /// carved is not, and cannot be freed here).
+    pub fn owns(&self, addr: RemoteAddr) -> bool {
+        self.node_state(addr.node()).is_some_and(|state| {
+            let n = lock(state);
+            n.reserved.range(..=addr.offset()).next_back().is_some_and(|(_, r)| addr.offset() < r.end)
+        })
+    }
+
     /// Gives a block back: the next request of exactly `bytes` (and a compatible alignment) on
     /// its node gets it. Never returned to the memory node. A block this allocator did not hand
     /// out, or one already free, is refused (the memory node's allocator words it the same way).

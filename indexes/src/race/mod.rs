@@ -105,9 +105,9 @@ pub struct RaceOptions {
     pub memory_nodes: u16,
     pub chunk_bytes: u64,
     pub max_retries: u32,
-    /// The paper's lock-free insert with duplicate agreement (faithful mode); the default
-    /// (safe mode) serialises inserts of one absent key on a bucket-header lock bit.
-    pub faithful: bool,
+    /// Which of the paper's own behaviours replace the digest's safe choices (all off: safe
+    /// mode; all on: the faithful mode).
+    pub paper: Paper,
     pub plants: BTreeSet<&'static str>,
 }
 
@@ -123,9 +123,48 @@ impl Default for RaceOptions {
             memory_nodes: 1,
             chunk_bytes: crate::common::chunk::DEFAULT_CHUNK_BYTES,
             max_retries: 100_000,
-            faithful: false,
+            paper: Paper::default(),
             plants: BTreeSet::new(),
         }
+    }
+}
+
+/// The paper's behaviours, each of which opens holes the digest predicts (§4.5); each can be
+/// switched on alone so that a scenario shows one hole at a time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Paper {
+    /// Algorithm 1: an insert publishes without looking for its key, then removes duplicates
+    /// by the agreement rule (K3, and concurrent inserts that both report "absent").
+    pub insert: bool,
+    /// D15's faithful column: inserts, updates and deletes act on a subtable while a split
+    /// fills it, and the mover does not freeze what it copies (K4, K5, K6).
+    pub split: bool,
+    /// A block is zeroed and reused as soon as its pointer leaves its slot, and a search skips
+    /// a block that no longer holds its key (K1, K2).
+    pub reuse: bool,
+    /// The printed pseudo-code's restart paths and results: updates and deletes restart on a
+    /// stale bucket without re-reading the directory, and succeed on an absent key (K7).
+    pub printed: bool,
+}
+
+impl Paper {
+    /// Configuration names and what each switches on.
+    pub const CONFIGS: [(&'static str, Paper); 6] = [
+        ("safe", Paper { insert: false, split: false, reuse: false, printed: false }),
+        ("faithful", Paper { insert: true, split: true, reuse: true, printed: true }),
+        ("paper-insert", Paper { insert: true, split: false, reuse: false, printed: false }),
+        ("paper-split", Paper { insert: false, split: true, reuse: false, printed: false }),
+        ("paper-reuse", Paper { insert: false, split: false, reuse: true, printed: false }),
+        ("paper-printed", Paper { insert: false, split: false, reuse: false, printed: true }),
+    ];
+
+    /// The configuration called `name` (`default` is `safe`).
+    pub fn named(name: &str) -> Result<Paper, String> {
+        let name = if name == "default" { "safe" } else { name };
+        Paper::CONFIGS.iter().find(|(n, _)| *n == name).map(|(_, p)| *p).ok_or_else(|| {
+            let names: Vec<&str> = Paper::CONFIGS.iter().map(|(n, _)| *n).collect();
+            format!("race has configurations {} (safe is the default), not '{name}'", names.join(", "))
+        })
     }
 }
 
@@ -439,8 +478,8 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             }
         }
         // Safe mode never reclaims a block, so an invalid one is a bug's: retry rather than skip
-        // (K1's fix). The faithful mode skips it, as the paper's search does.
-        Ok(if invalid && out.is_empty() && !self.o.faithful { Found::Invalid } else { Found::Copies(out) })
+        // (K1's fix). The paper's search skips it (`paper.reuse`).
+        Ok(if invalid && out.is_empty() && !self.o.paper.reuse { Found::Invalid } else { Found::Copies(out) })
     }
 
     /// Whether every bucket of the view may hold the key for a client whose entry has `ld`.
@@ -455,16 +494,21 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         self.synchronize().await
     }
 
-    /// The valid copies of `key` for a write (safe mode, D15): a key whose entry is being
-    /// filled by a split, whose buckets moved under a stale cache, or whose copy is frozen for
-    /// a move waits until the split has moved on; so writes act on settled copies only.
+    /// The valid copies of `key` for a write, and the view they were found in (`None`: absent).
+    /// Safe mode (D15): a key whose entry is being filled by a split, whose buckets moved under
+    /// a stale cache, or whose copy is frozen for a move waits until the split has moved on; so
+    /// writes act on settled copies only. `paper.split`: the write acts wherever Algorithm 4's
+    /// search finds the key, in the new subtable or the old one (Algorithm 3's `Search'`).
     /// `write`, if any, rides in the first READ's round trip (an update's new block).
     async fn find(
         &mut self,
         key: &[u8],
         kh: &KeyHash,
         write: &mut Option<Request>,
-    ) -> Result<(View, Entry, Vec<Copy>), IndexError> {
+    ) -> Result<Option<(View, Vec<Copy>)>, IndexError> {
+        if self.o.paper.split {
+            return self.locate(key, kh, write).await;
+        }
         for _ in 0..self.o.max_retries {
             let e = self.entry(kh).await?;
             if e.lock {
@@ -474,12 +518,19 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             let view = self.read_view(e.subtable, kh, write.take().into_iter().collect()).await?;
             if !self.view_correct(&view, e.ld, kh) {
                 self.counters.event("stale_bucket");
-                self.wait_for_split().await?;
+                if self.o.paper.printed {
+                    // Algorithms 2 and 3 restart without Synchronize (K7): a stale cache
+                    // stays stale unless another client of this node refreshes it.
+                    self.counters.retries += 1;
+                    self.ctx.yield_now().await;
+                } else {
+                    self.wait_for_split().await?;
+                }
                 continue;
             }
             match self.copies(&view, kh, key).await? {
                 Found::Copies(c) if c.iter().any(|c| c.word & layout::FROZEN != 0) => self.wait_for_split().await?,
-                Found::Copies(c) => return Ok((view, e, c)),
+                Found::Copies(c) => return Ok((!c.is_empty()).then_some((view, c))),
                 Found::Invalid => {
                     self.counters.event("invalid_block");
                     self.counters.retries += 1;
@@ -489,18 +540,23 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         Err(self.retries_exhausted("write"))
     }
 
-    /// A search (Algorithms 4 and 6), lock-free during splits: a key whose entry is being
-    /// filled, or whose buckets moved under a stale cache, is looked for in the new subtable,
-    /// then the old one, then the new one again (an item is copied into the new subtable
-    /// before it leaves the old one).
-    async fn search_copies(&mut self, key: &[u8], kh: &KeyHash) -> Result<Option<Vec<u8>>, IndexError> {
+    /// Algorithms 4 and 6: the valid copies of `key` and the view they were found in, lock-free
+    /// during splits. A key whose entry is being filled, or whose buckets moved under a stale
+    /// cache, is looked for in the new subtable, then the old one, then the new one again (an
+    /// item is copied into the new subtable before it leaves the old one). `None`: absent.
+    async fn locate(
+        &mut self,
+        key: &[u8],
+        kh: &KeyHash,
+        write: &mut Option<Request>,
+    ) -> Result<Option<(View, Vec<Copy>)>, IndexError> {
         for _ in 0..self.o.max_retries {
             let e = self.entry(kh).await?;
             if !e.lock {
-                let view = self.read_view(e.subtable, kh, Vec::new()).await?;
+                let view = self.read_view(e.subtable, kh, write.take().into_iter().collect()).await?;
                 if self.view_correct(&view, e.ld, kh) {
                     match self.copies(&view, kh, key).await? {
-                        Found::Copies(c) => return Ok(c.into_iter().next().map(|c| c.value)),
+                        Found::Copies(c) => return Ok((!c.is_empty()).then_some((view, c))),
                         Found::Invalid => {
                             self.counters.retries += 1;
                             continue;
@@ -524,13 +580,13 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             }
             let mut settled = true;
             for (n, st) in tables.into_iter().enumerate() {
-                let view = self.read_view(st, kh, Vec::new()).await?;
+                let view = self.read_view(st, kh, write.take().into_iter().collect()).await?;
                 if n == 0 && !self.view_correct(&view, e.ld, kh) {
                     settled = false;
                     break;
                 }
                 match self.copies(&view, kh, key).await? {
-                    Found::Copies(c) if !c.is_empty() => return Ok(c.into_iter().next().map(|c| c.value)),
+                    Found::Copies(c) if !c.is_empty() => return Ok(Some((view, c))),
                     Found::Copies(_) => {}
                     Found::Invalid => settled = false,
                 }
@@ -563,7 +619,8 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         Race::limits(&self.o).check_key(key)?;
         let kh = self.g.hash(key);
-        self.search_copies(key, &kh).await
+        let found = self.locate(key, &kh, &mut None).await?;
+        Ok(found.and_then(|(_, c)| c.into_iter().next()).map(|c| c.value))
     }
 
     async fn do_insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
@@ -581,7 +638,13 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             // visible) before any CAS publishes it.
             let extra = write.take().into_iter().collect();
             let view = self.read_view(e.subtable, &kh, extra).await?;
-            if e.lock || !self.view_correct(&view, e.ld, &kh) {
+            let stale = if self.o.paper.split {
+                // Algorithm 1: any LD mismatch restarts; a subtable being filled is used.
+                view.buckets.iter().any(|(_, h, _)| h.ld != e.ld)
+            } else {
+                e.lock || !self.view_correct(&view, e.ld, &kh)
+            };
+            if stale {
                 self.counters.event("stale_bucket");
                 self.wait_for_split().await?;
                 continue;
@@ -594,7 +657,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 Found::Copies(c) => c,
                 Found::Invalid => continue,
             };
-            if let Some(c) = copies.first().filter(|_| !self.o.faithful) {
+            if let Some(c) = copies.first().filter(|_| !self.o.paper.insert) {
                 // D11: the key is here; update its valid copy (the paper's Algorithm 1 does not
                 // look, digest K3).
                 if self.cas(view.slot_addr(&g, c.pos), c.word, mine).await? {
@@ -608,7 +671,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 self.resize(&kh).await?;
                 continue;
             };
-            if !self.o.faithful && !self.planted("no-insert-lock") {
+            if !self.o.paper.insert && !self.planted("no-insert-lock") {
                 match self.insert_locked(&kh, key, e, &view, pos, mine).await? {
                     Some(existed) => return Ok(existed),
                     None => continue,
@@ -617,11 +680,17 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             if !self.cas(view.slot_addr(&g, pos), 0, mine).await? {
                 continue;
             }
-            if !self.o.faithful || self.planted("no-duplicate-check") {
+            if !self.o.paper.insert || self.planted("no-duplicate-check") {
                 return Ok(false);
             }
-            self.remove_duplicates(&kh, key, e, pos).await?;
-            return Ok(false);
+            let seen = view.buckets.iter().find(|(b, _, _)| *b == pos.0).map(|(_, h, _)| *h).expect("read");
+            if self.remove_duplicates(&kh, key, e, pos, seen, mine).await? {
+                return Ok(false);
+            }
+            // A split moved our bucket's range away before reading our slot: taken back,
+            // published again in the new subtable (the block is kept, D13).
+            self.counters.event("insert_redone");
+            self.synchronize().await?;
         }
         Err(self.retries_exhausted("insert"))
     }
@@ -734,10 +803,33 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             for _ in 0..self.o.max_retries {
                 let Some(slot) = Slot::decode(w) else { break };
                 let block = self.ctx.read(slot.block, Buf::zeroed(slot.bytes())).await?;
-                let (key, _) = layout::decode_block(block.as_slice())
-                    .ok_or_else(|| IndexError::Corrupt(format!("split: an invalid block at {}", slot.block)))?;
-                if (g.hash(key).dir >> d) & 1 == 0 {
+                let Some((key, _)) = layout::decode_block(block.as_slice()) else {
+                    if self.o.paper.reuse {
+                        // Replaced and reclaimed since the READ: look at the slot again.
+                        w = self.ctx.read(slot_at, Buf::zeroed(8)).await?.u64_at(0);
+                        continue;
+                    }
+                    return Err(IndexError::Corrupt(format!("split: an invalid block at {}", slot.block)));
+                };
+                let kh = g.hash(key);
+                if (kh.dir >> d) & 1 == 0 {
                     break;
+                }
+                if self.o.paper.split {
+                    // The paper's steps 2 and 3 without a freeze. If the clear fails, the item
+                    // was updated or deleted since the copy: take the copy back and decide
+                    // again on what the slot holds now (digest §3.5). Meanwhile the copy was
+                    // visible in the new subtable (K5), and writes there raced this one (K4).
+                    let placed = self.place(t, b, &kh, w).await?;
+                    let seen = self.ctx.cas(slot_at, w, 0).await?;
+                    if seen == w {
+                        self.counters.event("item_moved");
+                        break;
+                    }
+                    self.counters.event("move_redone");
+                    self.ctx.cas(placed, w, 0).await?;
+                    w = seen;
+                    continue;
                 }
                 let freeze = !self.planted("no-freeze");
                 if freeze {
@@ -763,6 +855,33 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             }
         }
         Ok(())
+    }
+
+    /// `paper.split`: puts `word` (an item of bucket `b` moving to `t`) into a free slot of
+    /// bucket `b` of `t`, or, when inserts into the filling subtable took them all, of the
+    /// key's combined buckets there (D16). Returns the slot's address.
+    async fn place(&mut self, t: RemoteAddr, b: usize, kh: &KeyHash, word: u64) -> Result<RemoteAddr, IndexError> {
+        let g = self.g;
+        let at = t.add(g.bucket_at(b) as u64);
+        for _ in 0..self.o.max_retries {
+            let raw = self.ctx.read(at, Buf::zeroed(g.bucket_bytes())).await?;
+            let target = match (0..g.slots).find(|&i| raw.u64_at(8 + 8 * i) == 0) {
+                Some(i) => at.add(8 + 8 * i as u64),
+                None => {
+                    let view = self.read_view(t, kh, Vec::new()).await?;
+                    let pos = free_slot(&g, &view, kh).ok_or_else(|| {
+                        IndexError::Corrupt(
+                            "split: inserts filled the new subtable while it was being filled (paper mode)".into(),
+                        )
+                    })?;
+                    view.slot_addr(&g, pos)
+                }
+            };
+            if self.cas(target, 0, word).await? {
+                return Ok(target);
+            }
+        }
+        Err(self.retries_exhausted("split"))
     }
 
     /// Safe mode's insert of a key found absent: take the insert lock of its lower main bucket
@@ -842,30 +961,45 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     /// the paper does: zero it and give it back to this compute node's allocator, which hands
     /// it to the next block of its size at once (digest K1, K2).
     async fn retire(&mut self, word: u64) -> Result<(), IndexError> {
-        if !self.o.faithful {
+        if !self.o.paper.reuse {
             return Ok(());
         }
         let slot = Slot::decode(word).expect("a published word");
         self.ctx.write(slot.block, Buf::from(vec![0u8; slot.bytes()])).await?;
-        self.node.chunks.free(slot.block, slot.bytes() as u64)?;
-        self.counters.event("block_reused");
+        if self.node.chunks.owns(slot.block) {
+            self.node.chunks.free(slot.block, slot.bytes() as u64)?;
+            self.counters.event("block_reused");
+        } else {
+            // Carved by another compute node's allocator: zeroed as the paper does, not reused.
+            self.counters.event("foreign_block_zeroed");
+        }
         Ok(())
     }
 
-    /// The paper's RemoveDuplicate (faithful mode): re-read both combined buckets and clear
-    /// every copy of `key` but the lowest (physical bucket, slot). `mine` is this insert's slot.
+    /// Round trip 3 of Algorithm 1 (`paper.insert`): re-read both combined buckets; clear every
+    /// copy of `key` but the lowest (physical bucket, slot) (RemoveDuplicate); then the resize
+    /// check: if the header of our bucket changed from `seen` and no longer admits the key, a
+    /// split's step 1 came between our READ and our CAS and its mover did not see our slot, so
+    /// take it back (RemoveKey). `false`: taken back, insert again; if the take-back fails, the
+    /// mover did move it (D13) and the insert is done.
     async fn remove_duplicates(
         &mut self,
         kh: &KeyHash,
         key: &[u8],
         e: Entry,
         mine: (usize, usize),
-    ) -> Result<(), IndexError> {
+        seen: Header,
+        word: u64,
+    ) -> Result<bool, IndexError> {
         let g = self.g;
         let view = self.read_view(e.subtable, kh, Vec::new()).await?;
+        let now = view.buckets.iter().find(|(b, _, _)| *b == mine.0).map(|(_, h, _)| *h).expect("read");
+        if now.ld != seen.ld && !layout::bucket_correct(e.ld, now, kh.dir) {
+            return Ok(!self.cas(view.slot_addr(&g, mine), word, 0).await?);
+        }
         if view.matches(kh.fp).iter().all(|(p, _)| *p == mine) {
             // No other fingerprint match: no block to read (3 round trips in all).
-            return Ok(());
+            return Ok(true);
         }
         if let Found::Copies(copies) = self.copies(&view, kh, key).await? {
             for c in copies.iter().skip(1) {
@@ -874,7 +1008,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 }
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Update (`Some`) or delete (`None`) of an existing key; `false` if absent.
@@ -895,14 +1029,19 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             None => (None, None),
         };
         for _ in 0..self.o.max_retries {
-            let (view, _, copies) = self.find(key, &kh, &mut write).await?;
-            let Some(first) = copies.first() else {
+            let Some((view, copies)) = self.find(key, &kh, &mut write).await? else {
+                if self.o.paper.printed {
+                    // The printed Algorithms 2 and 3 return SUCCESS for an absent key, and the
+                    // update's block is never freed (K7).
+                    return Ok(true);
+                }
                 if let Some(b) = block {
                     // D12: never published, so nobody can reach it: reuse it at once.
                     self.node.chunks.free(b.block, b.bytes() as u64)?;
                 }
                 return Ok(false);
             };
+            let first = &copies[0];
             match block {
                 Some(b) => {
                     let new = b.encode();
