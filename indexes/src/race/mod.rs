@@ -1,14 +1,38 @@
 //! # RACE hashing (ATC '21 / TOS '22): one-sided extendible hashing
 //!
-//! **Status: partial (issue 9).** Built: the byte-exact directory, subtables, combined buckets,
-//! slots and checksummed KV blocks ([`layout`]); the compute node's directory cache with the
-//! stale-bucket check (Algorithm 5); search (Algorithms 4 and 6), insert, update and delete
-//! with 8-byte CAS on slots (lock-free, except that safe mode serialises inserts of one absent
-//! key, below); subtable splits with directory doubling, concurrent with every operation; and
-//! the paper's insert, block reuse and search as the faithful mode (K1 and K3 shown in
-//! `verify/tests/race.rs`). **Not built yet:** the faithful mode's writes during a split (it
-//! waits like safe mode, so K4–K6 have no scenario), K2, K7, and concurrent splits of
-//! different subtables. The DrTM cluster-hashing baseline is [`crate::cluster`].
+//! Built: the byte-exact directory, subtables, combined buckets, slots and checksummed KV
+//! blocks ([`layout`]); the compute node's directory cache with the stale-bucket check
+//! (Algorithm 5); search (Algorithms 4 and 6), insert, update and delete with 8-byte CAS on
+//! slots (lock-free, except that safe mode serialises inserts of one absent key, below);
+//! subtable splits with directory doubling, concurrent with every operation; and the paper's
+//! own behaviours, each behind a switch ([`Paper`]), with the holes the digest predicts
+//! (§4.5) found as replayable schedules in `verify/tests/race.rs`. The DrTM cluster-hashing
+//! baseline is [`crate::cluster`].
+//!
+//! ## Safe mode and the paper's behaviours
+//!
+//! | config | the paper's behaviour | hole | scenario (`verify/tests/race.rs`) |
+//! |---|---|---|---|
+//! | `paper-reuse` | a block is zeroed and reused as soon as its slot lets go of it; searches skip invalid blocks | K1 | `immediate_reuse_makes_a_search_miss_a_present_key` |
+//! | `paper-reuse` | (same) | K2 | `k2_a_reused_block_lets_a_stale_cas_succeed` |
+//! | `paper-insert` | Algorithm 1: publish without looking, then RemoveDuplicate | K3 | `faithful_mode_loses_upserts_and_safe_mode_does_not`, `paper_inserts_of_one_absent_key_both_report_it_absent` |
+//! | `paper-split` | writes act in a subtable being filled; the mover copies without a freeze and takes a copy back when its clear fails | K4, K5, K6 | `k4_…`, `k5_…`, `k6_…` |
+//! | `paper-printed` | Algorithms 2 and 3 restart without Synchronize and succeed on an absent key | K7 | `k7_a_restart_without_synchronize_livelocks`, `printed_mode_succeeds_on_an_absent_key` |
+//! | `faithful` | all of the above | | |
+//!
+//! Each scenario also runs clean in safe mode (the default), which takes the digest's fixes:
+//! blocks are never reused and an invalid block is read again (K1, K2); an insert looks for
+//! its key first (upsert, D11) and serialises inserts of one absent key on a bucket-header lock
+//! (K3, below); writes to a key whose subtable is being filled, or whose item is frozen for a
+//! move, wait (D15's safe column: K4, K5, K6); every restart re-reads the directory and an
+//! absent key's update or delete returns `false` (D12, D13: K7).
+//!
+//! Not modelled as paper behaviours: K8 (the paper does not say how two doublings coordinate;
+//! both modes take the directory lock, so splits run one at a time, a deviation: the paper
+//! splits different subtables at once), and K9 (every mode reads candidates in agreement
+//! order; duplicates exist only while inserts of one key race, which `paper-insert` already
+//! makes non-linearizable, so a K9 scenario would not isolate it). On a restart Algorithms 1
+//! and 3 allocate a new block and leak the old one (K7's leak); every mode keeps the block.
 //!
 //! ## Splits (§3.6, safe mode)
 //!
@@ -28,6 +52,13 @@
 //! frozen item, wait for the split to move on (D15's safe mode). A new key's insert locks the
 //! header of the bucket it writes, so step 4's header CAS cannot fall between its READ and its
 //! slot CAS.
+//!
+//! Under `paper-split` (the paper's table in §3.6) writes do not wait: an update or delete acts
+//! wherever Algorithm 4's search finds the key, old subtable or new; an insert uses a subtable
+//! being filled (Algorithm 1 restarts only on a depth mismatch). The mover does not freeze: it
+//! copies the word into the new subtable (bucket `b`, or any free slot of the key's combined
+//! buckets there if inserts took bucket `b`'s, D16), clears the old slot, and if that clear
+//! fails takes the copy back and moves whatever the slot holds now.
 //!
 //! ## Operations (digest §3; K = 7, a 64-B KV block, cache hit)
 //!
@@ -50,17 +81,21 @@
 //! paper's three round trips, `[WRITE block ‖ READ cb1 ‖ READ cb2]`, `[CAS lock, READ cb1,
 //! READ cb2]`, `[CAS slot, WRITE unlock]`: the duplicate re-read moves before the slot CAS.
 //!
-//! **Faithful mode** (`faithful`): the paper's Algorithm 1. No look for the key first (K3: an
+//! **`paper-insert`**: the paper's Algorithm 1. No look for the key first (K3: an
 //! insert of a present key publishes a second copy), and after the slot CAS a re-read that
 //! clears every copy but the lowest (physical bucket, slot) one. An upsert can be lost (K3),
 //! and two concurrent inserts of one absent key can both report that it was absent;
-//! `verify/tests/race.rs` shows both.
+//! `verify/tests/race.rs` shows both. After its re-read, an insert whose bucket's header
+//! changed so that it no longer admits the key takes its slot back and inserts again (a split's
+//! step 1 came between its READ and its CAS, so the mover did not see it); if the take-back
+//! fails, the mover did move it.
 //!
 //! ## Blocks
 //!
 //! Blocks are written before the CAS that publishes them and never change. A block whose
 //! pointer leaves its slot is retired and never reused (deferred reclamation taken to the
-//! limit, the digest's fix for K1 and K2; the paper's immediate reuse is the faithful mode's).
+//! limit, the digest's fix for K1 and K2; the paper's immediate reuse is `paper-reuse`'s, where
+//! a block another compute node carved is zeroed but not reused).
 
 pub mod layout;
 
