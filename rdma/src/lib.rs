@@ -13,6 +13,7 @@
 //! - [`service`]: server-side handlers and workers with local memory access; [`sync`]: local
 //!   notification and queues that work on any executor.
 //! - [`alloc`]: the memory node's chunk allocator, reached by `call`.
+//! - [`real`]: the real backend's work-request building and control-channel handshake.
 
 mod addr;
 pub mod alloc;
@@ -21,6 +22,7 @@ mod buf;
 mod ctx;
 pub mod emulate;
 mod error;
+pub mod real;
 pub mod service;
 pub mod sync;
 mod verbs;

@@ -1,0 +1,7 @@
+//! The real backend's device-free parts (issue 12, in progress): how a doorbell batch becomes
+//! work requests ([`plan`]) and the control channel's handshake ([`wire`]). They are unit-tested
+//! on every machine; the queue pairs themselves (feature `connectx`, over `sideway`) build on
+//! them.
+
+pub mod plan;
+pub mod wire;
