@@ -3,5 +3,7 @@
 //! on every machine; the queue pairs themselves (feature `connectx`, over `sideway`) build on
 //! them.
 
+#[cfg(feature = "connectx")]
+pub mod device;
 pub mod plan;
 pub mod wire;

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The real backend's integration tests on Soft-RoCE: builds `dmkit-rdma`'s device tests with
+# feature `connectx` on the host, then runs them inside the qemu VM of scripts/rxe-vm.sh with
+# DMKIT_RDMA_REQUIRED=1 (a missing device fails instead of skipping).
+#
+#   scripts/rxe-test.sh            # needs scripts/setup.sh --vm
+#
+# Exit 0: passed; 1: failed; 3: the VM cannot run on this machine (qemu or the kernel package
+# missing), with the reason printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+bins=$(cargo test -p dmkit-rdma --features connectx --test rxe --no-run --message-format=json 2>/dev/null \
+    | grep -o '"executable":"[^"]*"' | cut -d'"' -f4)
+if [ -z "$bins" ]; then
+    echo "rxe-test: the test binary did not build (run scripts/setup.sh --rdma)" >&2
+    exit 1
+fi
+echo "rxe-test: running $(basename $bins) in the Soft-RoCE VM"
+status=0
+scripts/rxe-vm.sh target/rxe-vm "ibv_devices; DMKIT_RDMA_REQUIRED=1 DMKIT_RDMA_DEVICE=rxe0 RUST_BACKTRACE=1 $bins --test-threads 1 --nocapture" || status=$?
+echo "rxe-test: exit $status after $(( $(date +%s) - start )) s"
+exit $status
