@@ -251,3 +251,97 @@ fn the_handshake_connects_and_refuses_a_wrong_token() {
     Message::Bye.send(&mut s).unwrap();
     node.join().unwrap();
 }
+
+/// The async runtime against a node host on another thread: several coroutines of one thread
+/// posting batches (with an emulated masked CAS inside one), an unsignaled batch, a dropped
+/// future whose verb still lands, and `call`s to the node's chunk allocator, including its
+/// errors.
+#[test]
+fn the_async_runtime_and_calls_reach_a_node_host() {
+    use dmkit_rdma::ClientCtx;
+    use dmkit_rdma::Verbs;
+    use dmkit_rdma::real::node::{NodeHost, allocator_handler, dial};
+    use dmkit_rdma::real::runtime::Executor;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let Some(nic) = nic() else { return };
+    let nic = Arc::new(nic);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let host_nic = nic.clone();
+    let host_stop = stop.clone();
+    let host = std::thread::spawn(move || {
+        let mut host = NodeHost::new(
+            host_nic,
+            0,
+            "127.0.0.1:0".parse().unwrap(),
+            MEMORY as u64,
+            "tok",
+            allocator_handler(NodeId(0), 4096, MEMORY as u64),
+        )
+        .unwrap();
+        addr_tx.send(host.local_addr()).unwrap();
+        host.serve(&host_stop).unwrap();
+        (host.admitted, host.refused, host.memory().read_at(64, 8))
+    });
+    let addr = addr_rx.recv().unwrap();
+    let cq = nic.completion_queue(4096).unwrap();
+    assert!(
+        dial(&nic, std::slice::from_ref(&cq), addr, NodeId(0), "bad", 1)
+            .unwrap_err()
+            .to_string()
+            .contains("wrong cluster token")
+    );
+    let conns = dial(&nic, std::slice::from_ref(&cq), addr, NodeId(0), "tok", 1).unwrap();
+    let exec = Executor::new(nic.clone(), cq, conns, NodeId(1), 0, 42, 8 << 20).unwrap();
+    const CLIENTS: u32 = 8;
+    const ROUNDS: u64 = 50;
+    for c in 0..CLIENTS {
+        let client = exec.client(c, c);
+        exec.spawn(async move {
+            for _ in 0..ROUNDS {
+                let r = client
+                    .post(vec![Request::faa(at(0), 1), Request::read_len(at(0), 8), Request::masked_faa(at(8), 1, 0)])
+                    .await
+                    .unwrap();
+                assert!(r[1].clone().into_buf().unwrap().u64_at(0) > r[0].atomic().unwrap(), "the READ saw the FAA");
+                client.yield_now().await;
+            }
+        });
+    }
+    let client = exec.client(100, 100);
+    let allocated = exec
+        .block_on(async move {
+            // A dropped future: its WRITE still lands.
+            drop(client.write(at(64), Buf::from(vec![9u8; 8])));
+            client.post_unsignaled(vec![Request::write(at(72), vec![7u8; 8])]).unwrap();
+            let seen = client.read(at(64), Buf::zeroed(16)).await.unwrap();
+            assert_eq!(seen.as_slice(), &[[9u8; 8], [7u8; 8]].concat()[..]);
+            client.sleep(1_000_000).await;
+            // The allocator, by call.
+            let a = dmkit_rdma::alloc::alloc(&client, NodeId(0), 4096, 64).await.unwrap();
+            let b = dmkit_rdma::alloc::alloc(&client, NodeId(0), 4096, 64).await.unwrap();
+            assert_ne!(a, b);
+            assert!(a.offset() >= 4096);
+            dmkit_rdma::alloc::free(&client, a, 4096).await.unwrap();
+            let big = dmkit_rdma::alloc::alloc(&client, NodeId(0), 1 << 30, 64).await;
+            assert!(matches!(big, Err(VerbsError::RemoteMemoryExhausted { .. })), "{big:?}");
+            let unknown = client.call(NodeId(0), 77, vec![1, 2, 3]).await;
+            assert_eq!(unknown, Err(VerbsError::UnknownService { node: NodeId(0), service: 77 }));
+            (a, b)
+        })
+        .unwrap();
+    eprintln!("allocated {allocated:?}");
+    let probe = exec.client(200, 200);
+    let (faa, masked) = exec
+        .block_on(async move {
+            let r = probe.post(vec![Request::read_len(at(0), 8), Request::read_len(at(8), 8)]).await.unwrap();
+            (r[0].clone().into_buf().unwrap().u64_at(0), r[1].clone().into_buf().unwrap().u64_at(0))
+        })
+        .unwrap();
+    assert_eq!(faa, CLIENTS as u64 * ROUNDS, "every FAA counted once");
+    assert_eq!(masked, CLIENTS as u64 * ROUNDS, "every emulated masked FAA counted once");
+    stop.store(true, Ordering::Relaxed);
+    let (admitted, refused, word) = host.join().unwrap();
+    assert_eq!((admitted, refused), (1, 1));
+    assert_eq!(word, vec![9u8; 8]);
+}

@@ -203,18 +203,30 @@ impl Nic {
             .map_err(|e| device_error(&format!("cannot register {} bytes", region.len()), e))
     }
 
-    /// An RC queue pair with room for `depth` outstanding work requests, in INIT.
+    /// A completion queue with room for `entries` completions.
+    pub fn completion_queue(&self, entries: u32) -> Result<Cq, VerbsError> {
+        let cq = self.ctx.create_cq_builder().setup_cqe(entries).build().map_err(|e| device_error("create CQ", e))?;
+        Ok(Cq(GenericCompletionQueue::from(cq)))
+    }
+
+    /// An RC queue pair with room for `depth` outstanding work requests and a completion queue
+    /// of its own, in INIT.
     pub fn queue_pair(&self, depth: u32, psn: u32) -> Result<RcQp, VerbsError> {
-        let cq = GenericCompletionQueue::from(
-            self.ctx.create_cq_builder().setup_cqe(2 * depth).build().map_err(|e| device_error("create CQ", e))?,
-        );
+        let cq = self.completion_queue(2 * depth)?;
+        self.queue_pair_on(&cq, depth, psn)
+    }
+
+    /// An RC queue pair whose sends and receives complete on `cq` (shared with other queue
+    /// pairs: the wr_id must tell them apart), in INIT.
+    pub fn queue_pair_on(&self, cq: &Cq, depth: u32, psn: u32) -> Result<RcQp, VerbsError> {
+        let cq = cq.clone();
         // The provider refuses an inline size it cannot grant: ask for less until it agrees.
         let mut last = None;
         let mut qp: Option<GenericQueuePair> = None;
         for inline in [256u32, 128, 64, 0] {
             let mut b = self.pd.create_qp_builder();
-            b.setup_send_cq(cq.clone())
-                .setup_recv_cq(cq.clone())
+            b.setup_send_cq(cq.0.clone())
+                .setup_recv_cq(cq.0.clone())
                 .setup_max_send_wr(depth)
                 .setup_max_recv_wr(depth)
                 .setup_max_send_sge(1)
@@ -242,10 +254,55 @@ impl Nic {
     }
 }
 
+/// A completion queue (cheap to clone: shared).
+#[derive(Clone)]
+pub struct Cq(GenericCompletionQueue);
+
+impl std::fmt::Debug for Cq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cq")
+    }
+}
+
+/// One completion: its work request's id, and on success the bytes a receive got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub wr_id: u64,
+    /// 0 on success; otherwise the verbs status code (and `vendor_err`).
+    pub status: u32,
+    pub vendor_err: u32,
+    /// Bytes received (receives only; meaningful on success).
+    pub byte_len: u32,
+}
+
+impl Cq {
+    /// Hands every available completion to `f`; returns how many there were.
+    pub fn poll(&self, mut f: impl FnMut(Completion)) -> Result<usize, VerbsError> {
+        match self.0.start_poll() {
+            Ok(mut poller) => {
+                let mut n = 0;
+                for wc in &mut poller {
+                    let status = wc.status();
+                    f(Completion {
+                        wr_id: wc.wr_id(),
+                        status,
+                        vendor_err: wc.vendor_err(),
+                        byte_len: if status == 0 { wc.byte_len() } else { 0 },
+                    });
+                    n += 1;
+                }
+                Ok(n)
+            }
+            Err(PollCompletionQueueError::CompletionQueueEmpty) => Ok(0),
+            Err(e) => Err(device_error("poll CQ", e)),
+        }
+    }
+}
+
 /// An RC queue pair and its completion queue.
 pub struct RcQp {
     qp: GenericQueuePair,
-    cq: GenericCompletionQueue,
+    cq: Cq,
     /// The inline size the provider granted.
     inline: u32,
     psn: u32,
@@ -298,54 +355,9 @@ impl RcQp {
     /// Posts `wrs` with one doorbell; local buffers are in `staging` (registered as `mr`).
     /// Returns the wr_id of the last work request.
     fn post(&mut self, wrs: &[WorkRequest], staging: &Region, mr: &MemoryRegion) -> Result<u64, VerbsError> {
-        if wrs.is_empty() {
-            return Err(VerbsError::EmptyBatch);
-        }
         let base = self.next_id;
         self.next_id += wrs.len() as u64;
-        let mut g = self.qp.start_post_send();
-        for (i, w) in wrs.iter().enumerate() {
-            let mut flags = WorkRequestFlags::none();
-            if w.fence {
-                flags |= WorkRequestFlags::Fence;
-            }
-            if w.signaled {
-                flags |= WorkRequestFlags::Signaled;
-            }
-            let local = staging.addr() + w.local_offset;
-            let h = g.construct_wr(base + i as u64, flags);
-            match w.op {
-                WrOp::Read => {
-                    let h = h.setup_read(w.rkey, w.remote_addr);
-                    // SAFETY: the slice is inside the registered staging region, which the
-                    // executor keeps until the batch's completion.
-                    unsafe { h.setup_sge(mr.lkey(), local, w.len) }
-                }
-                WrOp::Write { inline } if inline && w.len <= self.inline => {
-                    let data = staging.read_at(w.local_offset as usize, w.len as usize);
-                    h.setup_write(w.rkey, w.remote_addr).setup_inline_data(&data)
-                }
-                WrOp::Write { .. } => {
-                    let h = h.setup_write(w.rkey, w.remote_addr);
-                    // SAFETY: as above.
-                    unsafe { h.setup_sge(mr.lkey(), local, w.len) }
-                }
-                WrOp::Cas { expect, swap } => {
-                    let h = h.setup_atomic_compare_swap(w.rkey, w.remote_addr, expect, swap);
-                    // SAFETY: as above; the slot is 8 bytes, 8-byte aligned.
-                    unsafe { h.setup_sge(mr.lkey(), local, 8) }
-                }
-                WrOp::Faa { add } => {
-                    let h = h.setup_atomic_fetch_add(w.rkey, w.remote_addr, add);
-                    // SAFETY: as above.
-                    unsafe { h.setup_sge(mr.lkey(), local, 8) }
-                }
-                WrOp::MaskedCas { .. } | WrOp::MaskedFaa { .. } => {
-                    return Err(VerbsError::Unsupported("native masked atomics (feature mlx5-masked)"));
-                }
-            }
-        }
-        g.post().map_err(|e| device_error("post_send", e))?;
+        post_wrs(&mut self.qp, self.inline, wrs, base, staging, 0, mr.lkey())?;
         Ok(base + wrs.len() as u64 - 1)
     }
 
@@ -353,30 +365,145 @@ impl RcQp {
     /// has then completed too). A failed work request is an error naming its status.
     fn wait(&mut self, wr_id: u64) -> Result<(), VerbsError> {
         for _ in 0..MAX_POLLS {
-            match self.cq.start_poll() {
-                Ok(mut poller) => {
-                    let mut done = false;
-                    for wc in &mut poller {
-                        if wc.status() != 0 {
-                            return Err(VerbsError::Protocol(format!(
-                                "work request {} failed with status {} (vendor error {})",
-                                wc.wr_id(),
-                                wc.status(),
-                                wc.vendor_err()
-                            )));
-                        }
-                        done |= wc.wr_id() == wr_id;
-                    }
-                    if done {
-                        return Ok(());
-                    }
+            let mut done = false;
+            let mut failed = None;
+            self.cq.poll(|c| {
+                if c.status != 0 {
+                    failed.get_or_insert(c);
                 }
-                Err(PollCompletionQueueError::CompletionQueueEmpty) => std::hint::spin_loop(),
-                Err(e) => return Err(device_error("poll CQ", e)),
+                done |= c.wr_id == wr_id;
+            })?;
+            if let Some(c) = failed {
+                return Err(failed_completion(&c));
             }
+            if done {
+                return Ok(());
+            }
+            std::hint::spin_loop();
         }
         Err(VerbsError::Protocol(format!("no completion for work request {wr_id}")))
     }
+
+    /// Posts the planned work requests `wrs` with ids `first_id..`, local buffers in `staging`
+    /// (registered as `lkey`) at their plan offsets plus `staging_offset`.
+    pub fn post_planned(
+        &mut self,
+        wrs: &[WorkRequest],
+        first_id: u64,
+        staging: &Region,
+        staging_offset: u64,
+        lkey: u32,
+    ) -> Result<(), VerbsError> {
+        post_wrs(&mut self.qp, self.inline, wrs, first_id, staging, staging_offset, lkey)
+    }
+
+    /// Posts one SEND of `len` bytes at `offset` of `region` (registered as `lkey`).
+    pub fn post_send(
+        &mut self,
+        wr_id: u64,
+        region: &Region,
+        offset: u64,
+        len: u32,
+        lkey: u32,
+        signaled: bool,
+    ) -> Result<(), VerbsError> {
+        let flags = if signaled { WorkRequestFlags::Signaled } else { WorkRequestFlags::none() };
+        let mut g = self.qp.start_post_send();
+        if len <= self.inline {
+            let data = region.read_at(offset as usize, len as usize);
+            g.construct_wr(wr_id, flags).setup_send().setup_inline_data(&data);
+        } else {
+            let h = g.construct_wr(wr_id, flags).setup_send();
+            // SAFETY: inside the registered region, which the caller keeps until completion.
+            unsafe { h.setup_sge(lkey, region.addr() + offset, len) }
+        }
+        g.post().map_err(|e| device_error("post_send", e))
+    }
+
+    /// Posts one RECV into `len` bytes at `offset` of `region` (registered as `lkey`).
+    pub fn post_recv(
+        &mut self,
+        wr_id: u64,
+        region: &Region,
+        offset: u64,
+        len: u32,
+        lkey: u32,
+    ) -> Result<(), VerbsError> {
+        assert!(offset as usize + len as usize <= region.len(), "receive buffer out of range");
+        let mut g = self.qp.start_post_recv();
+        let h = g.construct_wr(wr_id);
+        // SAFETY: inside the registered region, which the caller keeps until completion.
+        unsafe { h.setup_sge(lkey, region.addr() + offset, len) }
+        g.post().map_err(|e| device_error("post_recv", e))
+    }
+}
+
+/// A failed completion as an error.
+pub fn failed_completion(c: &Completion) -> VerbsError {
+    VerbsError::Protocol(format!(
+        "work request {} failed with status {} (vendor error {})",
+        c.wr_id, c.status, c.vendor_err
+    ))
+}
+
+/// Posts `wrs` on `qp` with one doorbell (ids `first_id..`).
+fn post_wrs(
+    qp: &mut GenericQueuePair,
+    max_inline: u32,
+    wrs: &[WorkRequest],
+    first_id: u64,
+    staging: &Region,
+    staging_offset: u64,
+    lkey: u32,
+) -> Result<(), VerbsError> {
+    if wrs.is_empty() {
+        // An empty guard must not be posted (sideway would hand libibverbs a dangling list).
+        return Err(VerbsError::EmptyBatch);
+    }
+    let mut g = qp.start_post_send();
+    for (i, w) in wrs.iter().enumerate() {
+        let mut flags = WorkRequestFlags::none();
+        if w.fence {
+            flags |= WorkRequestFlags::Fence;
+        }
+        if w.signaled {
+            flags |= WorkRequestFlags::Signaled;
+        }
+        let offset = staging_offset + w.local_offset;
+        let local = staging.addr() + offset;
+        let h = g.construct_wr(first_id + i as u64, flags);
+        match w.op {
+            WrOp::Read => {
+                let h = h.setup_read(w.rkey, w.remote_addr);
+                // SAFETY: the slice is inside the registered staging region, which the caller
+                // keeps until the completion that covers this work request.
+                unsafe { h.setup_sge(lkey, local, w.len) }
+            }
+            WrOp::Write { inline } if inline && w.len <= max_inline => {
+                let data = staging.read_at(offset as usize, w.len as usize);
+                h.setup_write(w.rkey, w.remote_addr).setup_inline_data(&data)
+            }
+            WrOp::Write { .. } => {
+                let h = h.setup_write(w.rkey, w.remote_addr);
+                // SAFETY: as above.
+                unsafe { h.setup_sge(lkey, local, w.len) }
+            }
+            WrOp::Cas { expect, swap } => {
+                let h = h.setup_atomic_compare_swap(w.rkey, w.remote_addr, expect, swap);
+                // SAFETY: as above; the slot is 8 bytes, 8-byte aligned.
+                unsafe { h.setup_sge(lkey, local, 8) }
+            }
+            WrOp::Faa { add } => {
+                let h = h.setup_atomic_fetch_add(w.rkey, w.remote_addr, add);
+                // SAFETY: as above.
+                unsafe { h.setup_sge(lkey, local, 8) }
+            }
+            WrOp::MaskedCas { .. } | WrOp::MaskedFaa { .. } => {
+                return Err(VerbsError::Unsupported("native masked atomics (feature mlx5-masked)"));
+            }
+        }
+    }
+    g.post().map_err(|e| device_error("post_send", e))
 }
 
 /// Runs doorbell batches on one queue pair, blocking: the first, single-threaded executor of

@@ -5,5 +5,9 @@
 
 #[cfg(feature = "connectx")]
 pub mod device;
+#[cfg(feature = "connectx")]
+pub mod node;
 pub mod plan;
+#[cfg(feature = "connectx")]
+pub mod runtime;
 pub mod wire;

@@ -1,0 +1,809 @@
+//! The async real backend (feature `connectx`): one [`Executor`] per OS thread runs many
+//! [`RdmaClient`]s (coroutines), which share the thread's queue pairs to the memory nodes, one
+//! completion queue, and a registered staging arena.
+//!
+//! - **Posting at call time.** `post` plans the batch, copies WRITE payloads into the staging
+//!   arena and posts the work requests (one doorbell) before it returns its future, as the
+//!   [`Verbs`] contract requires. When a queue pair's send queue is full the batch waits in a
+//!   per-node backlog, in order, and is posted as completions free room.
+//! - **Completions wake the right task.** Each batch's last work request is signalled; its
+//!   wr_id names the batch. The executor polls the completion queue whenever no task is ready,
+//!   copies READ results and old words out of the staging arena, and wakes the waiting task.
+//! - **Dropped futures.** The batch's staging slice belongs to the pending entry, not to the
+//!   future, so it stays allocated until the completion arrives whether or not anyone waits.
+//! - **Unsignaled batches** produce no completion; their staging is freed, and their work
+//!   requests counted done, by the next signalled completion of the same queue pair (RC
+//!   completes in order). At most half the send queue may be unsignaled: past that the batch is
+//!   signalled with nobody waiting.
+//! - **Masked atomics** are emulated (READ, then a CAS loop: [`crate::emulate`]); a batch is cut
+//!   around them, in order.
+//! - **`call`** is a SEND of `[call id u64][service u16][payload]` and a RECV of `[call id
+//!   u64][status u8][payload]`. Each queue pair has [`CALL_CREDITS`] receives pre-posted on the
+//!   node for requests and as many on this side for responses; a call takes a credit and its
+//!   response gives it back.
+
+use super::device::{Completion, Cq, MemoryRegistration, Nic, RcQp, Region, failed_completion};
+use super::plan::{NodeRegions, Part, WorkRequest, plan_batch};
+use crate::{
+    Buf, Caps, ChaCha8Rng, ClientCtx, ClientIdentity, CpuWork, MaskedAtomics, NodeId, Op, Request, Response, Verbs,
+    VerbsError, emulate,
+};
+use rand::SeedableRng;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
+
+/// Receives pre-posted per queue pair on each side for calls.
+pub const CALL_CREDITS: u32 = 16;
+/// Largest call message (request or response, header included).
+pub const CALL_MESSAGE_BYTES: u32 = 4096;
+/// Work requests a queue pair may have outstanding.
+pub const SEND_QUEUE_DEPTH: u32 = 512;
+
+const KIND_BATCH: u64 = 0;
+const KIND_CALL_SEND: u64 = 1;
+const KIND_CALL_RECV: u64 = 2;
+
+/// `[node: 16][kind: 2][sequence: 46]`.
+fn wr_id(node: u16, kind: u64, seq: u64) -> u64 {
+    (node as u64) << 48 | kind << 46 | (seq & ((1 << 46) - 1))
+}
+
+fn split_wr_id(id: u64) -> (u16, u64, u64) {
+    ((id >> 48) as u16, (id >> 46) & 3, id & ((1 << 46) - 1))
+}
+
+/// First-fit allocator over the staging arena, in 64-byte units.
+#[derive(Debug)]
+struct Arena {
+    /// offset → length of each free range.
+    free: BTreeMap<u64, u64>,
+}
+
+impl Arena {
+    fn new(start: u64, len: u64) -> Arena {
+        Arena { free: BTreeMap::from([(start, len)]) }
+    }
+
+    fn alloc(&mut self, len: u64) -> Option<u64> {
+        let len = len.max(8).div_ceil(64) * 64;
+        let (&at, &have) = self.free.iter().find(|(_, l)| **l >= len)?;
+        self.free.remove(&at);
+        if have > len {
+            self.free.insert(at + len, have - len);
+        }
+        Some(at)
+    }
+
+    fn release(&mut self, at: u64, len: u64) {
+        let mut len = len.max(8).div_ceil(64) * 64;
+        let mut at = at;
+        if let Some((&prev, &plen)) = self.free.range(..at).next_back()
+            && prev + plen == at
+        {
+            self.free.remove(&prev);
+            at = prev;
+            len += plen;
+        }
+        if let Some(&nlen) = self.free.get(&(at + len)) {
+            self.free.remove(&(at + len));
+            len += nlen;
+        }
+        self.free.insert(at, len);
+    }
+}
+
+/// A batch's outputs: (request index, bytes) of each READ and atomic; for a call, (status,
+/// body).
+type Outputs = Result<Vec<(u64, Vec<u8>)>, VerbsError>;
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+
+/// Where a batch's results go.
+#[derive(Debug, Default)]
+struct Slot {
+    result: Option<Outputs>,
+    waker: Option<Waker>,
+}
+
+/// A posted (or backlogged) signalled batch.
+#[derive(Debug)]
+struct Pending {
+    staging: (u64, u64),
+    /// (request index, staging offset, bytes to copy out) for READs and atomics.
+    outputs: Vec<(usize, u64, usize)>,
+    slot: Option<Rc<RefCell<Slot>>>,
+}
+
+/// A batch waiting for send-queue room.
+#[derive(Debug)]
+struct Queued {
+    wrs: Vec<WorkRequest>,
+    staging_offset: u64,
+    pending: Option<Pending>,
+}
+
+/// A thread's connection to one node.
+struct Link {
+    qp: RcQp,
+    regions: NodeRegions,
+    /// Next work-request sequence number, and every sequence below `done` has completed.
+    next_seq: u64,
+    done: u64,
+    /// Work requests posted since the last signalled one.
+    unsignaled_wrs: u32,
+    /// Staging of unsignaled batches, freed by the next signalled completion.
+    unsignaled_staging: Vec<(u64, (u64, u64))>,
+    /// Signalled batches in flight, by the sequence number of their last work request.
+    pending: HashMap<u64, Pending>,
+    backlog: VecDeque<Queued>,
+    credits: u32,
+    credit_waiters: VecDeque<Waker>,
+    /// Response receive buffers: staging offsets, by receive index.
+    recv_buffers: Vec<u64>,
+    calls: HashMap<u64, Rc<RefCell<Slot>>>,
+}
+
+struct State {
+    links: BTreeMap<u16, Link>,
+    arena: Arena,
+    timers: BinaryHeap<std::cmp::Reverse<(u64, u64)>>,
+    timer_wakers: HashMap<u64, Waker>,
+    next_timer: u64,
+    next_call: u64,
+}
+
+struct Shared {
+    /// Kept so the device outlives the queue pairs and registrations made on it.
+    _nic: Arc<Nic>,
+    cq: Cq,
+    staging: RefCell<Region>,
+    mr: Arc<MemoryRegistration>,
+    state: RefCell<State>,
+    ready: Arc<Mutex<VecDeque<usize>>>,
+    tasks: RefCell<Vec<Option<Task>>>,
+    start: Instant,
+    caps: Caps,
+    compute_node: NodeId,
+    thread: u32,
+    seed: u64,
+}
+
+struct TaskWaker {
+    id: usize,
+    ready: Arc<Mutex<VecDeque<usize>>>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.ready.lock().unwrap_or_else(|e| e.into_inner()).push_back(self.id);
+    }
+}
+
+/// One thread's event loop: its tasks, its completion queue and its timers.
+pub struct Executor {
+    shared: Rc<Shared>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor").field("thread", &self.shared.thread).finish()
+    }
+}
+
+/// A connection to a node, as the handshake produced it: its queue pair (already in RTS) and
+/// regions. The node has [`CALL_CREDITS`] receives posted for this queue pair.
+#[derive(Debug)]
+pub struct Connection {
+    pub node: NodeId,
+    pub qp: RcQp,
+    pub regions: NodeRegions,
+}
+
+impl Executor {
+    /// An executor for one thread of `compute_node`, whose queue pairs were created on `cq`.
+    /// `staging_bytes` bounds the bytes of the batches in flight at once.
+    pub fn new(
+        nic: Arc<Nic>,
+        cq: Cq,
+        connections: Vec<Connection>,
+        compute_node: NodeId,
+        thread: u32,
+        seed: u64,
+        staging_bytes: usize,
+    ) -> Result<Executor, VerbsError> {
+        let staging = Region::new(staging_bytes)?;
+        let mr = nic.register(&staging, false)?;
+        let recv_bytes = connections.len() as u64 * (CALL_CREDITS * CALL_MESSAGE_BYTES) as u64;
+        if recv_bytes * 2 > staging_bytes as u64 {
+            return Err(VerbsError::Protocol("the staging arena is too small for the call buffers".into()));
+        }
+        let mut links = BTreeMap::new();
+        let mut max_inline = u32::MAX;
+        let mut device_memory = u64::MAX;
+        for (i, c) in connections.into_iter().enumerate() {
+            let mut qp = c.qp;
+            let base = i as u64 * (CALL_CREDITS * CALL_MESSAGE_BYTES) as u64;
+            let mut recv_buffers = Vec::new();
+            for r in 0..CALL_CREDITS as u64 {
+                let at = base + r * CALL_MESSAGE_BYTES as u64;
+                qp.post_recv(wr_id(c.node.0, KIND_CALL_RECV, r), &staging, at, CALL_MESSAGE_BYTES, mr.lkey())?;
+                recv_buffers.push(at);
+            }
+            max_inline = max_inline.min(qp.max_inline());
+            device_memory = device_memory.min(c.regions.device.map_or(0, |d| d.len));
+            links.insert(
+                c.node.0,
+                Link {
+                    qp,
+                    regions: c.regions,
+                    next_seq: 0,
+                    done: 0,
+                    unsignaled_wrs: 0,
+                    unsignaled_staging: Vec::new(),
+                    pending: HashMap::new(),
+                    backlog: VecDeque::new(),
+                    credits: CALL_CREDITS,
+                    credit_waiters: VecDeque::new(),
+                    recv_buffers,
+                    calls: HashMap::new(),
+                },
+            );
+        }
+        let caps = Caps {
+            masked_atomics: MaskedAtomics::Emulated,
+            device_memory_bytes: if links.is_empty() { 0 } else { device_memory },
+            max_inline_bytes: if links.is_empty() { 0 } else { max_inline },
+            max_message_bytes: (staging_bytes as u64 - recv_bytes) / 4,
+            max_outstanding_reads_per_qp: nic.caps().max_rd_atomic as u32,
+        };
+        let state = State {
+            links,
+            arena: Arena::new(recv_bytes, staging_bytes as u64 - recv_bytes),
+            timers: BinaryHeap::new(),
+            timer_wakers: HashMap::new(),
+            next_timer: 0,
+            next_call: 0,
+        };
+        Ok(Executor {
+            shared: Rc::new(Shared {
+                _nic: nic,
+                cq,
+                staging: RefCell::new(staging),
+                mr,
+                state: RefCell::new(state),
+                ready: Arc::new(Mutex::new(VecDeque::new())),
+                tasks: RefCell::new(Vec::new()),
+                start: Instant::now(),
+                caps,
+                compute_node,
+                thread,
+                seed,
+            }),
+        })
+    }
+
+    /// A client (coroutine) of this thread.
+    pub fn client(&self, client: u32, coroutine: u32) -> RdmaClient {
+        let identity = ClientIdentity { client, node: self.shared.compute_node, thread: self.shared.thread, coroutine };
+        let rng = ChaCha8Rng::seed_from_u64(self.shared.seed ^ (client as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        RdmaClient { shared: self.shared.clone(), identity, rng: Rc::new(RefCell::new(rng)) }
+    }
+
+    /// Starts `fut` on this thread.
+    pub fn spawn(&self, fut: impl Future<Output = ()> + 'static) {
+        let mut tasks = self.shared.tasks.borrow_mut();
+        tasks.push(Some(Box::pin(fut)));
+        let id = tasks.len() - 1;
+        self.shared.ready.lock().unwrap_or_else(|e| e.into_inner()).push_back(id);
+    }
+
+    /// Runs every spawned task to its end, polling completions and timers in between.
+    pub fn run(&self) -> Result<(), VerbsError> {
+        loop {
+            let mut progressed = false;
+            loop {
+                let next = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                let Some(id) = next else { break };
+                let task = self.shared.tasks.borrow_mut().get_mut(id).and_then(|t| t.take());
+                let Some(mut task) = task else { continue };
+                let waker = Waker::from(Arc::new(TaskWaker { id, ready: self.shared.ready.clone() }));
+                if task.as_mut().poll(&mut Context::from_waker(&waker)).is_pending() {
+                    self.shared.tasks.borrow_mut()[id] = Some(task);
+                }
+                progressed = true;
+            }
+            if self.shared.tasks.borrow().iter().all(|t| t.is_none()) {
+                return Ok(());
+            }
+            progressed |= self.shared.poll_completions()? > 0;
+            progressed |= self.shared.fire_timers();
+            if !progressed {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Runs `fut` (and everything spawned) to the end and returns its output.
+    pub fn block_on<T: 'static>(&self, fut: impl Future<Output = T> + 'static) -> Result<T, VerbsError> {
+        let out = Rc::new(RefCell::new(None));
+        let o = out.clone();
+        self.spawn(async move {
+            *o.borrow_mut() = Some(fut.await);
+        });
+        self.run()?;
+        let v = out.borrow_mut().take();
+        v.ok_or_else(|| VerbsError::Protocol("the task did not finish".into()))
+    }
+}
+
+impl Shared {
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn fire_timers(&self) -> bool {
+        let now = self.now_ns();
+        let mut st = self.state.borrow_mut();
+        let mut fired = false;
+        while let Some(std::cmp::Reverse((at, id))) = st.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            st.timers.pop();
+            if let Some(w) = st.timer_wakers.remove(&id) {
+                w.wake();
+            }
+            fired = true;
+        }
+        fired
+    }
+
+    /// Dispatches every available completion; returns how many there were.
+    fn poll_completions(&self) -> Result<usize, VerbsError> {
+        let mut got = Vec::new();
+        let n = self.cq.poll(|c| got.push(c))?;
+        for c in got {
+            self.complete(c)?;
+        }
+        Ok(n)
+    }
+
+    fn complete(&self, c: Completion) -> Result<(), VerbsError> {
+        let (node, kind, seq) = split_wr_id(c.wr_id);
+        let mut st = self.state.borrow_mut();
+        let st = &mut *st;
+        let Some(link) = st.links.get_mut(&node) else {
+            return Err(VerbsError::Protocol(format!("a completion for unknown node {node}")));
+        };
+        match kind {
+            KIND_BATCH => {
+                // RC completes in order: everything up to `seq` is done.
+                link.done = link.done.max(seq + 1);
+                link.unsignaled_wrs = 0;
+                for (_, s) in link.unsignaled_staging.drain(..) {
+                    st.arena.release(s.0, s.1);
+                }
+                let pending = link.pending.remove(&seq);
+                if let Some(p) = pending {
+                    let result = if c.status != 0 {
+                        Err(failed_completion(&c))
+                    } else {
+                        let staging = self.staging.borrow();
+                        Ok(p.outputs
+                            .iter()
+                            .map(|&(i, at, len)| (i as u64, staging.read_at(at as usize, len)))
+                            .collect())
+                    };
+                    st.arena.release(p.staging.0, p.staging.1);
+                    if let Some(slot) = p.slot {
+                        let mut s = slot.borrow_mut();
+                        s.result = Some(result);
+                        if let Some(w) = s.waker.take() {
+                            w.wake();
+                        }
+                    }
+                } else if c.status != 0 {
+                    // An unsignaled request failed: the queue pair is in error; every later
+                    // batch fails too, and says so.
+                    return Err(failed_completion(&c));
+                }
+                // Room in the send queue: post what waited.
+                while let Some(q) = link.backlog.front() {
+                    if link.next_seq - link.done + q.wrs.len() as u64 > SEND_QUEUE_DEPTH as u64 {
+                        break;
+                    }
+                    let q = link.backlog.pop_front().expect("front");
+                    post_now(link, node, q, &self.staging.borrow(), self.mr.lkey())?;
+                }
+            }
+            KIND_CALL_SEND => {
+                // The request's bytes were in a staging slice: `seq` names it.
+                let len = CALL_MESSAGE_BYTES as u64;
+                st.arena.release(seq, len);
+                if c.status != 0 {
+                    return Err(failed_completion(&c));
+                }
+            }
+            KIND_CALL_RECV => {
+                let at = link.recv_buffers[seq as usize];
+                let result = if c.status != 0 {
+                    Err(failed_completion(&c))
+                } else {
+                    Ok(self.staging.borrow().read_at(at as usize, c.byte_len as usize))
+                };
+                // Post the receive again before anyone can send into it.
+                link.qp.post_recv(c.wr_id, &self.staging.borrow(), at, CALL_MESSAGE_BYTES, self.mr.lkey())?;
+                let bytes = result?;
+                if bytes.len() < 9 {
+                    return Err(VerbsError::Protocol("a call response shorter than its header".into()));
+                }
+                let id = u64::from_le_bytes(bytes[..8].try_into().expect("8"));
+                link.credits += 1;
+                if let Some(w) = link.credit_waiters.pop_front() {
+                    w.wake();
+                }
+                if let Some(slot) = link.calls.remove(&id) {
+                    let mut s = slot.borrow_mut();
+                    s.result = Some(Ok(vec![(bytes[8] as u64, bytes[9..].to_vec())]));
+                    if let Some(w) = s.waker.take() {
+                        w.wake();
+                    }
+                }
+            }
+            _ => return Err(VerbsError::Protocol(format!("a completion of unknown kind {kind}"))),
+        }
+        Ok(())
+    }
+}
+
+/// Posts a queued batch on `link` (room checked by the caller).
+fn post_now(link: &mut Link, node: u16, q: Queued, staging: &Region, lkey: u32) -> Result<(), VerbsError> {
+    let first = link.next_seq;
+    link.next_seq += q.wrs.len() as u64;
+    let last = link.next_seq - 1;
+    let wrs: Vec<WorkRequest> = q.wrs;
+    // The qp names work requests by wr_id; the plan's sequence numbers become ids of this node.
+    let ids_first = wr_id(node, KIND_BATCH, first);
+    link.qp.post_planned(&wrs, ids_first, staging, q.staging_offset, lkey)?;
+    match q.pending {
+        Some(p) => {
+            link.pending.insert(last, p);
+        }
+        None => {
+            link.unsignaled_wrs += wrs.len() as u32;
+        }
+    }
+    Ok(())
+}
+
+/// A future that resolves when its slot is filled.
+struct Wait(Rc<RefCell<Slot>>);
+
+impl Future for Wait {
+    type Output = Outputs;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut s = self.0.borrow_mut();
+        match s.result.take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                s.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// One coroutine of a thread: [`Verbs`] and [`ClientCtx`] over the thread's queue pairs.
+#[derive(Clone)]
+pub struct RdmaClient {
+    shared: Rc<Shared>,
+    identity: ClientIdentity,
+    rng: Rc<RefCell<ChaCha8Rng>>,
+}
+
+impl std::fmt::Debug for RdmaClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaClient").field("identity", &self.identity).finish()
+    }
+}
+
+impl RdmaClient {
+    /// Posts the work requests of one part (all but masked atomics) now, or queues them if the
+    /// send queue is full. Returns the slot the results land in (signalled parts).
+    fn post_part(
+        &self,
+        requests: &[Request],
+        wrs: Vec<WorkRequest>,
+        signaled: bool,
+    ) -> Result<Option<Rc<RefCell<Slot>>>, VerbsError> {
+        let node = requests[wrs[0].index].addr.node().0;
+        let bytes: u64 = wrs.iter().map(|w| w.len.div_ceil(8) as u64 * 8).sum::<u64>().max(8);
+        let mut st = self.shared.state.borrow_mut();
+        let st = &mut *st;
+        let at = st.arena.alloc(bytes).ok_or_else(|| {
+            VerbsError::Protocol(format!(
+                "the staging arena is full ({bytes} bytes wanted): too many batches in flight"
+            ))
+        })?;
+        // The plan's offsets start at 0 for this part's first request.
+        let base = wrs[0].local_offset;
+        {
+            let mut staging = self.shared.staging.borrow_mut();
+            for w in &wrs {
+                if let Op::Write(b) = &requests[w.index].op {
+                    staging.write_at((at + w.local_offset - base) as usize, b.as_slice());
+                }
+            }
+        }
+        let link = st.links.get_mut(&node).ok_or(VerbsError::NoSuchNode(NodeId(node)))?;
+        let mut wrs = wrs;
+        for w in &mut wrs {
+            w.local_offset -= base;
+        }
+        // Keep unsignaled work requests to half the queue: past that, signal this batch.
+        let signal = signaled || link.unsignaled_wrs + wrs.len() as u32 > SEND_QUEUE_DEPTH / 2;
+        if signal {
+            wrs.last_mut().expect("non-empty").signaled = true;
+        }
+        let slot = signaled.then(|| Rc::new(RefCell::new(Slot::default())));
+        let pending = signal.then(|| Pending {
+            staging: (at, bytes),
+            outputs: wrs
+                .iter()
+                .filter(|w| !matches!(requests[w.index].op, Op::Write(_)))
+                .map(|w| {
+                    (
+                        w.index,
+                        at + w.local_offset,
+                        if matches!(requests[w.index].op, Op::Read(_)) { w.len as usize } else { 8 },
+                    )
+                })
+                .collect(),
+            slot: slot.clone(),
+        });
+        if !signal {
+            link.unsignaled_staging.push((link.next_seq + wrs.len() as u64, (at, bytes)));
+        }
+        let q = Queued { wrs, staging_offset: at, pending };
+        if link.backlog.is_empty() && link.next_seq - link.done + q.wrs.len() as u64 <= SEND_QUEUE_DEPTH as u64 {
+            post_now(link, node, q, &self.shared.staging.borrow(), self.shared.mr.lkey())?;
+        } else {
+            link.backlog.push_back(q);
+        }
+        Ok(slot)
+    }
+}
+
+impl Verbs for RdmaClient {
+    fn caps(&self) -> &Caps {
+        &self.shared.caps
+    }
+
+    fn post(&self, requests: Vec<Request>) -> impl Future<Output = Result<Vec<Response>, VerbsError>> {
+        // Plan and post the first part now; later parts (after an emulated masked atomic) in
+        // order, as the future runs. A batch that starts with a masked atomic starts its
+        // emulation's READ when the future is first polled.
+        let prepared = (|| {
+            let regions = validate_and_regions(&self.shared, &requests)?;
+            let mut parts = plan_batch(&requests, &regions, &self.shared.caps, true)?.parts;
+            let first = match parts.first() {
+                Some(Part::Post(_)) => match parts.remove(0) {
+                    Part::Post(wrs) => self.post_part(&requests, wrs, true)?,
+                    Part::Emulate(_) => None,
+                },
+                _ => None,
+            };
+            Ok::<_, VerbsError>((first, parts))
+        })();
+        let this = self.clone();
+        async move {
+            let (first, parts) = prepared?;
+            let mut olds: HashMap<u64, Vec<u8>> = HashMap::new();
+            if let Some(slot) = first {
+                for (i, bytes) in Wait(slot).await? {
+                    olds.insert(i, bytes);
+                }
+            }
+            for part in parts {
+                match part {
+                    Part::Post(wrs) => {
+                        if let Some(slot) = this.post_part(&requests, wrs, true)? {
+                            for (i, bytes) in Wait(slot).await? {
+                                olds.insert(i, bytes);
+                            }
+                        }
+                    }
+                    Part::Emulate(i) => {
+                        let r = &requests[i];
+                        // Boxed: the emulation posts through this very method.
+                        let emulation: Pin<Box<dyn Future<Output = Result<u64, VerbsError>>>> = match r.op {
+                            Op::MaskedCas { compare, compare_mask, swap, swap_mask } => {
+                                Box::pin(emulate::masked_cas(&this, r.addr, compare, compare_mask, swap, swap_mask))
+                            }
+                            Op::MaskedFaa { add, boundary_mask } => {
+                                Box::pin(emulate::masked_faa(&this, r.addr, add, boundary_mask))
+                            }
+                            _ => unreachable!("only masked atomics are emulated"),
+                        };
+                        let old = emulation.await?;
+                        olds.insert(i as u64, old.to_le_bytes().to_vec());
+                    }
+                }
+            }
+            let mut out = Vec::with_capacity(requests.len());
+            for (i, r) in requests.into_iter().enumerate() {
+                let got = olds.remove(&(i as u64));
+                out.push(match (r.op, got) {
+                    (Op::Write(b), _) => Response::Write(b),
+                    (Op::Read(_), Some(bytes)) => Response::Read(Buf::from(bytes)),
+                    (_, Some(bytes)) => Response::Atomic(u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"))),
+                    (_, None) => return Err(VerbsError::Protocol(format!("no result for request {i}"))),
+                });
+            }
+            Ok(out)
+        }
+    }
+
+    fn post_unsignaled(&self, requests: Vec<Request>) -> Result<(), VerbsError> {
+        let regions = validate_and_regions(&self.shared, &requests)?;
+        let plan = plan_batch(&requests, &regions, &self.shared.caps, false)?;
+        for part in plan.parts {
+            if let Part::Post(wrs) = part {
+                self.post_part(&requests, wrs, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn call(&self, node: NodeId, service: u16, request: Vec<u8>) -> impl Future<Output = Result<Vec<u8>, VerbsError>> {
+        let this = self.clone();
+        async move {
+            if request.len() + 10 > CALL_MESSAGE_BYTES as usize {
+                return Err(VerbsError::Protocol(format!(
+                    "a call of {} bytes (at most {})",
+                    request.len(),
+                    CALL_MESSAGE_BYTES - 10
+                )));
+            }
+            // Wait for a credit: the node has a receive posted for us.
+            std::future::poll_fn(|cx| {
+                let mut st = this.shared.state.borrow_mut();
+                let Some(link) = st.links.get_mut(&node.0) else {
+                    return Poll::Ready(Err(VerbsError::NoSuchNode(node)));
+                };
+                if link.credits > 0 {
+                    link.credits -= 1;
+                    Poll::Ready(Ok(()))
+                } else {
+                    link.credit_waiters.push_back(cx.waker().clone());
+                    Poll::Pending
+                }
+            })
+            .await?;
+            let slot = Rc::new(RefCell::new(Slot::default()));
+            {
+                let mut st = this.shared.state.borrow_mut();
+                let st = &mut *st;
+                let id = st.next_call;
+                st.next_call += 1;
+                let at = st.arena.alloc(CALL_MESSAGE_BYTES as u64).ok_or_else(|| {
+                    VerbsError::Protocol("the staging arena is full: too many calls in flight".into())
+                })?;
+                let mut msg = id.to_le_bytes().to_vec();
+                msg.extend(service.to_le_bytes());
+                msg.extend(&request);
+                this.shared.staging.borrow_mut().write_at(at as usize, &msg);
+                let link = st.links.get_mut(&node.0).ok_or(VerbsError::NoSuchNode(node))?;
+                link.calls.insert(id, slot.clone());
+                let staging = this.shared.staging.borrow();
+                link.qp.post_send(
+                    wr_id(node.0, KIND_CALL_SEND, at),
+                    &staging,
+                    at,
+                    msg.len() as u32,
+                    this.shared.mr.lkey(),
+                    true,
+                )?;
+            }
+            let mut got = Wait(slot).await?;
+            let (status, body) = got.pop().ok_or_else(|| VerbsError::Protocol("an empty call response".into()))?;
+            match status {
+                0 => Ok(body),
+                1 => Err(VerbsError::UnknownService { node, service }),
+                _ => Err(VerbsError::Protocol(String::from_utf8_lossy(&body).into_owned())),
+            }
+        }
+    }
+}
+
+/// The regions of the node a batch targets (after the batch's shape checks).
+fn validate_and_regions(shared: &Shared, requests: &[Request]) -> Result<NodeRegions, VerbsError> {
+    let node = crate::validate_batch(requests, shared.caps.max_message_bytes)?;
+    shared.state.borrow().links.get(&node.0).map(|l| l.regions).ok_or(VerbsError::NoSuchNode(node))
+}
+
+impl ClientCtx for RdmaClient {
+    fn now_ns(&self) -> u64 {
+        self.shared.now_ns()
+    }
+
+    fn sleep(&self, ns: u64) -> impl Future<Output = ()> {
+        let shared = self.shared.clone();
+        let deadline = shared.now_ns() + ns;
+        let mut id = None;
+        std::future::poll_fn(move |cx| {
+            if shared.now_ns() >= deadline {
+                return Poll::Ready(());
+            }
+            let mut st = shared.state.borrow_mut();
+            let me = *id.get_or_insert_with(|| {
+                let i = st.next_timer;
+                st.next_timer += 1;
+                st.timers.push(std::cmp::Reverse((deadline, i)));
+                i
+            });
+            st.timer_wakers.insert(me, cx.waker().clone());
+            Poll::Pending
+        })
+    }
+
+    fn yield_now(&self) -> impl Future<Output = ()> {
+        let mut yielded = false;
+        std::future::poll_fn(move |cx| {
+            if yielded {
+                Poll::Ready(())
+            } else {
+                yielded = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        })
+    }
+
+    fn with_rng<R>(&self, f: impl FnOnce(&mut ChaCha8Rng) -> R) -> R {
+        f(&mut self.rng.borrow_mut())
+    }
+
+    /// The CPU really does the work on hardware: nothing to charge.
+    fn charge_cpu(&self, _work: CpuWork, _units: u64) -> impl Future<Output = ()> {
+        std::future::ready(())
+    }
+
+    fn identity(&self) -> ClientIdentity {
+        self.identity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_arena_reuses_and_merges_ranges() {
+        let mut a = Arena::new(0, 1024);
+        let x = a.alloc(100).unwrap();
+        let y = a.alloc(64).unwrap();
+        assert_eq!((x, y), (0, 128));
+        assert!(a.alloc(1024).is_none());
+        a.release(x, 100);
+        a.release(y, 64);
+        assert_eq!(a.free, BTreeMap::from([(0, 1024)]), "freed neighbours merge");
+        assert_eq!(a.alloc(1024), Some(0));
+    }
+
+    #[test]
+    fn wr_ids_round_trip() {
+        for (n, k, s) in [(0u16, KIND_BATCH, 0u64), (65535, KIND_CALL_RECV, (1 << 46) - 1), (7, KIND_CALL_SEND, 12345)]
+        {
+            assert_eq!(split_wr_id(wr_id(n, k, s)), (n, k, s));
+        }
+    }
+}
