@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The real backend's integration tests on Soft-RoCE: builds `dmkit-rdma`'s device tests with
-# feature `connectx` on the host, then runs them inside the qemu VM of scripts/rxe-vm.sh with
-# DMKIT_RDMA_REQUIRED=1 (a missing device fails instead of skipping).
+# The real backend's integration tests on Soft-RoCE: builds `dmkit-rdma`'s device tests and the
+# dmkit command with feature `connectx` on the host, then runs them inside the qemu VM of
+# scripts/rxe-vm.sh with DMKIT_RDMA_REQUIRED=1 (a missing device fails instead of skipping),
+# and then scripts/rxe-e2e.sh (memory-node and compute processes, end to end).
 #
 #   scripts/rxe-test.sh            # needs scripts/setup.sh --vm
 #
@@ -16,8 +17,11 @@ if [ -z "$bins" ]; then
     echo "rxe-test: the test binary did not build (run scripts/setup.sh --rdma)" >&2
     exit 1
 fi
-echo "rxe-test: running $(basename $bins) in the Soft-RoCE VM"
+# The dmkit command with the real backend, for the end-to-end part.
+cargo build --release --features connectx --bin dmkit 2>&1 | tail -1
+dmkit=$PWD/target/release/dmkit
+echo "rxe-test: running $(basename $bins) and scripts/rxe-e2e.sh in the Soft-RoCE VM"
 status=0
-scripts/rxe-vm.sh target/rxe-vm "ibv_devices; DMKIT_RDMA_REQUIRED=1 DMKIT_RDMA_DEVICE=rxe0 RUST_BACKTRACE=1 $bins --test-threads 1 --nocapture" || status=$?
+scripts/rxe-vm.sh target/rxe-vm "ibv_devices && DMKIT_RDMA_REQUIRED=1 DMKIT_RDMA_DEVICE=rxe0 RUST_BACKTRACE=1 $bins --test-threads 1 --nocapture && bash scripts/rxe-e2e.sh $dmkit" || status=$?
 echo "rxe-test: exit $status after $(( $(date +%s) - start )) s"
 exit $status

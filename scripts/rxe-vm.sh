@@ -6,7 +6,8 @@
 #
 # The host's root file system is shared read-only (virtio-9p) and the guest chroots into it, so
 # binaries built on the host and the host's rdma-core run unchanged; WORKDIR/out is writable.
-# The exit status is COMMAND's (99 if the VM did not report one). The host kernel of these
+# The guest's only writable places are WORKDIR/out and /run (a tmpfs); /tmp is the host's,
+# read-only. The exit status is COMMAND's (99 if the VM did not report one). The host kernel of these
 # machines has no RDMA stack (shared/notes/rdma-environment.md §2), hence the VM; KVM does not
 # work nested here, so qemu emulates (TCG): correctness only, never timing.
 #
@@ -76,7 +77,7 @@ for m in $names; do
 done
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 hostroot /host
 mount -t proc proc /host/proc; mount -t sysfs sys /host/sys; mount -t devtmpfs dev /host/dev
-mount -t tmpfs tmpfs /host/run; mount -t tmpfs tmpfs /host/tmp
+mount -t tmpfs tmpfs /host/run
 mount -t 9p -o trans=virtio,version=9p2000.L,rw,msize=262144 out /host$work/out
 chroot /host /bin/bash -c 'ip link set lo up; ip link add vethA type veth peer name vethB; ip addr add 10.250.0.1/24 dev vethA; ip link set vethA up; ip link set vethB up; rdma link add rxe0 type rxe netdev vethA && cd $origin && bash $work/out/cmd.sh' >/host$work/out/guest.log 2>&1
 echo \$? >/host$work/out/rc

@@ -28,7 +28,72 @@ enum Command {
     Reproduce(ReproduceArgs),
     /// Fill a hash table (race, cluster) with unique keys until an insert fails; print its load factor.
     Fill(FillArgs),
+    /// Serve a memory node on RDMA hardware: register memory, answer the control channel and
+    /// the allocator, until SIGINT or SIGTERM (needs a build with --features connectx).
+    MemoryNode(MemoryNodeArgs),
 }
+
+#[derive(Args, Debug)]
+struct MemoryNodeArgs {
+    /// Control-channel address, e.g. 0.0.0.0:7471.
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// Registered memory: bytes, or with a unit (64GiB, 512MiB, 4096KiB).
+    #[arg(long)]
+    size: String,
+    /// The cluster's token; compute nodes without it are refused.
+    #[arg(long)]
+    token: String,
+    /// This memory node's id (its place in cluster.toml).
+    #[arg(long, default_value_t = 0)]
+    node: u16,
+    /// Bytes at the start of the memory the allocator never hands out (indexes' fixed
+    /// superblocks), as in the simulator.
+    #[arg(long, default_value_t = 1 << 20)]
+    reserved: u64,
+    /// RDMA device (default: the first).
+    #[arg(long)]
+    device: Option<String>,
+    /// Back the memory with huge pages (not built yet: refused).
+    #[arg(long)]
+    hugepages: bool,
+}
+
+/// `64GiB`, `512MiB`, `4096` (bytes): binary units only, so a size is never ambiguous.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("--size '{text}': expected a number of bytes, e.g. 64GiB"))?;
+    let shift = match unit {
+        "" | "B" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        "TiB" => 40,
+        _ => return Err(format!("--size '{text}': units are B, KiB, MiB, GiB, TiB")),
+    };
+    n.checked_mul(1 << shift).filter(|&b| b > 0).ok_or_else(|| format!("--size '{text}' is zero or too large"))
+}
+
+fn run_memory_node(a: MemoryNodeArgs) -> Result<(), String> {
+    let size = parse_size(&a.size)?;
+    if a.hugepages {
+        return Err("--hugepages is not built yet: run without it (the memory is page-aligned)".into());
+    }
+    #[cfg(feature = "connectx")]
+    return dmkit_experiments::hardware::memory_node(a.listen, size, &a.token, a.node, a.reserved, a.device.as_deref());
+    #[cfg(not(feature = "connectx"))]
+    {
+        let _ = (size, a);
+        Err(NO_CONNECTX.into())
+    }
+}
+
+/// Why a hardware command cannot run in this build.
+#[cfg(not(feature = "connectx"))]
+const NO_CONNECTX: &str = "this dmkit was built without the real RDMA backend: \
+    scripts/setup.sh --rdma && cargo build --release --features connectx";
 
 #[derive(Args, Debug)]
 struct FillArgs {
@@ -156,6 +221,13 @@ struct RunArgs {
     /// Add a throughput time series with this interval (microseconds) to the JSON.
     #[arg(long, default_value_t = 0, conflicts_with = "file")]
     timeseries_us: u64,
+    /// Where to run: sim (the simulator) or rdma (hardware; needs --cluster and a build with
+    /// --features connectx). On rdma, --duration-us and --warmup-us are wall-clock time.
+    #[arg(long, default_value = "sim")]
+    backend: String,
+    /// The hardware cluster (see experiments/configs/cluster.example.toml).
+    #[arg(long)]
+    cluster: Option<std::path::PathBuf>,
     /// Output: a table, or the JSON object of the metric schema.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
@@ -292,6 +364,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run_run(args).map(|()| ExitCode::SUCCESS),
         Command::Plot(args) => run_plot(args).map(|()| ExitCode::SUCCESS),
         Command::Reproduce(args) => run_reproduce(args),
+        Command::MemoryNode(a) => run_memory_node(a).map(|()| ExitCode::SUCCESS),
         Command::Fill(a) => {
             let req = dmkit_experiments::fill::FillRequest {
                 index: a.index,
@@ -375,8 +448,32 @@ fn run_run(a: RunArgs) -> Result<(), String> {
     if a.export_history.is_some() && a.file.is_some() {
         return Err("--export-history takes one run, not a run file".into());
     }
+    #[cfg_attr(not(feature = "connectx"), allow(unused_mut))]
+    let mut requests = requests;
+    let threads = match (a.backend.as_str(), &a.cluster) {
+        ("sim", None) => sweep::default_threads(),
+        ("sim", Some(_)) => return Err("--cluster is for --backend rdma".into()),
+        ("rdma", None) => return Err("--backend rdma needs --cluster cluster.toml".into()),
+        ("rdma", Some(path)) => {
+            #[cfg(not(feature = "connectx"))]
+            {
+                let _ = path;
+                return Err(NO_CONNECTX.into());
+            }
+            #[cfg(feature = "connectx")]
+            {
+                let cluster = std::sync::Arc::new(dmkit_experiments::cluster::ClusterConfig::load(path)?);
+                for r in &mut requests {
+                    r.setup.cluster = Some(cluster.clone());
+                }
+                // One run at a time on the hardware.
+                1
+            }
+        }
+        (other, _) => return Err(format!("--backend is sim or rdma, not '{other}'")),
+    };
     // Independent runs go on every core; results come back in file order.
-    let results = sweep::run_points(&requests, sweep::default_threads(), "dmkit run", run::run_request);
+    let results = sweep::run_points(&requests, threads, "dmkit run", run::run_request);
     let results: Vec<_> = results.into_iter().collect::<Result<_, _>>()?;
     let lines: Vec<String> =
         results.iter().map(serde_json::to_string).collect::<Result<_, _>>().map_err(|e| e.to_string())?;

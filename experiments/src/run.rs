@@ -63,6 +63,8 @@ pub struct RunSetup {
     pub timeseries_ns: u64,
     /// Record every operation of the measured clients as a history (for `--export-history`).
     pub record_history: bool,
+    /// Run on this hardware cluster instead of the simulator (`--backend rdma`).
+    pub cluster: Option<Arc<crate::cluster::ClusterConfig>>,
 }
 
 impl RunSetup {
@@ -167,7 +169,7 @@ fn percentile(sorted: &[u64], q: f64) -> u64 {
     crate::perftest::percentile(sorted, q)
 }
 
-fn op_metrics(mut samples: Vec<u64>, seconds: f64) -> OpMetrics {
+pub(crate) fn op_metrics(mut samples: Vec<u64>, seconds: f64) -> OpMetrics {
     samples.sort_unstable();
     OpMetrics {
         operations: samples.len() as u64,
@@ -180,11 +182,11 @@ fn op_metrics(mut samples: Vec<u64>, seconds: f64) -> OpMetrics {
     }
 }
 
-fn round3(x: f64) -> f64 {
+pub(crate) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-fn useful_bytes(op: &Op, outcome: &Outcome) -> u64 {
+pub(crate) fn useful_bytes(op: &Op, outcome: &Outcome) -> u64 {
     match (op, outcome) {
         (Op::Search { key }, Outcome::Found(v)) => key.len() as u64 + v.as_ref().map_or(0, |v| v.len() as u64),
         (Op::Insert { key, value } | Op::Update { key, value }, _) => (key.len() + value.len()) as u64,
@@ -234,6 +236,15 @@ pub fn run_index<K: IndexKind>(
     mut sources: Vec<Box<dyn OpSource>>,
 ) -> Result<RunResult, String> {
     K::validate(options)?;
+    if let Some(cluster) = &setup.cluster {
+        #[cfg(feature = "connectx")]
+        return crate::hardware::run_index::<K>(cluster, setup, options, names, items, sources);
+        #[cfg(not(feature = "connectx"))]
+        {
+            let _ = cluster;
+            return Err("this build has no real RDMA backend (feature connectx)".into());
+        }
+    }
     let clients = setup.clients();
     if clients == 0 || sources.len() != clients as usize {
         return Err(format!("{} operation sources for {clients} clients", sources.len()));
@@ -996,6 +1007,7 @@ impl RunFile {
                         seed: p.seed,
                         timeseries_ns: p.timeseries_us * 1000,
                         record_history: false,
+                        cluster: None,
                     },
                 })
             })

@@ -142,7 +142,14 @@ impl NodeHost {
             .set_nonblocking(false)
             .and_then(|_| stream.set_read_timeout(Some(Duration::from_secs(10))))
             .map_err(|e| VerbsError::Protocol(e.to_string()))?;
-        let hello = Message::receive(&mut stream)?;
+        let hello = match Message::receive(&mut stream) {
+            Ok(m) => m,
+            // A port probe, or a client that gave up: nothing to answer.
+            Err(wire::WireError::Io(e)) => {
+                return Err(VerbsError::Protocol(format!("closed before its hello ({e})")));
+            }
+            Err(e) => return Err(e.into()),
+        };
         let endpoints = match wire::admit(&hello, &self.token) {
             Ok((_, endpoints)) => endpoints,
             Err(reason) => {

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Runs inside the Soft-RoCE VM (scripts/rxe-test.sh starts it): a `dmkit memory-node` process
+# and `dmkit run --backend rdma` compute processes, end to end across processes: the example
+# index and Sherman, a refused wrong token, and a clean SIGTERM shutdown.
+set -euo pipefail
+dmkit=$1
+# The guest's root is the host's, read-only: scratch files go to /run (a tmpfs).
+scratch=/run/dmkit-e2e
+mkdir -p "$scratch"
+cat >"$scratch/cluster.toml" <<TOML
+token = "vm-token"
+device = "rxe0"
+[[memory_node]]
+addr = "127.0.0.1:7471"
+TOML
+sed 's/vm-token/wrong-token/' "$scratch/cluster.toml" >"$scratch/wrong.toml"
+
+start_memory_node() {
+    "$dmkit" memory-node --listen 127.0.0.1:7471 --size 256MiB --token vm-token --device rxe0 &
+    mn=$!
+    for _ in $(seq 50); do
+        (exec 3<>/dev/tcp/127.0.0.1/7471) 2>/dev/null && return 0
+        sleep 0.2
+    done
+    echo "e2e: the memory node did not start"
+    exit 1
+}
+
+stop_memory_node() {
+    kill -TERM "$mn"
+    if ! wait "$mn"; then
+        echo "e2e: the memory node did not exit cleanly on SIGTERM"
+        exit 1
+    fi
+}
+
+run() {
+    "$dmkit" run --backend rdma --cluster "$1" --index "$2" --workload a --keys 5000 \
+        --compute-nodes 1 --memory-nodes 1 --threads-per-cn 1 --coroutines 8 --ops-per-client 300 --warmup-us 0 --format json
+}
+
+for index in example sherman; do
+    start_memory_node
+    out=$(run "$scratch/cluster.toml" "$index")
+    echo "$out" | head -c 400
+    echo
+    if ! echo "$out" | grep -q '"operations":2400'; then
+        echo "e2e: $index did not complete its 2,400 operations"
+        exit 1
+    fi
+    if echo "$out" | grep -q '"errors":{"'; then
+        echo "e2e: $index reported errors"
+        exit 1
+    fi
+    stop_memory_node
+    echo "e2e: $index ok"
+done
+
+start_memory_node
+set +e
+msg=$(run "$scratch/wrong.toml" example 2>&1)
+rc=$?
+set -e
+stop_memory_node
+if [ "$rc" -ne 2 ] || ! echo "$msg" | grep -q "wrong cluster token"; then
+    echo "e2e: a wrong token gave exit $rc: $msg"
+    exit 1
+fi
+echo "e2e: a wrong token is refused (exit 2: $msg)"
+echo "e2e: all passed"
