@@ -42,10 +42,13 @@ run() {
 for index in example sherman; do
     start_memory_node
     out=$(run "$scratch/cluster.toml" "$index")
-    echo "$out" | head -c 400
-    echo
+    echo "e2e: $index: $(echo "$out" | grep -o '"operations":[0-9]*\|"throughput_mops":[^,]*\|"latency_ns_p50":[0-9]*\|"remote_bytes_used":[0-9]*\|"load_factor":[^,]*' | tr '\n' ' ')"
     if ! echo "$out" | grep -q '"operations":2400'; then
         echo "e2e: $index did not complete its 2,400 operations"
+        exit 1
+    fi
+    if echo "$out" | grep -q '"remote_bytes_used":0,'; then
+        echo "e2e: $index: the invariant walk over the memory node read nothing"
         exit 1
     fi
     if echo "$out" | grep -q '"errors":{"'; then

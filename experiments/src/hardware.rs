@@ -6,17 +6,18 @@
 //! the measured coroutines run their sources. What it does not do yet: more than one thread
 //! per compute node (all of a process's coroutines share one executor thread, because the
 //! workload's shared key counter is thread-local), barriers across compute-node processes (run
-//! one compute node), and the invariant walk after the run. Verb-level costs (round trips,
-//! bytes, NIC utilisation) are the simulator's and read 0 here.
+//! one compute node). After the run the index's invariant walk reads the memory nodes through
+//! queue pairs of its own ([`HardwareView`]), as the simulator's walk reads its memory.
+//! Verb-level costs (round trips, bytes, NIC utilisation) are the simulator's and read 0 here.
 
 use crate::cluster::ClusterConfig;
 use crate::run::{OpSource, RunResult, RunSetup, op_metrics, round3, useful_bytes};
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::spec::{self, Outcome};
-use dmkit_rdma::real::device::Nic;
+use dmkit_rdma::real::device::{BlockingExecutor, Nic};
 use dmkit_rdma::real::node::{NodeHost, allocator_handler, dial};
 use dmkit_rdma::real::runtime::Executor;
-use dmkit_rdma::{ClientCtx, NodeId, Verbs};
+use dmkit_rdma::{ClientCtx, MemoryView, NodeId, RemoteAddr, Request, Verbs, VerbsError};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -52,6 +53,53 @@ pub fn memory_node(
     Ok(())
 }
 
+/// The memory nodes' memory for an invariant walk: READs on queue pairs of its own, one per
+/// node, at most [`VIEW_CHUNK`] bytes each.
+pub struct HardwareView {
+    nodes: RefCell<BTreeMap<u16, BlockingExecutor>>,
+}
+
+impl std::fmt::Debug for HardwareView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HardwareView").field("nodes", &self.nodes.borrow().len()).finish()
+    }
+}
+
+const VIEW_CHUNK: usize = 1 << 20;
+
+impl HardwareView {
+    /// Connects to every memory node of `cluster`.
+    pub fn connect(nic: &Nic, cluster: &ClusterConfig) -> Result<HardwareView, String> {
+        let mut nodes = BTreeMap::new();
+        for (i, addr) in cluster.memory_nodes.iter().enumerate() {
+            let cq = nic.completion_queue(64).map_err(|e| e.to_string())?;
+            let conn =
+                dial(nic, std::slice::from_ref(&cq), *addr, NodeId(i as u16), &cluster.token, cluster.compute_node)
+                    .map_err(|e| format!("memory node {i} at {addr}: {e}"))?
+                    .pop()
+                    .ok_or("no queue pair")?;
+            let exec = BlockingExecutor::new(nic, conn.qp, conn.regions, VIEW_CHUNK).map_err(|e| e.to_string())?;
+            nodes.insert(i as u16, exec);
+        }
+        Ok(HardwareView { nodes: RefCell::new(nodes) })
+    }
+}
+
+impl MemoryView for HardwareView {
+    fn read_memory(&self, addr: RemoteAddr, len: usize) -> Result<Vec<u8>, VerbsError> {
+        let mut nodes = self.nodes.borrow_mut();
+        let exec = nodes.get_mut(&addr.node().0).ok_or(VerbsError::NoSuchNode(addr.node()))?;
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            let n = (len - out.len()).min(VIEW_CHUNK);
+            let at = addr.checked_add(out.len() as u64).ok_or(VerbsError::OutOfRange { addr, len: len as u64 })?;
+            let r = exec.execute(vec![Request::read_len(at, n)], true)?;
+            out.extend_from_slice(r.into_iter().next().expect("one response").into_buf()?.as_slice());
+        }
+        Ok(out)
+    }
+}
+
 #[derive(Default)]
 struct Tally {
     latencies: BTreeMap<&'static str, Vec<u64>>,
@@ -84,6 +132,7 @@ pub fn run_index<K: IndexKind>(
     }
     let nic =
         Arc::new(Nic::open(cluster.device.as_deref(), cluster.port, cluster.gid_index).map_err(|e| e.to_string())?);
+    let view = HardwareView::connect(&nic, cluster)?;
     let cq = nic.completion_queue(16384).map_err(|e| e.to_string())?;
     let mut connections = Vec::new();
     for (i, addr) in cluster.memory_nodes.iter().enumerate() {
@@ -97,6 +146,7 @@ pub fn run_index<K: IndexKind>(
     let caps = loader.caps().clone();
     let node = Arc::new(K::node_state(options, &caps));
     let keys = items.len() as u64;
+    let item_bytes = items.iter().map(|(k, v)| (k.len() + v.len()) as f64).sum::<f64>() / (keys.max(1) as f64);
     {
         let (o, c) = (options.clone(), loader.clone());
         let mut handle = K::open(options, node.clone(), loader);
@@ -151,6 +201,7 @@ pub fn run_index<K: IndexKind>(
     }
     exec.run().map_err(|e| e.to_string())?;
     let stop = probe.now_ns();
+    let report = K::check_invariants(options, &view).map_err(|e| format!("after the run, invariant violated: {e}"))?;
     let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
     let measured_ns = if setup.duration_ns == 0 { stop.saturating_sub(warmup_end).max(1) } else { setup.duration_ns };
     let seconds = measured_ns as f64 / 1e9;
@@ -187,9 +238,10 @@ pub fn run_index<K: IndexKind>(
         mn_bandwidth_utilisation: 0.0,
         cache_bytes_per_cn: K::node_state_bytes(&node) as f64,
         cache_hit_ratio: None,
-        remote_bytes_used: 0,
-        metadata_bytes_per_item: None,
-        load_factor: None,
+        remote_bytes_used: report.remote_bytes,
+        metadata_bytes_per_item: (report.items > 0)
+            .then(|| round3((report.remote_bytes as f64 / report.items as f64 - item_bytes).max(0.0))),
+        load_factor: report.capacity_items.filter(|&c| c > 0).map(|c| round3(report.items as f64 / c as f64)),
         retries_per_op: round3(tally.counters.retries as f64 / ops),
         lock_failures: tally.counters.lock_failures,
         cas_failures: tally.counters.cas_failures,
