@@ -36,7 +36,7 @@ stop_memory_node() {
 
 run() {
     "$dmkit" run --backend rdma --cluster "$1" --index "$2" --workload a --keys 5000 \
-        --compute-nodes 1 --memory-nodes 1 --threads-per-cn 1 --coroutines 8 --ops-per-client 300 --warmup-us 0 --format json
+        --compute-nodes 1 --memory-nodes 1 --threads-per-cn 2 --coroutines 4 --ops-per-client 300 --warmup-us 0 --format json
 }
 
 for index in example sherman; do

@@ -3,10 +3,9 @@
 //!
 //! The runner is the simulator's ([`crate::run::run_index`]) on real verbs: the same index
 //! options, items and operation sources; the loader creates the index and loads the items, then
-//! the measured coroutines run their sources. What it does not do yet: more than one thread
-//! per compute node (all of a process's coroutines share one executor thread, because the
-//! workload's shared key counter is thread-local), barriers across compute-node processes (run
-//! one compute node). After the run the index's invariant walk reads the memory nodes through
+//! `threads_per_cn` OS threads, each an executor with `coroutines` clients, run their sources
+//! against the wall clock. Not built yet: barriers across compute-node processes (run one
+//! compute node). After the run the index's invariant walk reads the memory nodes through
 //! queue pairs of its own ([`HardwareView`]), as the simulator's walk reads its memory.
 //! Verb-level costs (round trips, bytes, NIC utilisation) are the simulator's and read 0 here.
 
@@ -16,7 +15,7 @@ use dmkit_indexes::IndexKind;
 use dmkit_indexes::spec::{self, Outcome};
 use dmkit_rdma::real::device::{BlockingExecutor, Nic};
 use dmkit_rdma::real::node::{NodeHost, allocator_handler, dial};
-use dmkit_rdma::real::runtime::Executor;
+use dmkit_rdma::real::runtime::{Connection, Executor};
 use dmkit_rdma::{ClientCtx, MemoryView, NodeId, RemoteAddr, Request, Verbs, VerbsError};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -24,9 +23,10 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Bytes of the compute thread's registered staging arena.
-const STAGING_BYTES: usize = 64 << 20;
+const STAGING_BYTES: usize = 16 << 20;
 
 /// `dmkit memory-node`: registers `size` bytes, serves the chunk allocator (offsets from
 /// `reserved` up) and the control channel on `listen` until SIGINT or SIGTERM.
@@ -109,6 +109,9 @@ struct Tally {
 }
 
 /// Runs `sources` against index `K` on the cluster: [`crate::run::run_index`] on hardware.
+/// Each of `threads_per_cn` OS threads runs an [`Executor`] with `coroutines` clients and a
+/// queue pair of its own to every memory node; the loader (create and load) runs first on the
+/// calling thread.
 pub fn run_index<K: IndexKind>(
     cluster: &ClusterConfig,
     setup: &RunSetup,
@@ -118,9 +121,9 @@ pub fn run_index<K: IndexKind>(
     sources: Vec<Box<dyn OpSource>>,
 ) -> Result<RunResult, String> {
     K::validate(options)?;
-    if setup.compute_nodes != 1 || setup.threads_per_cn != 1 {
-        return Err("--backend rdma runs one compute node with one thread for now: \
-                    --compute-nodes 1 --threads-per-cn 1, and --coroutines for concurrency"
+    if setup.compute_nodes != 1 {
+        return Err("--backend rdma runs one compute-node process for now (--compute-nodes 1): \
+                    barriers across compute nodes are not built yet"
             .into());
     }
     if setup.memory_nodes as usize != cluster.memory_nodes.len() {
@@ -130,24 +133,36 @@ pub fn run_index<K: IndexKind>(
             cluster.memory_nodes.len()
         ));
     }
+    let clients = setup.clients();
+    if sources.len() != clients as usize {
+        return Err(format!("{} operation sources for {clients} clients", sources.len()));
+    }
     let nic =
         Arc::new(Nic::open(cluster.device.as_deref(), cluster.port, cluster.gid_index).map_err(|e| e.to_string())?);
     let view = HardwareView::connect(&nic, cluster)?;
-    let cq = nic.completion_queue(16384).map_err(|e| e.to_string())?;
-    let mut connections = Vec::new();
+    let threads = setup.threads_per_cn as usize;
+    // One completion queue per thread, and per memory node one control connection with one
+    // queue pair per thread (plus the loader's).
+    let cqs: Vec<_> =
+        (0..=threads).map(|_| nic.completion_queue(16384).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    let mut per_thread: Vec<Vec<Connection>> = (0..=threads).map(|_| Vec::new()).collect();
     for (i, addr) in cluster.memory_nodes.iter().enumerate() {
-        let c = dial(&nic, std::slice::from_ref(&cq), *addr, NodeId(i as u16), &cluster.token, cluster.compute_node)
+        let conns = dial(&nic, &cqs, *addr, NodeId(i as u16), &cluster.token, cluster.compute_node)
             .map_err(|e| format!("memory node {i} at {addr}: {e}"))?;
-        connections.extend(c);
+        for (t, c) in conns.into_iter().enumerate() {
+            per_thread[t].push(c);
+        }
     }
-    let exec = Executor::new(nic, cq, connections, NodeId(cluster.compute_node), 0, setup.seed, STAGING_BYTES)
-        .map_err(|e| e.to_string())?;
-    let loader = exec.client(u32::MAX, 0);
-    let caps = loader.caps().clone();
-    let node = Arc::new(K::node_state(options, &caps));
+    let mut cqs = cqs;
+    let (loader_cq, loader_conns) = (cqs.pop().expect("the loader's"), per_thread.pop().expect("the loader's"));
+    let cn = NodeId(cluster.compute_node);
     let keys = items.len() as u64;
     let item_bytes = items.iter().map(|(k, v)| (k.len() + v.len()) as f64).sum::<f64>() / (keys.max(1) as f64);
-    {
+    let node = {
+        let exec = Executor::new(nic.clone(), loader_cq, loader_conns, cn, threads as u32, setup.seed, STAGING_BYTES)
+            .map_err(|e| e.to_string())?;
+        let loader = exec.client(u32::MAX, 0);
+        let node = Arc::new(K::node_state(options, loader.caps()));
         let (o, c) = (options.clone(), loader.clone());
         let mut handle = K::open(options, node.clone(), loader);
         exec.block_on(async move {
@@ -157,53 +172,48 @@ pub fn run_index<K: IndexKind>(
             dmkit_indexes::bulk::load(&mut handle, items).await.map_err(|e| format!("loading: {e}"))
         })
         .map_err(|e| e.to_string())??;
+        node
+    };
+    let start = Instant::now();
+    let warmup = Duration::from_nanos(setup.warmup_ns);
+    let end = (setup.duration_ns > 0).then(|| warmup + Duration::from_nanos(setup.duration_ns));
+    let mut sources = sources.into_iter();
+    let work: Vec<ThreadWork> = per_thread
+        .into_iter()
+        .zip(cqs)
+        .map(|(conns, cq)| (conns, cq, sources.by_ref().take(setup.coroutines as usize).collect()))
+        .collect();
+    let tallies: Vec<Result<Tally, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = work
+            .into_iter()
+            .enumerate()
+            .map(|(t, (conns, cq, mine))| {
+                let (nic, node) = (nic.clone(), node.clone());
+                scope.spawn(move || {
+                    run_thread::<K>(nic, cq, conns, cn, t as u32, setup, options, node, mine, start, warmup, end)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a compute thread panicked".into()))).collect()
+    });
+    let stop = start.elapsed();
+    let mut tally = Tally::default();
+    for t in tallies {
+        let t = t?;
+        for (name, l) in t.latencies {
+            tally.latencies.entry(name).or_default().extend(l);
+        }
+        tally.useful_bytes += t.useful_bytes;
+        for (e, n) in t.errors {
+            *tally.errors.entry(e).or_default() += n;
+        }
+        tally.counters.merge(&t.counters);
     }
-    let clients = setup.clients();
-    if sources.len() != clients as usize {
-        return Err(format!("{} operation sources for {clients} clients", sources.len()));
-    }
-    let tally = Rc::new(RefCell::new(Tally::default()));
-    let probe = exec.client(u32::MAX - 1, 0);
-    let start = probe.now_ns();
-    let end = if setup.duration_ns == 0 { u64::MAX } else { start + setup.warmup_ns + setup.duration_ns };
-    let warmup_end = start + setup.warmup_ns;
-    for (i, mut source) in sources.into_iter().enumerate() {
-        let c = exec.client(i as u32, i as u32);
-        let mut handle = K::open(options, node.clone(), c.clone());
-        let tally = tally.clone();
-        exec.spawn(async move {
-            while c.now_ns() < end {
-                let Some(task) = source.next_op() else { break };
-                let t0 = c.now_ns();
-                let mut outcomes = Vec::with_capacity(task.ops.len());
-                for op in &task.ops {
-                    let outcome = spec::apply(&mut handle, op).await;
-                    let failed = matches!(outcome, Outcome::Failed(_));
-                    outcomes.push(outcome);
-                    if failed {
-                        break;
-                    }
-                }
-                let t1 = c.now_ns();
-                if t1 > warmup_end && t1 <= end {
-                    let mut t = tally.borrow_mut();
-                    t.latencies.entry(task.name).or_default().push(t1 - t0);
-                    for (op, outcome) in task.ops.iter().zip(&outcomes) {
-                        t.useful_bytes += useful_bytes(op, outcome);
-                        if let Outcome::Failed(e) = outcome {
-                            *t.errors.entry(e.to_string()).or_default() += 1;
-                        }
-                    }
-                }
-            }
-            tally.borrow_mut().counters.merge(dmkit_indexes::Index::counters(&handle));
-        });
-    }
-    exec.run().map_err(|e| e.to_string())?;
-    let stop = probe.now_ns();
     let report = K::check_invariants(options, &view).map_err(|e| format!("after the run, invariant violated: {e}"))?;
-    let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
-    let measured_ns = if setup.duration_ns == 0 { stop.saturating_sub(warmup_end).max(1) } else { setup.duration_ns };
+    let measured_ns = match end {
+        Some(_) => setup.duration_ns,
+        None => stop.saturating_sub(warmup).as_nanos().max(1) as u64,
+    };
     let seconds = measured_ns as f64 / 1e9;
     let all: Vec<u64> = tally.latencies.values().flatten().copied().collect();
     let overall = op_metrics(all, seconds);
@@ -213,7 +223,7 @@ pub fn run_index<K: IndexKind>(
         index: K::NAME.to_string(),
         config: names.0.to_string(),
         workload: names.1.to_string(),
-        profile: format!("rdma:{}", caps_name(&caps)),
+        profile: format!("rdma:{}", nic.caps().name),
         clients,
         compute_nodes: setup.compute_nodes,
         memory_nodes: setup.memory_nodes,
@@ -254,11 +264,67 @@ pub fn run_index<K: IndexKind>(
     })
 }
 
+/// A compute thread's queue pairs, completion queue and operation sources.
+type ThreadWork = (Vec<Connection>, dmkit_rdma::real::device::Cq, Vec<Box<dyn OpSource>>);
+
+/// One compute thread: an executor, its clients, their sources; returns their tally.
+#[allow(clippy::too_many_arguments)]
+fn run_thread<K: IndexKind>(
+    nic: Arc<Nic>,
+    cq: dmkit_rdma::real::device::Cq,
+    conns: Vec<Connection>,
+    cn: NodeId,
+    thread: u32,
+    setup: &RunSetup,
+    options: &K::Options,
+    node: Arc<K::NodeState>,
+    sources: Vec<Box<dyn OpSource>>,
+    start: Instant,
+    warmup: Duration,
+    end: Option<Duration>,
+) -> Result<Tally, String> {
+    let exec = Executor::new(nic, cq, conns, cn, thread, setup.seed, STAGING_BYTES).map_err(|e| e.to_string())?;
+    let tally = Rc::new(RefCell::new(Tally::default()));
+    for (k, mut source) in sources.into_iter().enumerate() {
+        let id = thread * setup.coroutines + k as u32;
+        let c = exec.client(id, k as u32);
+        let mut handle = K::open(options, node.clone(), c.clone());
+        let tally = tally.clone();
+        exec.spawn(async move {
+            while end.is_none_or(|e| start.elapsed() < e) {
+                let Some(task) = source.next_op() else { break };
+                let t0 = start.elapsed();
+                let mut outcomes = Vec::with_capacity(task.ops.len());
+                for op in &task.ops {
+                    let outcome = spec::apply(&mut handle, op).await;
+                    let failed = matches!(outcome, Outcome::Failed(_));
+                    outcomes.push(outcome);
+                    if failed {
+                        break;
+                    }
+                }
+                let t1 = start.elapsed();
+                if t1 > warmup && end.is_none_or(|e| t1 <= e) {
+                    let mut t = tally.borrow_mut();
+                    t.latencies.entry(task.name).or_default().push((t1 - t0).as_nanos() as u64);
+                    for (op, outcome) in task.ops.iter().zip(&outcomes) {
+                        t.useful_bytes += useful_bytes(op, outcome);
+                        if let Outcome::Failed(e) = outcome {
+                            *t.errors.entry(e.to_string()).or_default() += 1;
+                        }
+                    }
+                }
+                // Let the thread's other coroutines and the completion queue run.
+                c.yield_now().await;
+            }
+            tally.borrow_mut().counters.merge(dmkit_indexes::Index::counters(&handle));
+        });
+    }
+    exec.run().map_err(|e| e.to_string())?;
+    Rc::try_unwrap(tally).map_err(|_| "clients outlived the run".to_string()).map(RefCell::into_inner)
+}
+
 /// Compute node 0 creates the index; the others (later, with barriers) only open it.
 fn cluster_is_first(c: &impl ClientCtx) -> bool {
     c.identity().node == NodeId(0)
-}
-
-fn caps_name(caps: &dmkit_rdma::Caps) -> String {
-    format!("inline {} B, device memory {} B", caps.max_inline_bytes, caps.device_memory_bytes)
 }

@@ -32,7 +32,7 @@ impl Task {
 }
 
 /// Where a client's operations come from.
-pub trait OpSource {
+pub trait OpSource: Send {
     /// The next operation, or `None` when the client is done.
     fn next_op(&mut self) -> Option<Task>;
 }

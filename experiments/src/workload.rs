@@ -98,10 +98,10 @@
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::fmt;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 // ---------------------------------------------------------------------------------------------
 // Deterministic floating-point functions
@@ -1179,25 +1179,26 @@ impl WorkloadOp {
     }
 }
 
-/// State shared by all clients of a run (single-threaded, like the simulator): the insert-key
-/// counter, which keys are visible to reads, the sequential cursor, and the skewed-latest
-/// generator's constants. Clone it to hand it to each client.
+/// State shared by all clients of a run: the insert-key counter, which keys are visible to
+/// reads, the sequential cursor, and the skewed-latest generator's constants. Clone it to hand
+/// it to each client. The simulator uses it from one thread (so its order is deterministic);
+/// hardware runs from several, hence atomics and locks.
 #[derive(Clone, Debug)]
 pub struct SharedState {
-    inner: Rc<SharedInner>,
+    inner: Arc<SharedInner>,
 }
 
 #[derive(Debug)]
 struct SharedInner {
     /// The next fresh key number an insert takes.
-    next_key: Cell<u64>,
+    next_key: AtomicU64,
     /// Key numbers below this are visible to reads.
-    visible: Cell<u64>,
+    visible: AtomicU64,
     /// `Some` in acknowledgement mode: acknowledged inserts at or above `visible`.
-    acknowledged: Option<RefCell<BTreeSet<u64>>>,
-    sequential: Cell<u64>,
+    acknowledged: Option<Mutex<BTreeSet<u64>>>,
+    sequential: AtomicU64,
     /// Per θ (by bits): a Zipfian generator over the current `visible` count.
-    latest: RefCell<Vec<(u64, ZipfianGenerator)>>,
+    latest: Mutex<Vec<(u64, ZipfianGenerator)>>,
 }
 
 impl SharedState {
@@ -1221,24 +1222,24 @@ impl SharedState {
 
     fn build(keys_present: u64, acknowledgements: bool) -> SharedState {
         SharedState {
-            inner: Rc::new(SharedInner {
-                next_key: Cell::new(keys_present),
-                visible: Cell::new(keys_present),
-                acknowledged: acknowledgements.then(|| RefCell::new(BTreeSet::new())),
-                sequential: Cell::new(0),
-                latest: RefCell::new(Vec::new()),
+            inner: Arc::new(SharedInner {
+                next_key: AtomicU64::new(keys_present),
+                visible: AtomicU64::new(keys_present),
+                acknowledged: acknowledgements.then(|| Mutex::new(BTreeSet::new())),
+                sequential: AtomicU64::new(0),
+                latest: Mutex::new(Vec::new()),
             }),
         }
     }
 
     /// The number of key numbers handed out (loaded plus inserted).
     pub fn issued(&self) -> u64 {
-        self.inner.next_key.get()
+        self.inner.next_key.load(Ordering::SeqCst)
     }
 
     /// Key numbers below this are targets for reads, updates, scans and deletes.
     pub fn visible(&self) -> u64 {
-        self.inner.visible.get()
+        self.inner.visible.load(Ordering::SeqCst)
     }
 
     /// Reports that the insert of `key_number` completed (successfully or not, as YCSB). A no-op
@@ -1246,8 +1247,8 @@ impl SharedState {
     pub fn acknowledge(&self, key_number: u64) {
         let Some(pending) = &self.inner.acknowledged else { return };
         assert!(key_number < self.issued(), "acknowledged key {key_number} was never issued");
-        let mut pending = pending.borrow_mut();
-        let mut visible = self.inner.visible.get();
+        let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut visible = self.inner.visible.load(Ordering::SeqCst);
         if key_number < visible {
             return;
         }
@@ -1255,28 +1256,25 @@ impl SharedState {
         while pending.remove(&visible) {
             visible += 1;
         }
-        self.inner.visible.set(visible);
+        self.inner.visible.store(visible, Ordering::SeqCst);
     }
 
     fn issue_insert(&self) -> u64 {
-        let n = self.inner.next_key.get();
+        let n = self.inner.next_key.fetch_add(1, Ordering::SeqCst);
         assert!(n < u64::MAX, "key numbers exhausted");
-        self.inner.next_key.set(n + 1);
         if self.inner.acknowledged.is_none() {
-            self.inner.visible.set(n + 1);
+            self.inner.visible.fetch_max(n + 1, Ordering::SeqCst);
         }
         n
     }
 
     fn next_sequential(&self) -> u64 {
-        let c = self.inner.sequential.get();
-        self.inner.sequential.set(c.wrapping_add(1));
-        c
+        self.inner.sequential.fetch_add(1, Ordering::SeqCst)
     }
 
     /// A rank from the latest generator for θ over the `visible` present keys.
     fn latest_rank(&self, theta: f64, visible: u64, u: f64) -> u64 {
-        let mut cache = self.inner.latest.borrow_mut();
+        let mut cache = self.inner.latest.lock().unwrap_or_else(|e| e.into_inner());
         let bits = theta.to_bits();
         let index = match cache.iter().position(|(b, _)| *b == bits) {
             Some(i) => i,

@@ -213,7 +213,7 @@ pub trait IndexKind: 'static {
     const NAME: &'static str;
     /// Whether `scan` is offered (hash indexes return [`IndexError::Unsupported`]).
     const SUPPORTS_SCAN: bool = true;
-    type Options: Clone + fmt::Debug + Default + 'static;
+    type Options: Clone + fmt::Debug + Default + Send + Sync + 'static;
     /// State shared by the clients of one compute node (caches, local lock tables).
     type NodeState: Send + Sync + 'static;
     /// One client's handle.
