@@ -35,16 +35,16 @@ stop_memory_node() {
 }
 
 run() {
-    "$dmkit" run --backend rdma --cluster "$1" --index "$2" --workload a --keys 5000 \
-        --compute-nodes 1 --memory-nodes 1 --threads-per-cn 2 --coroutines 4 --ops-per-client 300 --warmup-us 0 --format json
+    "$dmkit" run --backend rdma --cluster "$1" --index "$2" --workload a --keys 2000 \
+        --compute-nodes 1 --memory-nodes 1 --threads-per-cn 2 --coroutines 4 --ops-per-client 200 --warmup-us 0 --format json
 }
 
 for index in example sherman; do
     start_memory_node
     out=$(run "$scratch/cluster.toml" "$index")
     echo "e2e: $index: $(echo "$out" | grep -o '"operations":[0-9]*\|"throughput_mops":[^,]*\|"latency_ns_p50":[0-9]*\|"remote_bytes_used":[0-9]*\|"load_factor":[^,]*' | tr '\n' ' ')"
-    if ! echo "$out" | grep -q '"operations":2400'; then
-        echo "e2e: $index did not complete its 2,400 operations"
+    if ! echo "$out" | grep -q '"operations":1600'; then
+        echo "e2e: $index did not complete its 1,600 operations"
         exit 1
     fi
     if echo "$out" | grep -q '"remote_bytes_used":0,'; then
@@ -58,6 +58,30 @@ for index in example sherman; do
     stop_memory_node
     echo "e2e: $index ok"
 done
+
+# Two compute-node processes against one memory node: node 0 loads, barriers start and end
+# the measured phase together.
+for cn in 0 1; do
+    cp "$scratch/cluster.toml" "$scratch/cn$cn.toml"
+    printf '\n[compute]\nnode = %s\n' "$cn" >>"$scratch/cn$cn.toml"
+done
+start_memory_node
+two() {
+    "$dmkit" run --backend rdma --cluster "$scratch/cn$1.toml" --index sherman --workload a --keys 3000 \
+        --compute-nodes 2 --memory-nodes 1 --threads-per-cn 1 --coroutines 4 --ops-per-client 200 --warmup-us 0 \
+        --format json >"$scratch/out$1.json"
+}
+two 0 & p0=$!
+two 1 & p1=$!
+wait $p0 && wait $p1
+stop_memory_node
+for cn in 0 1; do
+    if ! grep -q '"operations":800' "$scratch/out$cn.json"; then
+        echo "e2e: compute node $cn of 2 did not complete its 800 operations: $(head -c 300 "$scratch/out$cn.json")"
+        exit 1
+    fi
+done
+echo "e2e: two compute nodes ok"
 
 start_memory_node
 set +e

@@ -4,8 +4,11 @@
 //! The runner is the simulator's ([`crate::run::run_index`]) on real verbs: the same index
 //! options, items and operation sources; the loader creates the index and loads the items, then
 //! `threads_per_cn` OS threads, each an executor with `coroutines` clients, run their sources
-//! against the wall clock. Not built yet: barriers across compute-node processes (run one
-//! compute node). After the run the index's invariant walk reads the memory nodes through
+//! against the wall clock. With several compute nodes (one `dmkit run` process each, its id in
+//! the cluster file), compute node 0 creates and loads the index, and barriers held by memory
+//! node 0 start the measured phase together and end it before the walk; each process reports
+//! its own clients (add the throughputs). Fresh keys for inserts are numbered per process, so
+//! inserting workloads on several compute nodes insert some keys twice. After the run the index's invariant walk reads the memory nodes through
 //! queue pairs of its own ([`HardwareView`]), as the simulator's walk reads its memory.
 //! Verb-level costs (round trips, bytes, NIC utilisation) are the simulator's and read 0 here.
 
@@ -14,7 +17,7 @@ use crate::run::{OpSource, RunResult, RunSetup, op_metrics, round3, useful_bytes
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::spec::{self, Outcome};
 use dmkit_rdma::real::device::{BlockingExecutor, Nic};
-use dmkit_rdma::real::node::{NodeHost, allocator_handler, dial};
+use dmkit_rdma::real::node::{NodeHost, allocator_handler, barrier, dial};
 use dmkit_rdma::real::runtime::{Connection, Executor};
 use dmkit_rdma::{ClientCtx, MemoryView, NodeId, RemoteAddr, Request, Verbs, VerbsError};
 use std::cell::RefCell;
@@ -76,6 +79,7 @@ impl HardwareView {
             let conn =
                 dial(nic, std::slice::from_ref(&cq), *addr, NodeId(i as u16), &cluster.token, cluster.compute_node)
                     .map_err(|e| format!("memory node {i} at {addr}: {e}"))?
+                    .0
                     .pop()
                     .ok_or("no queue pair")?;
             let exec = BlockingExecutor::new(nic, conn.qp, conn.regions, VIEW_CHUNK).map_err(|e| e.to_string())?;
@@ -121,10 +125,12 @@ pub fn run_index<K: IndexKind>(
     sources: Vec<Box<dyn OpSource>>,
 ) -> Result<RunResult, String> {
     K::validate(options)?;
-    if setup.compute_nodes != 1 {
-        return Err("--backend rdma runs one compute-node process for now (--compute-nodes 1): \
-                    barriers across compute nodes are not built yet"
-            .into());
+    let cn_index = cluster.compute_node;
+    if cn_index >= setup.compute_nodes {
+        return Err(format!(
+            "this is compute node {cn_index} (cluster file) of --compute-nodes {}",
+            setup.compute_nodes
+        ));
     }
     if setup.memory_nodes as usize != cluster.memory_nodes.len() {
         return Err(format!(
@@ -133,10 +139,13 @@ pub fn run_index<K: IndexKind>(
             cluster.memory_nodes.len()
         ));
     }
-    let clients = setup.clients();
-    if sources.len() != clients as usize {
-        return Err(format!("{} operation sources for {clients} clients", sources.len()));
+    if sources.len() != setup.clients() as usize {
+        return Err(format!("{} operation sources for {} clients", sources.len(), setup.clients()));
     }
+    // This process runs its own compute node's clients.
+    let clients = setup.threads_per_cn * setup.coroutines;
+    let sources: Vec<Box<dyn OpSource>> =
+        sources.into_iter().skip((cn_index as u32 * clients) as usize).take(clients as usize).collect();
     let nic =
         Arc::new(Nic::open(cluster.device.as_deref(), cluster.port, cluster.gid_index).map_err(|e| e.to_string())?);
     let view = HardwareView::connect(&nic, cluster)?;
@@ -146,9 +155,12 @@ pub fn run_index<K: IndexKind>(
     let cqs: Vec<_> =
         (0..=threads).map(|_| nic.completion_queue(16384).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
     let mut per_thread: Vec<Vec<Connection>> = (0..=threads).map(|_| Vec::new()).collect();
+    let mut control = None;
     for (i, addr) in cluster.memory_nodes.iter().enumerate() {
-        let conns = dial(&nic, &cqs, *addr, NodeId(i as u16), &cluster.token, cluster.compute_node)
+        let (conns, stream) = dial(&nic, &cqs, *addr, NodeId(i as u16), &cluster.token, cluster.compute_node)
             .map_err(|e| format!("memory node {i} at {addr}: {e}"))?;
+        // Memory node 0 holds the compute nodes' barriers.
+        control.get_or_insert(stream);
         for (t, c) in conns.into_iter().enumerate() {
             per_thread[t].push(c);
         }
@@ -165,15 +177,19 @@ pub fn run_index<K: IndexKind>(
         let node = Arc::new(K::node_state(options, loader.caps()));
         let (o, c) = (options.clone(), loader.clone());
         let mut handle = K::open(options, node.clone(), loader);
-        exec.block_on(async move {
-            if cluster_is_first(&c) {
+        // Compute node 0 creates and loads the index; the others open it once it is loaded.
+        if cn_index == 0 {
+            exec.block_on(async move {
                 K::create(&o, &c).await.map_err(|e| format!("creating the index: {e}"))?;
-            }
-            dmkit_indexes::bulk::load(&mut handle, items).await.map_err(|e| format!("loading: {e}"))
-        })
-        .map_err(|e| e.to_string())??;
+                dmkit_indexes::bulk::load(&mut handle, items).await.map_err(|e| format!("loading: {e}"))
+            })
+            .map_err(|e| e.to_string())??;
+        }
         node
     };
+    let mut control = control.ok_or("no memory node")?;
+    let parties = setup.compute_nodes;
+    barrier(&mut control, 1, parties).map_err(|e| format!("waiting for the other compute nodes: {e}"))?;
     let start = Instant::now();
     let warmup = Duration::from_nanos(setup.warmup_ns);
     let end = (setup.duration_ns > 0).then(|| warmup + Duration::from_nanos(setup.duration_ns));
@@ -197,6 +213,8 @@ pub fn run_index<K: IndexKind>(
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a compute thread panicked".into()))).collect()
     });
     let stop = start.elapsed();
+    // Every compute node has finished before anyone walks the index.
+    barrier(&mut control, 2, parties).map_err(|e| format!("waiting for the other compute nodes: {e}"))?;
     let mut tally = Tally::default();
     for t in tallies {
         let t = t?;
@@ -322,9 +340,4 @@ fn run_thread<K: IndexKind>(
     }
     exec.run().map_err(|e| e.to_string())?;
     Rc::try_unwrap(tally).map_err(|_| "clients outlived the run".to_string()).map(RefCell::into_inner)
-}
-
-/// Compute node 0 creates the index; the others (later, with barriers) only open it.
-fn cluster_is_first(c: &impl ClientCtx) -> bool {
-    c.identity().node == NodeId(0)
 }

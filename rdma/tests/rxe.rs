@@ -291,7 +291,7 @@ fn the_async_runtime_and_calls_reach_a_node_host() {
             .to_string()
             .contains("wrong cluster token")
     );
-    let conns = dial(&nic, std::slice::from_ref(&cq), addr, NodeId(0), "tok", 1).unwrap();
+    let (conns, mut control) = dial(&nic, std::slice::from_ref(&cq), addr, NodeId(0), "tok", 1).unwrap();
     let exec = Executor::new(nic.clone(), cq, conns, NodeId(1), 0, 42, 8 << 20).unwrap();
     const CLIENTS: u32 = 8;
     const ROUNDS: u64 = 50;
@@ -340,8 +340,22 @@ fn the_async_runtime_and_calls_reach_a_node_host() {
         .unwrap();
     assert_eq!(faa, CLIENTS as u64 * ROUNDS, "every FAA counted once");
     assert_eq!(masked, CLIENTS as u64 * ROUNDS, "every emulated masked FAA counted once");
+    // A barrier of two compute nodes over their control connections: the second one's wait
+    // ends only once the first arrives.
+    let arrived = Arc::new(AtomicBool::new(false));
+    let (other_nic, other_arrived) = (nic.clone(), arrived.clone());
+    let other = std::thread::spawn(move || {
+        let cq = other_nic.completion_queue(64).unwrap();
+        let (_conns, mut control) = dial(&other_nic, &[cq], addr, NodeId(0), "tok", 2).unwrap();
+        dmkit_rdma::real::node::barrier(&mut control, 1, 2).unwrap();
+        assert!(other_arrived.load(Ordering::SeqCst), "the barrier let a compute node through alone");
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    arrived.store(true, Ordering::SeqCst);
+    dmkit_rdma::real::node::barrier(&mut control, 1, 2).unwrap();
+    other.join().unwrap();
     stop.store(true, Ordering::Relaxed);
     let (admitted, refused, word) = host.join().unwrap();
-    assert_eq!((admitted, refused), (1, 1));
+    assert_eq!((admitted, refused), (2, 1));
     assert_eq!(word, vec![9u8; 8]);
 }

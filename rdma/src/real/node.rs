@@ -15,8 +15,8 @@ use crate::VerbsError;
 use crate::alloc::{ALLOCATOR_SERVICE, AllocRequest, ChunkAllocator, ReuseMode};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What a call handler answers: `Ok(body)`, or `Err(None)` for an unknown service, or
@@ -58,6 +58,7 @@ pub struct NodeHost {
     conns: Vec<Conn>,
     handler: Handler,
     listener: TcpListener,
+    barriers: Arc<Mutex<Barriers>>,
     /// Compute nodes admitted and refused so far.
     pub admitted: u32,
     pub refused: u32,
@@ -100,6 +101,7 @@ impl NodeHost {
             conns: Vec::new(),
             handler,
             listener,
+            barriers: Arc::new(Mutex::new(Barriers::default())),
             admitted: 0,
             refused: 0,
         })
@@ -182,6 +184,10 @@ impl NodeHost {
             RemoteRegion { addr: self.memory.addr(), rkey: self.memory_mr.rkey(), len: self.memory.len() as u64 };
         Message::Welcome { node: self.node, host, device: None, endpoints: mine }.send(&mut stream)?;
         self.admitted += 1;
+        // The connection stays open for barriers (and a clean Bye).
+        stream.set_read_timeout(None).map_err(|e| VerbsError::Protocol(e.to_string()))?;
+        let barriers = self.barriers.clone();
+        std::thread::spawn(move || serve_control(stream, barriers));
         Ok(())
     }
 
@@ -224,13 +230,53 @@ impl NodeHost {
     }
 }
 
+/// Compute nodes waiting at each barrier epoch: the streams to answer.
+#[derive(Default)]
+struct Barriers {
+    waiting: std::collections::BTreeMap<u64, Vec<TcpStream>>,
+}
+
+/// One control connection after its welcome: answers barriers until the compute node says bye
+/// or goes away.
+fn serve_control(mut stream: TcpStream, barriers: Arc<Mutex<Barriers>>) {
+    loop {
+        match Message::receive(&mut stream) {
+            Ok(Message::Barrier { epoch, parties }) => {
+                let Ok(reply) = stream.try_clone() else { return };
+                let mut b = barriers.lock().unwrap_or_else(|e| e.into_inner());
+                let waiting = b.waiting.entry(epoch).or_default();
+                waiting.push(reply);
+                if waiting.len() >= parties as usize {
+                    for mut w in b.waiting.remove(&epoch).unwrap_or_default() {
+                        let _ = Message::Barrier { epoch, parties }.send(&mut w);
+                    }
+                }
+            }
+            Ok(Message::Bye) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// A compute node's wait at barrier `epoch` with `parties` compute nodes, over its control
+/// connection to memory node 0 (kept open by [`dial`]).
+pub fn barrier(control: &mut TcpStream, epoch: u64, parties: u16) -> Result<(), VerbsError> {
+    Message::Barrier { epoch, parties }.send(control)?;
+    control.set_read_timeout(None).map_err(|e| VerbsError::Protocol(e.to_string()))?;
+    match Message::receive(control)? {
+        Message::Barrier { epoch: e, .. } if e == epoch => Ok(()),
+        other => Err(VerbsError::Protocol(format!("barrier {epoch}: the node answered {other:?}"))),
+    }
+}
+
 fn id(conn: u64, kind: u64, slot: u64) -> u64 {
     conn << 32 | kind << 31 | slot
 }
 
 /// A compute node's side of the control channel: connects to the node at `addr` with one queue
 /// pair per completion queue in `cqs` (one per thread), presents `token`, and returns the
-/// connections ready for an [`super::runtime::Executor`]. A refusal is an error with the node's
+/// connections ready for an [`super::runtime::Executor`], and the control stream (for
+/// [`barrier`]s; dropping it closes the control connection). A refusal is an error with the node's
 /// reason; an unreachable node is [`VerbsError::NodeDown`].
 pub fn dial(
     nic: &Nic,
@@ -239,7 +285,7 @@ pub fn dial(
     node: crate::NodeId,
     token: &str,
     compute_node: u16,
-) -> Result<Vec<super::runtime::Connection>, VerbsError> {
+) -> Result<(Vec<super::runtime::Connection>, TcpStream), VerbsError> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| {
         eprintln!("cannot reach {node} at {addr}: {e}");
         VerbsError::NodeDown(node)
@@ -262,13 +308,15 @@ pub fn dial(
                 )));
             }
             let regions = super::plan::NodeRegions { host, device };
-            qps.into_iter()
+            let conns = qps
+                .into_iter()
                 .zip(endpoints)
                 .map(|(mut qp, ep)| {
                     qp.connect(nic, &ep)?;
                     Ok(super::runtime::Connection { node, qp, regions })
                 })
-                .collect()
+                .collect::<Result<Vec<_>, VerbsError>>()?;
+            Ok((conns, stream))
         }
         Message::Refused { reason } => Err(VerbsError::Protocol(format!("{node} at {addr} refused us: {reason}"))),
         other => Err(VerbsError::Protocol(format!("{node} at {addr} answered {other:?}"))),

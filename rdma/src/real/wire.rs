@@ -37,10 +37,27 @@ pub struct Endpoint {
 /// A control-channel message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
-    Hello { version: u16, token: String, compute_node: u16, endpoints: Vec<Endpoint> },
-    Welcome { node: u16, host: RemoteRegion, device: Option<RemoteRegion>, endpoints: Vec<Endpoint> },
-    Refused { reason: String },
-    Barrier { epoch: u64 },
+    Hello {
+        version: u16,
+        token: String,
+        compute_node: u16,
+        endpoints: Vec<Endpoint>,
+    },
+    Welcome {
+        node: u16,
+        host: RemoteRegion,
+        device: Option<RemoteRegion>,
+        endpoints: Vec<Endpoint>,
+    },
+    Refused {
+        reason: String,
+    },
+    /// From a compute node: it reached barrier `epoch`, which `parties` compute nodes share;
+    /// from the node (memory node 0): all of them have (`parties` echoed).
+    Barrier {
+        epoch: u64,
+        parties: u16,
+    },
     Bye,
 }
 
@@ -114,9 +131,10 @@ impl Message {
                 b.push(REFUSED);
                 put_str(&mut b, reason);
             }
-            Message::Barrier { epoch } => {
+            Message::Barrier { epoch, parties } => {
                 b.push(BARRIER);
                 b.extend(epoch.to_le_bytes());
+                b.extend(parties.to_le_bytes());
             }
             Message::Bye => b.push(BYE),
         }
@@ -145,7 +163,7 @@ impl Message {
                 endpoints: r.endpoints()?,
             },
             REFUSED => Message::Refused { reason: r.string()? },
-            BARRIER => Message::Barrier { epoch: r.u64()? },
+            BARRIER => Message::Barrier { epoch: r.u64()?, parties: r.u16()? },
             BYE => Message::Bye,
             t => return Err(WireError::UnknownTag(t)),
         };
@@ -288,7 +306,7 @@ mod tests {
                 endpoints: vec![],
             },
             Message::Refused { reason: "wrong cluster token".into() },
-            Message::Barrier { epoch: u64::MAX },
+            Message::Barrier { epoch: u64::MAX, parties: 16 },
             Message::Bye,
         ]
     }
