@@ -237,48 +237,28 @@ pub fn run_index<K: IndexKind>(
     let overall = op_metrics(all, seconds);
     let ops = overall.operations.max(1) as f64;
     let per_op = tally.latencies.into_iter().map(|(k, v)| (k.to_string(), op_metrics(v, seconds))).collect();
+    let metadata_bytes_per_item =
+        (report.items > 0).then(|| round3((report.remote_bytes as f64 / report.items as f64 - item_bytes).max(0.0)));
     Ok(RunResult {
-        index: K::NAME.to_string(),
-        config: names.0.to_string(),
-        workload: names.1.to_string(),
-        profile: format!("rdma:{}", nic.caps().name),
-        clients,
-        compute_nodes: setup.compute_nodes,
-        memory_nodes: setup.memory_nodes,
-        threads_per_cn: setup.threads_per_cn,
-        coroutines: setup.coroutines,
-        keys,
-        seed: setup.seed,
-        duration_ns: measured_ns,
-        operations: overall.operations,
-        throughput_mops: overall.throughput_mops,
-        latency_ns_p50: overall.latency_ns_p50,
-        latency_ns_p90: overall.latency_ns_p90,
-        latency_ns_p99: overall.latency_ns_p99,
-        latency_ns_p999: overall.latency_ns_p999,
-        per_op,
-        round_trips_per_op: 0.0,
-        bytes_read_per_op: 0.0,
-        bytes_written_per_op: 0.0,
-        read_amplification: 0.0,
-        verbs_per_op: BTreeMap::new(),
-        mn_iops_utilisation: 0.0,
-        mn_bandwidth_utilisation: 0.0,
         cache_bytes_per_cn: K::node_state_bytes(&node) as f64,
-        cache_hit_ratio: None,
         remote_bytes_used: report.remote_bytes,
-        metadata_bytes_per_item: (report.items > 0)
-            .then(|| round3((report.remote_bytes as f64 / report.items as f64 - item_bytes).max(0.0))),
+        metadata_bytes_per_item,
         load_factor: report.capacity_items.filter(|&c| c > 0).map(|c| round3(report.items as f64 / c as f64)),
         retries_per_op: round3(tally.counters.retries as f64 / ops),
         lock_failures: tally.counters.lock_failures,
         cas_failures: tally.counters.cas_failures,
-        rdwc: None,
         errors: tally.errors,
         index_counters: tally.counters.events.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-        timeseries: Vec::new(),
-        history: None,
-        sim_steps: 0,
+        // Verb-level costs and NIC utilisation are the simulator's: they stay 0 here.
+        ..RunResult::measured(
+            K::NAME,
+            names,
+            format!("rdma:{}", nic.caps().name),
+            setup,
+            (clients, keys),
+            measured_ns,
+            (overall, per_op),
+        )
     })
 }
 

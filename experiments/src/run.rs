@@ -142,6 +142,63 @@ pub struct RunResult {
     pub sim_steps: u64,
 }
 
+impl RunResult {
+    /// What every backend reports the same way (names, shape, operations and latencies); the
+    /// backend-specific metrics start at zero.
+    pub(crate) fn measured(
+        index: &str,
+        names: (&str, &str),
+        profile: String,
+        setup: &RunSetup,
+        (clients, keys): (u32, u64),
+        measured_ns: u64,
+        (overall, per_op): (OpMetrics, BTreeMap<String, OpMetrics>),
+    ) -> RunResult {
+        RunResult {
+            index: index.to_string(),
+            config: names.0.to_string(),
+            workload: names.1.to_string(),
+            profile,
+            clients,
+            compute_nodes: setup.compute_nodes,
+            memory_nodes: setup.memory_nodes,
+            threads_per_cn: setup.threads_per_cn,
+            coroutines: setup.coroutines,
+            keys,
+            seed: setup.seed,
+            duration_ns: measured_ns,
+            operations: overall.operations,
+            throughput_mops: overall.throughput_mops,
+            latency_ns_p50: overall.latency_ns_p50,
+            latency_ns_p90: overall.latency_ns_p90,
+            latency_ns_p99: overall.latency_ns_p99,
+            latency_ns_p999: overall.latency_ns_p999,
+            per_op,
+            round_trips_per_op: 0.0,
+            bytes_read_per_op: 0.0,
+            bytes_written_per_op: 0.0,
+            read_amplification: 0.0,
+            verbs_per_op: BTreeMap::new(),
+            mn_iops_utilisation: 0.0,
+            mn_bandwidth_utilisation: 0.0,
+            cache_bytes_per_cn: 0.0,
+            cache_hit_ratio: None,
+            remote_bytes_used: 0,
+            metadata_bytes_per_item: None,
+            load_factor: None,
+            retries_per_op: 0.0,
+            lock_failures: 0,
+            cas_failures: 0,
+            rdwc: None,
+            errors: BTreeMap::new(),
+            index_counters: BTreeMap::new(),
+            timeseries: Vec::new(),
+            history: None,
+            sim_steps: 0,
+        }
+    }
+}
+
 /// Operations completed in one interval of a throughput time series.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct TimePoint {
@@ -424,25 +481,6 @@ pub fn run_index<K: IndexKind>(
     let misses = tally.counters.events.get("cache_miss").copied();
     let rdwc = rdwc_ratios(&node_counters::<K>(&nodes), &counters_at_start);
     Ok(RunResult {
-        index: K::NAME.to_string(),
-        config: names.0.to_string(),
-        workload: names.1.to_string(),
-        profile: setup.profile.name.clone(),
-        clients,
-        compute_nodes: setup.compute_nodes,
-        memory_nodes: setup.memory_nodes,
-        threads_per_cn: setup.threads_per_cn,
-        coroutines: setup.coroutines,
-        keys,
-        seed: setup.seed,
-        duration_ns: measured_ns,
-        operations: overall.operations,
-        throughput_mops: overall.throughput_mops,
-        latency_ns_p50: overall.latency_ns_p50,
-        latency_ns_p90: overall.latency_ns_p90,
-        latency_ns_p99: overall.latency_ns_p99,
-        latency_ns_p999: overall.latency_ns_p999,
-        per_op,
         round_trips_per_op: round3(tally.cost.round_trips as f64 / ops),
         bytes_read_per_op: round3(tally.cost.bytes_read() as f64 / ops),
         bytes_written_per_op: round3(tally.cost.bytes_written() as f64 / ops),
@@ -471,6 +509,15 @@ pub fn run_index<K: IndexKind>(
         timeseries: series,
         history: record.then_some(tally.history),
         sim_steps: stats.steps,
+        ..RunResult::measured(
+            K::NAME,
+            names,
+            setup.profile.name.clone(),
+            setup,
+            (clients, keys),
+            measured_ns,
+            (overall, per_op),
+        )
     })
 }
 
