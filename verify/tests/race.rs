@@ -383,6 +383,39 @@ mod explored {
         assert!(clean.exploration.schedules > 50, "{} schedules", clean.exploration.schedules);
     }
 
+    /// Algorithm 1's check after its CAS (`paper-insert`): an insert whose bucket a split's
+    /// step 1 changed between its READ and its CAS takes its slot back and inserts again. Without
+    /// it (`no-resize-check`) the item stays behind in the old subtable. Inserts of distinct
+    /// fresh keys only, so the paper's duplicate race cannot occur; 2-slot buckets, so a bucket
+    /// the split has not reached yet can have room. PCT reaches the window (random exploration
+    /// does not: the splitting inserts keep the two clients apart); seed 1 finds it at
+    /// schedule 4, as a key in the wrong subtable.
+    #[test]
+    fn the_paper_inserts_resize_check_is_needed() {
+        let script = |plant: Option<&str>| {
+            let s = IndexScenario::<Race>::from_preset(Some("basic"), Some("paper-insert"), plant, 3).unwrap();
+            let (g, key_of) = (s.options.geometry(), s.preset.key_of);
+            let splitters: Vec<Op> = (3..20).map(|k| Op::Insert { key: key_of(k), value: vec![0x5a; 32] }).collect();
+            // Keys that a split of the two initial subtables (depth 1 to 2) moves.
+            let movers: Vec<Op> = (100..)
+                .map(key_of)
+                .filter(|k| g.hash(k).dir & 2 == 2)
+                .take(8)
+                .map(|k| Op::Insert { key: k, value: vec![7; 32] })
+                .collect();
+            s.scripted(vec![splitters, movers])
+        };
+        let pct = Mode::Pct { depth: 3 };
+        let hole = script(Some("no-resize-check"));
+        let check = check_index(&hole, pct, 1, Duration::from_secs(600), 3_000);
+        let f = check.exploration.failure.expect("the stranded insert is found");
+        assert!(f.message.contains("invariant violated") || f.message.contains("not linearizable"), "{}", f.message);
+        assert_eq!(explore::replay(&hole, f.variant, &f.choices), Err(f.message.clone()));
+        let clean = check_index(&script(None), pct, 1, budget(), u64::MAX);
+        assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());
+        assert!(clean.exploration.schedules > 50, "{} schedules", clean.exploration.schedules);
+    }
+
     /// The paper's lock-free insert with duplicate agreement (`paper-insert`): two concurrent
     /// inserts of one absent key can both report that it did not exist (the paper's insert
     /// reports nothing; dmkit's does). Safe mode's insert lock serialises them.

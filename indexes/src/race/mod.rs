@@ -88,7 +88,8 @@
 //! `verify/tests/race.rs` shows both. After its re-read, an insert whose bucket's header
 //! changed so that it no longer admits the key takes its slot back and inserts again (a split's
 //! step 1 came between its READ and its CAS, so the mover did not see it); if the take-back
-//! fails, the mover did move it.
+//! fails, the mover did move it. Plant `no-resize-check` removes the check; PCT finds the
+//! stranded item (`the_paper_inserts_resize_check_is_needed`).
 //!
 //! ## Blocks
 //!
@@ -240,7 +241,7 @@ impl RaceOptions {
     }
 }
 
-const PLANTS: [PlantedBug; 4] = [
+const PLANTS: [PlantedBug; 5] = [
     PlantedBug {
         name: "no-freeze",
         description: "a split copies an item to the new subtable without freezing its slot: a write that lands between the copy and the clear is lost, or leaves a stale copy in the new subtable",
@@ -256,6 +257,10 @@ const PLANTS: [PlantedBug; 4] = [
     PlantedBug {
         name: "no-duplicate-check",
         description: "faithful mode: an insert does not re-read its buckets after its CAS: concurrent inserts of one key leave two live copies (digest §3.4)",
+    },
+    PlantedBug {
+        name: "no-resize-check",
+        description: "paper-insert: an insert skips Algorithm 1's header check after its CAS: a split's step 1 between its READ and its CAS leaves the item behind in the old subtable",
     },
 ];
 
@@ -1029,7 +1034,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         let g = self.g;
         let view = self.read_view(e.subtable, kh, Vec::new()).await?;
         let now = view.buckets.iter().find(|(b, _, _)| *b == mine.0).map(|(_, h, _)| *h).expect("read");
-        if now.ld != seen.ld && !layout::bucket_correct(e.ld, now, kh.dir) {
+        if now.ld != seen.ld && !layout::bucket_correct(e.ld, now, kh.dir) && !self.planted("no-resize-check") {
             return Ok(!self.cas(view.slot_addr(&g, mine), word, 0).await?);
         }
         if view.matches(kh.fp).iter().all(|(p, _)| *p == mine) {
