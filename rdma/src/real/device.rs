@@ -21,7 +21,7 @@
 
 use super::plan::{Part, Plan, WorkRequest, WrOp, plan_batch};
 use super::wire::Endpoint;
-use crate::{Buf, Caps, MaskedAtomics, Op, Request, Response, VerbsError, atomics};
+use crate::{Buf, Caps, MaskedAtomics, Op, Request, Response, VerbsError};
 use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
 use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
@@ -594,18 +594,11 @@ impl BlockingExecutor {
     /// A masked atomic as a READ and a CAS loop (linearizable with respect to other RMWs; see
     /// [`crate::emulate`]).
     fn emulate(&mut self, r: &Request) -> Result<u64, VerbsError> {
-        let apply = |old: u64| -> Option<u64> {
-            match r.op {
-                Op::MaskedCas { compare, compare_mask, swap, swap_mask } => ((old ^ compare) & compare_mask == 0)
-                    .then(|| atomics::masked_cas(old, compare, compare_mask, swap, swap_mask)),
-                Op::MaskedFaa { add, boundary_mask } => Some(atomics::masked_faa(old, add, boundary_mask)),
-                _ => None,
-            }
-        };
         let read = self.execute(vec![Request::read_len(r.addr, 8)], true)?;
         let mut old = read.into_iter().next().expect("one").into_buf()?.u64_at(0);
         for _ in 0..crate::emulate::MAX_CAS_ATTEMPTS {
-            let Some(new) = apply(old).filter(|&n| n != old) else { return Ok(old) };
+            // A compare that fails leaves the word as it is: done, like the native verb.
+            let Some(new) = r.op.rmw_new(old).filter(|&n| n != old) else { return Ok(old) };
             let seen = self.execute(vec![Request::cas(r.addr, old, new)], true)?[0].atomic()?;
             if seen == old {
                 return Ok(old);

@@ -110,6 +110,17 @@ struct Slot {
     waker: Option<Waker>,
 }
 
+impl Slot {
+    /// Stores `result` and wakes the task waiting for it, if any.
+    fn fill(slot: &RefCell<Slot>, result: Outputs) {
+        let mut s = slot.borrow_mut();
+        s.result = Some(result);
+        if let Some(w) = s.waker.take() {
+            w.wake();
+        }
+    }
+}
+
 /// A posted (or backlogged) signalled batch.
 #[derive(Debug)]
 struct Pending {
@@ -404,11 +415,7 @@ impl Shared {
                     };
                     st.arena.release(p.staging.0, p.staging.1);
                     if let Some(slot) = p.slot {
-                        let mut s = slot.borrow_mut();
-                        s.result = Some(result);
-                        if let Some(w) = s.waker.take() {
-                            w.wake();
-                        }
+                        Slot::fill(&slot, result);
                     }
                 } else if c.status != 0 {
                     // An unsignaled request failed: the queue pair is in error; every later
@@ -451,11 +458,7 @@ impl Shared {
                     w.wake();
                 }
                 if let Some(slot) = link.calls.remove(&id) {
-                    let mut s = slot.borrow_mut();
-                    s.result = Some(Ok(vec![(bytes[8] as u64, bytes[9..].to_vec())]));
-                    if let Some(w) = s.waker.take() {
-                        w.wake();
-                    }
+                    Slot::fill(&slot, Ok(vec![(bytes[8] as u64, bytes[9..].to_vec())]));
                 }
             }
             _ => return Err(VerbsError::Protocol(format!("a completion of unknown kind {kind}"))),
@@ -592,7 +595,7 @@ impl Verbs for RdmaClient {
         // order, as the future runs. A batch that starts with a masked atomic starts its
         // emulation's READ when the future is first polled.
         let prepared = (|| {
-            let regions = validate_and_regions(&self.shared, &requests)?;
+            let regions = regions_of(&self.shared, &requests)?;
             let mut parts = plan_batch(&requests, &regions, &self.shared.caps, true)?.parts;
             let first = match parts.first() {
                 Some(Part::Post(_)) => match parts.remove(0) {
@@ -653,7 +656,7 @@ impl Verbs for RdmaClient {
     }
 
     fn post_unsignaled(&self, requests: Vec<Request>) -> Result<(), VerbsError> {
-        let regions = validate_and_regions(&self.shared, &requests)?;
+        let regions = regions_of(&self.shared, &requests)?;
         let plan = plan_batch(&requests, &regions, &self.shared.caps, false)?;
         for part in plan.parts {
             if let Part::Post(wrs) = part {
@@ -724,9 +727,10 @@ impl Verbs for RdmaClient {
     }
 }
 
-/// The regions of the node a batch targets (after the batch's shape checks).
-fn validate_and_regions(shared: &Shared, requests: &[Request]) -> Result<NodeRegions, VerbsError> {
-    let node = crate::validate_batch(requests, shared.caps.max_message_bytes)?;
+/// The regions of the node a batch's first request targets; [`plan_batch`] checks the rest of
+/// the batch's shape.
+fn regions_of(shared: &Shared, requests: &[Request]) -> Result<NodeRegions, VerbsError> {
+    let node = requests.first().ok_or(VerbsError::EmptyBatch)?.addr.node();
     shared.state.borrow().links.get(&node.0).map(|l| l.regions).ok_or(VerbsError::NoSuchNode(node))
 }
 
