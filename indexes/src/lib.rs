@@ -7,7 +7,7 @@
 //! - [`spec`]: the sequential specification, in words and as an executable model.
 //! - [`example`]: a small, fully documented one-sided hash table with per-bucket locks — read it
 //!   first to learn how an index is written.
-//! - [`sherman`], [`smart`], [`art`]: the indexes of the papers and their baselines.
+//! - [`sherman`], [`smart`], [`art`], [`chime`], [`race`], [`dolphin`]: the indexes of the papers and their baselines.
 //! - [`bulk`]: loading an initial structure with an index's own insert logic.
 //!
 //! Three levels of state: remote memory; per compute node ([`IndexKind::NodeState`], shared by
@@ -18,6 +18,7 @@ pub mod bulk;
 pub mod chime;
 pub mod cluster;
 pub mod common;
+pub mod dolphin;
 pub mod example;
 pub mod hash;
 pub mod race;
@@ -54,6 +55,8 @@ pub enum IndexError {
     },
     /// The key is reserved by the index's layout (say, a fence's +infinity).
     ReservedKey(&'static str),
+    /// The value is reserved by the index's layout (say, the word that marks an empty slot).
+    ReservedValue(&'static str),
     /// The structure has no room for the key (a full bucket, a full table).
     Full,
     /// The index does not offer this operation (scans on hash indexes).
@@ -83,6 +86,7 @@ impl fmt::Display for IndexError {
             IndexError::ValueTooLong { len, max } => write!(f, "value of {len} bytes is longer than {max}"),
             IndexError::ValueTooShort { len, min } => write!(f, "value of {len} bytes is shorter than {min}"),
             IndexError::ReservedKey(why) => write!(f, "reserved key: {why}"),
+            IndexError::ReservedValue(why) => write!(f, "reserved value: {why}"),
             IndexError::Full => write!(f, "the index has no room for this key"),
             IndexError::Unsupported(op) => write!(f, "this index does not support {op}"),
             IndexError::RetriesExhausted { op, retries } => write!(f, "{op} gave up after {retries} retries"),

@@ -59,6 +59,7 @@ pub fn effect_unknown(e: &IndexError) -> bool {
         | IndexError::ValueTooLong { .. }
         | IndexError::ValueTooShort { .. }
         | IndexError::ReservedKey(_)
+        | IndexError::ReservedValue(_)
         | IndexError::Full
         | IndexError::Unsupported(_) => false,
         IndexError::RetriesExhausted { .. } | IndexError::Corrupt(_) | IndexError::Verbs(_) => true,

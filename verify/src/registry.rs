@@ -7,6 +7,7 @@ use dmkit_indexes::IndexKind;
 use dmkit_indexes::art::{Art, ArtOptions};
 use dmkit_indexes::chime::{Chime, ChimeOptions};
 use dmkit_indexes::cluster::Cluster;
+use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
 use dmkit_indexes::example::{Example, ExampleOptions};
 use dmkit_indexes::race::{Race, RaceOptions};
 use dmkit_indexes::sherman::{Sherman, ShermanOptions};
@@ -480,9 +481,86 @@ impl Checked for Race {
     }
 }
 
+/// Dolphin's checking keys: six in one 7-byte prefix (one special node, leaves of 4 slots that
+/// split), one in a sibling prefix (a new child of the first node) and two that leave the first
+/// node's compressed prefix early (prefix splits above it).
+pub fn dolphin_key(k: u64) -> Vec<u8> {
+    let word: u64 = match k {
+        0..=5 => 1 + 2 * k,
+        6 => 0x1_05,
+        7 => 0x0000_0001_0000_0003,
+        _ => 0x0100_0000_0000_0000 + k,
+    };
+    word.to_be_bytes().to_vec()
+}
+
+/// Dolphin's checking options: 4-slot leaves (a split every few inserts) on two memory nodes.
+pub fn dolphin_options(memory_nodes: u16) -> DolphinOptions {
+    DolphinOptions {
+        leaf_slots: 4,
+        memory_nodes,
+        chunk_bytes: 1 << 20,
+        cache_bytes: 1 << 20,
+        max_retries: 2_000,
+        ..DolphinOptions::default()
+    }
+}
+
+impl Checked for Dolphin {
+    fn presets() -> Vec<(Preset, DolphinOptions)> {
+        let base = Preset {
+            name: "default",
+            compute_nodes: 2,
+            memory_nodes: 2,
+            clients: 3,
+            ops_per_client: 6,
+            keys: 9,
+            key_of: dolphin_key,
+            value_bytes: 8,
+            preload: 3,
+            mix: Mix { search: 30, insert: 35, update: 15, delete: 10, scan: 10 },
+            scan_limit: 4,
+            required_counters: &["leaf_split", "backtrack", "prefix_split", "new_prefix", "cas_failures"],
+            step_limit: 1_000_000,
+        };
+        vec![
+            (base.clone(), dolphin_options(2)),
+            // One prefix, hot: updates and deletes meet splits and compactions.
+            (
+                Preset {
+                    name: "leaf",
+                    keys: 6,
+                    preload: 3,
+                    mix: Mix { search: 30, insert: 30, update: 20, delete: 15, scan: 5 },
+                    required_counters: &["leaf_split", "compaction", "smo_wait"],
+                    ..base.clone()
+                },
+                dolphin_options(1),
+            ),
+            (
+                Preset {
+                    name: "pair",
+                    clients: 2,
+                    ops_per_client: 3,
+                    keys: 4,
+                    preload: 3,
+                    required_counters: &[],
+                    step_limit: 200_000,
+                    ..base
+                },
+                dolphin_options(1),
+            ),
+        ]
+    }
+
+    fn configure(options: &mut DolphinOptions, config: &str) -> Result<(), String> {
+        options.configure(config)
+    }
+}
+
 /// Names `dmkit check --index` accepts.
 pub fn index_names() -> Vec<&'static str> {
-    vec![Example::NAME, Sherman::NAME, Smart::NAME, Art::NAME, Chime::NAME, Race::NAME, Cluster::NAME]
+    vec![Example::NAME, Sherman::NAME, Smart::NAME, Art::NAME, Chime::NAME, Race::NAME, Dolphin::NAME, Cluster::NAME]
 }
 
 /// What `dmkit check` was asked to do.
@@ -520,6 +598,7 @@ pub fn list_plants(index: &str) -> Result<String, String> {
         "art" => Art::planted_bugs(),
         "chime" => Chime::planted_bugs(),
         "race" => Race::planted_bugs(),
+        "dolphin" => Dolphin::planted_bugs(),
         "cluster" => Cluster::planted_bugs(),
         other => return Err(unknown(other)),
     };
@@ -539,6 +618,7 @@ pub fn run_check(req: &CheckRequest) -> Result<CheckOutcome, String> {
         "art" => run::<Art>(req),
         "chime" => run::<Chime>(req),
         "race" => run::<Race>(req),
+        "dolphin" => run::<Dolphin>(req),
         "cluster" => run::<Cluster>(req),
         other => Err(unknown(other)),
     }

@@ -1,0 +1,1340 @@
+//! # Dolphin: ART internal nodes over B+tree leaves, with MS-RNIC write synchronization
+//!
+//! Digest: `shared/digests/dolphin.md` (An et al., MSST '24). Internal nodes are SMART-style ART
+//! nodes (8-byte entries carrying their key byte, path compression of up to 6 bytes per header,
+//! types N4–N256 in full-size allocations). The byte that ends a key's 7-byte prefix leads to a
+//! *special* node, which branches on the last key byte by **floor** search over B+tree leaves of
+//! dozens of items sharing that prefix: one cached entry maps to one leaf (the paper's 1→N).
+//!
+//! ## Operations (verbs per the digest's §3.0 table, with a warm cache)
+//!
+//! - **search**: one leaf READ. A leaf whose range ends below the key (it split since the cache
+//!   was filled) sends the client back to its special node: READ it, take the floor entry, READ
+//!   that leaf (the paper's *backtracking*, 2 more round trips, never a restart from the root).
+//! - **update**: `[FAA lock +1, READ leaf]` (the Spear shared mark, which cannot fail, pipelined
+//!   with the READ), then `[WRITE value 8 B, FAA lock −1]`: 2 round trips, no lock CAS. Concurrent
+//!   updates are ordered by the memory node's NIC (an 8-byte WRITE is atomic).
+//! - **insert**: the same first round trip, then CAS an empty key slot, then `[WRITE value, FAA
+//!   −1]`: 3 round trips. The insert that would take a leaf's last empty slot changes the
+//!   structure instead (below).
+//! - **delete**: the same first round trip, then `[CAS key → tombstone, FAA −1]`.
+//! - **scan**: depth first from the root, children in key order; a special node's leaves are read
+//!   in doorbell batches per memory node, sized by how many items are still wanted.
+//! - **structure change** (SMO), by an insert that holds a share: `FAA lock −1,000,000` (the
+//!   exclusive mark), wait until the lock word shows only its own share, READ the leaf, then
+//!   compact it in place (if dropping tombstones makes room) or split it (the artifact's 3/4 :
+//!   1/4, or evenly): write the new right leaf, publish it by CAS into a free entry of the
+//!   special node, rewrite the old leaf, release.
+//! - A key whose 7-byte prefix has no leaf gets a new path: the chain of nodes it needs, a
+//!   special node and a leaf, written first and published by one CAS into a free entry (behind
+//!   the node's capacity, then raising its type, when it is full). A key that diverges inside a
+//!   node's compressed prefix interposes a new node above it (the child's reverse pointer moves
+//!   first, then the parent entry swings, then the child's header is trimmed).
+//!
+//! ## Two protocols (`--config`)
+//!
+//! - `hardened` (default): the digest's §4.4 protocol on a leaf with a version word in every
+//!   64-byte line (`layout::LeafFormat::Versioned`). Correct under the default memory model,
+//!   where a READ samples its lines in any order. Key slots go EMPTY → key → TOMBSTONE and back
+//!   to EMPTY only inside a structure change; a key whose value is not written yet is absent;
+//!   inserts probe empty slots lowest first and turn into updates when a CAS returns their key;
+//!   a structure change rewrites the old leaf with every line's version raised *before* it
+//!   publishes the new leaf, so a search accepts an image only if all lines agree, and a moved
+//!   key is never read from the old leaf after its new home is reachable.
+//! - `faithful`: the paper's protocol on its 1088-byte leaf: delete zeroes the slot, a search
+//!   returns whatever value a matching slot holds, an insert that loses a CAS moves to the next
+//!   empty slot without looking at what won, and a split publishes the new leaf before it
+//!   rewrites the old one, whose front and rear versions nothing raises. The digest's hazards
+//!   H2, H3, H4, H5 and H7 are reachable; each has a planted bug on `hardened` that restores it
+//!   alone (see [`PLANTS`]). H1 needs values over 64 bytes (ours are 8) and H6 lists the
+//!   artifact's coding slips, which are not reproduced.
+//! - `digest`: the hardened slot protocol on the paper's leaf, with the digest's tail-first,
+//!   head-last version bump. It is correct only if a READ samples its lines in ascending address
+//!   order (memory-model switch `read_units_ascending`, the digest's A3); under the default
+//!   model a search can accept a stale image (the tests show both).
+//!
+//! ## Decisions (digest §8), and where we differ
+//!
+//! - Keys are 8 bytes, big-endian; keys 0 (empty slot) and 2^64−1 (tombstone) are reserved.
+//!   Values are 8 bytes, stored XORed with `layout::VALUE_MASK` so the NULL word is one rare
+//!   value (rejected as reserved) rather than the all-zero value.
+//! - **Every leaf hangs under a special node.** A new prefix gets a special node at once (144 B
+//!   for 65-slot leaves), so a leaf's parent entry never changes and the paper's split case 1
+//!   (a special node interposed above a leaf) does not arise. It costs one small node per prefix
+//!   that has a single leaf.
+//! - Special nodes are sized so they never fill: a split leaves at least `min_piece` keys on
+//!   each side, so a 256-key prefix has at most `256 / min_piece` leaves (16 for 65 slots and the
+//!   3/4 split, the artifact's N16). Leaves are never merged and nothing published is freed.
+//! - Bounds are an inclusive `min` and exclusive `max` (0 standing for 2^64), digest §8.6.
+//! - IDUs READ the whole leaf (the artifact), not the paper's 552 bytes without values: an insert
+//!   that meets its own key still pending must see the value word.
+//! - An operation completes when its last data verb does; the release FAA rides in the same
+//!   doorbell batch (no extra round trip).
+//! - No read delegation or write combining (the artifact's SMART heritage, digest §8.14).
+
+pub mod cache;
+pub mod invariants;
+pub mod layout;
+
+use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
+use cache::NodeCache;
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
+use layout::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// The root entry and superblock on memory node 0: `[root entry u64][magic u64]`.
+pub const SUPERBLOCK_OFFSET: u64 = 8192;
+const MAGIC: u64 = u64::from_le_bytes(*b"DMKDLPN1");
+
+pub fn root_addr() -> RemoteAddr {
+    RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
+}
+
+/// Which protocol the leaves run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// The digest's §4.4 protocol.
+    Hardened,
+    /// The paper's.
+    Paper,
+}
+
+/// Dolphin's options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DolphinOptions {
+    /// Key slots per leaf (65 in the artifact).
+    pub leaf_slots: u32,
+    pub split: Split,
+    pub protocol: Protocol,
+    pub format: LeafFormat,
+    /// Compute-node cache budget in bytes (the artifact's default is 200 MB).
+    pub cache_bytes: u64,
+    pub memory_nodes: u16,
+    pub chunk_bytes: u64,
+    /// Bound on retries of one operation before [`IndexError::RetriesExhausted`].
+    pub max_retries: u32,
+    pub plants: BTreeSet<&'static str>,
+}
+
+impl Default for DolphinOptions {
+    fn default() -> Self {
+        DolphinOptions {
+            leaf_slots: 65,
+            split: Split::ThreeQuarters,
+            protocol: Protocol::Hardened,
+            format: LeafFormat::Versioned,
+            cache_bytes: 200 << 20,
+            memory_nodes: 1,
+            chunk_bytes: crate::common::chunk::DEFAULT_CHUNK_BYTES,
+            max_retries: 100_000,
+            plants: BTreeSet::new(),
+        }
+    }
+}
+
+/// Named configurations, for `--config`.
+pub const CONFIGS: [&str; 3] = ["hardened", "faithful", "digest"];
+
+impl DolphinOptions {
+    /// Applies the named configuration: protocol and leaf format.
+    pub fn configure(&mut self, config: &str) -> Result<(), String> {
+        (self.protocol, self.format) = match config {
+            "hardened" => (Protocol::Hardened, LeafFormat::Versioned),
+            "faithful" => (Protocol::Paper, LeafFormat::FrontRear),
+            "digest" => (Protocol::Hardened, LeafFormat::FrontRear),
+            other => return Err(format!("dolphin has no configuration '{other}' (it has: {})", CONFIGS.join(", "))),
+        };
+        Ok(())
+    }
+
+    pub fn layout(&self) -> LeafLayout {
+        LeafLayout { slots: self.leaf_slots as usize, format: self.format }
+    }
+
+    pub fn special_type(&self) -> u8 {
+        self.layout().special_type(self.split)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !(4..=1024).contains(&self.leaf_slots) {
+            return Err(format!("dolphin leaves hold 4..=1024 slots, not {}", self.leaf_slots));
+        }
+        if self.memory_nodes == 0 || self.memory_nodes > MAX_MEMORY_NODES {
+            return Err(format!("dolphin's entries name 1..={MAX_MEMORY_NODES} memory nodes"));
+        }
+        if self.max_retries == 0 {
+            return Err("max_retries must be positive".into());
+        }
+        ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 }.validate()
+    }
+}
+
+/// Every protection of the hardened protocol, removable by name. Five of them restore one of
+/// the paper's behaviours each (the hazard in brackets).
+pub const PLANTS: [PlantedBug; 7] = [
+    PlantedBug {
+        name: "no-line-versions",
+        description: "searches accept a leaf image without checking its versions (H5): a READ overlapping a split's rewrite of the old leaf misses a present key",
+    },
+    PlantedBug {
+        name: "publish-before-shrink",
+        description: "a split publishes the new leaf before it rewrites the old one (the paper's order, H7): a search reads a moved key's old value from the old leaf after an update of it returned",
+    },
+    PlantedBug {
+        name: "delete-clears",
+        description: "a delete zeroes the key and value slots (the paper's, H2): an insert reuses the slot and a late update of the deleted key lands in the new key's value",
+    },
+    PlantedBug {
+        name: "pending-visible",
+        description: "a search returns a slot whose value is not written yet (the paper's, H3): it returns a value nobody wrote",
+    },
+    PlantedBug {
+        name: "probe-any",
+        description: "an insert that loses a slot CAS moves on without looking at the winner (the paper's, H4): two inserts of one key fill two slots",
+    },
+    PlantedBug {
+        name: "no-spear",
+        description: "inserts, updates and deletes skip the Spear shared mark and splits do not wait for them: an update lands in the old leaf after the split copied it",
+    },
+    PlantedBug {
+        name: "no-range-check",
+        description: "a leaf is trusted without checking that its range holds the key (no backtracking): a stale cached special node hides keys that moved right",
+    },
+];
+
+/// The state one compute node's clients share.
+#[derive(Debug)]
+pub struct DolphinNode {
+    pub cache: NodeCache,
+    pub chunks: LocalChunkAllocator,
+}
+
+/// Dolphin's [`IndexKind`].
+#[derive(Debug)]
+pub struct Dolphin;
+
+/// One client's handle.
+#[derive(Debug)]
+pub struct DolphinHandle<C> {
+    o: DolphinOptions,
+    layout: LeafLayout,
+    special_type: u8,
+    node: Arc<DolphinNode>,
+    ctx: C,
+    counters: Counters,
+}
+
+impl IndexKind for Dolphin {
+    const NAME: &'static str = "dolphin";
+    type Options = DolphinOptions;
+    type NodeState = DolphinNode;
+    type Handle<C: Client + Clone + 'static> = DolphinHandle<C>;
+
+    fn limits(_: &DolphinOptions) -> Limits {
+        Limits { min_key_bytes: KEY_BYTES, max_key_bytes: KEY_BYTES, min_value_bytes: 8, max_value_bytes: 8 }
+    }
+
+    fn validate(o: &DolphinOptions) -> Result<(), String> {
+        o.validate()
+    }
+
+    async fn create<C: Client>(o: &DolphinOptions, ctx: &C) -> Result<(), IndexError> {
+        o.validate().map_err(IndexError::Corrupt)?;
+        let mut sb = Vec::with_capacity(16);
+        sb.extend_from_slice(&NULL.to_le_bytes());
+        sb.extend_from_slice(&MAGIC.to_le_bytes());
+        ctx.write(root_addr(), Buf::from(sb)).await?;
+        Ok(())
+    }
+
+    fn node_state(o: &DolphinOptions, _: &Caps) -> DolphinNode {
+        let chunks = LocalChunkAllocator::new(ChunkOptions {
+            memory_nodes: o.memory_nodes,
+            chunk_bytes: o.chunk_bytes,
+            chunk_align: 4096,
+        })
+        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        DolphinNode { cache: NodeCache::new(o.cache_bytes), chunks }
+    }
+
+    fn node_state_bytes(n: &DolphinNode) -> u64 {
+        n.cache.stats().bytes + n.chunks.bytes()
+    }
+
+    fn open<C: Client + Clone + 'static>(o: &DolphinOptions, node: Arc<DolphinNode>, ctx: C) -> DolphinHandle<C> {
+        DolphinHandle {
+            o: o.clone(),
+            layout: o.layout(),
+            special_type: o.special_type(),
+            node,
+            ctx,
+            counters: Counters::default(),
+        }
+    }
+
+    fn check_invariants(o: &DolphinOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+        invariants::check(o, memory)
+    }
+
+    fn warm(o: &DolphinOptions, node: &DolphinNode, memory: &dyn MemoryView) -> Result<(), String> {
+        invariants::warm(o, node, memory)
+    }
+
+    fn node_counters(n: &DolphinNode) -> BTreeMap<&'static str, u64> {
+        let s = n.cache.stats();
+        let (special, regular) = n.cache.census();
+        BTreeMap::from([
+            ("cache_hits", s.hits),
+            ("cache_misses", s.misses),
+            ("cache_entries", s.entries),
+            ("cache_special_nodes", special),
+            ("cache_regular_nodes", regular),
+            ("cache_evictions", s.evictions),
+            ("cache_invalidations", s.invalidations),
+        ])
+    }
+
+    fn planted_bugs() -> &'static [PlantedBug] {
+        &PLANTS
+    }
+
+    fn plant(o: &mut DolphinOptions, bug: &str) -> Result<(), String> {
+        o.plants.insert(PlantedBug::named(&PLANTS, "dolphin", bug)?);
+        Ok(())
+    }
+}
+
+/// The way from a parent entry towards `key`.
+#[derive(Clone, Copy, Debug)]
+struct Path {
+    /// The entry slot followed (the root word for the root).
+    p_ptr: RemoteAddr,
+    /// Its value as read.
+    p: Entry,
+    /// The node holding `p_ptr` and the position it branches on (`None`: the root word).
+    parent: Option<(RemoteAddr, usize)>,
+    from_cache: bool,
+    /// The key position the child's prefix starts at.
+    pos: usize,
+}
+
+/// Why a key has no leaf.
+#[derive(Clone, Copy, Debug)]
+enum Missing {
+    /// The tree is empty.
+    EmptyRoot,
+    /// The node has no entry for the key's byte at its branch position.
+    NoChild,
+    /// The key differs from the node's compressed prefix at this position.
+    Mismatch(usize),
+}
+
+enum Descent {
+    /// `path.p` is the key's leaf entry (as far as this walk can tell); its parent is special.
+    Leaf(Path),
+    /// No leaf for the key's prefix: `node` is where it would hang (`None` for an empty tree).
+    Missing { path: Path, node: Option<(RemoteAddr, NodeImage)>, why: Missing },
+}
+
+/// What a writer does at its leaf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// Upsert of a stored value word.
+    Put(u64),
+    /// Update of an existing key only.
+    Update(u64),
+    Delete,
+}
+
+enum Step {
+    Done(bool),
+    /// Start again from the cache.
+    Retry,
+}
+
+/// The result of checking a leaf image against the way it was reached.
+enum LeafCheck {
+    Ok,
+    /// Lines of different versions: read it again.
+    Torn,
+    /// The leaf's range ends at or below the key: backtrack to the special node.
+    Right,
+    /// The entry or the cache was stale: start again.
+    Stale,
+}
+
+/// A new path: its top entry, its top node, and every node and leaf to write.
+type Built = (Entry, RemoteAddr, Vec<(RemoteAddr, Vec<u8>)>);
+
+fn key_word(key: &[u8]) -> Result<u64, IndexError> {
+    let k = u64::from_be_bytes(key.try_into().expect("limits checked"));
+    if k == EMPTY || k == TOMBSTONE {
+        return Err(IndexError::ReservedKey("Dolphin reserves keys 0 (empty slot) and 2^64-1 (tombstone)"));
+    }
+    Ok(k)
+}
+
+/// The smallest key not before `start` (`None`: there is none).
+fn start_key(start: Bound<&[u8]>) -> Option<u64> {
+    let pad = |b: &[u8]| {
+        let mut w = [0u8; 8];
+        w[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+        u64::from_be_bytes(w)
+    };
+    match start {
+        Bound::Unbounded => Some(0),
+        Bound::Included(b) if b.len() <= 8 => Some(pad(b)),
+        Bound::Excluded(b) if b.len() < 8 => Some(pad(b)),
+        Bound::Included(b) | Bound::Excluded(b) => pad(b).checked_add(1),
+    }
+}
+
+/// The largest key not past `end` (`None`: there is none).
+fn end_key(end: Bound<&[u8]>) -> Option<u64> {
+    let pad = |b: &[u8]| {
+        let mut w = [0u8; 8];
+        w[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+        u64::from_be_bytes(w)
+    };
+    match end {
+        Bound::Unbounded => Some(u64::MAX),
+        Bound::Included(b) if b.len() >= 8 => Some(pad(b)),
+        Bound::Excluded(b) if b.len() > 8 => Some(pad(b)),
+        Bound::Included(b) | Bound::Excluded(b) => pad(b).checked_sub(1),
+    }
+}
+
+impl<C: Client + Clone + 'static> DolphinHandle<C> {
+    fn planted(&self, bug: &str) -> bool {
+        self.o.plants.contains(bug)
+    }
+
+    fn hardened(&self) -> bool {
+        self.o.protocol == Protocol::Hardened
+    }
+
+    fn exhausted(&self, op: &'static str) -> IndexError {
+        IndexError::RetriesExhausted { op, retries: self.o.max_retries }
+    }
+
+    async fn read_word(&self, at: RemoteAddr) -> Result<u64, IndexError> {
+        Ok(self.ctx.read(at, Buf::zeroed(8)).await?.u64_at(0))
+    }
+
+    /// READs a node as its entry's type says, and the rest if the header's type is larger.
+    async fn read_node(&mut self, p: Entry) -> Result<NodeImage, IndexError> {
+        let addr = p.addr();
+        let t = p.node_type().max(1);
+        let bytes = self.ctx.read(addr, Buf::zeroed(node_read_bytes(t))).await?;
+        let mut img = NodeImage::decode(&bytes);
+        let ht = img.header.node_type();
+        if ht > t {
+            self.counters.event("node_grew");
+            let from = node_read_bytes(t);
+            let more = self.ctx.read(addr.add(from as u64), Buf::zeroed(node_read_bytes(ht) - from)).await?;
+            img.entries.extend(NodeImage::decode(&[&[0u8; 16][..], more.as_slice()].concat()).entries);
+        }
+        self.ctx.charge_cpu(CpuWork::NodeSearchEntry, img.live().len() as u64).await;
+        Ok(img)
+    }
+
+    /// Walks from the deepest cached node (or the root) to `key`'s leaf entry.
+    async fn descend(&mut self, key: u64) -> Result<Descent, IndexError> {
+        self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
+        let mut path = match self.node.cache.lookup(key) {
+            Some(hit) => Path {
+                p_ptr: entry_addr(hit.node.addr, hit.index),
+                p: hit.node.entries[hit.index],
+                parent: Some((hit.node.addr, hit.node.branch)),
+                from_cache: true,
+                pos: hit.node.branch + 1,
+            },
+            None => {
+                let p = Entry(self.read_word(root_addr()).await?);
+                Path { p_ptr: root_addr(), p, parent: None, from_cache: false, pos: 0 }
+            }
+        };
+        for _ in 0..self.o.max_retries {
+            if path.p.is_null() {
+                if path.parent.is_none() {
+                    return Ok(Descent::Missing { path, node: None, why: Missing::EmptyRoot });
+                }
+                return Err(IndexError::Corrupt(format!("entry {} is NULL after pointing to a child", path.p_ptr)));
+            }
+            if path.p.is_leaf() {
+                return match path.parent {
+                    Some((_, SPECIAL_POS)) => Ok(Descent::Leaf(path)),
+                    _ => Err(IndexError::Corrupt(format!("leaf entry {} outside a special node", path.p_ptr))),
+                };
+            }
+            let addr = path.p.addr();
+            let img = self.read_node(path.p).await?;
+            let h = img.header;
+            if img.rev != path.p_ptr.raw()
+                || h.node_type() == 0
+                || h.branch_pos() < path.pos
+                || h.first_pos() > path.pos
+            {
+                // A stale cached entry, or a prefix split in progress above this node: read the
+                // entry again (it swings once the split publishes, or the split backs out).
+                self.counters.event("stale_node");
+                self.forget(key, &path);
+                path.p = Entry(self.read_word(path.p_ptr).await?);
+                path.from_cache = false;
+                self.ctx.yield_now().await;
+                continue;
+            }
+            let from = h.first_pos().max(path.pos);
+            if let Some(q) = (from..h.branch_pos()).find(|&q| h.byte_at(q) != kbyte(key, q)) {
+                return Ok(Descent::Missing { path, node: Some((addr, img)), why: Missing::Mismatch(q) });
+            }
+            self.node.cache.insert(key, addr, &img);
+            let b = h.branch_pos();
+            let found = if h.is_special() { img.floor(kbyte(key, b)) } else { img.exact(kbyte(key, b)) };
+            let Some(i) = found else {
+                if h.is_special() {
+                    return Err(IndexError::Corrupt(format!("special node {addr} has no floor entry")));
+                }
+                return Ok(Descent::Missing { path, node: Some((addr, img)), why: Missing::NoChild });
+            };
+            path = Path {
+                p_ptr: entry_addr(addr, i),
+                p: img.entries[i],
+                parent: Some((addr, b)),
+                from_cache: false,
+                pos: b + 1,
+            };
+        }
+        Err(self.exhausted("descend"))
+    }
+
+    /// Drops the cached node `path` came from, if it came from the cache.
+    fn forget(&self, key: u64, path: &Path) {
+        if let (true, Some((node, branch))) = (path.from_cache, path.parent) {
+            self.node.cache.invalidate(key, branch, node);
+        }
+    }
+
+    fn check_leaf(&mut self, key: u64, path: &Path, img: &LeafImage, search: bool) -> LeafCheck {
+        if search && !self.planted("no-line-versions") && !img.consistent(&self.layout) {
+            self.counters.event("torn_read");
+            return LeafCheck::Torn;
+        }
+        if img.rev != path.p_ptr.raw() || key < img.min {
+            self.counters.event("stale_leaf");
+            return LeafCheck::Stale;
+        }
+        if !img.covers(key) && !self.planted("no-range-check") {
+            return LeafCheck::Right;
+        }
+        LeafCheck::Ok
+    }
+
+    /// The paper's backtracking: READ the special node again and take the floor entry.
+    async fn backtrack(&mut self, key: u64, path: &mut Path) -> Result<(), IndexError> {
+        self.counters.event("backtrack");
+        let (special, branch) = path.parent.expect("a leaf's parent is a special node");
+        self.node.cache.invalidate(key, branch, special);
+        let img = self.read_node(Entry::internal(0, self.special_type, special)).await?;
+        self.node.cache.insert(key, special, &img);
+        let i = img
+            .floor(kbyte(key, SPECIAL_POS))
+            .ok_or_else(|| IndexError::Corrupt(format!("special node {special} has no floor entry")))?;
+        *path =
+            Path { p_ptr: entry_addr(special, i), p: img.entries[i], parent: path.parent, from_cache: false, pos: 8 };
+        self.ctx.yield_now().await;
+        Ok(())
+    }
+
+    async fn read_leaf(&mut self, leaf: RemoteAddr) -> Result<LeafImage, IndexError> {
+        let bytes = self.ctx.read(leaf, Buf::zeroed(self.layout.bytes())).await?;
+        self.ctx.charge_cpu(CpuWork::NodeSearchEntry, self.layout.slots as u64).await;
+        Ok(LeafImage::decode(&self.layout, &bytes))
+    }
+
+    async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        Self::limits_of().check_key(key)?;
+        let k = key_word(key)?;
+        'walk: for _ in 0..self.o.max_retries {
+            let mut path = match self.descend(k).await? {
+                Descent::Leaf(path) => path,
+                Descent::Missing { .. } => return Ok(None),
+            };
+            for _ in 0..self.o.max_retries {
+                let img = self.read_leaf(path.p.addr()).await?;
+                match self.check_leaf(k, &path, &img, true) {
+                    LeafCheck::Ok => return Ok(self.value_in(k, &img)),
+                    LeafCheck::Torn => self.ctx.yield_now().await,
+                    LeafCheck::Right => self.backtrack(k, &mut path).await?,
+                    LeafCheck::Stale => {
+                        self.forget(k, &path);
+                        self.counters.retries += 1;
+                        continue 'walk;
+                    }
+                }
+            }
+        }
+        Err(self.exhausted("search"))
+    }
+
+    /// `key`'s value in a leaf image, as a search sees it.
+    fn value_in(&self, key: u64, img: &LeafImage) -> Option<Vec<u8>> {
+        let i = img.keys.iter().position(|&k| k == key)?;
+        let v = img.values[i];
+        if v == VALUE_NULL && self.hardened() && !self.planted("pending-visible") {
+            return None;
+        }
+        Some(load_value(v))
+    }
+
+    fn limits_of() -> Limits {
+        Dolphin::limits(&DolphinOptions::default())
+    }
+
+    /// Takes a Spear share and READs the leaf in one round trip; `None` if a structure change
+    /// holds the leaf (the share is given back and the change waited out).
+    async fn enter(&mut self, leaf: RemoteAddr) -> Result<Option<LeafImage>, IndexError> {
+        if self.planted("no-spear") {
+            return Ok(Some(self.read_leaf(leaf).await?));
+        }
+        let lock = leaf.add(self.layout.lock_off());
+        let mut r = self.ctx.post(vec![Request::faa(lock, 1), Request::read_len(leaf, self.layout.bytes())]).await?;
+        let bytes = r.pop().expect("a READ response").into_buf()?;
+        let old = r.pop().expect("an FAA response").atomic()? as i64;
+        self.ctx.charge_cpu(CpuWork::NodeSearchEntry, self.layout.slots as u64).await;
+        if old < SPEAR_LIMIT {
+            self.counters.lock_failures += 1;
+            self.counters.event("smo_wait");
+            self.ctx.faa(lock, (-1i64) as u64).await?;
+            self.wait_unlocked(leaf).await?;
+            return Ok(None);
+        }
+        Ok(Some(LeafImage::decode(&self.layout, &bytes)))
+    }
+
+    /// Polls the lock word until no structure change holds the leaf.
+    async fn wait_unlocked(&mut self, leaf: RemoteAddr) -> Result<(), IndexError> {
+        let lock = leaf.add(self.layout.lock_off());
+        for _ in 0..self.o.max_retries {
+            if self.read_word(lock).await? as i64 >= SPEAR_LIMIT {
+                return Ok(());
+            }
+            self.ctx.yield_now().await;
+        }
+        Err(self.exhausted("spear wait"))
+    }
+
+    /// Posts the operation's last data verbs with the share's release behind them on the QP.
+    async fn finish(&mut self, leaf: RemoteAddr, mut batch: Vec<Request>) -> Result<Vec<u64>, IndexError> {
+        let n = batch.len();
+        if !self.planted("no-spear") {
+            batch.push(Request::faa(leaf.add(self.layout.lock_off()), (-1i64) as u64));
+        }
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let r = self.ctx.post(batch).await?;
+        r.into_iter().take(n).map(|x| Ok(x.atomic().unwrap_or(0))).collect()
+    }
+
+    /// Waits until slot `x`'s value is written (an insert of the same key won the slot).
+    async fn wait_value(&mut self, leaf: RemoteAddr, x: usize) -> Result<(), IndexError> {
+        self.counters.event("pending_wait");
+        let at = leaf.add(self.layout.value_off(x));
+        for _ in 0..self.o.max_retries {
+            if self.read_word(at).await? != VALUE_NULL {
+                return Ok(());
+            }
+            self.ctx.yield_now().await;
+        }
+        Err(self.exhausted("pending value"))
+    }
+
+    async fn do_write(&mut self, op: &'static str, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        let k = key_word(key)?;
+        for attempt in 0..self.o.max_retries {
+            match self.descend(k).await? {
+                Descent::Leaf(mut path) => match self.at_leaf(k, &mut path, change).await? {
+                    Step::Done(existed) => return Ok(existed),
+                    Step::Retry => self.counters.retries += 1,
+                },
+                Descent::Missing { path, node, why } => {
+                    let Change::Put(v) = change else { return Ok(false) };
+                    if self.new_path(k, v, path, node, why).await? {
+                        return Ok(false);
+                    }
+                    self.counters.retries += 1;
+                    self.node.cache.invalidate_path(k);
+                    if attempt > 2 {
+                        self.ctx.yield_now().await;
+                    }
+                }
+            }
+        }
+        Err(self.exhausted(op))
+    }
+
+    /// A write at its leaf: enter, check, act (or change the structure).
+    async fn at_leaf(&mut self, k: u64, path: &mut Path, change: Change) -> Result<Step, IndexError> {
+        for _ in 0..self.o.max_retries {
+            let leaf = path.p.addr();
+            let Some(img) = self.enter(leaf).await? else { return Ok(Step::Retry) };
+            match self.check_leaf(k, path, &img, false) {
+                LeafCheck::Ok => return self.act(k, path, leaf, img, change).await,
+                LeafCheck::Torn | LeafCheck::Stale => {
+                    self.finish(leaf, Vec::new()).await?;
+                    self.forget(k, path);
+                    return Ok(Step::Retry);
+                }
+                LeafCheck::Right => {
+                    self.finish(leaf, Vec::new()).await?;
+                    self.backtrack(k, path).await?;
+                }
+            }
+        }
+        Err(self.exhausted("leaf"))
+    }
+
+    async fn act(
+        &mut self,
+        k: u64,
+        path: &Path,
+        leaf: RemoteAddr,
+        img: LeafImage,
+        change: Change,
+    ) -> Result<Step, IndexError> {
+        let l = self.layout;
+        let found = img.keys.iter().position(|&x| x == k);
+        let pending = found.is_some_and(|x| img.values[x] == VALUE_NULL) && self.hardened();
+        match (change, found) {
+            (Change::Put(v) | Change::Update(v), Some(x)) => {
+                if pending {
+                    if let Change::Update(_) = change {
+                        // The insert that holds the slot has not written its value: absent.
+                        self.finish(leaf, Vec::new()).await?;
+                        return Ok(Step::Done(false));
+                    }
+                    self.wait_value(leaf, x).await?;
+                }
+                self.finish(leaf, vec![Request::write(leaf.add(l.value_off(x)), v.to_le_bytes().to_vec())]).await?;
+                Ok(Step::Done(true))
+            }
+            (Change::Delete, Some(x)) => {
+                if pending {
+                    self.finish(leaf, Vec::new()).await?;
+                    return Ok(Step::Done(false));
+                }
+                if !self.hardened() || self.planted("delete-clears") {
+                    let zero = || 0u64.to_le_bytes().to_vec();
+                    self.finish(
+                        leaf,
+                        vec![
+                            Request::write(leaf.add(l.key_off(x)), zero()),
+                            Request::write(leaf.add(l.value_off(x)), zero()),
+                        ],
+                    )
+                    .await?;
+                    return Ok(Step::Done(true));
+                }
+                let old = self.finish(leaf, vec![Request::cas(leaf.add(l.key_off(x)), k, TOMBSTONE)]).await?;
+                Ok(Step::Done(old[0] == k))
+            }
+            (Change::Update(_) | Change::Delete, None) => {
+                self.finish(leaf, Vec::new()).await?;
+                Ok(Step::Done(false))
+            }
+            (Change::Put(v), None) => self.insert_in_leaf(k, v, path, leaf, &img).await,
+        }
+    }
+
+    /// Claims an empty slot by CAS, lowest first; the last empty slot is never taken (the
+    /// insert that would fill the leaf changes the structure instead).
+    async fn insert_in_leaf(
+        &mut self,
+        k: u64,
+        v: u64,
+        path: &Path,
+        leaf: RemoteAddr,
+        img: &LeafImage,
+    ) -> Result<Step, IndexError> {
+        let l = self.layout;
+        let empties: Vec<usize> = (0..l.slots).filter(|&i| img.keys[i] == EMPTY).collect();
+        let inspect = self.hardened() && !self.planted("probe-any");
+        for &x in empties.iter().take(empties.len().saturating_sub(1)) {
+            let old = self.ctx.cas(leaf.add(l.key_off(x)), EMPTY, k).await?;
+            if old == EMPTY {
+                self.finish(leaf, vec![Request::write(leaf.add(l.value_off(x)), v.to_le_bytes().to_vec())]).await?;
+                return Ok(Step::Done(false));
+            }
+            self.counters.cas_failures += 1;
+            if old == k && inspect {
+                // Another insert of this key won the slot: this one is an update after it.
+                self.counters.event("same_key_insert");
+                self.wait_value(leaf, x).await?;
+                self.finish(leaf, vec![Request::write(leaf.add(l.value_off(x)), v.to_le_bytes().to_vec())]).await?;
+                return Ok(Step::Done(true));
+            }
+        }
+        self.smo(k, v, path, leaf).await
+    }
+
+    /// A structure change of `leaf` by an insert of `k` that holds a share of it.
+    async fn smo(&mut self, k: u64, v: u64, path: &Path, leaf: RemoteAddr) -> Result<Step, IndexError> {
+        let l = self.layout;
+        let lock = leaf.add(l.lock_off());
+        let spear = !self.planted("no-spear");
+        if spear {
+            let old = self.ctx.faa(lock, SPEAR_SMO as u64).await? as i64;
+            if old < SPEAR_LIMIT {
+                // Another change holds it: give back the mark and the share, wait, start again.
+                self.counters.lock_failures += 1;
+                self.counters.event("smo_conflict");
+                self.ctx.faa(lock, (-SPEAR_SMO - 1) as u64).await?;
+                self.wait_unlocked(leaf).await?;
+                return Ok(Step::Retry);
+            }
+            let mut drained = false;
+            for _ in 0..self.o.max_retries {
+                if self.read_word(lock).await? as i64 == SPEAR_SMO + 1 {
+                    drained = true;
+                    break;
+                }
+                self.counters.event("smo_drain_wait");
+                self.ctx.yield_now().await;
+            }
+            if !drained {
+                self.ctx.faa(lock, (-SPEAR_SMO - 1) as u64).await?;
+                return Err(self.exhausted("split drain"));
+            }
+        }
+        // The exclusive mark and this insert's own share go together.
+        let release = || if spear { vec![Request::faa(lock, (-SPEAR_SMO - 1) as u64)] } else { Vec::new() };
+        let img = self.read_leaf(leaf).await?;
+        if let Some(x) = img.keys.iter().position(|&x| x == k) {
+            // The key arrived while this insert waited: write its value.
+            let w = Request::write(leaf.add(l.value_off(x)), v.to_le_bytes().to_vec());
+            self.ctx.post([vec![w], release()].concat()).await?;
+            return Ok(Step::Done(true));
+        }
+        let mut items = img.items();
+        items.push((k, v));
+        items.sort_unstable();
+        if items.len() < l.slots {
+            // Tombstones make room: rewrite the leaf in place. A split happens only with every
+            // slot live, so each side gets at least `Split::min_piece` keys (special nodes never
+            // fill, see `LeafLayout::special_type`).
+            self.counters.event("compaction");
+            let mut e = img.clone();
+            fill(&mut e, &items);
+            self.rewrite(leaf, &img, e, None).await?;
+            if spear {
+                self.ctx.post(release()).await?;
+            }
+            return Ok(Step::Done(false));
+        }
+        self.counters.event("leaf_split");
+        let keep = self.o.split.keep(items.len());
+        let split_key = items[keep].0;
+        let (special, _) = path.parent.expect("leaves hang under special nodes");
+        let new_leaf = self.node.chunks.alloc(&self.ctx, l.bytes() as u64, LEAF_ALIGN).await?;
+        let mut right = LeafImage::empty(&l, RemoteAddr::NULL, split_key, img.max);
+        fill(&mut right, &items[keep..]);
+        let mut left = img.clone();
+        left.max = split_key;
+        fill(&mut left, &items[..keep]);
+        self.rewrite(leaf, &img, left, Some((special, right, new_leaf, kbyte(split_key, SPECIAL_POS)))).await?;
+        self.node.cache.invalidate(k, SPECIAL_POS, special);
+        if spear {
+            self.ctx.post(release()).await?;
+        }
+        Ok(Step::Done(false))
+    }
+
+    /// Rewrites the old leaf (and publishes a new right leaf, for a split) in the order the
+    /// protocol needs. The caller holds the leaf exclusively.
+    async fn rewrite(
+        &mut self,
+        leaf: RemoteAddr,
+        old: &LeafImage,
+        mut left: LeafImage,
+        split: Option<(RemoteAddr, LeafImage, RemoteAddr, u8)>,
+    ) -> Result<(), IndexError> {
+        let l = self.layout;
+        let ver = old.version();
+        let lock_off = l.lock_off() as usize;
+        // Everything before the lock word, in one WRITE: the lock is changed by FAA only, and
+        // (versioned format) every data line goes with its version.
+        let body =
+            |img: &LeafImage| -> Vec<Request> { vec![Request::write(leaf, img.encode(&l)[..lock_off].to_vec())] };
+        match (self.o.protocol, l.format) {
+            (Protocol::Hardened, LeafFormat::Versioned) => {
+                left.set_version(ver + 1);
+                if self.planted("publish-before-shrink") {
+                    if let Some(s) = split {
+                        self.publish(s).await?;
+                    }
+                    self.ctx.post(body(&left)).await?;
+                } else {
+                    // Old leaf first: a moved key is in no reachable leaf until the publish (its
+                    // searches wait), never in a stale one after it.
+                    self.ctx.post(body(&left)).await?;
+                    if let Some(s) = split {
+                        self.publish(s).await?;
+                    }
+                }
+            }
+            (Protocol::Hardened, LeafFormat::FrontRear) => {
+                // The digest's §4.4 item 6: rear first, front last.
+                let rear = leaf.add(l.rear_off());
+                self.ctx.post(vec![Request::write(rear, vec![(ver as u8).wrapping_add(1)])]).await?;
+                if let Some(s) = split {
+                    self.publish(s).await?;
+                }
+                left.front = ver as u8;
+                left.versions[0] = u64::from((ver as u8).wrapping_add(1));
+                let mut w = body(&left);
+                w.push(Request::write(leaf.add(l.front_off()), vec![(ver as u8).wrapping_add(1)]));
+                self.ctx.post(w).await?;
+            }
+            (Protocol::Paper, _) => {
+                // The paper's order: publish, then shrink; no version moves.
+                if let Some(s) = split {
+                    self.publish(s).await?;
+                }
+                self.ctx.post(body(&left)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a new right leaf and CASes it into a free entry of its special node.
+    async fn publish(&mut self, split: (RemoteAddr, LeafImage, RemoteAddr, u8)) -> Result<(), IndexError> {
+        let (special, mut right, at, partial) = split;
+        for _ in 0..self.o.max_retries {
+            let img = self.read_node(Entry::internal(0, self.special_type, special)).await?;
+            let Some(j) = img.live().iter().position(|e| e.is_null()) else {
+                return Err(IndexError::Corrupt(format!("special node {special} is full")));
+            };
+            right.rev = entry_addr(special, j).raw();
+            self.ctx.write(at, Buf::from(right.encode(&self.layout))).await?;
+            let old = self.ctx.cas(entry_addr(special, j), NULL, Entry::leaf(partial, at).0).await?;
+            if old == NULL {
+                return Ok(());
+            }
+            self.counters.cas_failures += 1;
+        }
+        Err(self.exhausted("publish leaf"))
+    }
+
+    /// Builds the nodes a key with no leaf needs below key position `from`: regular nodes while
+    /// more than 6 bytes remain before the special byte, then a special node and a leaf. Returns
+    /// the top entry (with `partial`), the top node and everything to write.
+    async fn build(&mut self, k: u64, v: u64, from: usize, rev: RemoteAddr, partial: u8) -> Result<Built, IndexError> {
+        let mut nodes: Vec<(RemoteAddr, NodeImage, usize)> = Vec::new();
+        let mut pos = from;
+        let mut slot = rev;
+        let mut allocated: Vec<(RemoteAddr, u64)> = Vec::new();
+        let result = async {
+            while SPECIAL_POS - pos > MAX_PARTIALS {
+                let at = self.node.chunks.alloc(&self.ctx, REGULAR_BYTES, REGULAR_ALIGN).await?;
+                allocated.push((at, REGULAR_BYTES));
+                let partials: Vec<u8> = (pos..pos + MAX_PARTIALS).map(|q| kbyte(k, q)).collect();
+                let header = Header::new(pos + 1, NEW_NODE_TYPE, &partials);
+                nodes.push((
+                    at,
+                    NodeImage { rev: slot.raw(), header, entries: vec![Entry::null(); 16] },
+                    REGULAR_BYTES as usize,
+                ));
+                slot = entry_addr(at, 0);
+                pos += MAX_PARTIALS + 1;
+            }
+            let st = self.special_type;
+            let sbytes = node_read_bytes(st);
+            let at = self.node.chunks.alloc(&self.ctx, sbytes as u64, SPECIAL_ALIGN).await?;
+            allocated.push((at, sbytes as u64));
+            let partials: Vec<u8> = (pos..SPECIAL_POS).map(|q| kbyte(k, q)).collect();
+            let header = Header::new(pos + 1, st, &partials);
+            nodes.push((at, NodeImage { rev: slot.raw(), header, entries: vec![Entry::null(); capacity(st)] }, sbytes));
+            let leaf_at = self.node.chunks.alloc(&self.ctx, self.layout.bytes() as u64, LEAF_ALIGN).await?;
+            allocated.push((leaf_at, self.layout.bytes() as u64));
+            let mut leaf = LeafImage::empty(&self.layout, entry_addr(at, 0), k & !0xFF, prefix_end(k));
+            leaf.keys[0] = k;
+            leaf.values[0] = v;
+            Ok::<_, IndexError>((leaf_at, leaf))
+        }
+        .await;
+        let (leaf_at, leaf) = match result {
+            Ok(x) => x,
+            Err(e) => {
+                for (a, b) in allocated {
+                    let _ = self.node.chunks.free(a, b);
+                }
+                return Err(e);
+            }
+        };
+        // Link each node to the next, the special node to the leaf.
+        let n = nodes.len();
+        nodes[n - 1].1.entries[0] = Entry::leaf(0, leaf_at);
+        for i in (0..n - 1).rev() {
+            let (child, ref img, _) = nodes[i + 1];
+            let b = nodes[i].1.header.branch_pos();
+            let e = Entry::internal(kbyte(k, b), img.header.node_type(), child);
+            nodes[i].1.entries[0] = e;
+        }
+        let top = Entry::internal(partial, nodes[0].1.header.node_type(), nodes[0].0);
+        let top_at = nodes[0].0;
+        let mut writes: Vec<(RemoteAddr, Vec<u8>)> =
+            nodes.iter().map(|(at, img, bytes)| (*at, img.encode(*bytes))).collect();
+        writes.push((leaf_at, leaf.encode(&self.layout)));
+        Ok((top, top_at, writes))
+    }
+
+    async fn write_all(&mut self, writes: &[(RemoteAddr, Vec<u8>)]) -> Result<(), IndexError> {
+        let batch = writes.iter().map(|(at, b)| Request::write(*at, b.clone())).collect();
+        crate::common::batch::post_per_node(&self.ctx, batch).await?;
+        Ok(())
+    }
+
+    fn free_all(&self, writes: &[(RemoteAddr, Vec<u8>)]) {
+        for (at, b) in writes {
+            let bytes = if b.len() == self.layout.bytes() || b.len() == node_read_bytes(self.special_type) {
+                b.len() as u64
+            } else {
+                REGULAR_BYTES
+            };
+            let _ = self.node.chunks.free(*at, bytes);
+        }
+    }
+
+    /// Gives `k`'s prefix a path; false if a concurrent change got there first.
+    async fn new_path(
+        &mut self,
+        k: u64,
+        v: u64,
+        path: Path,
+        node: Option<(RemoteAddr, NodeImage)>,
+        why: Missing,
+    ) -> Result<bool, IndexError> {
+        match (why, node) {
+            (Missing::EmptyRoot, _) => {
+                let (top, _, writes) = self.build(k, v, 0, root_addr(), 0).await?;
+                self.write_all(&writes).await?;
+                if self.ctx.cas(root_addr(), NULL, top.0).await? == NULL {
+                    self.counters.event("new_prefix");
+                    return Ok(true);
+                }
+                self.counters.cas_failures += 1;
+                self.free_all(&writes);
+                Ok(false)
+            }
+            (Missing::NoChild, Some((n, img))) => self.add_child(k, v, &path, n, &img).await,
+            (Missing::Mismatch(q), Some((n, img))) => self.interpose(k, v, &path, n, &img, q).await,
+            (_, None) => Err(IndexError::Corrupt("a missing child without its node".into())),
+        }
+    }
+
+    /// Hangs a new path for `k` in a free entry of node `n` (behind its capacity if it is full,
+    /// then raising its type).
+    async fn add_child(
+        &mut self,
+        k: u64,
+        v: u64,
+        path: &Path,
+        n: RemoteAddr,
+        img: &NodeImage,
+    ) -> Result<bool, IndexError> {
+        let b = img.header.branch_pos();
+        let kb = kbyte(k, b);
+        let cap = img.live().len();
+        let candidates: Vec<usize> =
+            img.live().iter().enumerate().filter(|(_, e)| e.is_null()).map(|(i, _)| i).chain(cap..256).collect();
+        let mut built: Option<Built> = None;
+        for j in candidates {
+            let slot = entry_addr(n, j);
+            let (top, top_at) = match &built {
+                None => {
+                    let (top, top_at, writes) = self.build(k, v, b + 1, slot, kb).await?;
+                    self.write_all(&writes).await?;
+                    built = Some((top, top_at, writes));
+                    (top, top_at)
+                }
+                Some((top, top_at, _)) => {
+                    self.ctx.write(*top_at, Buf::from(slot.raw().to_le_bytes().to_vec())).await?;
+                    (*top, *top_at)
+                }
+            };
+            let _ = top_at;
+            let old = Entry(self.ctx.cas(slot, NULL, top.0).await?);
+            if old.is_null() {
+                self.counters.event("new_prefix");
+                self.node.cache.invalidate(k, b, n);
+                if j >= cap {
+                    self.raise_type(k, n, path, j).await?;
+                }
+                return Ok(true);
+            }
+            self.counters.cas_failures += 1;
+            if old.partial() == kb {
+                // Someone else hung this byte's child: finish its type switch, then use it.
+                if j >= cap {
+                    self.raise_type(k, n, path, j).await?;
+                }
+                break;
+            }
+        }
+        if let Some((_, _, writes)) = built {
+            self.free_all(&writes);
+        }
+        Ok(false)
+    }
+
+    /// Raises node `n`'s type until it covers entry `j` (header by CAS, the parent's entry too).
+    async fn raise_type(&mut self, k: u64, n: RemoteAddr, path: &Path, j: usize) -> Result<(), IndexError> {
+        self.counters.event("type_switch");
+        let t = type_for(j + 1);
+        let at = n.add(8);
+        for _ in 0..self.o.max_retries {
+            let h = Header(self.read_word(at).await?);
+            if h.node_type() >= t {
+                break;
+            }
+            if self.ctx.cas(at, h.0, h.with_type(t).0).await? == h.0 {
+                break;
+            }
+            self.counters.cas_failures += 1;
+        }
+        // The parent's copy of the type only sizes READs: one try is enough.
+        if path.p.node_type() < t {
+            let _ = self.ctx.cas(path.p_ptr, path.p.0, path.p.with_type(t).0).await?;
+        }
+        self.node.cache.invalidate_path(k);
+        Ok(())
+    }
+
+    /// Interposes a new node above `n`, where `k` leaves `n`'s compressed prefix at position
+    /// `q`: move `n`'s reverse pointer first, swing the parent entry, then trim `n`'s header.
+    async fn interpose(
+        &mut self,
+        k: u64,
+        v: u64,
+        path: &Path,
+        n: RemoteAddr,
+        img: &NodeImage,
+        q: usize,
+    ) -> Result<bool, IndexError> {
+        let e = path.pos;
+        let m = self.node.chunks.alloc(&self.ctx, REGULAR_BYTES, REGULAR_ALIGN).await?;
+        let built = self.build(k, v, q + 1, entry_addr(m, 1), kbyte(k, q)).await;
+        let (top, _, mut writes) = match built {
+            Ok(x) => x,
+            Err(err) => {
+                let _ = self.node.chunks.free(m, REGULAR_BYTES);
+                return Err(err);
+            }
+        };
+        let partials: Vec<u8> = (e..q).map(|x| kbyte(k, x)).collect();
+        let mut entries = vec![Entry::null(); 16];
+        entries[0] = Entry::internal(img.header.byte_at(q), img.header.node_type(), n);
+        entries[1] = top;
+        let mimg = NodeImage { rev: path.p_ptr.raw(), header: Header::new(e + 1, NEW_NODE_TYPE, &partials), entries };
+        writes.push((m, mimg.encode(REGULAR_BYTES as usize)));
+        self.write_all(&writes).await?;
+        let undo = |me: &Self, writes: &[(RemoteAddr, Vec<u8>)]| me.free_all(writes);
+        if self.ctx.cas(n, path.p_ptr.raw(), entry_addr(m, 0).raw()).await? != path.p_ptr.raw() {
+            self.counters.cas_failures += 1;
+            undo(self, &writes);
+            return Ok(false);
+        }
+        let swung = Entry::internal(path.p.partial(), NEW_NODE_TYPE, m);
+        if self.ctx.cas(path.p_ptr, path.p.0, swung.0).await? != path.p.0 {
+            self.counters.cas_failures += 1;
+            self.ctx.cas(n, entry_addr(m, 0).raw(), path.p_ptr.raw()).await?;
+            undo(self, &writes);
+            return Ok(false);
+        }
+        self.counters.event("prefix_split");
+        for _ in 0..self.o.max_retries {
+            let h = Header(self.read_word(n.add(8)).await?);
+            if h.first_pos() > q {
+                break;
+            }
+            if self.ctx.cas(n.add(8), h.0, h.trimmed_to(q + 1).0).await? == h.0 {
+                break;
+            }
+        }
+        self.node.cache.invalidate_path(k);
+        Ok(true)
+    }
+
+    async fn do_scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
+        let (Some(lo), Some(hi)) = (start_key(start), end_key(end)) else { return Ok(Vec::new()) };
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        if limit == 0 || lo > hi {
+            return Ok(Vec::new());
+        }
+        // (entry slot, entry, key position its child starts at, key bytes known before it)
+        let mut stack: Vec<(RemoteAddr, Entry, usize, u64)> = Vec::new();
+        let root = Entry(self.read_word(root_addr()).await?);
+        if !root.is_null() {
+            stack.push((root_addr(), root, 0, 0));
+        }
+        let mut rounds = 0u32;
+        while let Some((p_ptr, p, pos, known)) = stack.pop() {
+            rounds += 1;
+            if rounds > self.o.max_retries {
+                return Err(self.exhausted("scan"));
+            }
+            let addr = p.addr();
+            let img = self.read_node(p).await?;
+            let h = img.header;
+            if img.rev != p_ptr.raw() || h.branch_pos() < pos || h.first_pos() > pos {
+                self.counters.event("stale_node");
+                let fresh = Entry(self.read_word(p_ptr).await?);
+                stack.push((p_ptr, fresh, pos, known));
+                self.ctx.yield_now().await;
+                continue;
+            }
+            let b = h.branch_pos();
+            let mut prefix = known;
+            for x in pos.max(h.first_pos())..b {
+                prefix |= u64::from(h.byte_at(x)) << (56 - 8 * x);
+            }
+            let first = prefix_of(prefix, b);
+            let last = first | (u64::MAX >> (8 * b));
+            if last < lo {
+                continue;
+            }
+            if first > hi {
+                break;
+            }
+            if h.is_special() {
+                self.scan_special(addr, img, first, lo, hi, limit, &mut out).await?;
+                if out.len() >= limit || last >= hi {
+                    break;
+                }
+                continue;
+            }
+            let mut kids: Vec<(usize, Entry)> =
+                img.live().iter().copied().enumerate().filter(|(_, e)| !e.is_null()).collect();
+            kids.sort_by_key(|(_, e)| std::cmp::Reverse(e.partial()));
+            for (i, e) in kids {
+                let kp = first | u64::from(e.partial()) << (56 - 8 * b);
+                stack.push((entry_addr(addr, i), e, b + 1, kp));
+            }
+        }
+        out.truncate(limit);
+        Ok(out.into_iter().map(|(k, v)| (k.to_be_bytes().to_vec(), load_value(v))).collect())
+    }
+
+    /// Collects the items of special node `s` (prefix `first`) within `[lo, hi]`, leaf by leaf
+    /// in key order, until `limit` items are out.
+    #[allow(clippy::too_many_arguments)]
+    async fn scan_special(
+        &mut self,
+        s: RemoteAddr,
+        mut img: NodeImage,
+        first: u64,
+        lo: u64,
+        hi: u64,
+        limit: usize,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<(), IndexError> {
+        let end = hi.min(first | 0xFF);
+        let mut cur = lo.max(first);
+        let per_leaf = (self.layout.slots / 2).max(1);
+        for _ in 0..self.o.max_retries {
+            if cur > end || out.len() >= limit {
+                return Ok(());
+            }
+            let mut leaves: Vec<(usize, Entry)> =
+                img.live().iter().copied().enumerate().filter(|(_, e)| !e.is_null()).collect();
+            leaves.sort_by_key(|(_, e)| e.partial());
+            let from = leaves.iter().rposition(|(_, e)| e.partial() <= kbyte(cur, SPECIAL_POS)).unwrap_or(0);
+            let want = (limit - out.len()) / per_leaf + 1;
+            let chosen: Vec<(usize, Entry)> = leaves[from..].iter().copied().take(want).collect();
+            let reads = chosen.iter().map(|(_, e)| Request::read_len(e.addr(), self.layout.bytes())).collect();
+            let images = crate::common::batch::post_per_node(&self.ctx, reads).await?;
+            let mut restart = false;
+            for ((i, _), r) in chosen.iter().zip(images) {
+                let leaf = LeafImage::decode(&self.layout, &r.into_buf()?);
+                self.ctx.charge_cpu(CpuWork::NodeSearchEntry, self.layout.slots as u64).await;
+                let ok = (leaf.consistent(&self.layout) || self.planted("no-line-versions"))
+                    && leaf.rev == entry_addr(s, *i).raw()
+                    && leaf.min <= cur
+                    && leaf.covers(cur);
+                if !ok {
+                    // Torn, or a split since the special node was read: read it again.
+                    self.counters.event("scan_reread");
+                    restart = true;
+                    break;
+                }
+                let top = if leaf.max == 0 { end } else { end.min(leaf.max - 1) };
+                let mut items: Vec<(u64, u64)> =
+                    leaf.items().into_iter().filter(|&(k, _)| k >= cur && k <= top).collect();
+                items.sort_unstable();
+                out.extend(items);
+                if leaf.max == 0 || leaf.max > end || out.len() >= limit {
+                    return Ok(());
+                }
+                cur = leaf.max;
+            }
+            if restart {
+                self.ctx.yield_now().await;
+                img = self.read_node(Entry::internal(0, self.special_type, s)).await?;
+            }
+        }
+        Err(self.exhausted("scan leaves"))
+    }
+}
+
+/// Packs `items` into the first slots of `img`, clearing the rest.
+fn fill(img: &mut LeafImage, items: &[(u64, u64)]) {
+    for i in 0..img.keys.len() {
+        (img.keys[i], img.values[i]) = items.get(i).copied().unwrap_or((EMPTY, VALUE_NULL));
+    }
+}
+
+impl<C: Client + Clone + 'static> Index for DolphinHandle<C> {
+    async fn search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.do_search(key).await
+    }
+
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        let v = self.value_word(key, value)?;
+        self.do_write("insert", key, Change::Put(v)).await
+    }
+
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        let v = self.value_word(key, value)?;
+        self.do_write("update", key, Change::Update(v)).await
+    }
+
+    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
+        Self::limits_of().check_key(key)?;
+        self.do_write("delete", key, Change::Delete).await
+    }
+
+    async fn scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
+        self.do_scan(start, end, limit).await
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+impl<C: Client + Clone + 'static> DolphinHandle<C> {
+    fn value_word(&self, key: &[u8], value: &[u8]) -> Result<u64, IndexError> {
+        let limits = Self::limits_of();
+        limits.check_key(key)?;
+        limits.check_value(value)?;
+        let v = store_value(value);
+        if v == VALUE_NULL {
+            return Err(IndexError::ReservedValue("Dolphin stores this 8-byte value as its NULL word"));
+        }
+        Ok(v)
+    }
+}
