@@ -483,10 +483,11 @@ impl Checked for Race {
 
 /// Dolphin's checking keys: six in one 7-byte prefix (one special node, leaves of 4 slots that
 /// split), one in a sibling prefix (a new child of the first node) and two that leave the first
-/// node's compressed prefix early (prefix splits above it).
+/// node's compressed prefix early (prefix splits above it). The first six descend (11, 9, ...,
+/// 1), so the preloaded keys are the largest and a split moves one of them to the new leaf.
 pub fn dolphin_key(k: u64) -> Vec<u8> {
     let word: u64 = match k {
-        0..=5 => 1 + 2 * k,
+        0..=5 => 11 - 2 * k,
         6 => 0x1_05,
         7 => 0x0000_0001_0000_0003,
         _ => 0x0100_0000_0000_0000 + k,

@@ -1,0 +1,234 @@
+//! Dolphin against the executable specification (proptest over operation sequences, leaves
+//! small enough to split and compact) and under the schedule explorer: the hardened protocol
+//! clean, each of its protections removed and found, the paper's protocol's hazards found, and
+//! the digest's front/rear variant shown to need `read_units_ascending`.
+
+use dmkit_indexes::IndexKind;
+use dmkit_indexes::dolphin::layout::{Split, VALUE_MASK};
+use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
+use dmkit_indexes::spec::{Op, Outcome};
+use dmkit_verify::harness::run_sequence_checked;
+use proptest::prelude::*;
+
+/// Keys in a few 7-byte prefixes (dense within each, so leaves fill and split) and far apart
+/// (prefix splits and new children at several depths).
+fn key(k: u16) -> Vec<u8> {
+    let prefixes: [u64; 5] = [0, 0x100, 0x0000_0100_0000_0000, 0x0000_0100_0000_0200, 0x7f00_0000_0000_0000];
+    let word = prefixes[(k % 5) as usize] + 1 + (k / 5) as u64 * 7 % 251;
+    word.to_be_bytes().to_vec()
+}
+
+fn ops(keys: u16) -> impl Strategy<Value = Vec<Op>> {
+    let k = (0..keys).prop_map(key);
+    let value =
+        any::<u64>().prop_filter("not the reserved word", |v| *v != VALUE_MASK).prop_map(|v| v.to_be_bytes().to_vec());
+    let bound = prop_oneof![
+        Just(std::ops::Bound::Unbounded),
+        k.clone().prop_map(std::ops::Bound::Included),
+        k.clone().prop_map(std::ops::Bound::Excluded),
+    ];
+    let op = prop_oneof![
+        2 => k.clone().prop_map(|key| Op::Search { key }),
+        5 => (k.clone(), value.clone()).prop_map(|(key, value)| Op::Insert { key, value }),
+        1 => (k.clone(), value).prop_map(|(key, value)| Op::Update { key, value }),
+        2 => k.prop_map(|key| Op::Delete { key }),
+        1 => (bound.clone(), bound, 0..40usize).prop_map(|(start, end, limit)| Op::Scan { start, end, limit }),
+    ];
+    prop::collection::vec(op, 1..160)
+}
+
+fn options(slots: u32, split: Split, config: &str) -> DolphinOptions {
+    let mut o = DolphinOptions {
+        leaf_slots: slots,
+        split,
+        cache_bytes: 1 << 20,
+        chunk_bytes: 1 << 20,
+        ..DolphinOptions::default()
+    };
+    o.configure(config).unwrap();
+    o
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if std::env::var("CI").is_ok() { 48 } else { 256 }, ..ProptestConfig::default() })]
+
+    /// Sequences over leaves of 4, 7 and 65 slots, both split points and all three protocols
+    /// (the paper's is sequentially correct: its hazards need concurrency).
+    #[test]
+    fn dolphin_sequences_match_the_specification(
+        slots in prop_oneof![Just(4u32), Just(7), Just(65)],
+        split in prop_oneof![Just(Split::ThreeQuarters), Just(Split::Even)],
+        config in prop_oneof![Just("hardened"), Just("faithful"), Just("digest")],
+        ops in ops(120),
+    ) {
+        let o = options(slots, split, config);
+        let (got, want, walk) = run_sequence_checked::<Dolphin>(&o, &ops);
+        prop_assert_eq!(got, want);
+        walk.map_err(|e| TestCaseError::fail(format!("invariants: {e}")))?;
+    }
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    use dmkit_indexes::IndexError::*;
+    let o = options(4, Split::ThreeQuarters, "hardened");
+    let reserved = VALUE_MASK.to_be_bytes().to_vec();
+    let ops = vec![
+        Op::Insert { key: vec![1; 7], value: vec![1; 8] },
+        Op::Insert { key: vec![1; 9], value: vec![1; 8] },
+        Op::Insert { key: vec![1; 8], value: vec![1; 9] },
+        Op::Insert { key: vec![1; 8], value: vec![1; 7] },
+        Op::Insert { key: vec![0; 8], value: vec![1; 8] },
+        Op::Insert { key: vec![0xff; 8], value: vec![1; 8] },
+        Op::Insert { key: vec![1; 8], value: reserved },
+        Op::Search { key: vec![1; 8] },
+    ];
+    let (got, _, walk) = run_sequence_checked::<Dolphin>(&o, &ops);
+    walk.unwrap();
+    assert!(matches!(got[0], Outcome::Failed(KeyTooShort { .. })), "{got:?}");
+    assert!(matches!(got[1], Outcome::Failed(KeyTooLong { .. })), "{got:?}");
+    assert!(matches!(got[2], Outcome::Failed(ValueTooLong { .. })), "{got:?}");
+    assert!(matches!(got[3], Outcome::Failed(ValueTooShort { .. })), "{got:?}");
+    assert!(matches!(got[4], Outcome::Failed(ReservedKey(_))), "{got:?}");
+    assert!(matches!(got[5], Outcome::Failed(ReservedKey(_))), "{got:?}");
+    assert!(matches!(got[6], Outcome::Failed(ReservedValue(_))), "{got:?}");
+    assert_eq!(got[7], Outcome::Found(None), "nothing was stored");
+    assert!(Dolphin::validate(&DolphinOptions { leaf_slots: 3, ..o.clone() }).is_err());
+    assert!(Dolphin::validate(&DolphinOptions { memory_nodes: 17, ..o.clone() }).is_err());
+    assert!(Dolphin::validate(&DolphinOptions { max_retries: 0, ..o.clone() }).is_err());
+    let mut bad = o;
+    assert!(bad.configure("fast").is_err());
+}
+
+/// 200 keys of one 7-byte prefix in 65-slot leaves with the 3/4 split: every leaf's range holds
+/// at least 17 keys, so the special node never needs more than its 16 entries.
+#[test]
+fn a_dense_prefix_fits_its_special_node() {
+    let o = options(65, Split::ThreeQuarters, "hardened");
+    assert_eq!(o.special_type(), 3, "N16");
+    let ops: Vec<Op> = (1..=255u64)
+        .map(|k| Op::Insert { key: (0x4200 + k).to_be_bytes().to_vec(), value: k.to_be_bytes().to_vec() })
+        .collect();
+    let (got, want, walk) = run_sequence_checked::<Dolphin>(&o, &ops);
+    assert_eq!(got, want);
+    let report = walk.unwrap();
+    assert_eq!(report.items, 255);
+    assert_eq!(report.structures["special"], 1);
+    assert!(report.structures["leaf"] > 4 && report.structures["leaf"] <= 16, "{report:?}");
+}
+
+mod explored {
+    use dmkit_indexes::dolphin::Dolphin;
+    use dmkit_indexes::spec::Op;
+    use dmkit_verify::explore::{self, Mode};
+    use dmkit_verify::harness::{IndexScenario, check_index};
+    use std::time::Duration;
+
+    fn budget() -> Duration {
+        Duration::from_secs(if std::env::var("CI").is_ok() { 5 } else { 20 })
+    }
+
+    fn scenario(preset: &str, config: Option<&str>, plant: Option<&str>) -> IndexScenario<Dolphin> {
+        IndexScenario::from_preset(Some(preset), config, plant, 1).unwrap()
+    }
+
+    #[test]
+    fn the_hardened_protocol_is_clean_and_not_vacuous() {
+        for (preset, mode) in [
+            ("default", Mode::Random),
+            ("default", Mode::Pct { depth: 3 }),
+            ("leaf", Mode::Random),
+            ("pair", Mode::Dfs { preemptions: 2 }),
+        ] {
+            let check = check_index(&scenario(preset, None, None), mode, 3, budget(), u64::MAX);
+            assert!(check.exploration.failure.is_none(), "{preset} {mode:?}: {}", check.exploration.failure.unwrap());
+            if mode == Mode::Random {
+                assert!(check.vacuous.is_empty(), "{preset}: counters {:?} stayed zero", check.vacuous);
+            }
+        }
+    }
+
+    /// Explores `s` with a fixed seed and schedule bound (so the test does not depend on the
+    /// machine's speed); the failure must replay. Returns its message.
+    fn found(name: &str, s: &IndexScenario<Dolphin>, mode: Mode, schedules: u64) -> String {
+        let check = check_index(s, mode, 1, Duration::from_secs(600), schedules);
+        let f = check.exploration.failure.unwrap_or_else(|| {
+            panic!("{name}: not found in {} schedules; counters {:?}", check.exploration.schedules, check.counters)
+        });
+        eprintln!("{name}: found at schedule {}: {}", check.exploration.schedules, f.message);
+        assert_eq!(explore::replay(s, f.variant, &f.choices), Err(f.message.clone()), "{name}");
+        f.message
+    }
+
+    /// Each protection of the hardened protocol, removed, is found on the default preset.
+    #[test]
+    fn each_protection_is_needed() {
+        for (bug, expect) in [
+            ("no-line-versions", "not linearizable"),
+            ("delete-clears", ""),
+            ("pending-visible", "not linearizable"),
+            ("probe-any", ""),
+            ("no-spear", ""),
+            ("no-range-check", "not linearizable"),
+        ] {
+            let message = found(bug, &scenario("default", None, Some(bug)), Mode::Random, 20_000);
+            assert!(message.contains(expect), "{bug}: {message}");
+        }
+    }
+
+    /// H7: the preloaded leaf {7, 9, 11} splits when client 0 inserts 5 and 11 moves to the new
+    /// leaf; client 1 updates 11 there; client 2 searched 11 before (its compute node caches the
+    /// special node) and searches again after. A split that publishes the new leaf before it
+    /// rewrites the old one lets that second search read 11's old value from the old leaf.
+    fn h7(config: &str, plant: Option<&str>) -> IndexScenario<Dolphin> {
+        let s = scenario("default", Some(config), plant);
+        let k = s.preset.key_of;
+        let (eleven, five) = (k(0), k(3));
+        let v = |b: u8| vec![b; 8];
+        s.scripted(vec![
+            vec![Op::Insert { key: five, value: v(5) }],
+            vec![Op::Update { key: eleven.clone(), value: v(1) }, Op::Update { key: eleven.clone(), value: v(2) }],
+            vec![Op::Search { key: eleven.clone() }, Op::Search { key: eleven.clone() }, Op::Search { key: eleven }],
+        ])
+    }
+
+    #[test]
+    fn publishing_before_the_rewrite_serves_a_stale_value() {
+        let message = found(
+            "publish-before-shrink",
+            &h7("hardened", Some("publish-before-shrink")),
+            Mode::Pct { depth: 3 },
+            50_000,
+        );
+        assert!(message.contains("not linearizable"), "{message}");
+        let clean = check_index(&h7("hardened", None), Mode::Random, 1, budget(), u64::MAX);
+        assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());
+        assert!(clean.exploration.schedules > 100);
+    }
+
+    /// The paper's protocol fails on the default preset.
+    #[test]
+    fn the_paper_protocol_is_found_wrong() {
+        found("faithful", &scenario("default", Some("faithful"), None), Mode::Random, 5_000);
+    }
+
+    /// The digest's front/rear versions (tail first, head last) protect a search only if a READ
+    /// samples its lines in ascending address order: under the default model a READ that
+    /// straddles a whole split (rear and front sampled before it, slots after) passes the check;
+    /// with `read_units_ascending` the default preset and the H7 script are clean.
+    #[test]
+    fn the_digests_versions_need_ascending_reads() {
+        let message = found("digest", &scenario("default", Some("digest"), None), Mode::Random, 50_000);
+        assert!(message.contains("not linearizable"), "{message}");
+        let mut ascending = scenario("default", Some("digest"), None);
+        ascending.memory_model.read_units_ascending = true;
+        let clean = check_index(&ascending, Mode::Random, 1, budget(), u64::MAX);
+        assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());
+        assert!(clean.exploration.schedules > 100);
+        let mut ascending = h7("digest", None);
+        ascending.memory_model.read_units_ascending = true;
+        let clean = check_index(&ascending, Mode::Random, 1, budget(), u64::MAX);
+        assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());
+        assert!(clean.exploration.schedules > 100);
+    }
+}
