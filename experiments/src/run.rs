@@ -657,6 +657,7 @@ pub fn index_names() -> Vec<&'static str> {
         dmkit_indexes::smart::Smart::NAME,
         dmkit_indexes::art::Art::NAME,
         dmkit_indexes::chime::Chime::NAME,
+        dmkit_indexes::dolphin::Dolphin::NAME,
     ]
 }
 
@@ -804,6 +805,25 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             }
             options.validate().map_err(|e| format!("index chime, configuration {config}: {e}"))?;
             run_index::<Chime>(&req.setup, &options, (config, &spec.name), items, sources)
+        }
+        "dolphin" => {
+            use dmkit_indexes::dolphin::{CONFIGS, Dolphin, DolphinOptions};
+            if spec.key_format.key_bytes() != 8 || spec.value_bytes != 8 {
+                return Err(format!(
+                    "index dolphin stores 8-byte keys and values; workload {} has {}-byte keys and {}-byte values",
+                    spec.name,
+                    spec.key_format.key_bytes(),
+                    spec.value_bytes
+                ));
+            }
+            let config = if req.config == "default" { "hardened" } else { req.config.as_str() };
+            let mut options = DolphinOptions { memory_nodes: req.setup.memory_nodes, ..DolphinOptions::default() };
+            options.configure(config).map_err(|e| format!("{e} (configurations: {})", CONFIGS.join(", ")))?;
+            if let Some(bytes) = req.cache_bytes {
+                options.cache_bytes = bytes;
+            }
+            options.validate().map_err(|e| format!("index dolphin, configuration {config}: {e}"))?;
+            run_index::<Dolphin>(&req.setup, &options, (config, &spec.name), items, sources)
         }
         other => Err(format!("unknown index '{other}' (known: {})", index_names().join(", "))),
     }

@@ -948,9 +948,24 @@ impl WorkloadSpec {
         WorkloadSpec::custom("load", Mix { insert: 1.0, ..Mix::default() }, Distribution::Uniform, record_count)
     }
 
-    /// `a`…`f`, `ycsb-a`…`ycsb-f` or `load` (case-insensitive).
+    /// `a`…`f`, `ycsb-a`…`ycsb-f` or `load` (case-insensitive); `dense-` before any of them
+    /// gives Dolphin's artifact's key space: dense keys in order (`insertorder=ordered`) and an
+    /// unscrambled Zipfian (rank r is key r, θ = 0.99), so hot keys share leaves.
     pub fn from_name(name: &str, record_count: u64) -> Result<WorkloadSpec, SpecError> {
         let lower = name.to_ascii_lowercase();
+        if let Some(rest) = lower.strip_prefix("dense-") {
+            let mut spec = WorkloadSpec::from_name(rest, record_count)?;
+            spec.name = format!("dense-{}", spec.name.trim_start_matches("ycsb-"));
+            spec.key_format = match spec.key_format {
+                KeyFormat::Integer { .. } => KeyFormat::Integer { order: KeyOrder::Ordered },
+                KeyFormat::Padded { bytes, .. } => KeyFormat::Padded { bytes, order: KeyOrder::Ordered },
+                email => email,
+            };
+            if let Distribution::ScrambledZipfian { theta } = spec.distribution {
+                spec.distribution = Distribution::Zipfian { theta };
+            }
+            return Ok(spec);
+        }
         let short = lower.strip_prefix("ycsb-").or_else(|| lower.strip_prefix("ycsb")).unwrap_or(&lower);
         if short == "load" {
             return Ok(WorkloadSpec::ycsb_load(record_count));

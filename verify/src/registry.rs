@@ -538,6 +538,21 @@ impl Checked for Dolphin {
                 },
                 dolphin_options(1),
             ),
+            // One compute node, three hot keys: read delegation and write combining.
+            (
+                Preset {
+                    name: "local",
+                    compute_nodes: 1,
+                    memory_nodes: 1,
+                    clients: 4,
+                    keys: 3,
+                    preload: 2,
+                    mix: Mix { search: 45, insert: 20, update: 25, delete: 10, scan: 0 },
+                    required_counters: &["rdwc_delegated", "rdwc_combined"],
+                    ..base.clone()
+                },
+                dolphin_options(1),
+            ),
             (
                 Preset {
                     name: "pair",

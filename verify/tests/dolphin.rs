@@ -78,8 +78,8 @@ fn bad_input_is_an_error() {
         Op::Insert { key: vec![1; 9], value: vec![1; 8] },
         Op::Insert { key: vec![1; 8], value: vec![1; 9] },
         Op::Insert { key: vec![1; 8], value: vec![1; 7] },
-        Op::Insert { key: vec![0; 8], value: vec![1; 8] },
-        Op::Insert { key: vec![0xff; 8], value: vec![1; 8] },
+        Op::Insert { key: vec![0x5a; 8], value: vec![1; 8] },
+        Op::Insert { key: vec![0xa5; 8], value: vec![1; 8] },
         Op::Insert { key: vec![1; 8], value: reserved },
         Op::Search { key: vec![1; 8] },
     ];
@@ -93,6 +93,15 @@ fn bad_input_is_an_error() {
     assert!(matches!(got[5], Outcome::Failed(ReservedKey(_))), "{got:?}");
     assert!(matches!(got[6], Outcome::Failed(ReservedValue(_))), "{got:?}");
     assert_eq!(got[7], Outcome::Found(None), "nothing was stored");
+    // Keys 0 and 2^64-1 are ordinary keys.
+    let edges = vec![
+        Op::Insert { key: vec![0; 8], value: vec![1; 8] },
+        Op::Insert { key: vec![0xff; 8], value: vec![2; 8] },
+        Op::Scan { start: std::ops::Bound::Unbounded, end: std::ops::Bound::Unbounded, limit: 5 },
+    ];
+    let (got, want, walk) = run_sequence_checked::<Dolphin>(&o, &edges);
+    walk.unwrap();
+    assert_eq!(got, want);
     assert!(Dolphin::validate(&DolphinOptions { leaf_slots: 3, ..o.clone() }).is_err());
     assert!(Dolphin::validate(&DolphinOptions { memory_nodes: 17, ..o.clone() }).is_err());
     assert!(Dolphin::validate(&DolphinOptions { max_retries: 0, ..o.clone() }).is_err());
@@ -138,6 +147,7 @@ mod explored {
             ("default", Mode::Random),
             ("default", Mode::Pct { depth: 3 }),
             ("leaf", Mode::Random),
+            ("local", Mode::Random),
             ("pair", Mode::Dfs { preemptions: 2 }),
         ] {
             let check = check_index(&scenario(preset, None, None), mode, 3, budget(), u64::MAX);
@@ -174,6 +184,42 @@ mod explored {
             let message = found(bug, &scenario("default", None, Some(bug)), Mode::Random, 20_000);
             assert!(message.contains(expect), "{bug}: {message}");
         }
+    }
+
+    /// A delegating search that marks its window after its leaf READ returns hands followers a
+    /// value older than their start.
+    #[test]
+    fn a_late_mark_is_found() {
+        let message = found("rdwc-late-mark", &scenario("local", None, Some("rdwc-late-mark")), Mode::Random, 20_000);
+        assert!(message.contains("not linearizable"), "{message}");
+    }
+
+    /// A combined write that folds its window over the state it read before closing the window
+    /// (no verb after the close) loses a follower's write to a delete from the other compute
+    /// node (the leaf preset: two compute nodes, hot keys).
+    #[test]
+    fn a_combined_write_must_take_effect_after_its_close() {
+        // Clients 0 and 2 share compute node 0; client 1 deletes from compute node 1.
+        let script = |plant| {
+            let s = scenario("leaf", None, plant);
+            let (k, other) = ((s.preset.key_of)(0), (s.preset.key_of)(5));
+            let v = |b: u8| vec![b; 8];
+            s.scripted(vec![
+                vec![Op::Update { key: k.clone(), value: v(1) }],
+                vec![Op::Delete { key: k.clone() }],
+                vec![
+                    Op::Search { key: other.clone() },
+                    Op::Search { key: other },
+                    Op::Update { key: k.clone(), value: v(2) },
+                    Op::Search { key: k },
+                ],
+            ])
+        };
+        let message = found("rdwc-no-verify", &script(Some("rdwc-no-verify")), Mode::Pct { depth: 3 }, 50_000);
+        assert!(message.contains("not linearizable"), "{message}");
+        let clean = check_index(&script(None), Mode::Pct { depth: 3 }, 1, budget(), u64::MAX);
+        assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());
+        assert!(clean.exploration.schedules > 100);
     }
 
     /// H7: the preloaded leaf {7, 9, 11} splits when client 0 inserts 5 and 11 moves to the new

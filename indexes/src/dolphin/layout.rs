@@ -250,9 +250,19 @@ pub fn entry_addr(node: RemoteAddr, i: usize) -> RemoteAddr {
     node.add(NODE_PREFIX + 8 * i as u64)
 }
 
-/// Key-slot states (digest §4.4): EMPTY, a key, or a tombstone (hardened mode only).
-pub const EMPTY: u64 = 0;
-pub const TOMBSTONE: u64 = u64::MAX;
+/// Keys are stored in slots XORed with this mask, so that the slot words 0 (EMPTY) and
+/// 2^64−1 (TOMBSTONE) stand for two rare keys, not for 0 and 2^64−1 (dense integer keys start
+/// at 0; the artifact maps key 0 to 1 instead).
+pub const KEY_MASK: u64 = 0x5A5A_5A5A_5A5A_5A5A;
+/// Key-slot states (digest §4.4), as keys: EMPTY, a key, or a tombstone (hardened mode only).
+/// Their slot words are 0 and 2^64−1; these two keys are reserved.
+pub const EMPTY: u64 = KEY_MASK;
+pub const TOMBSTONE: u64 = !KEY_MASK;
+
+/// The slot word of a key (and the key of a slot word: the mapping is its own inverse).
+pub fn slot_word(key: u64) -> u64 {
+    key ^ KEY_MASK
+}
 /// A value slot that no write has filled yet.
 pub const VALUE_NULL: u64 = 0;
 /// Values are stored XORed with this mask, so that the NULL word is one (reserved) value and
@@ -445,7 +455,7 @@ impl LeafImage {
             valid: (meta >> 8) as u8,
             min: word(W_MIN),
             max: word(W_MAX),
-            keys: (0..s).map(|i| word(W_KEYS + i)).collect(),
+            keys: (0..s).map(|i| slot_word(word(W_KEYS + i))).collect(),
             values: (0..s).map(|i| word(W_KEYS + s + i)).collect(),
             lock: word(layout.lock_word()) as i64,
             versions,
@@ -464,7 +474,7 @@ impl LeafImage {
         put(W_MIN, self.min);
         put(W_MAX, self.max);
         for i in 0..s {
-            put(W_KEYS + i, self.keys[i]);
+            put(W_KEYS + i, slot_word(self.keys[i]));
             put(W_KEYS + s + i, self.values[i]);
         }
         put(layout.lock_word(), self.lock as u64);

@@ -55,9 +55,10 @@
 //!
 //! ## Decisions (digest §8), and where we differ
 //!
-//! - Keys are 8 bytes, big-endian; keys 0 (empty slot) and 2^64−1 (tombstone) are reserved.
-//!   Values are 8 bytes, stored XORed with `layout::VALUE_MASK` so the NULL word is one rare
-//!   value (rejected as reserved) rather than the all-zero value.
+//! - Keys are 8 bytes, big-endian. Slots hold them XORed with `layout::KEY_MASK`, so the EMPTY
+//!   (0) and TOMBSTONE (2^64−1) slot words reserve two rare keys, not key 0 (the artifact
+//!   reserves 0 and maps it to 1). Values are 8 bytes, stored XORed with `layout::VALUE_MASK` so
+//!   the NULL word is one rare value (rejected as reserved) rather than the all-zero value.
 //! - **Every leaf hangs under a special node.** A new prefix gets a special node at once (144 B
 //!   for 65-slot leaves), so a leaf's parent entry never changes and the paper's split case 1
 //!   (a special node interposed above a leaf) does not arise. It costs one small node per prefix
@@ -70,17 +71,23 @@
 //!   that meets its own key still pending must see the value word.
 //! - An operation completes when its last data verb does; the release FAA rides in the same
 //!   doorbell batch (no extra round trip).
-//! - No read delegation or write combining (the artifact's SMART heritage, digest §8.14).
+//! - Read delegation and write combining per compute node (the artifact's SMART heritage,
+//!   digest §2.8 and §8.14), on by default, through [`crate::common::rdwc`]: a write folds its
+//!   window's changes over the key's state in the leaf it entered and makes one remote change;
+//!   a delegating search marks before each leaf READ (plant `rdwc-late-mark` marks after it).
 
 pub mod cache;
 pub mod invariants;
 pub mod layout;
 
+use crate::common::change::{Change, Combined, Reply, fold, search_via, write_via};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
+use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
 use cache::NodeCache;
-use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request, Response};
 use layout::*;
+use rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -116,6 +123,11 @@ pub struct DolphinOptions {
     pub chunk_bytes: u64,
     /// Bound on retries of one operation before [`IndexError::RetriesExhausted`].
     pub max_retries: u32,
+    /// Read delegation and write combining on each compute node (the artifact's, inherited from
+    /// SMART: digest §2.8, §8.14), and the slots of its table.
+    pub read_delegation: bool,
+    pub write_combining: bool,
+    pub rdwc_slots: u32,
     pub plants: BTreeSet<&'static str>,
 }
 
@@ -130,6 +142,9 @@ impl Default for DolphinOptions {
             memory_nodes: 1,
             chunk_bytes: crate::common::chunk::DEFAULT_CHUNK_BYTES,
             max_retries: 100_000,
+            read_delegation: true,
+            write_combining: true,
+            rdwc_slots: 1024,
             plants: BTreeSet::new(),
         }
     }
@@ -168,13 +183,16 @@ impl DolphinOptions {
         if self.max_retries == 0 {
             return Err("max_retries must be positive".into());
         }
+        if self.rdwc_slots == 0 && (self.read_delegation || self.write_combining) {
+            return Err("read delegation and write combining need rdwc_slots > 0".into());
+        }
         ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 }.validate()
     }
 }
 
 /// Every protection of the hardened protocol, removable by name. Five of them restore one of
 /// the paper's behaviours each (the hazard in brackets).
-pub const PLANTS: [PlantedBug; 7] = [
+pub const PLANTS: [PlantedBug; 9] = [
     PlantedBug {
         name: "no-line-versions",
         description: "searches accept a leaf image without checking its versions (H5): a READ overlapping a split's rewrite of the old leaf misses a present key",
@@ -203,6 +221,14 @@ pub const PLANTS: [PlantedBug; 7] = [
         name: "no-range-check",
         description: "a leaf is trusted without checking that its range holds the key (no backtracking): a stale cached special node hides keys that moved right",
     },
+    PlantedBug {
+        name: "rdwc-late-mark",
+        description: "a delegating search marks its window after its leaf READ returns, not before it is posted: a follower that joined meanwhile takes a value older than its start",
+    },
+    PlantedBug {
+        name: "rdwc-no-verify",
+        description: "a combined write trusts the leaf state it read before closing its window: a follower that joined after a delete elsewhere reports the key present, and its value lands in a dead slot",
+    },
 ];
 
 /// The state one compute node's clients share.
@@ -210,6 +236,7 @@ pub const PLANTS: [PlantedBug; 7] = [
 pub struct DolphinNode {
     pub cache: NodeCache,
     pub chunks: LocalChunkAllocator,
+    pub rdwc: Rdwc<Change, Reply>,
 }
 
 /// Dolphin's [`IndexKind`].
@@ -257,11 +284,15 @@ impl IndexKind for Dolphin {
             chunk_align: 4096,
         })
         .unwrap_or_else(|e| panic!("options were validated: {e}"));
-        DolphinNode { cache: NodeCache::new(o.cache_bytes), chunks }
+        DolphinNode {
+            cache: NodeCache::new(o.cache_bytes),
+            chunks,
+            rdwc: Rdwc::new(o.rdwc_slots.max(1) as usize, o.read_delegation || o.write_combining),
+        }
     }
 
     fn node_state_bytes(n: &DolphinNode) -> u64 {
-        n.cache.stats().bytes + n.chunks.bytes()
+        n.cache.stats().bytes + n.chunks.bytes() + n.rdwc.bytes()
     }
 
     fn open<C: Client + Clone + 'static>(o: &DolphinOptions, node: Arc<DolphinNode>, ctx: C) -> DolphinHandle<C> {
@@ -286,7 +317,8 @@ impl IndexKind for Dolphin {
     fn node_counters(n: &DolphinNode) -> BTreeMap<&'static str, u64> {
         let s = n.cache.stats();
         let (special, regular) = n.cache.census();
-        BTreeMap::from([
+        let mut counters = n.rdwc.stats().counters();
+        counters.extend([
             ("cache_hits", s.hits),
             ("cache_misses", s.misses),
             ("cache_entries", s.entries),
@@ -294,7 +326,8 @@ impl IndexKind for Dolphin {
             ("cache_regular_nodes", regular),
             ("cache_evictions", s.evictions),
             ("cache_invalidations", s.invalidations),
-        ])
+        ]);
+        counters
     }
 
     fn planted_bugs() -> &'static [PlantedBug] {
@@ -339,20 +372,39 @@ enum Descent {
     Missing { path: Path, node: Option<(RemoteAddr, NodeImage)>, why: Missing },
 }
 
-/// What a writer does at its leaf.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Change {
-    /// Upsert of a stored value word.
-    Put(u64),
-    /// Update of an existing key only.
-    Update(u64),
-    Delete,
+/// A write in progress: its changes, closed lazily for an RDWC leader (once the leaf's state
+/// is read, H7 of the SMART digest).
+///
+/// Dolphin has no per-key lock to hold while the window is open, so the batch takes effect at a
+/// verb after the close: the slot CAS of an insert or a delete, or an update's value WRITE
+/// followed on its QP by a READ of the key slot that shows the key still there (slots go from
+/// a key to a tombstone only, while the share is held). A batch that changes nothing has no
+/// such verb: if it has followers, it is folded again over a leaf READ after the close.
+struct Pending<'l, 'a> {
+    leader: Option<&'l mut WriteLeader<'a, Change, Reply>>,
+    changes: Option<Vec<Change>>,
+    /// The batch was closed before this attempt read the state it folds over.
+    settled: bool,
 }
 
-enum Step {
-    Done(bool),
-    /// Start again from the cache.
-    Retry,
+impl Pending<'_, '_> {
+    fn changes(&mut self) -> &[Change] {
+        if self.changes.is_none() {
+            let l = self.leader.as_mut().expect("a pending write has changes or a leader");
+            self.changes = Some(l.close());
+        }
+        self.changes.as_deref().expect("closed")
+    }
+
+    fn closed(&self) -> usize {
+        self.changes.as_ref().map_or(0, Vec::len)
+    }
+
+    /// Whether a fold over the state read in this attempt may stand without a verb after the
+    /// close (one operation alone started before that READ).
+    fn state_is_fresh(&self) -> bool {
+        self.settled || self.closed() <= 1
+    }
 }
 
 /// The result of checking a leaf image against the way it was reached.
@@ -372,7 +424,9 @@ type Built = (Entry, RemoteAddr, Vec<(RemoteAddr, Vec<u8>)>);
 fn key_word(key: &[u8]) -> Result<u64, IndexError> {
     let k = u64::from_be_bytes(key.try_into().expect("limits checked"));
     if k == EMPTY || k == TOMBSTONE {
-        return Err(IndexError::ReservedKey("Dolphin reserves keys 0 (empty slot) and 2^64-1 (tombstone)"));
+        return Err(IndexError::ReservedKey(
+            "Dolphin reserves the keys whose slot words mark EMPTY and TOMBSTONE (0x5a5a..5a, 0xa5a5..a5)",
+        ));
     }
     Ok(k)
 }
@@ -555,16 +609,32 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         Ok(LeafImage::decode(&self.layout, &bytes))
     }
 
-    async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
-        Self::limits_of().check_key(key)?;
+    /// The remote search. An RDWC leader marks right before each leaf READ (the READ that decides
+    /// the result by itself: a consistent image whose range holds the key) and unmarks before a
+    /// descent, so followers take a result only from a READ posted after they joined.
+    async fn search_remote_inner(
+        &mut self,
+        key: &[u8],
+        mut leader: Option<&mut ReadLeader<'_, Change, Reply>>,
+    ) -> Result<Option<Vec<u8>>, IndexError> {
         let k = key_word(key)?;
+        let late = self.planted("rdwc-late-mark");
         'walk: for _ in 0..self.o.max_retries {
+            if let Some(l) = leader.as_deref_mut() {
+                l.unmark();
+            }
             let mut path = match self.descend(k).await? {
                 Descent::Leaf(path) => path,
                 Descent::Missing { .. } => return Ok(None),
             };
             for _ in 0..self.o.max_retries {
+                if let Some(l) = leader.as_deref_mut().filter(|_| !late) {
+                    l.mark();
+                }
                 let img = self.read_leaf(path.p.addr()).await?;
+                if let Some(l) = leader.as_deref_mut().filter(|_| late) {
+                    l.mark();
+                }
                 match self.check_leaf(k, &path, &img, true) {
                     LeafCheck::Ok => return Ok(self.value_in(k, &img)),
                     LeafCheck::Torn => self.ctx.yield_now().await,
@@ -615,20 +685,30 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         Ok(Some(LeafImage::decode(&self.layout, &bytes)))
     }
 
-    /// Polls the lock word until no structure change holds the leaf.
+    /// Polls the lock word until no structure change holds the leaf, backing off between polls
+    /// (a split takes several round trips; polling at full speed only loads the NIC).
     async fn wait_unlocked(&mut self, leaf: RemoteAddr) -> Result<(), IndexError> {
         let lock = leaf.add(self.layout.lock_off());
-        for _ in 0..self.o.max_retries {
+        for attempt in 0..self.o.max_retries {
             if self.read_word(lock).await? as i64 >= SPEAR_LIMIT {
                 return Ok(());
             }
-            self.ctx.yield_now().await;
+            self.back_off(attempt).await;
         }
         Err(self.exhausted("spear wait"))
     }
 
-    /// Posts the operation's last data verbs with the share's release behind them on the QP.
-    async fn finish(&mut self, leaf: RemoteAddr, mut batch: Vec<Request>) -> Result<Vec<u64>, IndexError> {
+    /// Yields, then waits a random, growing time (bounded exponential backoff, up to 6.4 µs).
+    async fn back_off(&mut self, attempt: u32) {
+        self.ctx.yield_now().await;
+        let cap = 100u64 << attempt.min(6);
+        let ns = self.ctx.with_rng(|r| r.random_range(0..=cap));
+        self.ctx.sleep(ns).await;
+    }
+
+    /// Posts the operation's last data verbs with the share's release behind them on the QP;
+    /// returns the data verbs' responses.
+    async fn finish(&mut self, leaf: RemoteAddr, mut batch: Vec<Request>) -> Result<Vec<Response>, IndexError> {
         let n = batch.len();
         if !self.planted("no-spear") {
             batch.push(Request::faa(leaf.add(self.layout.lock_off()), (-1i64) as u64));
@@ -636,8 +716,9 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let r = self.ctx.post(batch).await?;
-        r.into_iter().take(n).map(|x| Ok(x.atomic().unwrap_or(0))).collect()
+        let mut r = self.ctx.post(batch).await?;
+        r.truncate(n);
+        Ok(r)
     }
 
     /// Waits until slot `x`'s value is written (an insert of the same key won the slot).
@@ -653,18 +734,57 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         Err(self.exhausted("pending value"))
     }
 
-    async fn do_write(&mut self, op: &'static str, key: &[u8], change: Change) -> Result<bool, IndexError> {
-        let k = key_word(key)?;
+    async fn do_search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        Self::limits_of().check_key(key)?;
+        key_word(key)?;
+        if !self.o.read_delegation {
+            return self.search_remote(key, None).await;
+        }
+        let node = self.node.clone();
+        search_via(self, &node.rdwc, key).await
+    }
+
+    async fn do_write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        let limits = Self::limits_of();
+        limits.check_key(key)?;
+        key_word(key)?;
+        if let Change::Upsert(v) | Change::Update(v) = &change {
+            limits.check_value(v)?;
+            if store_value(v) == VALUE_NULL {
+                return Err(IndexError::ReservedValue("Dolphin stores this 8-byte value as its NULL word"));
+            }
+        }
+        if !self.o.write_combining {
+            return self.modify_remote(key, vec![change], None).await.0;
+        }
+        let node = self.node.clone();
+        write_via(self, &node.rdwc, key, change).await
+    }
+
+    /// Applies a batch of changes to `k` (one operation's, or an RDWC window's): walks to the
+    /// leaf, folds the batch over the key's state there and makes one remote change. Any race
+    /// that changes the key's state under it (a same-key insert elsewhere, a structure change)
+    /// starts it again, folding the same batch over the new state.
+    async fn modify(&mut self, k: u64, p: &mut Pending<'_, '_>) -> Result<Vec<bool>, IndexError> {
         for attempt in 0..self.o.max_retries {
+            p.settled = p.changes.is_some();
             match self.descend(k).await? {
-                Descent::Leaf(mut path) => match self.at_leaf(k, &mut path, change).await? {
-                    Step::Done(existed) => return Ok(existed),
-                    Step::Retry => self.counters.retries += 1,
-                },
+                Descent::Leaf(mut path) => {
+                    if let Some(results) = self.at_leaf(k, &mut path, p).await? {
+                        return Ok(results);
+                    }
+                    self.counters.retries += 1;
+                }
                 Descent::Missing { path, node, why } => {
-                    let Change::Put(v) = change else { return Ok(false) };
-                    if self.new_path(k, v, path, node, why).await? {
-                        return Ok(false);
+                    let (state, results) = fold(None, p.changes());
+                    let Some(v) = state else {
+                        if p.state_is_fresh() || self.planted("rdwc-no-verify") {
+                            return Ok(results);
+                        }
+                        continue;
+                    };
+                    if self.new_path(k, store_value(&v), path, node, why).await? {
+                        return Ok(results);
                     }
                     self.counters.retries += 1;
                     self.node.cache.invalidate_path(k);
@@ -674,20 +794,25 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 }
             }
         }
-        Err(self.exhausted(op))
+        Err(self.exhausted("write"))
     }
 
-    /// A write at its leaf: enter, check, act (or change the structure).
-    async fn at_leaf(&mut self, k: u64, path: &mut Path, change: Change) -> Result<Step, IndexError> {
+    /// A write at its leaf: enter, check, act. `None`: start again from the cache.
+    async fn at_leaf(
+        &mut self,
+        k: u64,
+        path: &mut Path,
+        p: &mut Pending<'_, '_>,
+    ) -> Result<Option<Vec<bool>>, IndexError> {
         for _ in 0..self.o.max_retries {
             let leaf = path.p.addr();
-            let Some(img) = self.enter(leaf).await? else { return Ok(Step::Retry) };
+            let Some(img) = self.enter(leaf).await? else { return Ok(None) };
             match self.check_leaf(k, path, &img, false) {
-                LeafCheck::Ok => return self.act(k, path, leaf, img, change).await,
+                LeafCheck::Ok => return self.act(k, path, leaf, img, p).await,
                 LeafCheck::Torn | LeafCheck::Stale => {
                     self.finish(leaf, Vec::new()).await?;
                     self.forget(k, path);
-                    return Ok(Step::Retry);
+                    return Ok(None);
                 }
                 LeafCheck::Right => {
                     self.finish(leaf, Vec::new()).await?;
@@ -698,60 +823,73 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         Err(self.exhausted("leaf"))
     }
 
+    /// Folds the batch over the key's state in the leaf image (the share is held) and makes the
+    /// one change the final state needs.
     async fn act(
         &mut self,
         k: u64,
         path: &Path,
         leaf: RemoteAddr,
         img: LeafImage,
-        change: Change,
-    ) -> Result<Step, IndexError> {
+        p: &mut Pending<'_, '_>,
+    ) -> Result<Option<Vec<bool>>, IndexError> {
         let l = self.layout;
         let found = img.keys.iter().position(|&x| x == k);
-        let pending = found.is_some_and(|x| img.values[x] == VALUE_NULL) && self.hardened();
-        match (change, found) {
-            (Change::Put(v) | Change::Update(v), Some(x)) => {
-                if pending {
-                    if let Change::Update(_) = change {
-                        // The insert that holds the slot has not written its value: absent.
-                        self.finish(leaf, Vec::new()).await?;
-                        return Ok(Step::Done(false));
-                    }
-                    self.wait_value(leaf, x).await?;
+        if let Some(x) = found
+            && self.hardened()
+            && img.values[x] == VALUE_NULL
+        {
+            // An insert of this key holds the slot and has not written its value: it takes
+            // effect at that WRITE, so this batch waits and goes after it.
+            self.wait_value(leaf, x).await?;
+        }
+        let state = found.map(|x| load_value(img.values[x]));
+        let (state, results) = fold(state, p.changes());
+        let fresh = p.state_is_fresh() || self.planted("rdwc-no-verify");
+        match (state, found) {
+            (Some(v), Some(x)) => {
+                let w = Request::write(leaf.add(l.value_off(x)), store_value(&v).to_le_bytes().to_vec());
+                if fresh {
+                    self.finish(leaf, vec![w]).await?;
+                    return Ok(Some(results));
                 }
-                self.finish(leaf, vec![Request::write(leaf.add(l.value_off(x)), v.to_le_bytes().to_vec())]).await?;
-                Ok(Step::Done(true))
+                // A READ after the WRITE on this QP: the key still there means it was there
+                // when the WRITE landed, after every follower joined.
+                let r = self.finish(leaf, vec![w, Request::read_len(leaf.add(l.key_off(x)), 8)]).await?;
+                let still = slot_word(r[1].clone().into_buf()?.u64_at(0)) == k;
+                if !still {
+                    self.counters.event("rdwc_refold");
+                }
+                Ok(still.then_some(results))
             }
-            (Change::Delete, Some(x)) => {
-                if pending {
-                    self.finish(leaf, Vec::new()).await?;
-                    return Ok(Step::Done(false));
-                }
-                if !self.hardened() || self.planted("delete-clears") {
-                    let zero = || 0u64.to_le_bytes().to_vec();
-                    self.finish(
-                        leaf,
-                        vec![
-                            Request::write(leaf.add(l.key_off(x)), zero()),
-                            Request::write(leaf.add(l.value_off(x)), zero()),
-                        ],
-                    )
-                    .await?;
-                    return Ok(Step::Done(true));
-                }
-                let old = self.finish(leaf, vec![Request::cas(leaf.add(l.key_off(x)), k, TOMBSTONE)]).await?;
-                Ok(Step::Done(old[0] == k))
+            (None, Some(x)) if !self.hardened() || self.planted("delete-clears") => {
+                self.finish(
+                    leaf,
+                    vec![
+                        Request::write(leaf.add(l.key_off(x)), slot_word(EMPTY).to_le_bytes().to_vec()),
+                        Request::write(leaf.add(l.value_off(x)), VALUE_NULL.to_le_bytes().to_vec()),
+                    ],
+                )
+                .await?;
+                Ok(Some(results))
             }
-            (Change::Update(_) | Change::Delete, None) => {
+            (None, Some(x)) => {
+                let cas = Request::cas(leaf.add(l.key_off(x)), slot_word(k), slot_word(TOMBSTONE));
+                let old = self.finish(leaf, vec![cas]).await?[0].atomic()?;
+                // Another delete got there first: fold again over "absent".
+                Ok((slot_word(old) == k).then_some(results))
+            }
+            (None, None) => {
                 self.finish(leaf, Vec::new()).await?;
-                Ok(Step::Done(false))
+                Ok(fresh.then_some(results))
             }
-            (Change::Put(v), None) => self.insert_in_leaf(k, v, path, leaf, &img).await,
+            (Some(v), None) => Ok(self.insert_in_leaf(k, store_value(&v), path, leaf, &img).await?.then_some(results)),
         }
     }
 
     /// Claims an empty slot by CAS, lowest first; the last empty slot is never taken (the
-    /// insert that would fill the leaf changes the structure instead).
+    /// insert that would fill the leaf changes the structure instead). False: the key turned
+    /// out present (start again).
     async fn insert_in_leaf(
         &mut self,
         k: u64,
@@ -759,30 +897,32 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         path: &Path,
         leaf: RemoteAddr,
         img: &LeafImage,
-    ) -> Result<Step, IndexError> {
+    ) -> Result<bool, IndexError> {
         let l = self.layout;
         let empties: Vec<usize> = (0..l.slots).filter(|&i| img.keys[i] == EMPTY).collect();
         let inspect = self.hardened() && !self.planted("probe-any");
         for &x in empties.iter().take(empties.len().saturating_sub(1)) {
-            let old = self.ctx.cas(leaf.add(l.key_off(x)), EMPTY, k).await?;
+            let old = slot_word(self.ctx.cas(leaf.add(l.key_off(x)), slot_word(EMPTY), slot_word(k)).await?);
             if old == EMPTY {
                 self.finish(leaf, vec![Request::write(leaf.add(l.value_off(x)), v.to_le_bytes().to_vec())]).await?;
-                return Ok(Step::Done(false));
+                return Ok(true);
             }
             self.counters.cas_failures += 1;
             if old == k && inspect {
-                // Another insert of this key won the slot: this one is an update after it.
+                // Another insert of this key won the slot: wait for its value, then start
+                // again (this batch then goes after it).
                 self.counters.event("same_key_insert");
                 self.wait_value(leaf, x).await?;
-                self.finish(leaf, vec![Request::write(leaf.add(l.value_off(x)), v.to_le_bytes().to_vec())]).await?;
-                return Ok(Step::Done(true));
+                self.finish(leaf, Vec::new()).await?;
+                return Ok(false);
             }
         }
         self.smo(k, v, path, leaf).await
     }
 
     /// A structure change of `leaf` by an insert of `k` that holds a share of it.
-    async fn smo(&mut self, k: u64, v: u64, path: &Path, leaf: RemoteAddr) -> Result<Step, IndexError> {
+    /// False: another change held the leaf, or the key arrived meanwhile (start again).
+    async fn smo(&mut self, k: u64, v: u64, path: &Path, leaf: RemoteAddr) -> Result<bool, IndexError> {
         let l = self.layout;
         let lock = leaf.add(l.lock_off());
         let spear = !self.planted("no-spear");
@@ -794,7 +934,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 self.counters.event("smo_conflict");
                 self.ctx.faa(lock, (-SPEAR_SMO - 1) as u64).await?;
                 self.wait_unlocked(leaf).await?;
-                return Ok(Step::Retry);
+                return Ok(false);
             }
             let mut drained = false;
             for _ in 0..self.o.max_retries {
@@ -813,11 +953,13 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         // The exclusive mark and this insert's own share go together.
         let release = || if spear { vec![Request::faa(lock, (-SPEAR_SMO - 1) as u64)] } else { Vec::new() };
         let img = self.read_leaf(leaf).await?;
-        if let Some(x) = img.keys.iter().position(|&x| x == k) {
-            // The key arrived while this insert waited: write its value.
-            let w = Request::write(leaf.add(l.value_off(x)), v.to_le_bytes().to_vec());
-            self.ctx.post([vec![w], release()].concat()).await?;
-            return Ok(Step::Done(true));
+        if img.keys.contains(&k) {
+            // The key arrived while this insert waited: start again with it present.
+            self.counters.event("smo_key_arrived");
+            if spear {
+                self.ctx.post(release()).await?;
+            }
+            return Ok(false);
         }
         let mut items = img.items();
         items.push((k, v));
@@ -833,7 +975,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             if spear {
                 self.ctx.post(release()).await?;
             }
-            return Ok(Step::Done(false));
+            return Ok(true);
         }
         self.counters.event("leaf_split");
         let keep = self.o.split.keep(items.len());
@@ -850,7 +992,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         if spear {
             self.ctx.post(release()).await?;
         }
-        Ok(Step::Done(false))
+        Ok(true)
     }
 
     /// Rewrites the old leaf (and publishes a new right leaf, for a split) in the order the
@@ -1297,24 +1439,57 @@ fn fill(img: &mut LeafImage, items: &[(u64, u64)]) {
     }
 }
 
+impl<C: Client + Clone + 'static> Combined for DolphinHandle<C> {
+    async fn search_remote(
+        &mut self,
+        key: &[u8],
+        leader: Option<&mut ReadLeader<'_, Change, Reply>>,
+    ) -> Result<Option<Vec<u8>>, IndexError> {
+        self.search_remote_inner(key, leader).await
+    }
+
+    async fn modify_remote(
+        &mut self,
+        key: &[u8],
+        changes: Vec<Change>,
+        leader: Option<&mut WriteLeader<'_, Change, Reply>>,
+    ) -> (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>) {
+        let mut p = Pending { changes: leader.is_none().then_some(changes), leader, settled: false };
+        let outcome = match key_word(key) {
+            Ok(k) => self.modify(k, &mut p).await,
+            Err(e) => Err(e),
+        };
+        let closed = p.closed();
+        match outcome {
+            Ok(results) => {
+                let replies: Vec<Result<bool, IndexError>> = results.into_iter().map(Ok).collect();
+                (replies[0].clone(), Some(replies))
+            }
+            Err(e) if closed > 0 => (Err(e.clone()), Some(vec![Err(e); closed])),
+            Err(e) => (Err(e), None),
+        }
+    }
+
+    fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+}
+
 impl<C: Client + Clone + 'static> Index for DolphinHandle<C> {
     async fn search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         self.do_search(key).await
     }
 
     async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        let v = self.value_word(key, value)?;
-        self.do_write("insert", key, Change::Put(v)).await
+        self.do_write(key, Change::Upsert(value.to_vec())).await
     }
 
     async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        let v = self.value_word(key, value)?;
-        self.do_write("update", key, Change::Update(v)).await
+        self.do_write(key, Change::Update(value.to_vec())).await
     }
 
     async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
-        Self::limits_of().check_key(key)?;
-        self.do_write("delete", key, Change::Delete).await
+        self.do_write(key, Change::Delete).await
     }
 
     async fn scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
@@ -1323,18 +1498,5 @@ impl<C: Client + Clone + 'static> Index for DolphinHandle<C> {
 
     fn counters(&self) -> &Counters {
         &self.counters
-    }
-}
-
-impl<C: Client + Clone + 'static> DolphinHandle<C> {
-    fn value_word(&self, key: &[u8], value: &[u8]) -> Result<u64, IndexError> {
-        let limits = Self::limits_of();
-        limits.check_key(key)?;
-        limits.check_value(value)?;
-        let v = store_value(value);
-        if v == VALUE_NULL {
-            return Err(IndexError::ReservedValue("Dolphin stores this 8-byte value as its NULL word"));
-        }
-        Ok(v)
     }
 }
