@@ -9,7 +9,9 @@
 //! reverse pointers and leaf ranges and invalidates what proves stale.
 //!
 //! Charged bytes per node follow the artifact (digest §2.6): `1 + 8 + 8·capacity` for the copy,
-//! 8 for the hash slot it emulates, and `1 + prefix + 17·entries` of radix-tree overhead.
+//! 8 for the hash slot it emulates, and `1 + prefix + 17·records` of radix-tree overhead, where
+//! a record is one cached node in the local radix tree (17 B each: the reading under which the
+//! digest's §6.6 sanity sum, 340–360 MB for 2^29 dense keys, comes out).
 //! Eviction is FIFO over insertions; if the queue empties while over budget, all goes.
 
 use super::layout::{Entry, NodeImage, SPECIAL_POS, capacity, kbyte, prefix_of};
@@ -51,7 +53,7 @@ pub struct NodeCache {
 }
 
 fn charge(prefix_len: usize, entries: usize) -> u64 {
-    (1 + 8 + 8 * entries + 8 + 1 + prefix_len + 17 * entries) as u64
+    (1 + 8 + 8 * entries + 8 + 1 + prefix_len + 17) as u64
 }
 
 impl NodeCache {
