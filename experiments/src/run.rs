@@ -807,7 +807,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             run_index::<Chime>(&req.setup, &options, (config, &spec.name), items, sources)
         }
         "dolphin" => {
-            use dmkit_indexes::dolphin::{CONFIGS, Dolphin, DolphinOptions};
+            use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
             if spec.key_format.key_bytes() != 8 || spec.value_bytes != 8 {
                 return Err(format!(
                     "index dolphin stores 8-byte keys and values; workload {} has {}-byte keys and {}-byte values",
@@ -818,7 +818,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             }
             let config = if req.config == "default" { "hardened" } else { req.config.as_str() };
             let mut options = DolphinOptions { memory_nodes: req.setup.memory_nodes, ..DolphinOptions::default() };
-            options.configure(config).map_err(|e| format!("{e} (configurations: {})", CONFIGS.join(", ")))?;
+            options.configure(config)?;
             if let Some(bytes) = req.cache_bytes {
                 options.cache_bytes = bytes;
             }

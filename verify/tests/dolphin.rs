@@ -38,14 +38,10 @@ fn ops(keys: u16) -> impl Strategy<Value = Vec<Op>> {
 }
 
 fn options(slots: u32, split: Split, config: &str) -> DolphinOptions {
-    let mut o = DolphinOptions {
-        leaf_slots: slots,
-        split,
-        cache_bytes: 1 << 20,
-        chunk_bytes: 1 << 20,
-        ..DolphinOptions::default()
-    };
+    let mut o =
+        DolphinOptions { leaf_slots: slots, cache_bytes: 1 << 20, chunk_bytes: 1 << 20, ..DolphinOptions::default() };
     o.configure(config).unwrap();
+    o.split = split;
     o
 }
 
@@ -107,6 +103,8 @@ fn bad_input_is_an_error() {
     assert!(Dolphin::validate(&DolphinOptions { max_retries: 0, ..o.clone() }).is_err());
     let mut bad = o;
     assert!(bad.configure("fast").is_err());
+    bad.configure("faithful-even").unwrap();
+    assert_eq!(bad.split, Split::Even);
 }
 
 /// 255 keys of one 7-byte prefix, in order, in 65-slot leaves with the 3/4 split: four leaves

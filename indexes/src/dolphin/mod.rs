@@ -150,18 +150,24 @@ impl Default for DolphinOptions {
     }
 }
 
-/// Named configurations, for `--config`.
-pub const CONFIGS: [&str; 3] = ["hardened", "faithful", "digest"];
+/// Named configurations, for `--config`: the protocol and leaf format, with the artifact's
+/// 3/4 split; `-even` after any of them splits evenly (the paper's text).
+pub const CONFIGS: [&str; 6] = ["hardened", "faithful", "digest", "hardened-even", "faithful-even", "digest-even"];
 
 impl DolphinOptions {
-    /// Applies the named configuration: protocol and leaf format.
+    /// Applies the named configuration: protocol, leaf format and split.
     pub fn configure(&mut self, config: &str) -> Result<(), String> {
-        (self.protocol, self.format) = match config {
+        let (name, split) = match config.strip_suffix("-even") {
+            Some(name) => (name, Split::Even),
+            None => (config, Split::ThreeQuarters),
+        };
+        (self.protocol, self.format) = match name {
             "hardened" => (Protocol::Hardened, LeafFormat::Versioned),
             "faithful" => (Protocol::Paper, LeafFormat::FrontRear),
             "digest" => (Protocol::Hardened, LeafFormat::FrontRear),
-            other => return Err(format!("dolphin has no configuration '{other}' (it has: {})", CONFIGS.join(", "))),
+            _ => return Err(format!("dolphin has no configuration '{config}' (it has: {})", CONFIGS.join(", "))),
         };
+        self.split = split;
         Ok(())
     }
 
