@@ -156,9 +156,41 @@ fn run_prints_the_full_metric_schema() {
     assert!(v["load_factor"].as_f64().unwrap() > 0.0);
 }
 
+/// Dolphin on the artifact's key space: a search is one leaf READ, an update two round trips.
+#[test]
+fn dolphin_runs_dense_ycsb_a_in_one_and_two_round_trips() {
+    let out = dmkit(&[
+        "run",
+        "--index",
+        "dolphin",
+        "--workload",
+        "dense-a",
+        "--keys",
+        "20000",
+        "--compute-nodes",
+        "2",
+        "--threads-per-cn",
+        "4",
+        "--warmup-us",
+        "20",
+        "--duration-us",
+        "100",
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_str(String::from_utf8(out.stdout).unwrap().lines().last().unwrap()).unwrap();
+    assert_eq!(v["workload"], "dense-a");
+    assert!(v["operations"].as_u64().unwrap() > 100, "{v}");
+    let rtt = v["round_trips_per_op"].as_f64().unwrap();
+    assert!((1.3..=1.6).contains(&rtt), "round trips per op {rtt}");
+    assert!(v["errors"].as_object().unwrap().is_empty(), "{v}");
+}
+
 #[test]
 fn run_bad_configs_give_one_line_and_exit_2() {
-    let cases: [(&[&str], &str); 13] = [
+    let cases: [(&[&str], &str); 16] = [
         (&["run", "--index", "nope"], "unknown index"),
         (&["run", "--index", "smart", "--config", "smart-nope"], "smart-rearlock"),
         (&["run", "--index", "art", "--config", "smart"], "--index smart"),
@@ -172,6 +204,9 @@ fn run_bad_configs_give_one_line_and_exit_2() {
         (&["run", "--index", "example", "--workload", "e", "--keys", "1000"], "scans"),
         (&["run", "--index", "example", "--config", "huge"], "huge"),
         (&["run", "--index", "example", "--profile", "/no/such/file.toml"], "/no/such/file.toml"),
+        (&["run", "--index", "dolphin", "--value-bytes", "16"], "8-byte keys and values"),
+        (&["run", "--index", "dolphin", "--config", "fast"], "hardened-even"),
+        (&["run", "--index", "dolphin", "--workload", "dense-zz"], "dense-zz"),
     ];
     for (args, needle) in cases {
         assert_one_line_error(args, needle);
