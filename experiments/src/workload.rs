@@ -954,7 +954,9 @@ impl WorkloadSpec {
     pub fn from_name(name: &str, record_count: u64) -> Result<WorkloadSpec, SpecError> {
         let lower = name.to_ascii_lowercase();
         if let Some(rest) = lower.strip_prefix("dense-") {
-            let mut spec = WorkloadSpec::from_name(rest, record_count)?;
+            let mut spec = WorkloadSpec::from_name(rest, record_count).map_err(|_| {
+                SpecError(format!("unknown workload `{name}` (expected dense- before a, b, c, d, e, f or load)"))
+            })?;
             spec.name = format!("dense-{}", spec.name.trim_start_matches("ycsb-"));
             spec.key_format = match spec.key_format {
                 KeyFormat::Integer { .. } => KeyFormat::Integer { order: KeyOrder::Ordered },
