@@ -18,8 +18,12 @@
 //!   −1]`: 3 round trips. The insert that would take a leaf's last empty slot changes the
 //!   structure instead (below).
 //! - **delete**: the same first round trip, then `[CAS key → tombstone, FAA −1]`.
-//! - **scan**: depth first from the root, children in key order; a special node's leaves are read
-//!   in doorbell batches per memory node, sized by how many items are still wanted.
+//! - **scan**: from the start key's special node if the cache has it (READ it, then its leaves),
+//!   else and beyond it depth first from the root, children in key order and never a subtree
+//!   outside the range; a special node's leaves are read in doorbell batches per memory node,
+//!   sized by how many items are still wanted. Each leaf image is checked (versions, reverse
+//!   pointer, and that it starts where the last one ended: a gap means a split since the special
+//!   node was read, which is read again). Per key, not atomic, as the paper.
 //! - **structure change** (SMO), by an insert that holds a share: `FAA lock −1,000,000` (the
 //!   exclusive mark), wait until the lock word shows only its own share, READ the leaf, then
 //!   compact it in place (if dropping tombstones makes room) or split it (the artifact's 3/4 :
@@ -1323,6 +1327,24 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         if limit == 0 || lo > hi {
             return Ok(Vec::new());
         }
+        let pairs =
+            |out: Vec<(u64, u64)>| out.into_iter().map(|(k, v)| (k.to_be_bytes().to_vec(), load_value(v))).collect();
+        // The start's special node from the cache (a special node keeps its prefix for good, and
+        // its entries are read fresh): most scans end within it, in two round trips.
+        let mut lo = lo;
+        if let Some(hit) = self.node.cache.lookup(lo).filter(|h| h.node.branch == SPECIAL_POS) {
+            self.counters.event("scan_from_cache");
+            let special = hit.node.addr;
+            let img = self.read_node(Entry::internal(0, self.special_type, special)).await?;
+            let first = prefix_of(lo, SPECIAL_POS);
+            self.scan_special(special, img, first, lo, hi, limit, &mut out).await?;
+            let end = first | 0xFF;
+            if out.len() >= limit || end >= hi {
+                out.truncate(limit);
+                return Ok(pairs(out));
+            }
+            lo = end + 1;
+        }
         // (entry slot, entry, key position its child starts at, key bytes known before it)
         let mut stack: Vec<(RemoteAddr, Entry, usize, u64)> = Vec::new();
         let root = Entry(self.read_word(root_addr()).await?);
@@ -1369,12 +1391,16 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 img.live().iter().copied().enumerate().filter(|(_, e)| !e.is_null()).collect();
             kids.sort_by_key(|(_, e)| std::cmp::Reverse(e.partial()));
             for (i, e) in kids {
+                // Children whose key range misses [lo, hi] are never read.
                 let kp = first | u64::from(e.partial()) << (56 - 8 * b);
-                stack.push((entry_addr(addr, i), e, b + 1, kp));
+                let kp_last = kp | (u64::MAX >> (8 * (b + 1)));
+                if kp_last >= lo && kp <= hi {
+                    stack.push((entry_addr(addr, i), e, b + 1, kp));
+                }
             }
         }
         out.truncate(limit);
-        Ok(out.into_iter().map(|(k, v)| (k.to_be_bytes().to_vec(), load_value(v))).collect())
+        Ok(pairs(out))
     }
 
     /// Collects the items of special node `s` (prefix `first`) within `[lo, hi]`, leaf by leaf
