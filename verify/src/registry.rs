@@ -521,7 +521,15 @@ impl Checked for Dolphin {
             preload: 3,
             mix: Mix { search: 30, insert: 35, update: 15, delete: 10, scan: 10 },
             scan_limit: 4,
-            required_counters: &["leaf_split", "backtrack", "prefix_split", "new_prefix", "cas_failures", "scan_from_cache", "scan_reread"],
+            required_counters: &[
+                "leaf_split",
+                "backtrack",
+                "prefix_split",
+                "new_prefix",
+                "cas_failures",
+                "scan_from_cache",
+                "scan_reread",
+            ],
             step_limit: 1_000_000,
         };
         vec![

@@ -37,6 +37,24 @@ pub fn fold(mut state: Option<Vec<u8>>, changes: &[Change]) -> (Option<Vec<u8>>,
     (state, results)
 }
 
+/// What [`Combined::modify_remote`] returns for a batch's outcome when `closed` operations were
+/// taken from the window: the first one's result, and one per operation once it was closed (an
+/// error goes to each of them).
+#[allow(clippy::type_complexity)]
+pub fn replies(
+    outcome: Result<Vec<bool>, IndexError>,
+    closed: usize,
+) -> (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>) {
+    match outcome {
+        Ok(results) => {
+            let replies: Vec<Result<bool, IndexError>> = results.into_iter().map(Ok).collect();
+            (replies[0].clone(), Some(replies))
+        }
+        Err(e) if closed > 0 => (Err(e.clone()), Some(vec![Err(e); closed])),
+        Err(e) => (Err(e), None),
+    }
+}
+
 /// A client handle whose searches and writes can go through an RDWC table ([`search_via`],
 /// [`write_via`]): the index supplies the remote search and the remote write.
 pub trait Combined {

@@ -84,7 +84,7 @@ pub mod cache;
 pub mod invariants;
 pub mod layout;
 
-use crate::common::change::{Change, Combined, Reply, fold, search_via, write_via};
+use crate::common::change::{Change, Combined, Reply, fold, replies, search_via, write_via};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
@@ -441,13 +441,15 @@ fn key_word(key: &[u8]) -> Result<u64, IndexError> {
     Ok(k)
 }
 
+/// The first 8 bytes of `b` as a big-endian key, zero-padded.
+fn pad(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+    u64::from_be_bytes(w)
+}
+
 /// The smallest key not before `start` (`None`: there is none).
 fn start_key(start: Bound<&[u8]>) -> Option<u64> {
-    let pad = |b: &[u8]| {
-        let mut w = [0u8; 8];
-        w[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
-        u64::from_be_bytes(w)
-    };
     match start {
         Bound::Unbounded => Some(0),
         Bound::Included(b) if b.len() <= 8 => Some(pad(b)),
@@ -458,11 +460,6 @@ fn start_key(start: Bound<&[u8]>) -> Option<u64> {
 
 /// The largest key not past `end` (`None`: there is none).
 fn end_key(end: Bound<&[u8]>) -> Option<u64> {
-    let pad = |b: &[u8]| {
-        let mut w = [0u8; 8];
-        w[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
-        u64::from_be_bytes(w)
-    };
     match end {
         Bound::Unbounded => Some(u64::MAX),
         Bound::Included(b) if b.len() >= 8 => Some(pad(b)),
@@ -1491,15 +1488,7 @@ impl<C: Client + Clone + 'static> Combined for DolphinHandle<C> {
             Ok(k) => self.modify(k, &mut p).await,
             Err(e) => Err(e),
         };
-        let closed = p.closed();
-        match outcome {
-            Ok(results) => {
-                let replies: Vec<Result<bool, IndexError>> = results.into_iter().map(Ok).collect();
-                (replies[0].clone(), Some(replies))
-            }
-            Err(e) if closed > 0 => (Err(e.clone()), Some(vec![Err(e); closed])),
-            Err(e) => (Err(e), None),
-        }
+        replies(outcome, p.closed())
     }
 
     fn counters_mut(&mut self) -> &mut Counters {

@@ -75,7 +75,7 @@ pub mod layout;
 
 use crate::common::bounds::{above_start, below_end, in_bounds};
 use crate::common::change::{Change, Reply, fold};
-use crate::common::change::{Combined, search_via, write_via};
+use crate::common::change::{Combined, replies, search_via, write_via};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::hocl::{HoclHeld, LocalLockTable, acquire_global};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
@@ -1378,15 +1378,7 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
             // Never published: give it back.
             let _ = self.node.chunks.free(addr, self.node.leaf.alloc_bytes());
         }
-        let closed = p.closed();
-        match outcome {
-            Ok(results) => {
-                let replies: Vec<Result<bool, IndexError>> = results.into_iter().map(Ok).collect();
-                (replies[0].clone(), Some(replies))
-            }
-            Err(e) if closed > 0 => (Err(e.clone()), Some(vec![Err(e); closed])),
-            Err(e) => (Err(e), None),
-        }
+        replies(outcome, p.closed())
     }
 
     fn counters_mut(&mut self) -> &mut Counters {
