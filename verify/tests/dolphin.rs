@@ -277,3 +277,52 @@ mod explored {
         assert!(clean.exploration.schedules > 100);
     }
 }
+
+/// A memory node that runs out of room: inserts that need a new leaf or path fail with
+/// `RemoteMemoryExhausted`, nothing stored is lost, no leaf is left locked, and the tree still
+/// passes its walk.
+#[test]
+fn remote_memory_exhausted_is_an_error_and_loses_nothing() {
+    use dmkit_indexes::{Index, IndexError};
+    use dmkit_rdma::VerbsError;
+    use dmkit_sim::{Sim, SimConfig};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::sync::Arc;
+    let o = DolphinOptions { chunk_bytes: 1 << 16, ..options(4, Split::ThreeQuarters, "hardened") };
+    let mut cfg = SimConfig::default();
+    // The reserved megabyte and 64 KiB more: a few dozen leaves and paths.
+    cfg.profile.host_memory_bytes = (1 << 20) + (1 << 16);
+    let mut sim = Sim::new(cfg).unwrap();
+    let client = sim.add_client(0).unwrap();
+    let node = Arc::new(Dolphin::node_state(&o, sim.caps()));
+    let mut h = Dolphin::open(&o, node, client.clone());
+    let stored = Rc::new(RefCell::new(Vec::new()));
+    let failure = Rc::new(RefCell::new(None));
+    let (s, f, c, o2) = (stored.clone(), failure.clone(), client.clone(), o.clone());
+    sim.spawn(&client, async move {
+        Dolphin::create(&o2, &c).await.unwrap();
+        // Keys 1 KiB apart: a new prefix (special node and leaf) every 4 keys, splits between.
+        for i in 1..10_000u64 {
+            let key = (i * 64).to_be_bytes();
+            match h.insert(&key, &i.to_be_bytes()).await {
+                Ok(false) => s.borrow_mut().push(i),
+                other => {
+                    *f.borrow_mut() = Some(other);
+                    break;
+                }
+            }
+        }
+        for &i in s.borrow().iter() {
+            assert_eq!(h.search(&(i * 64).to_be_bytes()).await.unwrap(), Some(i.to_be_bytes().to_vec()), "key {i}");
+            // Updates need no memory: still served.
+            assert!(h.update(&(i * 64).to_be_bytes(), &(i + 1).to_be_bytes()).await.unwrap());
+        }
+    });
+    sim.run().unwrap();
+    let failure = failure.borrow_mut().take().expect("the memory node filled up");
+    assert!(matches!(failure, Err(IndexError::Verbs(VerbsError::RemoteMemoryExhausted { .. }))), "{failure:?}");
+    assert!(stored.borrow().len() > 20, "{} keys before the limit", stored.borrow().len());
+    let report = Dolphin::check_invariants(&o, &sim).unwrap();
+    assert_eq!(report.items, stored.borrow().len() as u64);
+}

@@ -848,7 +848,10 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         {
             // An insert of this key holds the slot and has not written its value: it takes
             // effect at that WRITE, so this batch waits and goes after it.
-            self.wait_value(leaf, x).await?;
+            if let Err(e) = self.wait_value(leaf, x).await {
+                self.finish(leaf, Vec::new()).await?;
+                return Err(e);
+            }
         }
         let state = found.map(|x| load_value(img.values[x]));
         let (state, results) = fold(state, p.changes());
@@ -919,9 +922,9 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 // Another insert of this key won the slot: wait for its value, then start
                 // again (this batch then goes after it).
                 self.counters.event("same_key_insert");
-                self.wait_value(leaf, x).await?;
+                let waited = self.wait_value(leaf, x).await;
                 self.finish(leaf, Vec::new()).await?;
-                return Ok(false);
+                return waited.map(|()| false);
             }
         }
         self.smo(k, v, path, leaf).await
@@ -988,7 +991,16 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         let keep = self.o.split.keep(items.len());
         let split_key = items[keep].0;
         let (special, _) = path.parent.expect("leaves hang under special nodes");
-        let new_leaf = self.node.chunks.alloc(&self.ctx, l.bytes() as u64, LEAF_ALIGN).await?;
+        let new_leaf = match self.node.chunks.alloc(&self.ctx, l.bytes() as u64, LEAF_ALIGN).await {
+            Ok(at) => at,
+            Err(e) => {
+                // Remote memory exhausted: give the leaf back unchanged.
+                if spear {
+                    self.ctx.post(release()).await?;
+                }
+                return Err(e);
+            }
+        };
         let mut right = LeafImage::empty(&l, RemoteAddr::NULL, split_key, img.max);
         fill(&mut right, &items[keep..]);
         let mut left = img.clone();
