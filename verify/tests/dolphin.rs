@@ -313,7 +313,8 @@ fn remote_memory_exhausted_is_an_error_and_loses_nothing() {
                 }
             }
         }
-        for &i in s.borrow().iter() {
+        let keys = s.borrow().clone();
+        for i in keys {
             assert_eq!(h.search(&(i * 64).to_be_bytes()).await.unwrap(), Some(i.to_be_bytes().to_vec()), "key {i}");
             // Updates need no memory: still served.
             assert!(h.update(&(i * 64).to_be_bytes(), &(i + 1).to_be_bytes()).await.unwrap());
