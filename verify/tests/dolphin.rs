@@ -193,9 +193,9 @@ mod explored {
         assert!(message.contains("not linearizable"), "{message}");
     }
 
-    /// A combined write that folds its window over the state it read before closing the window
-    /// (no verb after the close) loses a follower's write to a delete from the other compute
-    /// node (the leaf preset: two compute nodes, hot keys).
+    /// A combining write that closes its window after its leaf READ folds a follower that joined
+    /// after a delete from the other compute node over the state before that delete: the
+    /// follower reports the key present and its value lands in a dead slot.
     #[test]
     fn a_combined_write_must_take_effect_after_its_close() {
         // Clients 0 and 2 share compute node 0; client 1 deletes from compute node 1.
@@ -214,7 +214,7 @@ mod explored {
                 ],
             ])
         };
-        let message = found("rdwc-no-verify", &script(Some("rdwc-no-verify")), Mode::Pct { depth: 3 }, 50_000);
+        let message = found("rdwc-late-close", &script(Some("rdwc-late-close")), Mode::Pct { depth: 3 }, 50_000);
         assert!(message.contains("not linearizable"), "{message}");
         let clean = check_index(&script(None), Mode::Pct { depth: 3 }, 1, budget(), u64::MAX);
         assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());

@@ -26,7 +26,9 @@
 //! `4+S..4+2S` values, `4+2S` the Spear lock, then (front/rear format only) the rear version.
 //! Two physical formats place these words:
 //! - [`LeafFormat::FrontRear`], the paper's: word `w` at byte `8w`; 65 slots make 1088 B with
-//!   the lock at 1072 and the rear version at 1080, byte for byte the artifact's leaf.
+//!   the lock at 1072 and the rear version at 1080, the artifact's offsets. What the words hold
+//!   differs a little: bounds are little-endian integers with an exclusive `max`, and keys and
+//!   values are stored XORed with masks (below).
 //! - [`LeafFormat::Versioned`], the hardened variant's (FaRM-style line versions): every 64-byte
 //!   line keeps its last word for a version and seven data words, word `w` at
 //!   `64·(w / 7) + 8·(w % 7)`. A READ that samples its lines in any order (the default memory

@@ -27,8 +27,9 @@
 //! - **structure change** (SMO), by an insert that holds a share: `FAA lock −1,000,000` (the
 //!   exclusive mark), wait until the lock word shows only its own share, READ the leaf, then
 //!   compact it in place (if dropping tombstones makes room) or split it (the artifact's 3/4 :
-//!   1/4, or evenly): write the new right leaf, publish it by CAS into a free entry of the
-//!   special node, rewrite the old leaf, release.
+//!   1/4, or evenly): write the new right leaf and the shrunk old leaf and publish the new one
+//!   by CAS into a free entry of the special node (the order is the protocol's, below), then
+//!   release. A failed publish puts the old leaf back; every error path releases the mark.
 //! - A key whose 7-byte prefix has no leaf gets a new path: the chain of nodes it needs, a
 //!   special node and a leaf, written first and published by one CAS into a free entry (behind
 //!   the node's capacity, then raising its type, when it is full). A key that diverges inside a
@@ -73,12 +74,17 @@
 //! - Bounds are an inclusive `min` and exclusive `max` (0 standing for 2^64), digest §8.6.
 //! - IDUs READ the whole leaf (the artifact), not the paper's 552 bytes without values: an insert
 //!   that meets its own key still pending must see the value word.
-//! - An operation completes when its last data verb does; the release FAA rides in the same
-//!   doorbell batch (no extra round trip).
+//! - An operation completes when its last data verb does; an IDU's release FAA rides in the
+//!   same doorbell batch (no extra round trip). A split's release is its own verb, awaited.
+//! - An operation whose future is dropped after it took a share keeps the share (posted verbs
+//!   still execute); the runners never drop one, and a leaked share would stall splits of that
+//!   leaf (they fail with `RetriesExhausted`). Clients are assumed not to crash (digest A8).
 //! - Read delegation and write combining per compute node (the artifact's SMART heritage,
 //!   digest §2.8 and §8.14), on by default, through [`crate::common::rdwc`]: a write folds its
-//!   window's changes over the key's state in the leaf it entered and makes one remote change;
-//!   a delegating search marks before each leaf READ (plant `rdwc-late-mark` marks after it).
+//!   window's changes over the key's state in the leaf it entered and makes one remote change,
+//!   the window closing right before the leaf READ it folds over (plant `rdwc-late-close` closes
+//!   it after); a delegating search marks before each leaf READ (plant `rdwc-late-mark` marks
+//!   after it). With no per-key lock to hold a window open, writes combine less than SMART's.
 
 pub mod cache;
 pub mod invariants;
@@ -236,8 +242,8 @@ pub const PLANTS: [PlantedBug; 9] = [
         description: "a delegating search marks its window after its leaf READ returns, not before it is posted: a follower that joined meanwhile takes a value older than its start",
     },
     PlantedBug {
-        name: "rdwc-no-verify",
-        description: "a combined write trusts the leaf state it read before closing its window: a follower that joined after a delete elsewhere reports the key present, and its value lands in a dead slot",
+        name: "rdwc-late-close",
+        description: "a combining write closes its window after its leaf READ, not before posting it: a follower that joined after a delete elsewhere reports the key present, and its value lands in a dead slot",
     },
 ];
 
@@ -382,18 +388,18 @@ enum Descent {
     Missing { path: Path, node: Option<(RemoteAddr, NodeImage)>, why: Missing },
 }
 
-/// A write in progress: its changes, closed lazily for an RDWC leader (once the leaf's state
-/// is read, H7 of the SMART digest).
+/// A write in progress: its changes, closed lazily for an RDWC leader.
 ///
-/// Dolphin has no per-key lock to hold while the window is open, so the batch takes effect at a
-/// verb after the close: the slot CAS of an insert or a delete, or an update's value WRITE
-/// followed on its QP by a READ of the key slot that shows the key still there (slots go from
-/// a key to a tombstone only, while the share is held). A batch that changes nothing has no
-/// such verb: if it has followers, it is folded again over a leaf READ after the close.
+/// SMART closes a window once the key's lock is held and its state read (H7 of the SMART
+/// digest). Dolphin has no per-key lock: the state a write folds over is a leaf READ that other
+/// compute nodes' writes may follow at once, so every operation of the batch must have started
+/// before that READ was posted. The window therefore closes right before the leaf's
+/// `[FAA, READ]`; a batch that finds no leaf (it folds over node READs of the descent) is folded
+/// again after a descent that started closed, if it has followers.
 struct Pending<'l, 'a> {
     leader: Option<&'l mut WriteLeader<'a, Change, Reply>>,
     changes: Option<Vec<Change>>,
-    /// The batch was closed before this attempt read the state it folds over.
+    /// The batch was closed before this attempt's descent.
     settled: bool,
 }
 
@@ -410,8 +416,8 @@ impl Pending<'_, '_> {
         self.changes.as_ref().map_or(0, Vec::len)
     }
 
-    /// Whether a fold over the state read in this attempt may stand without a verb after the
-    /// close (one operation alone started before that READ).
+    /// Whether a fold over the nodes this attempt's descent read may stand: the batch was closed
+    /// before it, or is one operation alone (which started before it).
     fn state_is_fresh(&self) -> bool {
         self.settled || self.closed() <= 1
     }
@@ -785,7 +791,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 Descent::Missing { path, node, why } => {
                     let (state, results) = fold(None, p.changes());
                     let Some(v) = state else {
-                        if p.state_is_fresh() || self.planted("rdwc-no-verify") {
+                        if p.state_is_fresh() || self.planted("rdwc-late-close") {
                             return Ok(results);
                         }
                         continue;
@@ -813,6 +819,9 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     ) -> Result<Option<Vec<bool>>, IndexError> {
         for _ in 0..self.o.max_retries {
             let leaf = path.p.addr();
+            if !self.planted("rdwc-late-close") {
+                p.changes();
+            }
             let Some(img) = self.enter(leaf).await? else { return Ok(None) };
             match self.check_leaf(k, path, &img, false) {
                 LeafCheck::Ok => return self.act(k, path, leaf, img, p).await,
@@ -855,22 +864,11 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         }
         let state = found.map(|x| load_value(img.values[x]));
         let (state, results) = fold(state, p.changes());
-        let fresh = p.state_is_fresh() || self.planted("rdwc-no-verify");
         match (state, found) {
             (Some(v), Some(x)) => {
                 let w = Request::write(leaf.add(l.value_off(x)), store_value(&v).to_le_bytes().to_vec());
-                if fresh {
-                    self.finish(leaf, vec![w]).await?;
-                    return Ok(Some(results));
-                }
-                // A READ after the WRITE on this QP: the key still there means it was there
-                // when the WRITE landed, after every follower joined.
-                let r = self.finish(leaf, vec![w, Request::read_len(leaf.add(l.key_off(x)), 8)]).await?;
-                let still = slot_word(r[1].clone().into_buf()?.u64_at(0)) == k;
-                if !still {
-                    self.counters.event("rdwc_refold");
-                }
-                Ok(still.then_some(results))
+                self.finish(leaf, vec![w]).await?;
+                Ok(Some(results))
             }
             (None, Some(x)) if !self.hardened() || self.planted("delete-clears") => {
                 self.finish(
@@ -891,7 +889,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             }
             (None, None) => {
                 self.finish(leaf, Vec::new()).await?;
-                Ok(fresh.then_some(results))
+                Ok(Some(results))
             }
             (Some(v), None) => Ok(self.insert_in_leaf(k, store_value(&v), path, leaf, &img).await?.then_some(results)),
         }
@@ -960,15 +958,23 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 return Err(self.exhausted("split drain"));
             }
         }
-        // The exclusive mark and this insert's own share go together.
-        let release = || if spear { vec![Request::faa(lock, (-SPEAR_SMO - 1) as u64)] } else { Vec::new() };
+        // Whatever happens now, the exclusive mark and this insert's own share go together.
+        let done = self.smo_held(k, v, path, leaf).await;
+        if spear {
+            let released = self.ctx.faa(lock, (-SPEAR_SMO - 1) as u64).await;
+            done.as_ref().map_err(Clone::clone)?;
+            released?;
+        }
+        done
+    }
+
+    /// The structure change proper, with the leaf held exclusively. False: the key arrived
+    /// while this insert waited (start again with it present).
+    async fn smo_held(&mut self, k: u64, v: u64, path: &Path, leaf: RemoteAddr) -> Result<bool, IndexError> {
+        let l = self.layout;
         let img = self.read_leaf(leaf).await?;
         if img.keys.contains(&k) {
-            // The key arrived while this insert waited: start again with it present.
             self.counters.event("smo_key_arrived");
-            if spear {
-                self.ctx.post(release()).await?;
-            }
             return Ok(false);
         }
         let mut items = img.items();
@@ -982,35 +988,24 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             let mut e = img.clone();
             fill(&mut e, &items);
             self.rewrite(leaf, &img, e, None).await?;
-            if spear {
-                self.ctx.post(release()).await?;
-            }
             return Ok(true);
         }
         self.counters.event("leaf_split");
         let keep = self.o.split.keep(items.len());
         let split_key = items[keep].0;
         let (special, _) = path.parent.expect("leaves hang under special nodes");
-        let new_leaf = match self.node.chunks.alloc(&self.ctx, l.bytes() as u64, LEAF_ALIGN).await {
-            Ok(at) => at,
-            Err(e) => {
-                // Remote memory exhausted: give the leaf back unchanged.
-                if spear {
-                    self.ctx.post(release()).await?;
-                }
-                return Err(e);
-            }
-        };
+        let new_leaf = self.node.chunks.alloc(&self.ctx, l.bytes() as u64, LEAF_ALIGN).await?;
         let mut right = LeafImage::empty(&l, RemoteAddr::NULL, split_key, img.max);
         fill(&mut right, &items[keep..]);
         let mut left = img.clone();
         left.max = split_key;
         fill(&mut left, &items[..keep]);
-        self.rewrite(leaf, &img, left, Some((special, right, new_leaf, kbyte(split_key, SPECIAL_POS)))).await?;
-        self.node.cache.invalidate(k, SPECIAL_POS, special);
-        if spear {
-            self.ctx.post(release()).await?;
+        let split = Some((special, right, new_leaf, kbyte(split_key, SPECIAL_POS)));
+        if let Err(e) = self.rewrite(leaf, &img, left, split).await {
+            let _ = self.node.chunks.free(new_leaf, l.bytes() as u64);
+            return Err(e);
         }
+        self.node.cache.invalidate(k, SPECIAL_POS, special);
         Ok(true)
     }
 
@@ -1042,22 +1037,33 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                     // Old leaf first: a moved key is in no reachable leaf until the publish (its
                     // searches wait), never in a stale one after it.
                     self.ctx.post(body(&left)).await?;
-                    if let Some(s) = split {
-                        self.publish(s).await?;
+                    if let Some(s) = split
+                        && let Err(e) = self.publish(s).await
+                    {
+                        // Put the old leaf back, one version on, so no moved key is lost.
+                        let mut back = old.clone();
+                        back.set_version(ver + 2);
+                        self.ctx.post(body(&back)).await?;
+                        return Err(e);
                     }
                 }
             }
             (Protocol::Hardened, LeafFormat::FrontRear) => {
                 // The digest's §4.4 item 6: rear first, front last.
                 let rear = leaf.add(l.rear_off());
+                let front = leaf.add(l.front_off());
                 self.ctx.post(vec![Request::write(rear, vec![(ver as u8).wrapping_add(1)])]).await?;
-                if let Some(s) = split {
-                    self.publish(s).await?;
+                if let Some(s) = split
+                    && let Err(e) = self.publish(s).await
+                {
+                    // Nothing moved: make the versions agree again.
+                    self.ctx.post(vec![Request::write(front, vec![(ver as u8).wrapping_add(1)])]).await?;
+                    return Err(e);
                 }
                 left.front = ver as u8;
                 left.versions[0] = u64::from((ver as u8).wrapping_add(1));
                 let mut w = body(&left);
-                w.push(Request::write(leaf.add(l.front_off()), vec![(ver as u8).wrapping_add(1)]));
+                w.push(Request::write(front, vec![(ver as u8).wrapping_add(1)]));
                 self.ctx.post(w).await?;
             }
             (Protocol::Paper, _) => {
@@ -1159,14 +1165,11 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         Ok(())
     }
 
+    /// Gives back never-published nodes and leaves (each was written whole: its buffer's
+    /// length is its allocation).
     fn free_all(&self, writes: &[(RemoteAddr, Vec<u8>)]) {
         for (at, b) in writes {
-            let bytes = if b.len() == self.layout.bytes() || b.len() == node_read_bytes(self.special_type) {
-                b.len() as u64
-            } else {
-                REGULAR_BYTES
-            };
-            let _ = self.node.chunks.free(*at, bytes);
+            let _ = self.node.chunks.free(*at, b.len() as u64);
         }
     }
 
@@ -1212,22 +1215,18 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         let cap = img.live().len();
         let candidates: Vec<usize> =
             img.live().iter().enumerate().filter(|(_, e)| e.is_null()).map(|(i, _)| i).chain(cap..256).collect();
-        let mut built: Option<Built> = None;
-        for j in candidates {
+        if candidates.is_empty() {
+            return Err(IndexError::Corrupt(format!("node {n} is full but has no entry for byte {kb}")));
+        }
+        // The path is built and written once, for the first candidate; a later candidate only
+        // rewrites its top node's reverse pointer.
+        let (top, top_at, writes) = self.build(k, v, b + 1, entry_addr(n, candidates[0]), kb).await?;
+        self.write_all(&writes).await?;
+        for (tries, &j) in candidates.iter().enumerate() {
             let slot = entry_addr(n, j);
-            let (top, top_at) = match &built {
-                None => {
-                    let (top, top_at, writes) = self.build(k, v, b + 1, slot, kb).await?;
-                    self.write_all(&writes).await?;
-                    built = Some((top, top_at, writes));
-                    (top, top_at)
-                }
-                Some((top, top_at, _)) => {
-                    self.ctx.write(*top_at, Buf::from(slot.raw().to_le_bytes().to_vec())).await?;
-                    (*top, *top_at)
-                }
-            };
-            let _ = top_at;
+            if tries > 0 {
+                self.ctx.write(top_at, Buf::from(slot.raw().to_le_bytes().to_vec())).await?;
+            }
             let old = Entry(self.ctx.cas(slot, NULL, top.0).await?);
             if old.is_null() {
                 self.counters.event("new_prefix");
@@ -1246,9 +1245,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 break;
             }
         }
-        if let Some((_, _, writes)) = built {
-            self.free_all(&writes);
-        }
+        self.free_all(&writes);
         Ok(false)
     }
 
@@ -1360,16 +1357,16 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         if !root.is_null() {
             stack.push((root_addr(), root, 0, 0));
         }
-        let mut rounds = 0u32;
+        let mut rereads = 0u32;
         while let Some((p_ptr, p, pos, known)) = stack.pop() {
-            rounds += 1;
-            if rounds > self.o.max_retries {
-                return Err(self.exhausted("scan"));
-            }
             let addr = p.addr();
             let img = self.read_node(p).await?;
             let h = img.header;
             if img.rev != p_ptr.raw() || h.branch_pos() < pos || h.first_pos() > pos {
+                rereads += 1;
+                if rereads > self.o.max_retries {
+                    return Err(self.exhausted("scan"));
+                }
                 self.counters.event("stale_node");
                 let fresh = Entry(self.read_word(p_ptr).await?);
                 stack.push((p_ptr, fresh, pos, known));
@@ -1446,7 +1443,6 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 self.ctx.charge_cpu(CpuWork::NodeSearchEntry, self.layout.slots as u64).await;
                 let ok = (leaf.consistent(&self.layout) || self.planted("no-line-versions"))
                     && leaf.rev == entry_addr(s, *i).raw()
-                    && leaf.min <= cur
                     && leaf.covers(cur);
                 if !ok {
                     // Torn, or a split since the special node was read: read it again.
