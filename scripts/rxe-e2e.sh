@@ -65,23 +65,38 @@ for cn in 0 1; do
     cp "$scratch/cluster.toml" "$scratch/cn$cn.toml"
     printf '\n[compute]\nnode = %s\n' "$cn" >>"$scratch/cn$cn.toml"
 done
-start_memory_node
+# two CN INDEX WORKLOAD: compute node CN's process of a two-node run.
 two() {
-    "$dmkit" run --backend rdma --cluster "$scratch/cn$1.toml" --index sherman --workload a --keys 3000 \
+    "$dmkit" run --backend rdma --cluster "$scratch/cn$1.toml" --index "$2" --workload "$3" --keys 3000 \
         --compute-nodes 2 --memory-nodes 1 --threads-per-cn 1 --coroutines 4 --ops-per-client 200 --warmup-us 0 \
         --format json >"$scratch/out$1.json"
 }
-two 0 & p0=$!
-two 1 & p1=$!
-wait $p0 && wait $p1
-stop_memory_node
+both() {
+    start_memory_node
+    two 0 "$1" "$2" & p0=$!
+    two 1 "$1" "$2" & p1=$!
+    wait $p0 && wait $p1
+    stop_memory_node
+    for cn in 0 1; do
+        if ! grep -q '"operations":800' "$scratch/out$cn.json"; then
+            echo "e2e: compute node $cn of 2 ($1, $2) did not complete its 800 operations: $(head -c 300 "$scratch/out$cn.json")"
+            exit 1
+        fi
+    done
+}
+both sherman a
+echo "e2e: two compute nodes ok"
+# Inserts from both processes: each takes every other fresh key number, so the table ends with
+# the 3000 loaded keys and 1600 new ones (load factor 4600 / (1500 buckets x 16 slots)), where
+# numbering per process would insert each fresh key twice (3800 keys, 0.158).
+both example load
 for cn in 0 1; do
-    if ! grep -q '"operations":800' "$scratch/out$cn.json"; then
-        echo "e2e: compute node $cn of 2 did not complete its 800 operations: $(head -c 300 "$scratch/out$cn.json")"
+    if ! grep -q '"load_factor":0.192' "$scratch/out$cn.json"; then
+        echo "e2e: compute node $cn: inserts from two processes collided: $(grep -o '"load_factor":[0-9.]*' "$scratch/out$cn.json")"
         exit 1
     fi
 done
-echo "e2e: two compute nodes ok"
+echo "e2e: two compute nodes insert disjoint keys"
 
 start_memory_node
 set +e

@@ -7,8 +7,8 @@
 //! against the wall clock. With several compute nodes (one `dmkit run` process each, its id in
 //! the cluster file), compute node 0 creates and loads the index, and barriers held by memory
 //! node 0 start the measured phase together and end it before the walk; each process reports
-//! its own clients (add the throughputs). Fresh keys for inserts are numbered per process, so
-//! inserting workloads on several compute nodes insert some keys twice. After the run the index's invariant walk reads the memory nodes through
+//! its own clients (add the throughputs). Each process inserts every `compute_nodes`-th fresh
+//! key number from its own id (`SharedState::strided`), so no key is inserted twice. After the run the index's invariant walk reads the memory nodes through
 //! queue pairs of its own ([`HardwareView`]), as the simulator's walk reads its memory.
 //! Verb-level costs (round trips, bytes, NIC utilisation) are the simulator's and read 0 here.
 

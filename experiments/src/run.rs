@@ -673,7 +673,12 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
     // Every workload starts from `keys` loaded items; LOAD then inserts fresh keys beyond them
     // (the papers' LOAD: SMART and CHIME preload 5 M keys, then insert).
     let items: Vec<(Vec<u8>, Vec<u8>)> = load_items(&spec).collect();
-    let shared = SharedState::for_spec(&spec);
+    // On hardware each compute-node process generates its own clients' operations: the
+    // processes split the fresh key numbers between them so that no key is inserted twice.
+    let shared = match &req.setup.cluster {
+        Some(c) => SharedState::strided(spec.record_count, c.compute_node as u64, req.setup.compute_nodes as u64),
+        None => SharedState::for_spec(&spec),
+    };
     let clients = req.setup.clients();
     let sources: Vec<Box<dyn OpSource>> = (0..clients)
         .map(|c| {

@@ -1207,8 +1207,14 @@ pub struct SharedState {
 
 #[derive(Debug)]
 struct SharedInner {
-    /// The next fresh key number an insert takes.
+    /// Counts this state's inserts from `keys_present`: the `i`-th takes key number
+    /// `keys_present + i·parties + rank`.
     next_key: AtomicU64,
+    keys_present: u64,
+    /// This process's share of the fresh key numbers when several compute-node processes run
+    /// one workload (hardware runs): every `parties`-th number from `rank`.
+    rank: u64,
+    parties: u64,
     /// Key numbers below this are visible to reads.
     visible: AtomicU64,
     /// `Some` in acknowledgement mode: acknowledged inserts at or above `visible`.
@@ -1237,10 +1243,25 @@ impl SharedState {
         Self::new(spec.record_count)
     }
 
+    /// Like [`new`](Self::new) for one of `parties` compute-node processes that run one
+    /// workload without sharing memory: this one (`rank`) inserts every `parties`-th fresh key
+    /// number, so no two processes insert the same key. Reads target any key number below the
+    /// largest issued here, so some target keys another process has not inserted yet.
+    pub fn strided(keys_present: u64, rank: u64, parties: u64) -> SharedState {
+        assert!(parties >= 1 && rank < parties, "rank {rank} of {parties} parties");
+        let mut state = Self::build(keys_present, false);
+        let inner = Arc::get_mut(&mut state.inner).expect("not shared yet");
+        (inner.rank, inner.parties) = (rank, parties);
+        state
+    }
+
     fn build(keys_present: u64, acknowledgements: bool) -> SharedState {
         SharedState {
             inner: Arc::new(SharedInner {
                 next_key: AtomicU64::new(keys_present),
+                keys_present,
+                rank: 0,
+                parties: 1,
                 visible: AtomicU64::new(keys_present),
                 acknowledged: acknowledgements.then(|| Mutex::new(BTreeSet::new())),
                 sequential: AtomicU64::new(0),
@@ -1249,9 +1270,11 @@ impl SharedState {
         }
     }
 
-    /// The number of key numbers handed out (loaded plus inserted).
+    /// The number of key numbers handed out (loaded plus inserted); with a stride, a bound
+    /// above every number issued.
     pub fn issued(&self) -> u64 {
-        self.inner.next_key.load(Ordering::SeqCst)
+        let i = &self.inner;
+        i.keys_present + (i.next_key.load(Ordering::SeqCst) - i.keys_present) * i.parties
     }
 
     /// Key numbers below this are targets for reads, updates, scans and deletes.
@@ -1277,8 +1300,13 @@ impl SharedState {
     }
 
     fn issue_insert(&self) -> u64 {
-        let n = self.inner.next_key.fetch_add(1, Ordering::SeqCst);
-        assert!(n < u64::MAX, "key numbers exhausted");
+        let i = &self.inner;
+        let local = i.next_key.fetch_add(1, Ordering::SeqCst) - i.keys_present;
+        let n = local
+            .checked_mul(i.parties)
+            .and_then(|x| x.checked_add(i.keys_present + i.rank))
+            .filter(|&n| n < u64::MAX)
+            .expect("key numbers exhausted");
         if self.inner.acknowledged.is_none() {
             self.inner.visible.fetch_max(n + 1, Ordering::SeqCst);
         }

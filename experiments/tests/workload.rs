@@ -567,6 +567,29 @@ fn fill_streams_insert_fresh_keys_forever() {
     assert_eq!(numbers, (100..30_100).collect::<Vec<u64>>());
 }
 
+/// Compute-node processes of one hardware run each have their own shared state: with a stride
+/// per process, their fresh keys are disjoint and together dense.
+#[test]
+fn strided_states_split_the_fresh_keys_between_processes() {
+    let spec = WorkloadSpec::ycsb('c', 100).unwrap();
+    let mut numbers = Vec::new();
+    for rank in 0..3 {
+        let shared = SharedState::strided(100, rank, 3);
+        let mut fill = spec.fill_stream(6, 0, &shared);
+        let mine: Vec<u64> = (0..1000).map(|_| fill.next_op().key().number).collect();
+        assert!(mine.iter().all(|n| (n - 100) % 3 == rank), "rank {rank}: {:?}", &mine[..5]);
+        assert!(shared.issued() > *mine.last().unwrap());
+        numbers.extend(mine);
+    }
+    numbers.sort_unstable();
+    assert_eq!(numbers, (100..3100).collect::<Vec<u64>>());
+    // One party is the plain state.
+    let one = SharedState::strided(100, 0, 1);
+    let mut fill = spec.fill_stream(6, 0, &one);
+    assert_eq!((0..3).map(|_| fill.next_op().key().number).collect::<Vec<_>>(), vec![100, 101, 102]);
+    assert_eq!(one.issued(), 103);
+}
+
 #[test]
 fn acknowledged_inserts_become_visible_in_order() {
     let spec = WorkloadSpec::ycsb('d', 10).unwrap();
