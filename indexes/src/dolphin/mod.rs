@@ -508,6 +508,11 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         Ok(img)
     }
 
+    /// READs a special node (its type is fixed by the leaf geometry, so no entry is needed).
+    async fn read_special(&mut self, at: RemoteAddr) -> Result<NodeImage, IndexError> {
+        self.read_node(Entry::internal(0, self.special_type, at)).await
+    }
+
     /// Walks from the deepest cached node (or the root) to `key`'s leaf entry.
     async fn descend(&mut self, key: u64) -> Result<Descent, IndexError> {
         self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
@@ -605,7 +610,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         self.counters.event("backtrack");
         let (special, branch) = path.parent.expect("a leaf's parent is a special node");
         self.node.cache.invalidate(key, branch, special);
-        let img = self.read_node(Entry::internal(0, self.special_type, special)).await?;
+        let img = self.read_special(special).await?;
         self.node.cache.insert(key, special, &img);
         let i = img
             .floor(kbyte(key, SPECIAL_POS))
@@ -1081,7 +1086,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     async fn publish(&mut self, split: (RemoteAddr, LeafImage, RemoteAddr, u8)) -> Result<(), IndexError> {
         let (special, mut right, at, partial) = split;
         for _ in 0..self.o.max_retries {
-            let img = self.read_node(Entry::internal(0, self.special_type, special)).await?;
+            let img = self.read_special(special).await?;
             let Some(j) = img.live().iter().position(|e| e.is_null()) else {
                 return Err(IndexError::Corrupt(format!("special node {special} is full")));
             };
@@ -1341,7 +1346,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         if let Some(hit) = self.node.cache.lookup(lo).filter(|h| h.node.branch == SPECIAL_POS) {
             self.counters.event("scan_from_cache");
             let special = hit.node.addr;
-            let img = self.read_node(Entry::internal(0, self.special_type, special)).await?;
+            let img = self.read_special(special).await?;
             let first = prefix_of(lo, SPECIAL_POS);
             self.scan_special(special, img, first, lo, hi, limit, &mut out).await?;
             let end = first | 0xFF;
@@ -1462,7 +1467,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             }
             if restart {
                 self.ctx.yield_now().await;
-                img = self.read_node(Entry::internal(0, self.special_type, s)).await?;
+                img = self.read_special(s).await?;
             }
         }
         Err(self.exhausted("scan leaves"))
