@@ -65,6 +65,19 @@ pub struct RunSetup {
     pub record_history: bool,
     /// Run on this hardware cluster instead of the simulator (`--backend rdma`).
     pub cluster: Option<Arc<crate::cluster::ClusterConfig>>,
+    /// Server nodes to crash during the run (simulator only).
+    pub server_crashes: Vec<ServerCrash>,
+}
+
+/// A crash-stop of one of the index's server nodes (HStore's hash-table or skiplist server),
+/// timed from the start of the warm-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ServerCrash {
+    /// Server node index (0-based among the index's server nodes).
+    pub server: u16,
+    pub at_ns: u64,
+    /// When it comes back (empty, its services recovering), if it does.
+    pub restart_at_ns: Option<u64>,
 }
 
 impl RunSetup {
@@ -293,6 +306,12 @@ pub fn run_index<K: IndexKind>(
     mut sources: Vec<Box<dyn OpSource>>,
 ) -> Result<RunResult, String> {
     K::validate(options)?;
+    if setup.cluster.is_some() && K::servers(options).nodes > 0 {
+        return Err(format!(
+            "index {} runs services on server nodes, and the hardware backend has no server-node process yet",
+            K::NAME
+        ));
+    }
     if let Some(cluster) = &setup.cluster {
         #[cfg(feature = "connectx")]
         return crate::hardware::run_index::<K>(cluster, setup, options, names, items, sources);
@@ -308,17 +327,21 @@ pub fn run_index<K: IndexKind>(
     }
     // A duration of 0 runs every source to its end (an operation count per client) and
     // measures everything completed after the warm-up.
+    let servers = K::servers(options);
     let cfg = SimConfig {
         profile: setup.profile.clone(),
         topology: Topology {
             memory_nodes: setup.memory_nodes,
             compute_nodes: setup.compute_nodes,
+            server_nodes: servers.nodes,
+            server_threads: servers.rpc_threads.max(1),
             ..Topology::default()
         },
         seed: setup.seed,
         ..SimConfig::default()
     };
     let mut sim = Sim::new(cfg).map_err(|e| e.to_string())?;
+    K::install(options, &mut sim).map_err(|e| format!("starting the index's services: {e}"))?;
     let caps = sim.caps().clone();
     let nodes: Vec<Arc<K::NodeState>> =
         (0..setup.compute_nodes).map(|_| Arc::new(K::node_state(options, &caps))).collect();
@@ -370,6 +393,17 @@ pub fn run_index<K: IndexKind>(
     sim.set_instant(false);
     let counters_at_start = node_counters::<K>(&nodes);
     let start = sim.now_ns();
+    for c in &setup.server_crashes {
+        if c.server >= servers.nodes {
+            return Err(format!("index {} has {} server nodes; cannot crash server {}", K::NAME, servers.nodes, c.server));
+        }
+        sim.add_node_crash(dmkit_sim::NodeCrash {
+            node: setup.memory_nodes + c.server,
+            at_ns: start + c.at_ns.max(1),
+            restart_at_ns: c.restart_at_ns.map(|r| start + r),
+        })
+        .map_err(|e| e.to_string())?;
+    }
     let end = if setup.duration_ns == 0 { u64::MAX } else { start + setup.warmup_ns + setup.duration_ns };
     let warmup_end = start + setup.warmup_ns;
     let baseline = sim.stats();
@@ -1080,6 +1114,7 @@ impl RunFile {
                         timeseries_ns: p.timeseries_us * 1000,
                         record_history: false,
                         cluster: None,
+                        server_crashes: Vec::new(),
                     },
                 })
             })

@@ -26,6 +26,7 @@ pub mod sherman;
 pub mod smart;
 pub mod spec;
 
+use dmkit_rdma::service::ServiceHost;
 use dmkit_rdma::{Caps, Client, MemoryView, VerbsError};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -211,6 +212,15 @@ pub struct InvariantReport {
     pub capacity_items: Option<u64>,
 }
 
+/// Server nodes an index runs services on besides its memory nodes (HStore's hash-table and
+/// skiplist servers): `nodes` of them, each with `rpc_threads` RPC threads (its services' workers
+/// get threads of their own). Server node `i` is node `memory_nodes + i`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Servers {
+    pub nodes: u16,
+    pub rpc_threads: u16,
+}
+
 /// How to create, open, check and break one index.
 pub trait IndexKind: 'static {
     /// Name used by `dmkit run --index` and `dmkit check --index`.
@@ -228,6 +238,19 @@ pub trait IndexKind: 'static {
 
     /// Checks options before anything is built: a clear error, never a panic later.
     fn validate(options: &Self::Options) -> Result<(), String>;
+
+    /// The server nodes the index's services need (none for one-sided indexes).
+    fn servers(options: &Self::Options) -> Servers {
+        let _ = options;
+        Servers::default()
+    }
+
+    /// Starts the index's services on its server nodes, before anything runs. Indexes without
+    /// services keep the default.
+    fn install<H: ServiceHost>(options: &Self::Options, host: &mut H) -> Result<(), String> {
+        let _ = (options, host);
+        Ok(())
+    }
 
     /// Builds the empty remote structure (superblock, root) with one client, once per run.
     fn create<C: Client>(options: &Self::Options, ctx: &C) -> impl Future<Output = Result<(), IndexError>>;

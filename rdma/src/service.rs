@@ -7,8 +7,25 @@
 //! background workers, each on a thread of its own, fed through [`crate::sync::Queue`]s. Handlers
 //! and workers are clients themselves ([`ServerCtx`]): they issue verbs and calls, charge CPU, and
 //! read and write their own node's registered memory through [`LocalMemory`].
+//!
+//! ## Deferred replies
+//!
+//! By default a handler's return value is the reply, and its RPC thread is busy until then. A
+//! server whose reply waits on other work — HStore's hash-table server answers a write only after
+//! a worker has shipped it to the skiplist server and applied it — must not hold an RPC thread
+//! for that long (eRPC's model: the dispatch thread enqueues and moves on). Such a service
+//! overrides [`Service::dispatch`], keeps the [`Responder`] it is given, returns `None` (the RPC
+//! thread takes the next request at once), and later answers from any of its node's threads
+//! with [`Replier::reply`]. The caller sees one ordinary `call`; a crash of the node before the
+//! reply fails it with `NodeDown`, as for any call the node held.
+//!
+//! ## Installing services
+//!
+//! An index that runs services (HStore's servers) installs them through a [`ServiceHost`]: the
+//! simulator implements it, and so does a hardware server-node process, so the same factory runs
+//! on both.
 
-use crate::{Buf, Client, VerbsError};
+use crate::{Buf, Client, NodeId, VerbsError};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -29,10 +46,31 @@ pub trait LocalMemory {
     fn local_faa(&self, offset: u64, add: u64) -> impl Future<Output = Result<u64, VerbsError>>;
 }
 
-/// What a handler or worker runs with.
-pub trait ServerCtx: Client + LocalMemory + Clone + 'static {}
+/// A reply a handler deferred: where it goes. Plain data (`Send`), so a service can keep it in
+/// its shared state until a worker answers. The numbers are the backend's own; a responder is
+/// answered at most once, and a second answer (or one for a call the node's crash already
+/// failed) is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Responder {
+    /// The node that received the call.
+    pub node: NodeId,
+    /// The backend's id of the call.
+    pub call: u64,
+    /// A tag that tells this call from a later one that reuses its id.
+    pub tag: u64,
+}
 
-impl<T: Client + LocalMemory + Clone + 'static> ServerCtx for T {}
+/// Answering deferred calls (see the module doc).
+pub trait Replier {
+    /// Sends `response` to the caller `to` names, from this thread: its CPU posts the SEND.
+    /// Errors if `to` is not a call of this node awaiting its reply.
+    fn reply(&self, to: Responder, response: Vec<u8>) -> Result<(), VerbsError>;
+}
+
+/// What a handler or worker runs with.
+pub trait ServerCtx: Client + LocalMemory + Replier + Clone + 'static {}
+
+impl<T: Client + LocalMemory + Replier + Clone + 'static> ServerCtx for T {}
 
 /// A service: shared state plus a handler per request and optional workers. On hardware the
 /// node's threads are OS threads, so the state is shared through an `Arc` and must be `Sync`.
@@ -40,6 +78,19 @@ pub trait Service<C: ServerCtx>: Send + Sync + 'static {
     /// Handles one request on an RPC thread and returns the response bytes. A handler that
     /// wants to report an error encodes it in its response.
     fn handle(self: Arc<Self>, ctx: C, request: Vec<u8>) -> impl Future<Output = Vec<u8>>;
+
+    /// Takes one request on an RPC thread: `Some(reply)` answers now; `None` defers the reply,
+    /// which someone must later send with [`Replier::reply`] to `responder` (module doc). The
+    /// RPC thread is free again when this returns. The default answers with [`Service::handle`].
+    fn dispatch(
+        self: Arc<Self>,
+        ctx: C,
+        request: Vec<u8>,
+        responder: Responder,
+    ) -> impl Future<Output = Option<Vec<u8>>> {
+        let _ = responder;
+        async move { Some(self.handle(ctx, request).await) }
+    }
 
     /// Background workers to start with the service (each on a thread of its own).
     fn workers(&self) -> u32 {
@@ -51,4 +102,19 @@ pub trait Service<C: ServerCtx>: Send + Sync + 'static {
         let _ = (ctx, index);
         async {}
     }
+}
+
+/// Where an index's services run: the simulator, or a hardware server-node process. `factory`
+/// builds the service's state; a node that crashes and restarts gets a fresh one from it.
+pub trait ServiceHost {
+    /// The context handlers and workers run with.
+    type Ctx: ServerCtx;
+
+    /// Runs `factory()`'s service as `id` on `node` (a memory or server node).
+    fn add_service<S: Service<Self::Ctx>>(
+        &mut self,
+        node: NodeId,
+        id: u16,
+        factory: impl Fn() -> S + 'static,
+    ) -> Result<(), String>;
 }

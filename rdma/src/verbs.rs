@@ -304,4 +304,13 @@ pub fn validate_batch(requests: &[Request], max_message_bytes: u64) -> Result<No
 pub trait MemoryView {
     /// Reads `len` bytes at `addr`.
     fn read_memory(&self, addr: RemoteAddr, len: usize) -> Result<Vec<u8>, VerbsError>;
+
+    /// The state of service `service` on `node` as its factory built it (an
+    /// `Arc<TheService>`), for invariant walks of servers whose structures live in their own
+    /// process memory (HStore's skiplists). `None` where the view cannot see it (hardware: another
+    /// process) or no such service runs; walks then check what memory shows.
+    fn service_state(&self, node: NodeId, service: u16) -> Option<std::sync::Arc<dyn std::any::Any + Send + Sync>> {
+        let _ = (node, service);
+        None
+    }
 }

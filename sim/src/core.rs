@@ -227,6 +227,8 @@ pub(crate) struct Rpc {
     waiter: Option<TaskId>,
     result: Option<Result<Vec<u8>, VerbsError>>,
     outcome: Outcome<Vec<u8>>,
+    /// Unique over the run (the slab reuses ids): a deferred reply names it.
+    tag: u64,
 }
 
 /// A request handed to the executor: run `service`'s handler for `rpc` as a task of the RPC
@@ -238,6 +240,8 @@ pub(crate) struct Dispatch {
     pub(crate) service: u16,
     pub(crate) handler: u32,
     pub(crate) request: Vec<u8>,
+    /// The RPC's unique tag, for a deferred reply.
+    pub(crate) tag: u64,
 }
 
 /// A service CPU's access to its own node's memory.
@@ -303,6 +307,8 @@ struct TargetNode {
     /// RPCs waiting for a thread, and RPCs being handled.
     rpc_queue: VecDeque<u32>,
     rpc_running: Vec<u32>,
+    /// RPCs whose handler deferred the reply (`Service::dispatch` returned `None`).
+    rpc_deferred: Vec<u32>,
     stats: NodeStats,
 }
 
@@ -428,6 +434,7 @@ impl Core {
                 idle_rpc_threads: VecDeque::new(),
                 rpc_queue: VecDeque::new(),
                 rpc_running: Vec::new(),
+                rpc_deferred: Vec::new(),
                 stats: NodeStats::default(),
             })
             .collect();
@@ -505,6 +512,25 @@ impl Core {
 
     fn mm(&self) -> &MemoryModel {
         &self.cfg.memory_model
+    }
+
+    /// Schedules a crash (and restart) of a memory or server node during the run.
+    pub(crate) fn add_node_crash(&mut self, crash: crate::config::NodeCrash) -> Result<(), String> {
+        if crash.node >= self.cfg.topology.target_nodes() {
+            return Err(format!(
+                "node crash names node {}, but memory and server nodes are 0..{}",
+                crash.node,
+                self.cfg.topology.target_nodes()
+            ));
+        }
+        if crash.at_ns < self.now_ns || crash.restart_at_ns.is_some_and(|r| r <= crash.at_ns) {
+            return Err(format!("node {} crash at {} ns: in the past, or restarting before it crashes", crash.node, crash.at_ns));
+        }
+        self.schedule_fault(crash.at_ns, FaultEvent::CrashNode(crash.node));
+        if let Some(r) = crash.restart_at_ns {
+            self.schedule_fault(r, FaultEvent::RestartNode(crash.node));
+        }
+        Ok(())
     }
 
     fn schedule_fault(&mut self, at_ns: u64, event: FaultEvent) {
@@ -1346,6 +1372,7 @@ impl Core {
             waiter: None,
             result: None,
             outcome: Outcome::Pending,
+            tag: self.calls_posted,
         });
         self.calls_posted += 1;
         if busy {
@@ -1421,6 +1448,7 @@ impl Core {
                 service: rpc.service,
                 handler,
                 request: std::mem::take(&mut rpc.request),
+                tag: rpc.tag,
             });
         }
     }
@@ -1438,6 +1466,40 @@ impl Core {
         let posted = self.charge_thread(handler, self.costs.post_cost_ps(1));
         self.send_reply(r, Ok(reply), posted);
         self.dispatch_rpcs(node);
+    }
+
+    /// A handler deferred its reply: its thread takes the next queued RPC, and the RPC waits for
+    /// [`Core::rpc_reply_deferred`] (or the node's crash, which fails it).
+    pub(crate) fn rpc_defer(&mut self, r: u32) {
+        let Some(rpc) = self.rpcs.get(r) else { return };
+        let (node, handler) = (rpc.node.0 as usize, rpc.handler.expect("a dispatched RPC has a handler"));
+        if self.nodes[node].epoch != self.rpcs[r].node_epoch || !self.nodes[node].up {
+            return;
+        }
+        self.nodes[node].rpc_running.retain(|&x| x != r);
+        self.nodes[node].rpc_deferred.push(r);
+        self.nodes[node].idle_rpc_threads.push_back(handler);
+        self.dispatch_rpcs(node);
+    }
+
+    /// Sends the deferred reply of RPC `r` (tagged `tag`) from `client`'s thread, which must run
+    /// on the RPC's node.
+    pub(crate) fn rpc_reply_deferred(&mut self, client: u32, r: u32, tag: u64, reply: Vec<u8>) -> Result<(), VerbsError> {
+        let node = self.clients[client as usize].node;
+        let n = node.0 as usize;
+        let owed = self.is_target(node)
+            && self.nodes[n].up
+            && self.nodes[n].rpc_deferred.contains(&r)
+            && self.rpcs.get(r).is_some_and(|rpc| rpc.tag == tag && rpc.node == node);
+        if !owed {
+            return Err(VerbsError::Protocol(format!(
+                "{node} owes no reply to call {r} (tag {tag}): answered already, failed by a crash, or another node's"
+            )));
+        }
+        self.nodes[n].rpc_deferred.retain(|&x| x != r);
+        let posted = self.charge_thread(client, self.costs.post_cost_ps(1));
+        self.send_reply(r, Ok(reply), posted);
+        Ok(())
     }
 
     /// Replies from the NIC at once (no handler ran).
@@ -1625,7 +1687,12 @@ impl Core {
         target.host.clear();
         target.device.clear();
         target.idle_rpc_threads.clear();
-        let lost: Vec<u32> = target.rpc_queue.drain(..).chain(target.rpc_running.drain(..)).collect();
+        let lost: Vec<u32> = target
+            .rpc_queue
+            .drain(..)
+            .chain(target.rpc_running.drain(..))
+            .chain(target.rpc_deferred.drain(..))
+            .collect();
         self.fault_counters.node_crashes += 1;
         for r in lost {
             self.rpc_fail(r, VerbsError::NodeDown(node));

@@ -10,7 +10,7 @@ use crate::core::{Awaited, AwaitedSlab, Batch, Core, LocalOp, Rpc, TaskId, Timer
 use crate::sched::{Chooser, StepKind, StepQueue};
 use crate::stats::Stats;
 use dmkit_rdma::alloc::{ALLOCATOR_SERVICE, AllocRequest, ChunkAllocator};
-use dmkit_rdma::service::{LocalMemory, Service};
+use dmkit_rdma::service::{LocalMemory, Replier, Responder, Service, ServiceHost};
 use dmkit_rdma::{
     Buf, Caps, ClientCtx, ClientIdentity, CpuWork, NodeId, Op, RemoteAddr, Request, Response, Verbs, VerbsError,
 };
@@ -63,14 +63,16 @@ struct Task {
     daemon: bool,
 }
 
-type HandlerFn = Rc<dyn Fn(SimClient, Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>>>>>;
+type HandlerFn = Rc<dyn Fn(SimClient, Vec<u8>, Responder) -> Pin<Box<dyn Future<Output = Option<Vec<u8>>>>>>;
 type WorkerFn = Rc<dyn Fn(SimClient, u32) -> Pin<Box<dyn Future<Output = ()>>>>;
 
 /// A service with its type erased, as the executor runs it.
 struct ServiceInstance {
-    handle: HandlerFn,
+    dispatch: HandlerFn,
     workers: u32,
     run_worker: WorkerFn,
+    /// The service's state (an `Arc<S>`), for [`dmkit_rdma::MemoryView::service_state`].
+    state: Arc<dyn std::any::Any + Send + Sync>,
 }
 
 struct ServiceEntry {
@@ -81,11 +83,12 @@ struct ServiceEntry {
 fn erase<S: Service<SimClient>>(service: S) -> ServiceInstance {
     let service = Arc::new(service);
     let workers = service.workers();
-    let (h, w) = (service.clone(), service);
+    let (h, w, state) = (service.clone(), service.clone(), service);
     ServiceInstance {
-        handle: Rc::new(move |ctx, request| Box::pin(h.clone().handle(ctx, request))),
+        dispatch: Rc::new(move |ctx, request, responder| Box::pin(h.clone().dispatch(ctx, request, responder))),
         workers,
         run_worker: Rc::new(move |ctx, index| Box::pin(w.clone().run_worker(ctx, index))),
+        state,
     }
 }
 
@@ -273,16 +276,19 @@ impl Sim {
             }
         }
         for d in dispatches {
-            let handle = match self.services.get(&(d.node.0, d.service)).and_then(|e| e.current.as_ref()) {
-                Some(instance) => instance.handle.clone(),
+            let dispatch = match self.services.get(&(d.node.0, d.service)).and_then(|e| e.current.as_ref()) {
+                Some(instance) => instance.dispatch.clone(),
                 None => unreachable!("the core dispatches only to registered services"),
             };
             let ctx = self.handle(d.handler);
             let core = self.core.clone();
-            let reply = handle(ctx.clone(), d.request);
+            let responder = Responder { node: d.node, call: d.rpc as u64, tag: d.tag };
+            let reply = dispatch(ctx.clone(), d.request, responder);
             self.spawn(&ctx, async move {
-                let bytes = reply.await;
-                core.borrow_mut().rpc_reply(d.rpc, bytes);
+                match reply.await {
+                    Some(bytes) => core.borrow_mut().rpc_reply(d.rpc, bytes),
+                    None => core.borrow_mut().rpc_defer(d.rpc),
+                }
             });
         }
         spawned
@@ -481,6 +487,13 @@ impl Sim {
         self.core.borrow_mut().instant = on;
     }
 
+    /// Crashes (and restarts) a memory or server node during the run, as
+    /// [`crate::Faults::node_crashes`] does from the start: for crashes timed after a set-up
+    /// whose length is not known in advance (a load). Times are absolute and not in the past.
+    pub fn add_node_crash(&mut self, crash: crate::NodeCrash) -> Result<(), ConfigError> {
+        self.core.borrow_mut().add_node_crash(crash).map_err(ConfigError)
+    }
+
     /// Tasks not yet finished or crashed.
     pub fn live_tasks(&self) -> usize {
         self.live_tasks
@@ -651,6 +664,17 @@ impl LocalMemory for SimClient {
     fn local_faa(&self, offset: u64, add: u64) -> impl Future<Output = Result<u64, VerbsError>> {
         let done = self.local_op(offset, Op::Faa { add });
         async move { done.await?.atomic() }
+    }
+}
+
+impl Replier for SimClient {
+    fn reply(&self, to: Responder, response: Vec<u8>) -> Result<(), VerbsError> {
+        let call = u32::try_from(to.call)
+            .map_err(|_| VerbsError::Protocol(format!("no call {} on {}", to.call, to.node)))?;
+        if to.node != self.node {
+            return Err(VerbsError::Protocol(format!("{} cannot answer a call {} received", self.node, to.node)));
+        }
+        self.core.borrow_mut().rpc_reply_deferred(self.id, call, to.tag, response)
     }
 }
 
@@ -825,5 +849,22 @@ impl Verbs for SimClient {
 impl dmkit_rdma::MemoryView for Sim {
     fn read_memory(&self, addr: RemoteAddr, len: usize) -> Result<Vec<u8>, VerbsError> {
         Sim::read_memory(self, addr, len)
+    }
+
+    fn service_state(&self, node: NodeId, service: u16) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        Some(self.services.get(&(node.0, service))?.current.as_ref()?.state.clone())
+    }
+}
+
+impl ServiceHost for Sim {
+    type Ctx = SimClient;
+
+    fn add_service<S: Service<SimClient>>(
+        &mut self,
+        node: NodeId,
+        id: u16,
+        factory: impl Fn() -> S + 'static,
+    ) -> Result<(), String> {
+        Sim::add_service(self, node, id, factory).map_err(|e| e.to_string())
     }
 }

@@ -14,7 +14,7 @@
 //! file, and passes since it was fixed.
 
 use dmkit_rdma::alloc::{self, ALLOCATOR_SERVICE};
-use dmkit_rdma::service::{LocalMemory, Service};
+use dmkit_rdma::service::{LocalMemory, Replier, Responder, Service};
 use dmkit_rdma::sync::Queue;
 use dmkit_rdma::{Buf, ClientCtx, CpuWork, NodeId, RemoteAddr, Verbs, VerbsError};
 use dmkit_sim::profile::rdma_op::Kind;
@@ -981,6 +981,132 @@ fn a_crash_frees_the_threads_of_the_handlers_it_killed() {
         after_restart, unloaded,
         "after the restart a call is served at once (the killed handler's {LONG_NS} ns of work died with it)"
     );
+}
+
+// ------------------------------------------------------- deferred replies
+
+/// Defers every reply to its one worker, which answers after `work_ns` of CPU each, in arrival
+/// order. A request "twice" makes the worker answer it twice (the second must be refused).
+#[derive(Debug)]
+struct Deferred {
+    queue: Queue<(Responder, Vec<u8>)>,
+    work_ns: u64,
+    refused: Arc<Mutex<Vec<VerbsError>>>,
+    /// When each request was dispatched to the RPC thread.
+    dispatched_ns: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Service<SimClient> for Deferred {
+    async fn handle(self: Arc<Self>, _ctx: SimClient, _request: Vec<u8>) -> Vec<u8> {
+        unreachable!("every request is dispatched")
+    }
+
+    async fn dispatch(self: Arc<Self>, ctx: SimClient, request: Vec<u8>, responder: Responder) -> Option<Vec<u8>> {
+        self.dispatched_ns.lock().unwrap().push(ctx.now_ns());
+        self.queue.push((responder, request));
+        None
+    }
+
+    fn workers(&self) -> u32 {
+        1
+    }
+
+    async fn run_worker(self: Arc<Self>, ctx: SimClient, _index: u32) {
+        loop {
+            let (to, request) = self.queue.pop().await;
+            ctx.charge_cpu(CpuWork::Nanoseconds, self.work_ns).await;
+            ctx.reply(to, request.clone()).unwrap();
+            if request == b"twice" {
+                let again = ctx.reply(to, request).unwrap_err();
+                self.refused.lock().unwrap().push(again);
+            }
+        }
+    }
+}
+
+/// A deferred reply frees the RPC thread: one thread takes many requests whose replies the
+/// worker sends later, each to its own caller, and a second answer to one call is refused.
+#[test]
+fn a_deferred_reply_frees_the_rpc_thread() {
+    const WORK_NS: u64 = 10_000;
+    const CALLERS: u64 = 4;
+    let cfg = server_config(1, 1);
+    let server = server_node(&cfg);
+    let mut sim = Sim::new(cfg).unwrap();
+    let refused = Arc::new(Mutex::new(Vec::new()));
+    let dispatched = Arc::new(Mutex::new(Vec::new()));
+    let (r, d) = (refused.clone(), dispatched.clone());
+    sim.add_service(server, SVC, move || Deferred {
+        queue: Queue::new(),
+        work_ns: WORK_NS,
+        refused: r.clone(),
+        dispatched_ns: d.clone(),
+    })
+    .unwrap();
+    let mut outs = Vec::new();
+    for i in 0..CALLERS {
+        let c = sim.add_client(0).unwrap();
+        let c2 = c.clone();
+        outs.push(sim.spawn_output(&c, async move {
+            let body = if i == 0 { b"twice".to_vec() } else { word(i) };
+            let reply = c2.call(server, SVC, body.clone()).await.unwrap();
+            (reply == body, c2.now_ns())
+        }));
+    }
+    sim.run().unwrap();
+    let mut done: Vec<u64> = outs
+        .iter()
+        .map(|o| {
+            let (own, at) = o.take();
+            assert!(own, "each caller got its own reply");
+            at
+        })
+        .collect();
+    done.sort_unstable();
+    // The one RPC thread took every request before the worker answered the first: a handler
+    // that held its thread until the reply would have taken the second only after it.
+    let dispatched = dispatched.lock().unwrap().clone();
+    assert_eq!(dispatched.len() as u64, CALLERS);
+    assert!(dispatched.iter().all(|&t| t < done[0]), "dispatched at {dispatched:?}, first reply at {}", done[0]);
+    for pair in done.windows(2) {
+        assert!(pair[1] - pair[0] >= WORK_NS, "replies {done:?} are one worker's work apart");
+    }
+    // Invariant walks see the running service's state.
+    use dmkit_rdma::MemoryView;
+    let state = sim.service_state(server, SVC).expect("the service runs");
+    let state = state.downcast::<Deferred>().expect("the state is the service's own");
+    assert!(Arc::ptr_eq(&state.refused, &refused));
+    assert!(sim.service_state(server, SVC + 1).is_none());
+    let refused = refused.lock().unwrap();
+    assert_eq!(refused.len(), 1);
+    assert!(matches!(&refused[0], VerbsError::Protocol(m) if m.contains("owes no reply")), "{refused:?}");
+}
+
+/// A deferred call the node holds when it crashes fails at its caller like any other.
+#[test]
+fn a_crash_fails_the_calls_whose_replies_were_deferred() {
+    const CRASH_NS: u64 = 20_000;
+    let mut cfg = server_config(1, 1);
+    let server = server_node(&cfg);
+    let timeout = cfg.profile.transport_timeout_ns;
+    cfg.faults.node_crashes = vec![NodeCrash { node: server.0, at_ns: CRASH_NS, restart_at_ns: None }];
+    let mut sim = Sim::new(cfg).unwrap();
+    // The worker takes a millisecond per reply: the crash comes first.
+    sim.add_service(server, SVC, || Deferred {
+        queue: Queue::new(),
+        work_ns: 1_000_000,
+        refused: Arc::default(),
+        dispatched_ns: Arc::default(),
+    })
+    .unwrap();
+    let c = sim.add_client(0).unwrap();
+    let c2 = c.clone();
+    let out = sim.spawn_output(&c, async move { (c2.call(server, SVC, word(1)).await, c2.now_ns()) });
+    sim.run().unwrap();
+    let (result, at) = out.take();
+    assert_eq!(result, Err(VerbsError::NodeDown(server)));
+    assert_eq!(at, CRASH_NS + timeout);
+    assert_eq!(sim.stats().faults.calls_failed_node_down, 1);
 }
 
 // ------------------------------------------------------- bad calls and registrations

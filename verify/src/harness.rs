@@ -184,10 +184,13 @@ impl<K: Checked> IndexScenario<K> {
 
 impl<K: Checked> Scenario for IndexScenario<K> {
     fn config(&self) -> SimConfig {
+        let servers = K::servers(&self.options);
         SimConfig {
             topology: Topology {
                 memory_nodes: self.preset.memory_nodes,
                 compute_nodes: self.preset.compute_nodes,
+                server_nodes: servers.nodes,
+                server_threads: servers.rpc_threads.max(1),
                 ..Topology::default()
             },
             memory_model: self.memory_model,
@@ -203,7 +206,11 @@ impl<K: Checked> Scenario for IndexScenario<K> {
     }
 
     fn build(&self, sim: &mut Sim, phase: &Phase, variant: u64) -> Judge {
-        // Set-up, earliest-first: create the index and preload keys with one client.
+        // Set-up, earliest-first: start the index's services, create it and preload keys with
+        // one client.
+        if let Err(e) = K::install(&self.options, sim) {
+            return Box::new(move |_, _| Err(format!("installing the services: {e}")));
+        }
         let caps = sim.caps().clone();
         let nodes: Vec<Arc<K::NodeState>> =
             (0..self.preset.compute_nodes).map(|_| Arc::new(K::node_state(&self.options, &caps))).collect();
@@ -351,7 +358,12 @@ pub fn run_sequence_checked<K: IndexKind>(
     options: &K::Options,
     ops: &[Op],
 ) -> (Vec<spec::Outcome>, Vec<spec::Outcome>, Result<dmkit_indexes::InvariantReport, String>) {
-    let mut sim = Sim::new(SimConfig::default()).expect("the default configuration is valid");
+    let servers = K::servers(options);
+    let mut cfg = SimConfig::default();
+    cfg.topology.server_nodes = servers.nodes;
+    cfg.topology.server_threads = servers.rpc_threads.max(1);
+    let mut sim = Sim::new(cfg).expect("the default configuration is valid");
+    K::install(options, &mut sim).expect("the index's services install");
     let client = sim.add_client(0).expect("compute node 0 exists");
     let node = Arc::new(K::node_state(options, sim.caps()));
     let mut handle = K::open(options, node, client.clone());
