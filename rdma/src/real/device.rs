@@ -219,14 +219,20 @@ impl Nic {
     /// An RC queue pair whose sends and receives complete on `cq` (shared with other queue
     /// pairs: the wr_id must tell them apart), in INIT.
     pub fn queue_pair_on(&self, cq: &Cq, depth: u32, psn: u32) -> Result<RcQp, VerbsError> {
-        let cq = cq.clone();
+        self.queue_pair_split(cq, cq, depth, psn)
+    }
+
+    /// An RC queue pair whose sends complete on `send_cq` and receives on `recv_cq` (a service
+    /// node polls its receives on one thread and reaps its replies' sends on any), in INIT.
+    pub fn queue_pair_split(&self, send_cq: &Cq, recv_cq: &Cq, depth: u32, psn: u32) -> Result<RcQp, VerbsError> {
+        let (cq, recv_cq) = (send_cq.clone(), recv_cq.clone());
         // The provider refuses an inline size it cannot grant: ask for less until it agrees.
         let mut last = None;
         let mut qp: Option<GenericQueuePair> = None;
         for inline in [256u32, 128, 64, 0] {
             let mut b = self.pd.create_qp_builder();
             b.setup_send_cq(cq.0.clone())
-                .setup_recv_cq(cq.0.clone())
+                .setup_recv_cq(recv_cq.0.clone())
                 .setup_max_send_wr(depth)
                 .setup_max_recv_wr(depth)
                 .setup_max_send_sge(1)
@@ -299,7 +305,7 @@ impl Cq {
     }
 }
 
-/// An RC queue pair and its completion queue.
+/// An RC queue pair and the completion queue of its sends.
 pub struct RcQp {
     qp: GenericQueuePair,
     cq: Cq,

@@ -18,9 +18,15 @@
 //! - **Masked atomics** are emulated (READ, then a CAS loop: [`crate::emulate`]); a batch is cut
 //!   around them, in order.
 //! - **`call`** is a SEND of `[call id u64][service u16][payload]` and a RECV of `[call id
-//!   u64][status u8][payload]`. Each queue pair has [`CALL_CREDITS`] receives pre-posted on the
-//!   node for requests and as many on this side for responses; a call takes a credit and its
-//!   response gives it back.
+//!   u64][status u8][payload]`, each at most [`CALL_MESSAGE_BYTES`] (4 KiB) with its header.
+//!   Each queue pair has [`CALL_CREDITS`] receives pre-posted on the node for requests and as
+//!   many on this side for responses; a call takes a credit and its response gives it back, so
+//!   a thread has at most [`CALL_CREDITS`] calls outstanding per node (more wait for a credit),
+//!   and a node may answer them in any order (deferred replies): a response names its call.
+//! - **Idle threads sleep.** When no task is ready and nothing is in flight, the executor
+//!   parks its thread until a waker (from any thread: a service's queue) or its next timer.
+//! - **Lazy links.** A service node's threads ([`Executor::with_connector`]) dial a node the
+//!   first time a verb or call names it.
 
 use super::device::{Completion, Cq, MemoryRegistration, Nic, RcQp, Region, failed_completion};
 use super::plan::{NodeRegions, Part, WorkRequest, plan_batch};
@@ -32,8 +38,10 @@ use rand::SeedableRng;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::future::Future;
+use std::net::TcpStream;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
@@ -42,6 +50,18 @@ use std::time::Instant;
 pub const CALL_CREDITS: u32 = 16;
 /// Largest call message (request or response, header included).
 pub const CALL_MESSAGE_BYTES: u32 = 4096;
+/// Header bytes of a call request (`[call id u64][service u16]`).
+pub const CALL_REQUEST_HEADER: u32 = 10;
+/// Header bytes of a call response (`[call id u64][status u8]`).
+pub const CALL_RESPONSE_HEADER: u32 = 9;
+/// The longest request payload a call carries.
+pub const MAX_CALL_REQUEST: usize = (CALL_MESSAGE_BYTES - CALL_REQUEST_HEADER) as usize;
+/// The longest response payload a call carries.
+pub const MAX_CALL_RESPONSE: usize = (CALL_MESSAGE_BYTES - CALL_RESPONSE_HEADER) as usize;
+/// The longest an idle executor sleeps before it looks at its stop flag again.
+const MAX_PARK: std::time::Duration = std::time::Duration::from_millis(5);
+/// How long a stopping executor waits for its verbs in flight to complete.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 /// Work requests a queue pair may have outstanding.
 pub const SEND_QUEUE_DEPTH: u32 = 512;
 
@@ -166,17 +186,29 @@ struct State {
     timer_wakers: HashMap<u64, Waker>,
     next_timer: u64,
     next_call: u64,
+    /// Control connections of lazily dialled links (closing one says goodbye to its node).
+    controls: Vec<TcpStream>,
 }
 
+/// Dials `node` for a thread that has no queue pair to it yet: returns the connection, its
+/// queue pair created on the given completion queue, and the control stream to keep open.
+pub type Connector = Box<dyn FnMut(NodeId, &Cq) -> Result<(Connection, TcpStream), VerbsError>>;
+
+/// A thread's executor state. Fields drop in declaration order: tasks first (they hold
+/// clients), then the queue pairs (in `state`), then the registration, then the staging memory
+/// the queue pairs' receives point into, so the NIC never writes into freed memory.
 struct Shared {
+    tasks: RefCell<Vec<Option<Task>>>,
+    state: RefCell<State>,
+    connector: RefCell<Option<Connector>>,
+    mr: Arc<MemoryRegistration>,
+    staging: RefCell<Region>,
+    cq: Cq,
     /// Kept so the device outlives the queue pairs and registrations made on it.
     _nic: Arc<Nic>,
-    cq: Cq,
-    staging: RefCell<Region>,
-    mr: Arc<MemoryRegistration>,
-    state: RefCell<State>,
     ready: Arc<Mutex<VecDeque<usize>>>,
-    tasks: RefCell<Vec<Option<Task>>>,
+    /// The thread that runs the executor (wakers unpark it).
+    runner: std::thread::Thread,
     start: Instant,
     caps: Caps,
     compute_node: NodeId,
@@ -187,6 +219,7 @@ struct Shared {
 struct TaskWaker {
     id: usize,
     ready: Arc<Mutex<VecDeque<usize>>>,
+    runner: std::thread::Thread,
 }
 
 impl Wake for TaskWaker {
@@ -195,6 +228,8 @@ impl Wake for TaskWaker {
     }
     fn wake_by_ref(self: &Arc<Self>) {
         self.ready.lock().unwrap_or_else(|e| e.into_inner()).push_back(self.id);
+        // Cheap when the thread is not parked (an atomic swap).
+        self.runner.unpark();
     }
 }
 
@@ -218,6 +253,30 @@ pub struct Connection {
     pub regions: NodeRegions,
 }
 
+impl Link {
+    fn new(qp: RcQp, regions: NodeRegions, recv_buffers: Vec<u64>) -> Link {
+        Link {
+            qp,
+            regions,
+            next_seq: 0,
+            done: 0,
+            unsignaled_wrs: 0,
+            unsignaled_staging: Vec::new(),
+            pending: HashMap::new(),
+            backlog: VecDeque::new(),
+            credits: CALL_CREDITS,
+            credit_waiters: VecDeque::new(),
+            recv_buffers,
+            calls: HashMap::new(),
+        }
+    }
+
+    /// Whether a completion is still due on this link (a signalled batch or a call).
+    fn busy(&self) -> bool {
+        !self.pending.is_empty() || !self.backlog.is_empty() || !self.calls.is_empty()
+    }
+}
+
 impl Executor {
     /// An executor for one thread of `compute_node`, whose queue pairs were created on `cq`.
     /// `staging_bytes` bounds the bytes of the batches in flight at once.
@@ -229,6 +288,38 @@ impl Executor {
         thread: u32,
         seed: u64,
         staging_bytes: usize,
+    ) -> Result<Executor, VerbsError> {
+        Executor::build(nic, cq, connections, compute_node, thread, seed, staging_bytes, None)
+    }
+
+    /// An executor for a thread of service node `node` that starts with no queue pairs and
+    /// dials each node the first time a verb or call names it, with `connector` (on `cq`).
+    /// `max_inline` is the inline size its queue pairs will have (its [`Caps`] say it before
+    /// any exists).
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_connector(
+        nic: Arc<Nic>,
+        cq: Cq,
+        node: NodeId,
+        thread: u32,
+        seed: u64,
+        staging_bytes: usize,
+        connector: Connector,
+        max_inline: u32,
+    ) -> Result<Executor, VerbsError> {
+        Executor::build(nic, cq, Vec::new(), node, thread, seed, staging_bytes, Some((connector, max_inline)))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        nic: Arc<Nic>,
+        cq: Cq,
+        connections: Vec<Connection>,
+        compute_node: NodeId,
+        thread: u32,
+        seed: u64,
+        staging_bytes: usize,
+        connector: Option<(Connector, u32)>,
     ) -> Result<Executor, VerbsError> {
         let staging = Region::new(staging_bytes)?;
         let mr = nic.register(&staging, false)?;
@@ -250,28 +341,20 @@ impl Executor {
             }
             max_inline = max_inline.min(qp.max_inline());
             device_memory = device_memory.min(c.regions.device.map_or(0, |d| d.len));
-            links.insert(
-                c.node.0,
-                Link {
-                    qp,
-                    regions: c.regions,
-                    next_seq: 0,
-                    done: 0,
-                    unsignaled_wrs: 0,
-                    unsignaled_staging: Vec::new(),
-                    pending: HashMap::new(),
-                    backlog: VecDeque::new(),
-                    credits: CALL_CREDITS,
-                    credit_waiters: VecDeque::new(),
-                    recv_buffers,
-                    calls: HashMap::new(),
-                },
-            );
+            links.insert(c.node.0, Link::new(qp, c.regions, recv_buffers));
         }
+        let (connector, inline_hint) = match connector {
+            Some((c, inline)) => (Some(c), Some(inline)),
+            None => (None, None),
+        };
         let caps = Caps {
             masked_atomics: MaskedAtomics::Emulated,
             device_memory_bytes: if links.is_empty() { 0 } else { device_memory },
-            max_inline_bytes: if links.is_empty() { 0 } else { max_inline },
+            max_inline_bytes: match inline_hint {
+                Some(inline) => inline,
+                None if links.is_empty() => 0,
+                None => max_inline,
+            },
             max_message_bytes: (staging_bytes as u64 - recv_bytes) / 4,
             max_outstanding_reads_per_qp: nic.caps().max_rd_atomic as u32,
         };
@@ -282,16 +365,19 @@ impl Executor {
             timer_wakers: HashMap::new(),
             next_timer: 0,
             next_call: 0,
+            controls: Vec::new(),
         };
         Ok(Executor {
             shared: Rc::new(Shared {
-                _nic: nic,
-                cq,
-                staging: RefCell::new(staging),
-                mr,
-                state: RefCell::new(state),
-                ready: Arc::new(Mutex::new(VecDeque::new())),
                 tasks: RefCell::new(Vec::new()),
+                state: RefCell::new(state),
+                connector: RefCell::new(connector),
+                mr,
+                staging: RefCell::new(staging),
+                cq,
+                _nic: nic,
+                ready: Arc::new(Mutex::new(VecDeque::new())),
+                runner: std::thread::current(),
                 start: Instant::now(),
                 caps,
                 compute_node,
@@ -318,14 +404,32 @@ impl Executor {
 
     /// Runs every spawned task to its end, polling completions and timers in between.
     pub fn run(&self) -> Result<(), VerbsError> {
+        self.run_inner(None)
+    }
+
+    /// Runs until every spawned task has ended or `stop` is set (a service node's threads).
+    /// On a stop it waits (at most a second) for the verbs in flight to complete, then drops
+    /// the tasks left.
+    pub fn run_until(&self, stop: &AtomicBool) -> Result<(), VerbsError> {
+        self.run_inner(Some(stop))
+    }
+
+    fn run_inner(&self, stop: Option<&AtomicBool>) -> Result<(), VerbsError> {
         loop {
+            if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                return self.stop();
+            }
             let mut progressed = false;
             loop {
                 let next = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
                 let Some(id) = next else { break };
                 let task = self.shared.tasks.borrow_mut().get_mut(id).and_then(|t| t.take());
                 let Some(mut task) = task else { continue };
-                let waker = Waker::from(Arc::new(TaskWaker { id, ready: self.shared.ready.clone() }));
+                let waker = Waker::from(Arc::new(TaskWaker {
+                    id,
+                    ready: self.shared.ready.clone(),
+                    runner: self.shared.runner.clone(),
+                }));
                 if task.as_mut().poll(&mut Context::from_waker(&waker)).is_pending() {
                     self.shared.tasks.borrow_mut()[id] = Some(task);
                 }
@@ -337,9 +441,28 @@ impl Executor {
             progressed |= self.shared.poll_completions()? > 0;
             progressed |= self.shared.fire_timers();
             if !progressed {
+                if self.shared.in_flight() {
+                    std::hint::spin_loop();
+                } else {
+                    // Nothing can complete: sleep until a waker or the next timer.
+                    std::thread::park_timeout(self.shared.until_next_timer().min(MAX_PARK));
+                }
+            }
+        }
+    }
+
+    /// A stop: lets the verbs in flight complete (their buffers are the NIC's until then),
+    /// then drops the tasks.
+    fn stop(&self) -> Result<(), VerbsError> {
+        let deadline = Instant::now() + DRAIN;
+        while self.shared.in_flight() && Instant::now() < deadline {
+            if self.shared.poll_completions()? == 0 {
                 std::hint::spin_loop();
             }
         }
+        let tasks = std::mem::take(&mut *self.shared.tasks.borrow_mut());
+        drop(tasks);
+        Ok(())
     }
 
     /// Runs `fut` (and everything spawned) to the end and returns its output.
@@ -358,6 +481,52 @@ impl Executor {
 impl Shared {
     fn now_ns(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Whether a completion is due: a signalled batch or a call in flight.
+    fn in_flight(&self) -> bool {
+        self.state.borrow().links.values().any(Link::busy)
+    }
+
+    /// Time until the earliest timer (a long time if there is none).
+    fn until_next_timer(&self) -> std::time::Duration {
+        let next = self.state.borrow().timers.peek().map(|std::cmp::Reverse((at, _))| *at);
+        match next {
+            Some(at) => std::time::Duration::from_nanos(at.saturating_sub(self.now_ns())),
+            None => MAX_PARK,
+        }
+    }
+
+    /// Makes sure this thread has a queue pair to `node`, dialling it if the executor has a
+    /// connector.
+    fn ensure_link(&self, node: NodeId) -> Result<(), VerbsError> {
+        if self.state.borrow().links.contains_key(&node.0) {
+            return Ok(());
+        }
+        let (conn, control) = {
+            let mut connector = self.connector.borrow_mut();
+            let connect = connector.as_mut().ok_or(VerbsError::NoSuchNode(node))?;
+            connect(node, &self.cq)?
+        };
+        if conn.node != node {
+            return Err(VerbsError::Protocol(format!("dialled {node}, connected to {}", conn.node)));
+        }
+        let mut st = self.state.borrow_mut();
+        let block = (CALL_CREDITS * CALL_MESSAGE_BYTES) as u64;
+        let base = st.arena.alloc(block).ok_or_else(|| {
+            VerbsError::Protocol(format!("the staging arena has no room for the call buffers of a link to {node}"))
+        })?;
+        let mut qp = conn.qp;
+        let mut recv_buffers = Vec::new();
+        let staging = self.staging.borrow();
+        for r in 0..CALL_CREDITS as u64 {
+            let at = base + r * CALL_MESSAGE_BYTES as u64;
+            qp.post_recv(wr_id(node.0, KIND_CALL_RECV, r), &staging, at, CALL_MESSAGE_BYTES, self.mr.lkey())?;
+            recv_buffers.push(at);
+        }
+        st.links.insert(node.0, Link::new(qp, conn.regions, recv_buffers));
+        st.controls.push(control);
+        Ok(())
     }
 
     fn fire_timers(&self) -> bool {
@@ -669,13 +838,14 @@ impl Verbs for RdmaClient {
     fn call(&self, node: NodeId, service: u16, request: Vec<u8>) -> impl Future<Output = Result<Vec<u8>, VerbsError>> {
         let this = self.clone();
         async move {
-            if request.len() + 10 > CALL_MESSAGE_BYTES as usize {
+            if request.len() > MAX_CALL_REQUEST {
                 return Err(VerbsError::Protocol(format!(
-                    "a call of {} bytes (at most {})",
+                    "a call request of {} bytes: the real backend's call messages are {CALL_MESSAGE_BYTES} bytes \
+                     with a {CALL_REQUEST_HEADER}-byte header, so at most {MAX_CALL_REQUEST}",
                     request.len(),
-                    CALL_MESSAGE_BYTES - 10
                 )));
             }
+            this.shared.ensure_link(node)?;
             // Wait for a credit: the node has a receive posted for us.
             std::future::poll_fn(|cx| {
                 let mut st = this.shared.state.borrow_mut();
@@ -731,6 +901,7 @@ impl Verbs for RdmaClient {
 /// the batch's shape.
 fn regions_of(shared: &Shared, requests: &[Request]) -> Result<NodeRegions, VerbsError> {
     let node = requests.first().ok_or(VerbsError::EmptyBatch)?.addr.node();
+    shared.ensure_link(node)?;
     shared.state.borrow().links.get(&node.0).map(|l| l.regions).ok_or(VerbsError::NoSuchNode(node))
 }
 
