@@ -1,5 +1,6 @@
-//! `cluster.toml`: where a hardware run's memory nodes are and how to reach them. Parsed and
-//! checked on every machine (no RDMA needed); used by `dmkit run --backend rdma`.
+//! `cluster.toml`: where a hardware run's memory and server nodes are and how to reach them.
+//! Parsed and checked on every machine (no RDMA needed); used by `dmkit run --backend rdma` and
+//! `dmkit server-node`.
 //!
 //! ```toml
 //! token = "change-me"          # every node refuses a compute node without it
@@ -10,9 +11,15 @@
 //! [[memory_node]]              # node 0, 1, ... in this order
 //! addr = "10.0.0.1:7471"       # where `dmkit memory-node --listen` listens
 //!
+//! [[server_node]]              # optional: nodes m, m + 1, ... after the m memory nodes
+//! addr = "10.0.0.3:7481"       # where `dmkit server-node --listen` listens
+//!
 //! [compute]
 //! node = 0                     # this process's compute-node id
 //! ```
+//!
+//! Server nodes run the services of indexes that have them (HStore's servers); their node ids
+//! follow the memory nodes' ids, as in the simulator's topology.
 
 use serde::Deserialize;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -26,7 +33,23 @@ pub struct ClusterConfig {
     pub gid_index: Option<u8>,
     /// Memory node `i`'s control address.
     pub memory_nodes: Vec<SocketAddr>,
+    /// Server node `i`'s control address (its node id is `memory_nodes.len() + i`).
+    pub server_nodes: Vec<SocketAddr>,
     pub compute_node: u16,
+    /// Set only by `dmkit server-node`: this process is that server node, not a compute node.
+    pub server: Option<ServerRole>,
+}
+
+/// What a `dmkit server-node` process is (see [`ClusterConfig::server`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerRole {
+    /// Its node id (one of the cluster file's server nodes).
+    pub node: u16,
+    pub listen: SocketAddr,
+    /// Registered memory.
+    pub memory_bytes: u64,
+    /// A diagnostic echo service to run as well, under this id.
+    pub echo_service: Option<u16>,
 }
 
 #[derive(Deserialize)]
@@ -38,6 +61,8 @@ struct Raw {
     gid_index: Option<u8>,
     #[serde(default)]
     memory_node: Vec<RawNode>,
+    #[serde(default)]
+    server_node: Vec<RawNode>,
     compute: Option<RawCompute>,
 }
 
@@ -64,18 +89,27 @@ impl ClusterConfig {
         if raw.memory_node.is_empty() {
             return Err(format!("{name}: no [[memory_node]]"));
         }
-        let mut memory_nodes = Vec::new();
-        for (i, n) in raw.memory_node.iter().enumerate() {
-            let addr = n
-                .addr
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut a| a.next())
-                .ok_or_else(|| format!("{name}: memory node {i}: '{}' is not a host:port address", n.addr))?;
-            if memory_nodes.contains(&addr) {
-                return Err(format!("{name}: memory node {i}: {addr} is listed twice"));
-            }
-            memory_nodes.push(addr);
+        let mut seen = Vec::new();
+        let mut addresses =
+            |kind: &str, nodes: &[RawNode]| -> Result<Vec<SocketAddr>, String> {
+                let mut out = Vec::new();
+                for (i, n) in nodes.iter().enumerate() {
+                    let addr =
+                        n.addr.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| {
+                            format!("{name}: {kind} node {i}: '{}' is not a host:port address", n.addr)
+                        })?;
+                    if seen.contains(&addr) {
+                        return Err(format!("{name}: {kind} node {i}: {addr} is listed twice"));
+                    }
+                    seen.push(addr);
+                    out.push(addr);
+                }
+                Ok(out)
+            };
+        let memory_nodes = addresses("memory", &raw.memory_node)?;
+        let server_nodes = addresses("server", &raw.server_node)?;
+        if memory_nodes.len() + server_nodes.len() > u16::MAX as usize {
+            return Err(format!("{name}: too many nodes"));
         }
         let port = raw.port.unwrap_or(1);
         if port == 0 {
@@ -87,8 +121,20 @@ impl ClusterConfig {
             port,
             gid_index: raw.gid_index,
             memory_nodes,
+            server_nodes,
             compute_node: raw.compute.map_or(0, |c| c.node),
+            server: None,
         })
+    }
+
+    /// Server node `i`'s node id.
+    pub fn server_node_id(&self, i: usize) -> u16 {
+        (self.memory_nodes.len() + i) as u16
+    }
+
+    /// Every node's control address by node id: memory nodes, then server nodes.
+    pub fn nodes(&self) -> std::collections::BTreeMap<u16, SocketAddr> {
+        self.memory_nodes.iter().chain(&self.server_nodes).enumerate().map(|(i, a)| (i as u16, *a)).collect()
     }
 
     /// Reads and parses the file at `path`.
@@ -114,10 +160,24 @@ mod tests {
             .collect();
         let c = ClusterConfig::parse(&example, "example").unwrap();
         assert_eq!(c.memory_nodes, vec!["10.0.0.1:7471".parse().unwrap()]);
+        assert_eq!(c.server_nodes, vec!["10.0.0.3:7481".parse().unwrap()]);
         assert_eq!((c.port, c.gid_index, c.compute_node), (1, Some(3), 0));
         assert_eq!(c.device.as_deref(), Some("mlx5_0"));
-        let shipped = include_str!("../configs/cluster.example.toml");
-        ClusterConfig::parse(shipped, "configs/cluster.example.toml").unwrap();
+        assert_eq!(c.server, None, "only dmkit server-node sets a server role");
+        let shipped = ClusterConfig::parse(include_str!("../configs/cluster.example.toml"), "example.toml").unwrap();
+        assert_eq!((shipped.memory_nodes.len(), shipped.server_nodes.len()), (2, 2));
+    }
+
+    #[test]
+    fn server_nodes_follow_the_memory_nodes() {
+        let text = "token = \"t\"\n[[server_node]]\naddr = \"1.2.3.4:9\"\n[[memory_node]]\naddr = \"1.2.3.4:1\"\n\
+                    [[memory_node]]\naddr = \"1.2.3.4:2\"\n[[server_node]]\naddr = \"1.2.3.4:10\"";
+        let c = ClusterConfig::parse(text, "c.toml").unwrap();
+        assert_eq!((c.server_node_id(0), c.server_node_id(1)), (2, 3));
+        let port = |n: u16| c.nodes()[&n].port();
+        assert_eq!((port(0), port(1), port(2), port(3)), (1, 2, 9, 10), "memory nodes first, each list in order");
+        let none = ClusterConfig::parse("token = \"t\"\n[[memory_node]]\naddr = \"1.2.3.4:1\"", "c.toml").unwrap();
+        assert!(none.server_nodes.is_empty());
     }
 
     #[test]
@@ -128,6 +188,12 @@ mod tests {
             ("token = \"t\"", "no [[memory_node]]"),
             ("token = \"t\"\n[[memory_node]]\naddr = \"nowhere\"", "not a host:port"),
             ("token = \"t\"\n[[memory_node]]\naddr = \"1.2.3.4:1\"\n[[memory_node]]\naddr = \"1.2.3.4:1\"", "twice"),
+            (
+                "token = \"t\"\n[[memory_node]]\naddr = \"1.2.3.4:1\"\n[[server_node]]\naddr = \"1.2.3.4:1\"",
+                "server node 0",
+            ),
+            ("token = \"t\"\n[[memory_node]]\naddr = \"1.2.3.4:1\"\n[[server_node]]\naddr = \"x\"", "server node 0"),
+            ("token = \"t\"\n[[memory_node]]\naddr = \"1.2.3.4:1\"\n[[server_node]]\nport = 1", "port"),
             ("token = \"t\"\nport = 0\n[[memory_node]]\naddr = \"1.2.3.4:1\"", "from 1"),
             ("token = \"t\"\ncolour = 1\n[[memory_node]]\naddr = \"1.2.3.4:1\"", "colour"),
         ] {

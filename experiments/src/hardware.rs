@@ -1,5 +1,13 @@
-//! The hardware side of the `dmkit` command (feature `connectx`): `dmkit memory-node`, and the
-//! runner behind `dmkit run --backend rdma`.
+//! The hardware side of the `dmkit` command (feature `connectx`): `dmkit memory-node`,
+//! `dmkit server-node`, and the runner behind `dmkit run --backend rdma`.
+//!
+//! Memory and server nodes are both [`ServiceNode`]s: a memory node runs the chunk allocator as
+//! a service on one RPC thread (as the simulator does); a server node runs the services its
+//! index installs for its node id (`IndexKind::install`), on the index's RPC threads, and its
+//! handlers and workers reach the cluster's other nodes. `dmkit server-node --index` builds the
+//! index's options exactly as the compute processes do: it goes through
+//! [`crate::run::run_request`] with a cluster whose [`ServerRole`] is set, and [`run_index`]
+//! then serves instead of running clients.
 //!
 //! The runner is the simulator's ([`crate::run::run_index`]) on real verbs: the same index
 //! options, items and operation sources; the loader creates the index and loads the items, then
@@ -12,13 +20,17 @@
 //! queue pairs of its own ([`HardwareView`]), as the simulator's walk reads its memory.
 //! Verb-level costs (round trips, bytes, NIC utilisation) are the simulator's and read 0 here.
 
-use crate::cluster::ClusterConfig;
+use crate::cluster::{ClusterConfig, ServerRole};
 use crate::run::{OpSource, RunResult, RunSetup, op_metrics, round3, useful_bytes};
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::spec::{self, Outcome};
+use dmkit_rdma::alloc::ALLOCATOR_SERVICE;
 use dmkit_rdma::real::device::{BlockingExecutor, Nic};
-use dmkit_rdma::real::node::{NodeHost, allocator_handler, barrier, dial};
+use dmkit_rdma::real::node::{barrier, dial};
 use dmkit_rdma::real::runtime::{Connection, Executor};
+use dmkit_rdma::real::server::{AllocatorService, HostConfig, ServerClient, ServiceNode};
+use dmkit_rdma::service::{LocalMemory, Replier, Responder, Service, ServiceHost};
+use dmkit_rdma::sync::Queue;
 use dmkit_rdma::{ClientCtx, MemoryView, NodeId, RemoteAddr, Request, Verbs, VerbsError};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -45,21 +57,172 @@ pub fn memory_node(
         return Err(format!("--size {size} must exceed the {reserved} reserved bytes"));
     }
     let nic = Arc::new(Nic::open(device, 1, None).map_err(|e| e.to_string())?);
-    let handler = allocator_handler(NodeId(node), reserved, size);
-    let mut host = NodeHost::new(nic, node, listen, size, token, handler).map_err(|e| e.to_string())?;
+    let name = format!("memory node {node}");
+    let config = HostConfig::new(NodeId(node), &name, listen, size, token);
+    let mut host = ServiceNode::new(nic, config).map_err(|e| e.to_string())?;
+    let id = NodeId(node);
+    host.add_service(id, ALLOCATOR_SERVICE, move || AllocatorService::new(id, reserved, size))?;
+    serve_until_signal(host, &name)
+}
+
+/// Runs `host` until SIGINT or SIGTERM.
+fn serve_until_signal(mut host: ServiceNode, name: &str) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     ctrlc::set_handler(move || s.store(true, Ordering::Relaxed)).map_err(|e| format!("signal handler: {e}"))?;
-    eprintln!("memory node {node}: {size} bytes registered; listening on {}", host.local_addr());
-    host.serve(&stop).map_err(|e| e.to_string())?;
-    eprintln!("memory node {node}: stopped ({} compute nodes admitted, {} refused)", host.admitted, host.refused);
+    eprintln!(
+        "{name}: {} bytes registered; services {:?}; listening on {}",
+        host.memory().len(),
+        host.services(),
+        host.local_addr()
+    );
+    let report = host.serve(&stop).map_err(|e| e.to_string())?;
+    eprintln!(
+        "{name}: stopped ({} peers admitted, {} refused, {} calls)",
+        report.admitted, report.refused, report.calls
+    );
     Ok(())
+}
+
+/// `dmkit server-node` without `--index`: registered memory, the control channel, and the
+/// diagnostic echo service if `role.echo_service` names one. With a cluster file its threads
+/// can reach the cluster's other nodes.
+pub fn server_node(
+    role: &ServerRole,
+    token: &str,
+    device: Option<&str>,
+    cluster: Option<&ClusterConfig>,
+) -> Result<(), String> {
+    let mut host = server_host(role, token, device, cluster, 1)?;
+    add_echo(&mut host, role)?;
+    let name = format!("server node {}", role.node);
+    serve_until_signal(host, &name)
+}
+
+/// A server node's host: its memory and control channel, peers from the cluster file.
+fn server_host(
+    role: &ServerRole,
+    token: &str,
+    device: Option<&str>,
+    cluster: Option<&ClusterConfig>,
+    rpc_threads: u16,
+) -> Result<ServiceNode, String> {
+    if role.memory_bytes < 4096 {
+        return Err(format!("--size {}: a server node needs at least 4096 bytes", role.memory_bytes));
+    }
+    let (port, gid_index) = cluster.map_or((1, None), |c| (c.port, c.gid_index));
+    let device = device.or(cluster.and_then(|c| c.device.as_deref()));
+    let nic = Arc::new(Nic::open(device, port, gid_index).map_err(|e| e.to_string())?);
+    let name = format!("server node {}", role.node);
+    let mut config = HostConfig::new(NodeId(role.node), &name, role.listen, role.memory_bytes, token);
+    config.rpc_threads = rpc_threads.max(1);
+    if let Some(c) = cluster {
+        config.peers = c.nodes();
+    }
+    ServiceNode::new(nic, config).map_err(|e| e.to_string())
+}
+
+fn add_echo(host: &mut ServiceNode, role: &ServerRole) -> Result<(), String> {
+    match role.echo_service {
+        Some(id) => host.add_service(NodeId(role.node), id, || EchoService { queue: Queue::new() }),
+        None => Ok(()),
+    }
+}
+
+/// `dmkit server-node --echo-service ID`: a diagnostic service that exercises a server node's
+/// whole path. Each call's reply is deferred to the service's worker, which adds the request's
+/// first 8 bytes (a little-endian word; 0 if shorter) to the word at offset 0 of the node's
+/// memory with a local FAA, then answers with the request itself.
+#[derive(Debug)]
+struct EchoService {
+    queue: Queue<(Responder, Vec<u8>)>,
+}
+
+impl Service<ServerClient> for EchoService {
+    async fn handle(self: Arc<Self>, _ctx: ServerClient, request: Vec<u8>) -> Vec<u8> {
+        request
+    }
+
+    async fn dispatch(self: Arc<Self>, _ctx: ServerClient, request: Vec<u8>, to: Responder) -> Option<Vec<u8>> {
+        self.queue.push((to, request));
+        None
+    }
+
+    fn workers(&self) -> u32 {
+        1
+    }
+
+    async fn run_worker(self: Arc<Self>, ctx: ServerClient, _index: u32) {
+        loop {
+            let (to, request) = self.queue.pop().await;
+            let word = request.get(..8).map_or(0, |w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
+            if let Err(e) = ctx.local_faa(0, word).await {
+                eprintln!("echo service: {e}");
+            }
+            if let Err(e) = ctx.reply(to, request) {
+                eprintln!("echo service: {e}");
+            }
+        }
+    }
+}
+
+/// `dmkit server-node --index`: this process is server node `role.node` of index `K`, whose
+/// options the compute processes build from the same flags. Installs the services `K` runs on
+/// this node (others are skipped), serves until SIGINT or SIGTERM, and reports no operations.
+fn serve_index<K: IndexKind>(
+    cluster: &ClusterConfig,
+    role: &ServerRole,
+    setup: &RunSetup,
+    options: &K::Options,
+    names: (&str, &str),
+    keys: u64,
+) -> Result<RunResult, String> {
+    let servers = K::servers(options);
+    let m = cluster.memory_nodes.len() as u16;
+    let first = m;
+    let listed = cluster.server_nodes.len() as u16;
+    if role.node < first || role.node >= first + listed {
+        return Err(format!(
+            "--node {}: the cluster file's server nodes are {first}..{} (after its {m} memory nodes)",
+            role.node,
+            first + listed
+        ));
+    }
+    if servers.nodes == 0 {
+        return Err(format!("--node {}: index {} runs no services on server nodes", role.node, K::NAME));
+    }
+    if role.node >= first + servers.nodes {
+        return Err(format!(
+            "--node {}: index {} runs services on {} server nodes ({first}..{})",
+            role.node,
+            K::NAME,
+            servers.nodes,
+            first + servers.nodes
+        ));
+    }
+    let mut host = server_host(role, &cluster.token, cluster.device.as_deref(), Some(cluster), servers.rpc_threads)?;
+    K::install(options, &mut host).map_err(|e| format!("starting the index's services: {e}"))?;
+    if host.services().is_empty() {
+        eprintln!("server node {}: index {} installs no service here", role.node, K::NAME);
+    }
+    add_echo(&mut host, role)?;
+    let device = host_device_name(cluster);
+    serve_until_signal(host, &format!("server node {} ({})", role.node, K::NAME))?;
+    let none = op_metrics(Vec::new(), 1.0);
+    Ok(RunResult::measured(K::NAME, names, device, setup, (0, keys), 0, (none, BTreeMap::new())))
+}
+
+fn host_device_name(cluster: &ClusterConfig) -> String {
+    format!("rdma:{}", cluster.device.as_deref().unwrap_or("first device"))
 }
 
 /// The memory nodes' memory for an invariant walk: READs on queue pairs of its own, one per
 /// node, at most [`VIEW_CHUNK`] bytes each.
 pub struct HardwareView {
     nodes: RefCell<BTreeMap<u16, BlockingExecutor>>,
+    /// Control connections, kept as long as the queue pairs (a node retires a peer's queue
+    /// pairs when its control connection closes).
+    _controls: Vec<std::net::TcpStream>,
 }
 
 impl std::fmt::Debug for HardwareView {
@@ -71,22 +234,34 @@ impl std::fmt::Debug for HardwareView {
 const VIEW_CHUNK: usize = 1 << 20;
 
 impl HardwareView {
-    /// Connects to every memory node of `cluster`.
-    pub fn connect(nic: &Nic, cluster: &ClusterConfig) -> Result<HardwareView, String> {
+    /// Connects to every memory node of `cluster` and to its first `server_nodes` server nodes.
+    pub fn connect(nic: &Nic, cluster: &ClusterConfig, server_nodes: u16) -> Result<HardwareView, String> {
         let mut nodes = BTreeMap::new();
-        for (i, addr) in cluster.memory_nodes.iter().enumerate() {
+        let mut controls = Vec::new();
+        for (id, addr) in used_nodes(cluster, server_nodes) {
             let cq = nic.completion_queue(64).map_err(|e| e.to_string())?;
-            let conn =
-                dial(nic, std::slice::from_ref(&cq), *addr, NodeId(i as u16), &cluster.token, cluster.compute_node)
-                    .map_err(|e| format!("memory node {i} at {addr}: {e}"))?
-                    .0
-                    .pop()
-                    .ok_or("no queue pair")?;
+            let (mut conns, control) =
+                dial(nic, std::slice::from_ref(&cq), addr, NodeId(id), &cluster.token, cluster.compute_node)
+                    .map_err(|e| format!("{} at {addr}: {e}", node_name(cluster, id)))?;
+            let conn = conns.pop().ok_or("no queue pair")?;
             let exec = BlockingExecutor::new(nic, conn.qp, conn.regions, VIEW_CHUNK).map_err(|e| e.to_string())?;
-            nodes.insert(i as u16, exec);
+            nodes.insert(id, exec);
+            controls.push(control);
         }
-        Ok(HardwareView { nodes: RefCell::new(nodes) })
+        Ok(HardwareView { nodes: RefCell::new(nodes), _controls: controls })
     }
+}
+
+/// The nodes a run reaches: every memory node and the index's server nodes, by id.
+fn used_nodes(cluster: &ClusterConfig, server_nodes: u16) -> Vec<(u16, SocketAddr)> {
+    let nodes = cluster.nodes();
+    let last = cluster.memory_nodes.len() as u16 + server_nodes;
+    nodes.into_iter().filter(|&(id, _)| id < last).collect()
+}
+
+fn node_name(cluster: &ClusterConfig, id: u16) -> String {
+    let m = cluster.memory_nodes.len() as u16;
+    if id < m { format!("memory node {id}") } else { format!("server node {id}") }
 }
 
 impl MemoryView for HardwareView {
@@ -125,6 +300,17 @@ pub fn run_index<K: IndexKind>(
     sources: Vec<Box<dyn OpSource>>,
 ) -> Result<RunResult, String> {
     K::validate(options)?;
+    if let Some(role) = &cluster.server {
+        return serve_index::<K>(cluster, role, setup, options, names, items.len() as u64);
+    }
+    let servers = K::servers(options).nodes;
+    if cluster.server_nodes.len() < servers as usize {
+        return Err(format!(
+            "index {} runs services on {servers} server nodes, and the cluster file lists {} [[server_node]]",
+            K::NAME,
+            cluster.server_nodes.len()
+        ));
+    }
     let cn_index = cluster.compute_node;
     if cn_index >= setup.compute_nodes {
         return Err(format!(
@@ -148,19 +334,25 @@ pub fn run_index<K: IndexKind>(
         sources.into_iter().skip((cn_index as u32 * clients) as usize).take(clients as usize).collect();
     let nic =
         Arc::new(Nic::open(cluster.device.as_deref(), cluster.port, cluster.gid_index).map_err(|e| e.to_string())?);
-    let view = HardwareView::connect(&nic, cluster)?;
+    let view = HardwareView::connect(&nic, cluster, servers)?;
     let threads = setup.threads_per_cn as usize;
-    // One completion queue per thread, and per memory node one control connection with one
-    // queue pair per thread (plus the loader's).
+    // One completion queue per thread, and per memory or server node one control connection
+    // with one queue pair per thread (plus the loader's).
     let cqs: Vec<_> =
         (0..=threads).map(|_| nic.completion_queue(16384).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
     let mut per_thread: Vec<Vec<Connection>> = (0..=threads).map(|_| Vec::new()).collect();
     let mut control = None;
-    for (i, addr) in cluster.memory_nodes.iter().enumerate() {
-        let (conns, stream) = dial(&nic, &cqs, *addr, NodeId(i as u16), &cluster.token, cluster.compute_node)
-            .map_err(|e| format!("memory node {i} at {addr}: {e}"))?;
+    // The other nodes' control connections stay open for the run (closing one says goodbye).
+    let mut other_controls = Vec::new();
+    for (id, addr) in used_nodes(cluster, servers) {
+        let (conns, stream) = dial(&nic, &cqs, addr, NodeId(id), &cluster.token, cluster.compute_node)
+            .map_err(|e| format!("{} at {addr}: {e}", node_name(cluster, id)))?;
         // Memory node 0 holds the compute nodes' barriers.
-        control.get_or_insert(stream);
+        if id == 0 {
+            control = Some(stream);
+        } else {
+            other_controls.push(stream);
+        }
         for (t, c) in conns.into_iter().enumerate() {
             per_thread[t].push(c);
         }

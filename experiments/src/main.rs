@@ -31,6 +31,70 @@ enum Command {
     /// Serve a memory node on RDMA hardware: register memory, answer the control channel and
     /// the allocator, until SIGINT or SIGTERM (needs a build with --features connectx).
     MemoryNode(MemoryNodeArgs),
+    /// Serve a server node on RDMA hardware: register memory, answer the control channel and
+    /// calls, and run the services the named index installs on this node (HStore's servers),
+    /// until SIGINT or SIGTERM (needs a build with --features connectx).
+    ServerNode(ServerNodeArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServerNodeArgs {
+    /// Control-channel address, e.g. 0.0.0.0:7481.
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// Registered memory: bytes, or with a unit (16GiB, 512MiB, 4096KiB).
+    #[arg(long)]
+    size: String,
+    /// The cluster's token; peers without it are refused.
+    #[arg(long)]
+    token: String,
+    /// This node's id: memory nodes come first, so server node i of a cluster with m memory
+    /// nodes is m + i (its [[server_node]] entry in the cluster file).
+    #[arg(long)]
+    node: u16,
+    /// The cluster (experiments/configs/cluster.example.toml): the nodes this node's services
+    /// reach, and the memory-node count the index's options follow. Needed with --index.
+    #[arg(long)]
+    cluster: Option<std::path::PathBuf>,
+    /// RDMA device (default: the cluster file's, or the first).
+    #[arg(long)]
+    device: Option<String>,
+    /// The index whose services to run: those it installs on this node. Give the index flags
+    /// below as the `dmkit run` processes get them, so that the options agree.
+    #[arg(long)]
+    index: Option<String>,
+    /// The index's named configuration.
+    #[arg(long, default_value = "default", requires = "index")]
+    config: String,
+    /// Workload (its key and value sizes shape the index's options).
+    #[arg(long, default_value = "c", requires = "index")]
+    workload: String,
+    /// Keys loaded before the run.
+    #[arg(long, default_value_t = 100_000, requires = "index")]
+    keys: u64,
+    #[arg(long, requires = "index")]
+    value_bytes: Option<usize>,
+    #[arg(long, requires = "index")]
+    key_bytes: Option<usize>,
+    #[arg(long, requires = "index")]
+    email_keys: bool,
+    #[arg(long, requires = "index")]
+    theta: Option<f64>,
+    #[arg(long, requires = "index")]
+    cache_bytes: Option<u64>,
+    #[arg(long, default_value_t = 8, requires = "index")]
+    compute_nodes: u16,
+    #[arg(long, default_value_t = 8, requires = "index")]
+    threads_per_cn: u32,
+    #[arg(long, default_value_t = 1, requires = "index")]
+    coroutines: u32,
+    #[arg(long, default_value_t = 1, requires = "index")]
+    seed: u64,
+    /// Also run a diagnostic service under this id: each call's reply is deferred to a worker,
+    /// which adds the request's first 8 bytes (a little-endian word) to the word at offset 0 of
+    /// this node's memory with a local FAA and answers with the request.
+    #[arg(long)]
+    echo_service: Option<u16>,
 }
 
 #[derive(Args, Debug)]
@@ -86,6 +150,83 @@ fn run_memory_node(a: MemoryNodeArgs) -> Result<(), String> {
     #[cfg(not(feature = "connectx"))]
     {
         let _ = (size, a);
+        Err(NO_CONNECTX.into())
+    }
+}
+
+fn run_server_node(a: ServerNodeArgs) -> Result<(), String> {
+    use dmkit_experiments::cluster::{ClusterConfig, ServerRole};
+    let size = parse_size(&a.size)?;
+    if a.token.is_empty() {
+        return Err("--token is empty".into());
+    }
+    let cluster = a.cluster.as_deref().map(ClusterConfig::load).transpose()?;
+    if let (Some(c), Some(path)) = (&cluster, &a.cluster) {
+        if c.token != a.token {
+            return Err(format!("--token differs from the token in {}", path.display()));
+        }
+        let (m, s) = (c.memory_nodes.len() as u16, c.server_nodes.len() as u16);
+        if a.node < m || a.node >= m + s {
+            return Err(format!(
+                "--node {}: the server nodes of {} are {m}..{} (after its {m} memory nodes)",
+                a.node,
+                path.display(),
+                m + s
+            ));
+        }
+    }
+    let role = ServerRole { node: a.node, listen: a.listen, memory_bytes: size, echo_service: a.echo_service };
+    let Some(index) = &a.index else {
+        #[cfg(feature = "connectx")]
+        return dmkit_experiments::hardware::server_node(&role, &a.token, a.device.as_deref(), cluster.as_ref());
+        #[cfg(not(feature = "connectx"))]
+        return Err(NO_CONNECTX.into());
+    };
+    let Some(mut cluster) = cluster else {
+        return Err("--index needs --cluster: the index's options follow the cluster's memory nodes, \
+                    and its services reach the other nodes"
+            .into());
+    };
+    // The index's options come from the same path as `dmkit run`'s (a run file), so that they
+    // agree with the compute processes'.
+    let mut file = toml::Table::new();
+    let int =
+        |v: u64, flag: &str| i64::try_from(v).map(toml::Value::Integer).map_err(|_| format!("{flag} {v} is too large"));
+    file.insert("index".into(), index.clone().into());
+    file.insert("config".into(), a.config.clone().into());
+    file.insert("workload".into(), a.workload.clone().into());
+    file.insert("keys".into(), int(a.keys, "--keys")?);
+    file.insert("email_keys".into(), a.email_keys.into());
+    file.insert("memory_nodes".into(), (cluster.memory_nodes.len() as i64).into());
+    file.insert("compute_nodes".into(), (a.compute_nodes as i64).into());
+    file.insert("threads_per_cn".into(), (a.threads_per_cn as i64).into());
+    file.insert("coroutines".into(), (a.coroutines as i64).into());
+    file.insert("seed".into(), int(a.seed, "--seed")?);
+    if let Some(v) = a.value_bytes {
+        file.insert("value_bytes".into(), int(v as u64, "--value-bytes")?);
+    }
+    if let Some(v) = a.key_bytes {
+        file.insert("key_bytes".into(), int(v as u64, "--key-bytes")?);
+    }
+    if let Some(v) = a.theta {
+        file.insert("theta".into(), v.into());
+    }
+    if let Some(v) = a.cache_bytes {
+        file.insert("cache_bytes".into(), int(v, "--cache-bytes")?);
+    }
+    let requests = dmkit_experiments::run::RunFile::parse(&file.to_string())?.requests()?;
+    if a.device.is_some() {
+        cluster.device = a.device.clone();
+    }
+    cluster.server = Some(role);
+    // A run file without a sweep is one run.
+    let mut request = requests.into_iter().next().ok_or("no run")?;
+    request.setup.cluster = Some(std::sync::Arc::new(cluster));
+    #[cfg(feature = "connectx")]
+    return dmkit_experiments::run::run_request(&request).map(|_| ());
+    #[cfg(not(feature = "connectx"))]
+    {
+        let _ = request;
         Err(NO_CONNECTX.into())
     }
 }
@@ -365,6 +506,7 @@ fn main() -> ExitCode {
         Command::Plot(args) => run_plot(args).map(|()| ExitCode::SUCCESS),
         Command::Reproduce(args) => run_reproduce(args),
         Command::MemoryNode(a) => run_memory_node(a).map(|()| ExitCode::SUCCESS),
+        Command::ServerNode(a) => run_server_node(a).map(|()| ExitCode::SUCCESS),
         Command::Fill(a) => {
             let req = dmkit_experiments::fill::FillRequest {
                 index: a.index,

@@ -306,12 +306,6 @@ pub fn run_index<K: IndexKind>(
     mut sources: Vec<Box<dyn OpSource>>,
 ) -> Result<RunResult, String> {
     K::validate(options)?;
-    if setup.cluster.is_some() && K::servers(options).nodes > 0 {
-        return Err(format!(
-            "index {} runs services on server nodes, and the hardware backend has no server-node process yet",
-            K::NAME
-        ));
-    }
     if let Some(cluster) = &setup.cluster {
         #[cfg(feature = "connectx")]
         return crate::hardware::run_index::<K>(cluster, setup, options, names, items, sources);

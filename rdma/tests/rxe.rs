@@ -1,6 +1,13 @@
 //! The real backend's device layer against a real (or Soft-RoCE) device: every verb, batches
 //! with fences, unsignaled batches, concurrent atomics from several queue pairs, emulated masked
-//! CAS, a remote access error, and the TCP handshake with its token check.
+//! CAS, a remote access error, the TCP handshake with its token check, the async runtime with
+//! calls to a memory node's allocator, and a server node hosting async services (deferred
+//! replies answered by a worker, more calls than RPC threads and credits, local CAS/FAA seen by
+//! remote READs, a worker's verbs and calls to another node).
+//!
+//! `a_server_node_process_answers_calls` is the client half of the end-to-end test
+//! (`scripts/rxe-e2e.sh`): it runs only when `DMKIT_SERVER_NODE` names a `dmkit server-node`
+//! process started with `--echo-service`.
 //!
 //! Needs feature `connectx` and an RDMA device. Without one each test says it was skipped,
 //! unless `DMKIT_RDMA_REQUIRED=1` (set by `scripts/rxe-test.sh` inside the Soft-RoCE VM), which
@@ -8,12 +15,17 @@
 //! first).
 #![cfg(feature = "connectx")]
 
+use dmkit_rdma::alloc::ALLOCATOR_SERVICE;
 use dmkit_rdma::real::device::{BlockingExecutor, Nic, Region};
 use dmkit_rdma::real::plan::{NodeRegions, RemoteRegion};
+use dmkit_rdma::real::server::{AllocatorService, HostConfig, NodeMemory, ServeReport, ServerClient, ServiceNode};
 use dmkit_rdma::real::wire::{self, Message, PROTOCOL_VERSION};
-use dmkit_rdma::{Buf, NodeId, RemoteAddr, Request, Response, VerbsError};
+use dmkit_rdma::service::{LocalMemory, Replier, Responder, Service, ServiceHost};
+use dmkit_rdma::sync::Queue;
+use dmkit_rdma::{Buf, ClientCtx, NodeId, RemoteAddr, Request, Response, Verbs, VerbsError};
 use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 const MEMORY: usize = 1 << 20;
 
@@ -260,30 +272,13 @@ fn the_handshake_connects_and_refuses_a_wrong_token() {
 fn the_async_runtime_and_calls_reach_a_node_host() {
     use dmkit_rdma::ClientCtx;
     use dmkit_rdma::Verbs;
-    use dmkit_rdma::real::node::{NodeHost, allocator_handler, dial};
+    use dmkit_rdma::real::node::dial;
     use dmkit_rdma::real::runtime::Executor;
     use std::sync::atomic::{AtomicBool, Ordering};
     let Some(nic) = nic() else { return };
     let nic = Arc::new(nic);
     let stop = Arc::new(AtomicBool::new(false));
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let host_nic = nic.clone();
-    let host_stop = stop.clone();
-    let host = std::thread::spawn(move || {
-        let mut host = NodeHost::new(
-            host_nic,
-            0,
-            "127.0.0.1:0".parse().unwrap(),
-            MEMORY as u64,
-            "tok",
-            allocator_handler(NodeId(0), 4096, MEMORY as u64),
-        )
-        .unwrap();
-        addr_tx.send(host.local_addr()).unwrap();
-        host.serve(&host_stop).unwrap();
-        (host.admitted, host.refused, host.memory().read_at(64, 8))
-    });
-    let addr = addr_rx.recv().unwrap();
+    let (addr, host) = start_memory_node(&nic, NodeId(0), &stop);
     let cq = nic.completion_queue(4096).unwrap();
     assert!(
         dial(&nic, std::slice::from_ref(&cq), addr, NodeId(0), "bad", 1)
@@ -355,7 +350,297 @@ fn the_async_runtime_and_calls_reach_a_node_host() {
     dmkit_rdma::real::node::barrier(&mut control, 1, 2).unwrap();
     other.join().unwrap();
     stop.store(true, Ordering::Relaxed);
-    let (admitted, refused, word) = host.join().unwrap();
-    assert_eq!((admitted, refused), (2, 1));
-    assert_eq!(word, vec![9u8; 8]);
+    let (report, memory) = host.join().unwrap();
+    assert_eq!((report.admitted, report.refused), (2, 1));
+    assert_eq!(memory.read(64, 8).unwrap(), vec![9u8; 8]);
+}
+
+type NodeThread = std::thread::JoinHandle<(ServeReport, Arc<NodeMemory>)>;
+
+/// A memory node (the allocator as a service, offsets from 4096) on a thread of its own,
+/// serving until `stop`; returns its control address.
+fn start_memory_node(nic: &Arc<Nic>, node: NodeId, stop: &Arc<AtomicBool>) -> (std::net::SocketAddr, NodeThread) {
+    let config = HostConfig::new(node, "memory node", "127.0.0.1:0".parse().unwrap(), MEMORY as u64, "tok");
+    start_node(nic, config, stop, move |host| {
+        host.add_service(node, ALLOCATOR_SERVICE, move || AllocatorService::new(node, 4096, MEMORY as u64)).unwrap();
+    })
+}
+
+/// A service node built from `config` and `install` on a thread of its own, serving until
+/// `stop`; returns its control address.
+fn start_node(
+    nic: &Arc<Nic>,
+    config: HostConfig,
+    stop: &Arc<AtomicBool>,
+    install: impl FnOnce(&mut ServiceNode) + Send + 'static,
+) -> (std::net::SocketAddr, NodeThread) {
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (nic, stop) = (nic.clone(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        let mut host = ServiceNode::new(nic, config).unwrap();
+        install(&mut host);
+        addr_tx.send(host.local_addr()).unwrap();
+        let report = host.serve(&stop).unwrap();
+        (report, host.memory())
+    });
+    (addr_rx.recv().unwrap(), thread)
+}
+
+// ------------------------------------------------------------- a server node's services
+
+/// The service ids of the server-node test.
+const DEFERRED: u16 = 1;
+const LOCAL: u16 = 2;
+const SLOW: u16 = 3;
+const BIG: u16 = 4;
+/// Words of the server node's memory: the worker's local FAA count, a word the LOCAL handler
+/// CASes, a word the client FAAs remotely and the handler reads locally.
+const APPLIED: u64 = 4096;
+const CASED: u64 = 4096 + 64;
+const REMOTE_ADDED: u64 = 4096 + 128;
+/// A word of memory node 0 the worker FAAs remotely.
+const SHIPPED: u64 = 128;
+
+/// Defers every reply to its worker, which answers what has queued in reverse order (out of
+/// arrival order), after a local FAA on its own node and a remote FAA on memory node 0 each.
+/// A request "twice" is answered twice; the second answer must be refused.
+#[derive(Debug)]
+struct Deferred {
+    queue: Queue<(Responder, Vec<u8>)>,
+    refused: Arc<Mutex<Vec<VerbsError>>>,
+    /// The block the worker allocated on memory node 0 by a call when it started.
+    allocated: Arc<Mutex<Option<Result<RemoteAddr, VerbsError>>>>,
+}
+
+impl Service<ServerClient> for Deferred {
+    async fn handle(self: Arc<Self>, _ctx: ServerClient, _request: Vec<u8>) -> Vec<u8> {
+        unreachable!("every request is dispatched")
+    }
+
+    async fn dispatch(self: Arc<Self>, _ctx: ServerClient, request: Vec<u8>, responder: Responder) -> Option<Vec<u8>> {
+        self.queue.push((responder, request));
+        None
+    }
+
+    fn workers(&self) -> u32 {
+        1
+    }
+
+    async fn run_worker(self: Arc<Self>, ctx: ServerClient, index: u32) {
+        assert_eq!(index, 0);
+        let block = dmkit_rdma::alloc::alloc(&ctx, NodeId(0), 4096, 64).await;
+        *self.allocated.lock().unwrap() = Some(block);
+        loop {
+            let mut batch = vec![self.queue.pop().await];
+            while let Some(more) = self.queue.try_pop() {
+                batch.push(more);
+            }
+            for (to, request) in batch.into_iter().rev() {
+                ctx.local_faa(APPLIED, 1).await.unwrap();
+                ctx.faa(RemoteAddr::host(NodeId(0), SHIPPED), 1).await.unwrap();
+                ctx.reply(to, request.clone()).unwrap();
+                if request == b"twice" {
+                    let again = ctx.reply(to, request).unwrap_err();
+                    self.refused.lock().unwrap().push(again);
+                }
+            }
+        }
+    }
+}
+
+/// Local accesses: CAS a word (then a CAS that misses), read a word a client FAAed remotely,
+/// and answer with the old words.
+#[derive(Debug)]
+struct Local;
+
+impl Service<ServerClient> for Local {
+    async fn handle(self: Arc<Self>, ctx: ServerClient, _request: Vec<u8>) -> Vec<u8> {
+        let hit = ctx.local_cas(CASED, 0, 0xc0ffee).await.unwrap();
+        let miss = ctx.local_cas(CASED, 0, 0xbad).await.unwrap();
+        let seen = ctx.local_read(REMOTE_ADDED, 8).await.unwrap().u64_at(0);
+        let unaligned = ctx.local_faa(CASED + 4, 1).await;
+        assert!(matches!(unaligned, Err(VerbsError::Unaligned { .. })), "{unaligned:?}");
+        [hit, miss, seen].iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+}
+
+/// Answers after a sleep, counting how many of its handlers run at once.
+#[derive(Debug)]
+struct Slow {
+    running: AtomicU32,
+    most: Arc<AtomicU32>,
+}
+
+impl Service<ServerClient> for Slow {
+    async fn handle(self: Arc<Self>, ctx: ServerClient, request: Vec<u8>) -> Vec<u8> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        ctx.sleep(2_000_000).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        request
+    }
+}
+
+/// Answers with more than a call message holds.
+#[derive(Debug)]
+struct Big;
+
+impl Service<ServerClient> for Big {
+    async fn handle(self: Arc<Self>, _ctx: ServerClient, _request: Vec<u8>) -> Vec<u8> {
+        vec![1u8; 5000]
+    }
+}
+
+/// A server node (id 1, two RPC threads) hosting async services, and memory node 0 its worker
+/// reaches: deferred replies from a worker to more callers than RPC threads and than call
+/// credits, out of order; a second reply refused; local CAS/FAA visible to remote READs and a
+/// remote FAA visible to a local read; a worker's verbs and call to another node; handlers
+/// never running on more threads than the node has; an unknown service, and requests and
+/// replies over the 4 KiB message limit.
+#[test]
+fn a_server_node_hosts_async_services() {
+    use dmkit_rdma::real::node::dial;
+    use dmkit_rdma::real::runtime::Executor;
+    let Some(nic) = nic() else { return };
+    let nic = Arc::new(nic);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (mn_addr, mn) = start_memory_node(&nic, NodeId(0), &stop);
+    let server = NodeId(1);
+    let mut config = HostConfig::new(server, "server node", "127.0.0.1:0".parse().unwrap(), MEMORY as u64, "tok");
+    config.rpc_threads = 2;
+    config.peers.insert(0, mn_addr);
+    let refused = Arc::new(Mutex::new(Vec::new()));
+    let allocated = Arc::new(Mutex::new(None));
+    let most = Arc::new(AtomicU32::new(0));
+    let (r, a, m) = (refused.clone(), allocated.clone(), most.clone());
+    let (sn_addr, sn) = start_node(&nic, config, &stop, move |host| {
+        host.add_service(server, DEFERRED, move || Deferred {
+            queue: Queue::new(),
+            refused: r.clone(),
+            allocated: a.clone(),
+        })
+        .unwrap();
+        host.add_service(server, LOCAL, || Local).unwrap();
+        host.add_service(server, SLOW, move || Slow { running: AtomicU32::new(0), most: m.clone() }).unwrap();
+        host.add_service(server, BIG, || Big).unwrap();
+        // Another node's service is skipped quietly; a second service with one id is refused.
+        host.add_service(NodeId(7), DEFERRED, || Big).unwrap();
+        assert!(host.add_service(server, BIG, || Big).is_err());
+        assert_eq!(host.services(), vec![DEFERRED, LOCAL, SLOW, BIG]);
+        assert_eq!(host.skipped(), &[(NodeId(7), DEFERRED)]);
+    });
+
+    let cq = nic.completion_queue(4096).unwrap();
+    let mut conns = Vec::new();
+    let mut controls = Vec::new();
+    for (node, addr) in [(NodeId(0), mn_addr), (server, sn_addr)] {
+        let (c, control) = dial(&nic, std::slice::from_ref(&cq), addr, node, "tok", 9).unwrap();
+        conns.extend(c);
+        controls.push(control);
+    }
+    let exec = Executor::new(nic.clone(), cq, conns, NodeId(9), 0, 7, 8 << 20).unwrap();
+    // More callers than the node's RPC threads and than a queue pair's call credits.
+    const CALLERS: u64 = 40;
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    for i in 0..CALLERS {
+        let (c, answers) = (exec.client(i as u32, i as u32), answers.clone());
+        exec.spawn(async move {
+            let body = if i == 0 { b"twice".to_vec() } else { (1000 + i).to_le_bytes().to_vec() };
+            let reply = c.call(server, DEFERRED, body.clone()).await.unwrap();
+            answers.lock().unwrap().push(reply == body);
+        });
+    }
+    for i in 0..8u64 {
+        let c = exec.client(100 + i as u32, 100 + i as u32);
+        exec.spawn(async move {
+            assert_eq!(c.call(server, SLOW, vec![i as u8]).await.unwrap(), vec![i as u8]);
+        });
+    }
+    exec.run().unwrap();
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(answers, vec![true; CALLERS as usize], "every caller got its own reply");
+    assert_eq!(refused.lock().unwrap().len(), 1, "the second reply to one call is refused");
+    let most = most.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&most), "{most} handlers ran at once on a node of two RPC threads");
+    let block = allocated.lock().unwrap().clone().expect("the worker started").unwrap();
+    assert_eq!(block.node(), NodeId(0), "the worker's call reached memory node 0's allocator");
+
+    let c = exec.client(200, 200);
+    let (applied, shipped, locals, cased) = exec
+        .block_on(async move {
+            let read = |addr| {
+                let c = c.clone();
+                async move { c.read(addr, Buf::zeroed(8)).await.unwrap().u64_at(0) }
+            };
+            let applied = read(RemoteAddr::host(server, APPLIED)).await;
+            let shipped = read(RemoteAddr::host(NodeId(0), SHIPPED)).await;
+            c.faa(RemoteAddr::host(server, REMOTE_ADDED), 42).await.unwrap();
+            let locals = c.call(server, LOCAL, Vec::new()).await.unwrap();
+            let cased = read(RemoteAddr::host(server, CASED)).await;
+            // Bad calls are errors that say why.
+            let unknown = c.call(server, 99, Vec::new()).await;
+            assert_eq!(unknown, Err(VerbsError::UnknownService { node: server, service: 99 }));
+            let big = c.call(server, BIG, Vec::new()).await.unwrap_err().to_string();
+            assert!(big.contains("5000") && big.contains("4096"), "{big}");
+            let long = c.call(server, LOCAL, vec![0u8; 5000]).await.unwrap_err().to_string();
+            assert!(long.contains("5000") && long.contains("4096"), "{long}");
+            (applied, shipped, locals, cased)
+        })
+        .unwrap();
+    assert_eq!(applied, CALLERS, "the worker's local FAAs are visible to a remote READ");
+    assert_eq!(shipped, CALLERS, "the worker's FAAs reached memory node 0");
+    let words: Vec<u64> = locals.chunks(8).map(|w| u64::from_le_bytes(w.try_into().unwrap())).collect();
+    assert_eq!(words, vec![0, 0xc0ffee, 42], "local CAS hit then miss; the remote FAA seen locally");
+    assert_eq!(cased, 0xc0ffee, "the local CAS is visible to a remote READ");
+    drop(controls);
+    stop.store(true, Ordering::SeqCst);
+    let (report, memory) = sn.join().unwrap();
+    assert_eq!(report.admitted, 1, "the compute side's connection ({report:?})");
+    assert_eq!(report.calls, CALLERS + 8 + 3, "the 5000-byte request never left the client");
+    assert_eq!(memory.read(APPLIED, 8).unwrap(), CALLERS.to_le_bytes());
+    let (mn_report, _) = mn.join().unwrap();
+    assert_eq!(mn_report.admitted, 2, "the compute side and the server node's worker thread");
+}
+
+/// The client half of `scripts/rxe-e2e.sh`: calls a `dmkit server-node --echo-service` process
+/// from many coroutines (each reply is its own request, deferred to the service's worker), and
+/// READs the word at offset 0 that the worker adds each request's first word to.
+#[test]
+fn a_server_node_process_answers_calls() {
+    use dmkit_rdma::real::node::dial;
+    use dmkit_rdma::real::runtime::Executor;
+    let Ok(addr) = std::env::var("DMKIT_SERVER_NODE") else {
+        eprintln!("skipped: DMKIT_SERVER_NODE names no server node (scripts/rxe-e2e.sh sets it)");
+        return;
+    };
+    let Some(nic) = nic() else { return };
+    let nic = Arc::new(nic);
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let node = NodeId(std::env::var("DMKIT_SERVER_NODE_ID").map_or(1, |v| v.parse().unwrap()));
+    let service: u16 = std::env::var("DMKIT_ECHO_SERVICE").map_or(7, |v| v.parse().unwrap());
+    let token = std::env::var("DMKIT_TOKEN").unwrap_or_else(|_| "vm-token".into());
+    let cq = nic.completion_queue(4096).unwrap();
+    let (conns, _control) = dial(&nic, std::slice::from_ref(&cq), addr, node, &token, 5).unwrap();
+    let exec = Executor::new(nic.clone(), cq, conns, NodeId(5), 0, 3, 8 << 20).unwrap();
+    let c = exec.client(0, 0);
+    let before = exec
+        .block_on(async move { c.read(RemoteAddr::host(node, 0), Buf::zeroed(8)).await.unwrap().u64_at(0) })
+        .unwrap();
+    const CALLERS: u64 = 24;
+    for i in 0..CALLERS {
+        let c = exec.client(i as u32 + 1, i as u32 + 1);
+        exec.spawn(async move {
+            for round in 0..5u64 {
+                let body = [(i + 1).to_le_bytes(), round.to_le_bytes()].concat();
+                assert_eq!(c.call(node, service, body.clone()).await.unwrap(), body);
+            }
+        });
+    }
+    exec.run().unwrap();
+    let c = exec.client(100, 100);
+    let after = exec
+        .block_on(async move { c.read(RemoteAddr::host(node, 0), Buf::zeroed(8)).await.unwrap().u64_at(0) })
+        .unwrap();
+    assert_eq!(after - before, 5 * CALLERS * (CALLERS + 1) / 2, "the worker's local FAAs, seen remotely");
+    eprintln!("server {node} at {addr}: {} echo calls answered", 5 * CALLERS);
 }

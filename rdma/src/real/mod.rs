@@ -1,7 +1,8 @@
-//! The real backend's device-free parts (issue 12, in progress): how a doorbell batch becomes
-//! work requests ([`plan`]) and the control channel's handshake ([`wire`]). They are unit-tested
-//! on every machine; the queue pairs themselves (feature `connectx`, over `sideway`) build on
-//! them.
+//! The real backend. Its device-free parts (how a doorbell batch becomes work requests,
+//! [`plan`]; the control channel's handshake, [`wire`]) are unit-tested on every machine; the
+//! queue pairs ([`device`]), the async executor and clients ([`runtime`]), the control
+//! channel's ends ([`node`]) and the service nodes that host the service API ([`server`]) need
+//! feature `connectx` (over `sideway`).
 
 #[cfg(feature = "connectx")]
 pub mod device;
@@ -10,4 +11,6 @@ pub mod node;
 pub mod plan;
 #[cfg(feature = "connectx")]
 pub mod runtime;
+#[cfg(feature = "connectx")]
+pub mod server;
 pub mod wire;
