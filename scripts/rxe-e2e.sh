@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Runs inside the Soft-RoCE VM (scripts/rxe-test.sh starts it): a `dmkit memory-node` process
 # and `dmkit run --backend rdma` compute processes, end to end across processes: the example
-# index and Sherman, a refused wrong token, and a clean SIGTERM shutdown.
+# index and Sherman, a refused wrong token, and a clean SIGTERM shutdown; then a `dmkit
+# server-node` process with its diagnostic echo service, called from another process (the
+# client half in rdma/tests/rxe.rs, TESTS below), and its bad input.
+#
+#   rxe-e2e.sh DMKIT TESTS       # TESTS: the rxe test binary
 set -euo pipefail
 dmkit=$1
+tests=$2
 # The guest's root is the host's, read-only: scratch files go to /run (a tmpfs).
 scratch=/run/dmkit-e2e
 mkdir -p "$scratch"
@@ -109,4 +114,59 @@ if [ "$rc" -ne 2 ] || ! echo "$msg" | grep -q "wrong cluster token"; then
     exit 1
 fi
 echo "e2e: a wrong token is refused (exit 2: $msg)"
+
+# A server node (id 1, after the one memory node) with the diagnostic echo service: each reply
+# is deferred to the service's worker, which adds the request's first word to the node's word
+# at offset 0 with a local FAA. Another process calls it from 24 coroutines (more than the
+# node's RPC thread and than a queue pair's call credits) and READs that word remotely.
+cp "$scratch/cluster.toml" "$scratch/servers.toml"
+printf '\n[[server_node]]\naddr = "127.0.0.1:7481"\n' >>"$scratch/servers.toml"
+wait_port() {
+    for _ in $(seq 50); do
+        (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+        sleep 0.2
+    done
+    echo "e2e: nothing listens on port $1"
+    exit 1
+}
+start_memory_node
+"$dmkit" server-node --listen 127.0.0.1:7481 --size 64MiB --token vm-token --node 1 \
+    --cluster "$scratch/servers.toml" --echo-service 7 &
+sn=$!
+wait_port 7481
+DMKIT_SERVER_NODE=127.0.0.1:7481 DMKIT_SERVER_NODE_ID=1 DMKIT_ECHO_SERVICE=7 DMKIT_TOKEN=vm-token \
+    DMKIT_RDMA_REQUIRED=1 DMKIT_RDMA_DEVICE=rxe0 "$tests" --exact a_server_node_process_answers_calls --nocapture
+# A second client process finds the node's state where the first left it.
+DMKIT_SERVER_NODE=127.0.0.1:7481 DMKIT_SERVER_NODE_ID=1 DMKIT_ECHO_SERVICE=7 DMKIT_TOKEN=vm-token \
+    DMKIT_RDMA_REQUIRED=1 DMKIT_RDMA_DEVICE=rxe0 "$tests" --exact a_server_node_process_answers_calls >/dev/null 2>&1
+# An index without services runs on a cluster file that lists a server node it never needs.
+out=$(run "$scratch/servers.toml" example)
+if ! echo "$out" | grep -q '"operations":1600'; then
+    echo "e2e: example with a server node in the cluster file: $(echo "$out" | head -c 300)"
+    exit 1
+fi
+kill -TERM "$sn"
+if ! wait "$sn"; then
+    echo "e2e: the server node did not exit cleanly on SIGTERM"
+    exit 1
+fi
+stop_memory_node
+echo "e2e: a server node answers deferred calls from other processes and stops cleanly"
+
+# Bad input is one line and exit 2.
+expect_refusal() {
+    set +e
+    msg=$("$dmkit" server-node --listen 127.0.0.1:7482 --token vm-token "$@" 2>&1)
+    rc=$?
+    set -e
+    if [ "$rc" -ne 2 ] || [ "$(echo "$msg" | wc -l)" -ne 1 ]; then
+        echo "e2e: server-node $*: exit $rc: $msg"
+        exit 1
+    fi
+    echo "e2e: server-node $*: $msg"
+}
+expect_refusal --size 64MiB --node 1 --device nosuch
+expect_refusal --size 0 --node 1
+expect_refusal --size 64MiB --node 0 --cluster "$scratch/servers.toml"
+expect_refusal --size 64MiB --node 1 --cluster "$scratch/servers.toml" --index sherman
 echo "e2e: all passed"

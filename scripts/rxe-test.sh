@@ -2,7 +2,8 @@
 # The real backend's integration tests on Soft-RoCE: builds `dmkit-rdma`'s device tests and the
 # dmkit command with feature `connectx` on the host, then runs them inside the qemu VM of
 # scripts/rxe-vm.sh with DMKIT_RDMA_REQUIRED=1 (a missing device fails instead of skipping),
-# and then scripts/rxe-e2e.sh (memory-node and compute processes, end to end).
+# and then scripts/rxe-e2e.sh (memory-node, server-node and compute processes, end to end).
+# Binaries go to $CARGO_TARGET_DIR (default target/), and so does the VM's work directory.
 #
 #   scripts/rxe-test.sh            # needs scripts/setup.sh --vm
 #
@@ -20,9 +21,12 @@ fi
 # The dmkit command with the real backend, for the end-to-end part.
 # (The dev profile: the VM's emulated CPU dominates, and it builds faster than release.)
 cargo build --features connectx --bin dmkit 2>&1 | tail -1
-dmkit=$PWD/target/debug/dmkit
+target=$(realpath "${CARGO_TARGET_DIR:-target}")
+dmkit=$target/debug/dmkit
 echo "rxe-test: running $(basename $bins) and scripts/rxe-e2e.sh in the Soft-RoCE VM"
 status=0
-scripts/rxe-vm.sh target/rxe-vm "ibv_devices && DMKIT_RDMA_REQUIRED=1 DMKIT_RDMA_DEVICE=rxe0 RUST_BACKTRACE=1 $bins --test-threads 1 --nocapture && bash scripts/rxe-e2e.sh $dmkit" || status=$?
+# The device tests (the client half of the server-node check skips itself here: rxe-e2e.sh runs
+# it against a dmkit server-node process).
+scripts/rxe-vm.sh "$target/rxe-vm" "ibv_devices && DMKIT_RDMA_REQUIRED=1 DMKIT_RDMA_DEVICE=rxe0 RUST_BACKTRACE=1 $bins --test-threads 1 --nocapture && bash scripts/rxe-e2e.sh $dmkit $bins" || status=$?
 echo "rxe-test: exit $status after $(( $(date +%s) - start )) s"
 exit $status
