@@ -493,10 +493,10 @@ impl Service<ServerClient> for Big {
 
 /// A server node (id 1, two RPC threads) hosting async services, and memory node 0 its worker
 /// reaches: deferred replies from a worker to more callers than RPC threads and than call
-/// credits, out of order; a second reply refused; local CAS/FAA visible to remote READs and a
-/// remote FAA visible to a local read; a worker's verbs and call to another node; handlers
-/// never running on more threads than the node has; an unknown service, and requests and
-/// replies over the 4 KiB message limit.
+/// credits, out of order, one of them a full 4 KiB each way; a second reply refused; local
+/// CAS/FAA visible to remote READs and a remote FAA visible to a local read; a worker's verbs
+/// and call to another node; handlers never running on more threads than the node has; an
+/// unknown service, and requests and replies over the 4 KiB limit.
 #[test]
 fn a_server_node_hosts_async_services() {
     use dmkit_rdma::real::node::dial;
@@ -545,7 +545,12 @@ fn a_server_node_hosts_async_services() {
     for i in 0..CALLERS {
         let (c, answers) = (exec.client(i as u32, i as u32), answers.clone());
         exec.spawn(async move {
-            let body = if i == 0 { b"twice".to_vec() } else { (1000 + i).to_le_bytes().to_vec() };
+            let body = match i {
+                0 => b"twice".to_vec(),
+                // A full 4 KiB payload, each way.
+                1 => vec![0x5a; 4096],
+                _ => (1000 + i).to_le_bytes().to_vec(),
+            };
             let reply = c.call(server, DEFERRED, body.clone()).await.unwrap();
             answers.lock().unwrap().push(reply == body);
         });

@@ -18,7 +18,7 @@
 //! - **Masked atomics** are emulated (READ, then a CAS loop: [`crate::emulate`]); a batch is cut
 //!   around them, in order.
 //! - **`call`** is a SEND of `[call id u64][service u16][payload]` and a RECV of `[call id
-//!   u64][status u8][payload]`, each at most [`CALL_MESSAGE_BYTES`] (4 KiB) with its header.
+//!   u64][status u8][payload]`; a payload is at most [`MAX_CALL_PAYLOAD`] (4 KiB) bytes each way.
 //!   Each queue pair has [`CALL_CREDITS`] receives pre-posted on the node for requests and as
 //!   many on this side for responses; a call takes a credit and its response gives it back, so
 //!   a thread has at most [`CALL_CREDITS`] calls outstanding per node (more wait for a credit),
@@ -48,16 +48,14 @@ use std::time::Instant;
 
 /// Receives pre-posted per queue pair on each side for calls.
 pub const CALL_CREDITS: u32 = 16;
-/// Largest call message (request or response, header included).
-pub const CALL_MESSAGE_BYTES: u32 = 4096;
+/// The most bytes a call carries each way (its request, its reply): 4 KiB.
+pub const MAX_CALL_PAYLOAD: usize = 4096;
 /// Header bytes of a call request (`[call id u64][service u16]`).
 pub const CALL_REQUEST_HEADER: u32 = 10;
 /// Header bytes of a call response (`[call id u64][status u8]`).
 pub const CALL_RESPONSE_HEADER: u32 = 9;
-/// The longest request payload a call carries.
-pub const MAX_CALL_REQUEST: usize = (CALL_MESSAGE_BYTES - CALL_REQUEST_HEADER) as usize;
-/// The longest response payload a call carries.
-pub const MAX_CALL_RESPONSE: usize = (CALL_MESSAGE_BYTES - CALL_RESPONSE_HEADER) as usize;
+/// Bytes of a call message buffer: the payload and the longer header.
+pub const CALL_MESSAGE_BYTES: u32 = MAX_CALL_PAYLOAD as u32 + CALL_REQUEST_HEADER;
 /// The longest an idle executor sleeps before it looks at its stop flag again.
 const MAX_PARK: std::time::Duration = std::time::Duration::from_millis(5);
 /// How long a stopping executor waits for its verbs in flight to complete.
@@ -838,10 +836,9 @@ impl Verbs for RdmaClient {
     fn call(&self, node: NodeId, service: u16, request: Vec<u8>) -> impl Future<Output = Result<Vec<u8>, VerbsError>> {
         let this = self.clone();
         async move {
-            if request.len() > MAX_CALL_REQUEST {
+            if request.len() > MAX_CALL_PAYLOAD {
                 return Err(VerbsError::Protocol(format!(
-                    "a call request of {} bytes: the real backend's call messages are {CALL_MESSAGE_BYTES} bytes \
-                     with a {CALL_REQUEST_HEADER}-byte header, so at most {MAX_CALL_REQUEST}",
+                    "a call request of {} bytes: the real backend's calls carry at most {MAX_CALL_PAYLOAD} bytes",
                     request.len(),
                 )));
             }

@@ -21,8 +21,8 @@
 //!   caller's call id) is looked up and removed under a lock, the reply is copied into one of
 //!   the connection's `2 x CALL_CREDITS` send buffers and SENT on that connection. Send
 //!   completions (on a completion queue of their own) give buffers back; a replier that finds
-//!   none free reaps them itself. A reply longer than [`MAX_CALL_RESPONSE`] (4 KiB messages)
-//!   reaches the caller as an error saying so, and the replier gets the same error.
+//!   none free reaps them itself. A reply longer than [`MAX_CALL_PAYLOAD`] (4 KiB) reaches the
+//!   caller as an error saying so, and the replier gets the same error.
 //! - **Handlers and workers are clients** ([`ServerClient`]): their executors dial the peers
 //!   named in [`HostConfig::peers`] the first time a verb or call names one.
 //!
@@ -35,8 +35,8 @@ use super::device::{Completion, Cq, MemoryRegistration, Nic, RcQp, Region, faile
 use super::node::{Barriers, dial, serve_control};
 use super::plan::RemoteRegion;
 use super::runtime::{
-    CALL_CREDITS, CALL_MESSAGE_BYTES, CALL_REQUEST_HEADER, CALL_RESPONSE_HEADER, Connector, Executor,
-    MAX_CALL_RESPONSE, RdmaClient,
+    CALL_CREDITS, CALL_MESSAGE_BYTES, CALL_REQUEST_HEADER, CALL_RESPONSE_HEADER, Connector, Executor, MAX_CALL_PAYLOAD,
+    RdmaClient,
 };
 use super::wire::{self, Message};
 use crate::alloc::{AllocRequest, AllocResponse, ChunkAllocator, ReuseMode};
@@ -404,7 +404,8 @@ pub fn decode_request(msg: &[u8]) -> Result<(u64, u16, &[u8]), String> {
         ));
     }
     if msg.len() > CALL_MESSAGE_BYTES as usize {
-        return Err(format!("a call request of {} bytes (messages are at most {CALL_MESSAGE_BYTES})", msg.len()));
+        let payload = msg.len() - CALL_REQUEST_HEADER as usize;
+        return Err(format!("a call request of {payload} bytes (calls carry at most {MAX_CALL_PAYLOAD})"));
     }
     let call_id = u64::from_le_bytes(msg[..8].try_into().expect("8 bytes"));
     let service = u16::from_le_bytes([msg[8], msg[9]]);
@@ -413,10 +414,7 @@ pub fn decode_request(msg: &[u8]) -> Result<(u64, u16, &[u8]), String> {
 
 /// Why a reply cannot be sent whole.
 fn too_long(len: usize) -> String {
-    format!(
-        "a reply of {len} bytes: the real backend's call messages are {CALL_MESSAGE_BYTES} bytes with a \
-         {CALL_RESPONSE_HEADER}-byte header, so a reply is at most {MAX_CALL_RESPONSE} bytes"
-    )
+    format!("a reply of {len} bytes: the real backend's calls carry at most {MAX_CALL_PAYLOAD} bytes")
 }
 
 impl NodeShared {
@@ -434,7 +432,7 @@ impl NodeShared {
         let p = pending.ok_or_else(|| {
             VerbsError::Protocol(format!("{}: call {} is not awaiting a reply (answered already?)", self.node, to.call))
         })?;
-        if response.len() > MAX_CALL_RESPONSE {
+        if response.len() > MAX_CALL_PAYLOAD {
             // The caller learns why instead of waiting forever.
             let reason = too_long(response.len());
             self.send(p.conn, p.call_id, STATUS_ERROR, reason.as_bytes())?;
@@ -1060,9 +1058,12 @@ mod tests {
         let r = encode_response(7, STATUS_OK, b"ok");
         assert_eq!(r.len(), CALL_RESPONSE_HEADER as usize + 2);
         assert_eq!((&r[..8], r[8], &r[9..]), (&7u64.to_le_bytes()[..], 0, &b"ok"[..]));
-        assert_eq!(MAX_CALL_RESPONSE, 4087);
+        // A full 4 KiB payload fits each way.
+        let full = [vec![0u8; CALL_REQUEST_HEADER as usize], vec![1u8; MAX_CALL_PAYLOAD]].concat();
+        assert_eq!(decode_request(&full).unwrap().2.len(), 4096);
+        assert!(encode_response(1, STATUS_OK, &[1u8; MAX_CALL_PAYLOAD]).len() <= CALL_MESSAGE_BYTES as usize);
         let reason = too_long(5000);
-        assert!(reason.contains("5000") && reason.contains("4096") && reason.contains("4087"), "{reason}");
+        assert!(reason.contains("5000") && reason.contains("4096"), "{reason}");
         assert!(encode_response(1, STATUS_ERROR, reason.as_bytes()).len() <= CALL_MESSAGE_BYTES as usize);
     }
 

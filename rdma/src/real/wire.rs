@@ -15,8 +15,9 @@
 use super::plan::RemoteRegion;
 use std::io::{Read, Write};
 
-/// Bumped on any change to the format below.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Bumped on any change to the format below, or to the call messages' (`super::runtime`):
+/// 2 since calls carry 4 KiB of payload (their buffers grew by the header).
+pub const PROTOCOL_VERSION: u16 = 2;
 /// A frame larger than this is refused before it is read (a stray client cannot make the node
 /// allocate gigabytes).
 pub const MAX_FRAME_BYTES: u32 = 1 << 20;
