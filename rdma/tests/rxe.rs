@@ -607,6 +607,71 @@ fn a_server_node_hosts_async_services() {
     assert_eq!(mn_report.admitted, 2, "the compute side and the server node's worker thread");
 }
 
+/// Panics in its worker on every request.
+#[derive(Debug)]
+struct Doomed {
+    queue: Queue<Responder>,
+}
+
+impl Service<ServerClient> for Doomed {
+    async fn handle(self: Arc<Self>, _ctx: ServerClient, _request: Vec<u8>) -> Vec<u8> {
+        unreachable!("every request is dispatched")
+    }
+
+    async fn dispatch(self: Arc<Self>, _ctx: ServerClient, _request: Vec<u8>, to: Responder) -> Option<Vec<u8>> {
+        self.queue.push(to);
+        None
+    }
+
+    fn workers(&self) -> u32 {
+        1
+    }
+
+    async fn run_worker(self: Arc<Self>, _ctx: ServerClient, _index: u32) {
+        self.queue.pop().await;
+        panic!("boom");
+    }
+}
+
+/// A worker that panics leaves calls nobody will answer: the node stops with an error naming
+/// the thread and the panic, instead of running on with callers waiting forever.
+#[test]
+fn a_panicking_worker_stops_the_node() {
+    use dmkit_rdma::real::node::dial;
+    use dmkit_rdma::real::runtime::Executor;
+    let Some(nic) = nic() else { return };
+    let nic = Arc::new(nic);
+    let server = NodeId(1);
+    let config = HostConfig::new(server, "server node", "127.0.0.1:0".parse().unwrap(), MEMORY as u64, "tok");
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (node_nic, never) = (nic.clone(), Arc::new(AtomicBool::new(false)));
+    let node = std::thread::spawn(move || {
+        let mut host = ServiceNode::new(node_nic, config).unwrap();
+        host.add_service(server, 9, || Doomed { queue: Queue::new() }).unwrap();
+        addr_tx.send(host.local_addr()).unwrap();
+        host.serve(&never)
+    });
+    let addr = addr_rx.recv().unwrap();
+    let cq = nic.completion_queue(64).unwrap();
+    let (conns, _control) = dial(&nic, std::slice::from_ref(&cq), addr, server, "tok", 9).unwrap();
+    let exec = Executor::new(nic.clone(), cq, conns, NodeId(9), 0, 1, 1 << 20).unwrap();
+    let c = exec.client(0, 0);
+    exec.spawn(async move {
+        let _ = c.call(server, 9, b"anything".to_vec()).await;
+    });
+    // The call is never answered: run the client until the node has stopped.
+    let ended = Arc::new(AtomicBool::new(false));
+    let e = ended.clone();
+    let watcher = std::thread::spawn(move || {
+        let out = node.join().unwrap();
+        e.store(true, Ordering::SeqCst);
+        out
+    });
+    exec.run_until(&ended).unwrap();
+    let err = watcher.join().unwrap().unwrap_err().to_string();
+    assert!(err.contains("svc9-worker0") && err.contains("panicked: boom"), "{err}");
+}
+
 /// The client half of `scripts/rxe-e2e.sh`: calls a `dmkit server-node --echo-service` process
 /// from many coroutines (each reply is its own request, deferred to the service's worker), and
 /// READs the word at offset 0 that the worker adds each request's first word to.

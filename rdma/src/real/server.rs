@@ -665,6 +665,9 @@ struct ThreadKit {
     staging_bytes: usize,
     max_inline: u32,
     stop: Arc<AtomicBool>,
+    /// The first thread that died before the stop (a panic, or its executor failed): why. The
+    /// node stops then, rather than leave the calls that thread would have answered waiting.
+    failed: Arc<Mutex<Option<String>>>,
 }
 
 type Started = std::sync::mpsc::Sender<Result<(), String>>;
@@ -691,40 +694,66 @@ impl ThreadKit {
         body: impl FnOnce(ServerClient) -> WorkerLoop + Send + 'static,
     ) -> Result<std::thread::JoinHandle<Result<(), VerbsError>>, VerbsError> {
         let kit = self.clone();
+        let name = label.clone();
+        let run = move || {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| kit.run(thread, started, body)));
+            let outcome = outcome.unwrap_or_else(|panic| {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(VerbsError::Protocol(format!("panicked: {why}")))
+            });
+            if let Err(e) = &outcome
+                && !kit.stop.load(Ordering::SeqCst)
+            {
+                lock(&kit.failed).get_or_insert_with(|| format!("{name}: {e}"));
+            }
+            outcome
+        };
         std::thread::Builder::new()
             .name(label)
-            .spawn(move || {
-                let node = kit.shared.node;
-                let exec = (|| {
-                    let cq = kit.nic.completion_queue(THREAD_CQ_ENTRIES)?;
-                    Executor::with_connector(
-                        kit.nic.clone(),
-                        cq,
-                        node,
-                        thread,
-                        kit.seed ^ (thread as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                        kit.staging_bytes,
-                        kit.connector(),
-                        kit.max_inline,
-                    )
-                })();
-                let exec = match exec {
-                    Ok(e) => {
-                        let _ = started.send(Ok(()));
-                        e
-                    }
-                    Err(e) => {
-                        let _ = started.send(Err(e.to_string()));
-                        return Err(e);
-                    }
-                };
-                // Service threads' client ids: apart from compute clients', one per thread.
-                let client = 1 << 31 | (node.0 as u32) << 12 | (thread & 0xfff);
-                let ctx = ServerClient { client: exec.client(client, 0), node: kit.shared.clone() };
-                exec.spawn(body(ctx));
-                exec.run_until(&kit.stop)
-            })
+            .spawn(run)
             .map_err(|e| VerbsError::Protocol(format!("cannot start a thread: {e}")))
+    }
+
+    /// A service thread's life: its executor, its client, `body` until it ends or the stop.
+    fn run(
+        &self,
+        thread: u32,
+        started: Started,
+        body: impl FnOnce(ServerClient) -> WorkerLoop,
+    ) -> Result<(), VerbsError> {
+        let node = self.shared.node;
+        let exec = (|| {
+            let cq = self.nic.completion_queue(THREAD_CQ_ENTRIES)?;
+            Executor::with_connector(
+                self.nic.clone(),
+                cq,
+                node,
+                thread,
+                self.seed ^ (thread as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                self.staging_bytes,
+                self.connector(),
+                self.max_inline,
+            )
+        })();
+        let exec = match exec {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = started.send(Err(e.to_string()));
+                return Err(e);
+            }
+        };
+        let _ = started.send(Ok(()));
+        // Dropped now: a thread that dies before it reports must end the node's wait.
+        drop(started);
+        // Service threads' client ids: apart from compute clients', one per thread.
+        let client = 1 << 31 | (node.0 as u32) << 12 | (thread & 0xfff);
+        let ctx = ServerClient { client: exec.client(client, 0), node: self.shared.clone() };
+        exec.spawn(body(ctx));
+        exec.run_until(&self.stop)
     }
 }
 
@@ -786,7 +815,9 @@ impl ServiceNode {
     /// Runs the node until `stop` is set: starts the RPC threads and the services' workers,
     /// then admits peers and dispatches their calls on this thread. On a stop it stops the
     /// threads (each lets its verbs in flight complete) and closes every queue pair. Call it
-    /// once. An RPC thread that dies (a handler panicked) stops the node with an error.
+    /// once. A thread that dies (a handler or worker panicked, or its executor failed: a peer
+    /// it reached went away) stops the node with an error that says which and why; a worker
+    /// whose loop returns just ends.
     pub fn serve(&mut self, stop: &AtomicBool) -> Result<ServeReport, VerbsError> {
         let max_inline = self.nic.queue_pair_on(&self.recv_cq, 4, 0)?.max_inline();
         let kit = ThreadKit {
@@ -798,6 +829,7 @@ impl ServiceNode {
             staging_bytes: self.config.staging_bytes,
             max_inline,
             stop: Arc::new(AtomicBool::new(false)),
+            failed: Arc::new(Mutex::new(None)),
         };
         let inbox: Arc<Queue<Job>> = Arc::new(Queue::new());
         let (started_tx, started_rx) = std::sync::mpsc::channel();
@@ -838,7 +870,7 @@ impl ServiceNode {
         }
         let mut peers = Peers::new();
         if result.is_ok() {
-            result = self.dispatch_loop(stop, &inbox, &mut peers, &rpc);
+            result = self.dispatch_loop(stop, &inbox, &mut peers, &kit.failed);
         }
         kit.stop.store(true, Ordering::SeqCst);
         for h in rpc.iter().chain(&workers) {
@@ -866,7 +898,7 @@ impl ServiceNode {
         stop: &AtomicBool,
         inbox: &Queue<Job>,
         peers: &mut Peers,
-        rpc: &[std::thread::JoinHandle<Result<(), VerbsError>>],
+        failed: &Mutex<Option<String>>,
     ) -> Result<(), VerbsError> {
         let mut next_call = 0u64;
         while !stop.load(Ordering::Relaxed) {
@@ -884,12 +916,8 @@ impl ServiceNode {
             busy |= self.poll_requests(peers, inbox, &mut next_call)? > 0;
             busy |= self.shared.reap()? > 0;
             busy |= peers.retire(&self.shared);
-            if let Some(dead) = rpc.iter().find(|h| h.is_finished()) {
-                return Err(VerbsError::Protocol(format!(
-                    "{}: RPC thread {} ended (a handler panicked?)",
-                    self.config.name,
-                    dead.thread().name().unwrap_or("?")
-                )));
+            if let Some(why) = lock(failed).take() {
+                return Err(VerbsError::Protocol(format!("{}: {why}", self.config.name)));
             }
             if !busy {
                 std::thread::sleep(Duration::from_micros(50));
