@@ -533,7 +533,13 @@ pub fn run_index<K: IndexKind>(
         cas_failures: tally.counters.cas_failures,
         rdwc,
         errors: tally.errors,
-        index_counters: tally.counters.events.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        index_counters: tally
+            .counters
+            .events
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .chain(K::server_counters(options, &sim).into_iter().map(|(k, v)| (k.to_string(), v)))
+            .collect(),
         timeseries: series,
         history: record.then_some(tally.history),
         sim_steps: stats.steps,

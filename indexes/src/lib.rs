@@ -7,7 +7,7 @@
 //! - [`spec`]: the sequential specification, in words and as an executable model.
 //! - [`example`]: a small, fully documented one-sided hash table with per-bucket locks — read it
 //!   first to learn how an index is written.
-//! - [`sherman`], [`smart`], [`art`], [`chime`], [`race`], [`dolphin`]: the indexes of the papers and their baselines.
+//! - [`sherman`], [`smart`], [`art`], [`chime`], [`race`], [`dolphin`], [`hstore`]: the indexes of the papers and their baselines.
 //! - [`bulk`]: loading an initial structure with an index's own insert logic.
 //!
 //! Three levels of state: remote memory; per compute node ([`IndexKind::NodeState`], shared by
@@ -21,6 +21,7 @@ pub mod common;
 pub mod dolphin;
 pub mod example;
 pub mod hash;
+pub mod hstore;
 pub mod race;
 pub mod sherman;
 pub mod smart;
@@ -285,6 +286,14 @@ pub trait IndexKind: 'static {
     /// reports. Indexes without any keep the default.
     fn node_counters(node: &Self::NodeState) -> BTreeMap<&'static str, u64> {
         let _ = node;
+        BTreeMap::new()
+    }
+
+    /// Counters of the index's services (batches, drains, recoveries), read outside time from
+    /// their state where the view shows it; summed into a run's index counters. Indexes without
+    /// services keep the default.
+    fn server_counters(options: &Self::Options, memory: &dyn MemoryView) -> BTreeMap<&'static str, u64> {
+        let _ = (options, memory);
         BTreeMap::new()
     }
 

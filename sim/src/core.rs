@@ -342,7 +342,8 @@ pub(crate) struct ClientInfo {
 #[derive(Clone, Copy, Debug)]
 enum FaultEvent {
     CrashClient(u32),
-    CrashNode(u16),
+    /// A node crashes, and restarts this many ns later if set.
+    CrashNode(u16, Option<u64>),
     RestartNode(u16),
     SlowStart(u16, f64),
     SlowEnd(u16),
@@ -483,10 +484,7 @@ impl Core {
             core.schedule_fault(c.at_ns, FaultEvent::CrashClient(c.client));
         }
         for c in &f.node_crashes {
-            core.schedule_fault(c.at_ns, FaultEvent::CrashNode(c.node));
-            if let Some(r) = c.restart_at_ns {
-                core.schedule_fault(r, FaultEvent::RestartNode(c.node));
-            }
+            core.schedule_fault(c.at_ns, FaultEvent::CrashNode(c.node, c.restart_at_ns.map(|r| r - c.at_ns)));
         }
         for s in &f.slowdowns {
             core.schedule_fault(s.from_ns, FaultEvent::SlowStart(s.node, s.factor));
@@ -526,10 +524,7 @@ impl Core {
         if crash.at_ns < self.now_ns || crash.restart_at_ns.is_some_and(|r| r <= crash.at_ns) {
             return Err(format!("node {} crash at {} ns: in the past, or restarting before it crashes", crash.node, crash.at_ns));
         }
-        self.schedule_fault(crash.at_ns, FaultEvent::CrashNode(crash.node));
-        if let Some(r) = crash.restart_at_ns {
-            self.schedule_fault(r, FaultEvent::RestartNode(crash.node));
-        }
+        self.schedule_fault(crash.at_ns, FaultEvent::CrashNode(crash.node, crash.restart_at_ns.map(|r| r - crash.at_ns)));
         Ok(())
     }
 
@@ -1658,7 +1653,14 @@ impl Core {
                     self.crashed_tasks.push(task);
                 }
             }
-            FaultEvent::CrashNode(n) => self.crash_node(NodeId(n)),
+            FaultEvent::CrashNode(n, restart_after_ns) => {
+                self.crash_node(NodeId(n));
+                // The restart is scheduled by the crash, so that in chooser runs (where a fault
+                // step may run before its time) a node restarts only after it crashed.
+                if let Some(after) = restart_after_ns {
+                    self.schedule_fault(self.now_ns + after, FaultEvent::RestartNode(n));
+                }
+            }
             FaultEvent::RestartNode(n) => {
                 let node = &mut self.nodes[n as usize];
                 if !node.up {

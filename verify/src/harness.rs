@@ -16,7 +16,7 @@ use crate::history::{History, Record};
 use crate::linearizability;
 use dmkit_indexes::spec::{self, Op};
 use dmkit_indexes::{Counters, Index, IndexError, IndexKind};
-use dmkit_sim::{MemoryModel, Sim, SimConfig, SimError, Topology};
+use dmkit_sim::{Faults, MemoryModel, Sim, SimConfig, SimError, Topology};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cell::RefCell;
@@ -67,6 +67,14 @@ pub trait Checked: IndexKind {
     /// Presets with the options each uses; the first is the default.
     fn presets() -> Vec<(Preset, Self::Options)>;
 
+    /// Faults a preset injects (crashes of server nodes for an index with services); none by
+    /// default. In a checking run a fault is a step like any other: the explorer chooses when
+    /// it happens, and a restart comes its configured delay after the crash.
+    fn faults(preset: &str, options: &Self::Options) -> Faults {
+        let _ = (preset, options);
+        Faults::default()
+    }
+
     /// Replaces a preset's options with the index's named configuration `config`, keeping what
     /// the preset needs (small nodes, key and value sizes).
     fn configure(options: &mut Self::Options, config: &str) -> Result<(), String> {
@@ -105,6 +113,9 @@ pub struct IndexScenario<K: Checked> {
     pub script: Option<Vec<Vec<Op>>>,
     /// Schedule each queue pair's verbs as their own actor (`SimConfig::qp_actors`).
     pub qp_actors: bool,
+    /// Faults injected into every run ([`Checked::faults`] of the preset). Node crashes are
+    /// timed from the start of the explored phase (the set-up runs before them).
+    pub faults: Faults,
 }
 
 impl<K: Checked> std::fmt::Debug for IndexScenario<K> {
@@ -124,6 +135,7 @@ impl<K: Checked> IndexScenario<K> {
             last_history: Rc::default(),
             script: None,
             qp_actors: false,
+            faults: Faults::default(),
         }
     }
 
@@ -150,7 +162,8 @@ impl<K: Checked> IndexScenario<K> {
             K::plant(&mut options, bug)?;
         }
         K::validate(&options)?;
-        Ok(IndexScenario::new(preset, options, workload_seed))
+        let faults = K::faults(preset.name, &options);
+        Ok(IndexScenario { faults, ..IndexScenario::new(preset, options, workload_seed) })
     }
 
     /// The same scenario with fixed operations per client (one list per client, in client
@@ -197,6 +210,8 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             seed: self.workload_seed,
             step_limit: Some(self.preset.step_limit),
             qp_actors: self.qp_actors,
+            // Node crashes are added when the explored phase starts (see `build`).
+            faults: Faults { node_crashes: Vec::new(), ..self.faults.clone() },
             ..SimConfig::default()
         }
     }
@@ -251,6 +266,17 @@ impl<K: Checked> Scenario for IndexScenario<K> {
                 invoke: 0,
                 respond: Some(0),
             });
+        }
+        for c in &self.faults.node_crashes {
+            let now = sim.now_ns();
+            let crash = dmkit_sim::NodeCrash {
+                node: c.node,
+                at_ns: now + c.at_ns,
+                restart_at_ns: c.restart_at_ns.map(|r| now + r),
+            };
+            if let Err(e) = sim.add_node_crash(crash) {
+                return Box::new(move |_, _| Err(format!("scheduling a crash: {e}")));
+            }
         }
         let history = Rc::new(RefCell::new(history));
         let run_counters = Rc::new(RefCell::new(Counters::default()));
@@ -313,6 +339,8 @@ impl<K: Checked> Scenario for IndexScenario<K> {
         Box::new(move |sim: &Sim, outcome: Result<(), SimError>| {
             *last.borrow_mut() = history.borrow().clone();
             total.borrow_mut().merge(&run_counters.borrow());
+            let servers = Counters { events: K::server_counters(&options, sim), ..Counters::default() };
+            total.borrow_mut().merge(&servers);
             match outcome {
                 Ok(()) => {}
                 Err(SimError::StepLimit { steps, .. }) => {

@@ -14,3 +14,4 @@ pub mod history;
 pub mod linearizability;
 pub mod registry;
 mod registry_cluster;
+mod registry_hstore;

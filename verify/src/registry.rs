@@ -9,6 +9,7 @@ use dmkit_indexes::chime::{Chime, ChimeOptions};
 use dmkit_indexes::cluster::Cluster;
 use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
 use dmkit_indexes::example::{Example, ExampleOptions};
+use dmkit_indexes::hstore::HStore;
 use dmkit_indexes::race::{Race, RaceOptions};
 use dmkit_indexes::sherman::{Sherman, ShermanOptions};
 use dmkit_indexes::smart::{Smart, SmartOptions};
@@ -584,7 +585,17 @@ impl Checked for Dolphin {
 
 /// Names `dmkit check --index` accepts.
 pub fn index_names() -> Vec<&'static str> {
-    vec![Example::NAME, Sherman::NAME, Smart::NAME, Art::NAME, Chime::NAME, Race::NAME, Dolphin::NAME, Cluster::NAME]
+    vec![
+        Example::NAME,
+        Sherman::NAME,
+        Smart::NAME,
+        Art::NAME,
+        Chime::NAME,
+        Race::NAME,
+        Dolphin::NAME,
+        Cluster::NAME,
+        HStore::NAME,
+    ]
 }
 
 /// What `dmkit check` was asked to do.
@@ -624,6 +635,7 @@ pub fn list_plants(index: &str) -> Result<String, String> {
         "race" => Race::planted_bugs(),
         "dolphin" => Dolphin::planted_bugs(),
         "cluster" => Cluster::planted_bugs(),
+        "hstore" => HStore::planted_bugs(),
         other => return Err(unknown(other)),
     };
     Ok(plants.iter().map(|p| format!("{}: {}\n", p.name, p.description)).collect())
@@ -644,6 +656,7 @@ pub fn run_check(req: &CheckRequest) -> Result<CheckOutcome, String> {
         "race" => run::<Race>(req),
         "dolphin" => run::<Dolphin>(req),
         "cluster" => run::<Cluster>(req),
+        "hstore" => run::<HStore>(req),
         other => Err(unknown(other)),
     }
 }

@@ -1,0 +1,432 @@
+//! A client of HStore (digest §3.1–§3.5, §2.6).
+//!
+//! - **GET**: `[READ ready word, READ bucket]` to the HTS (one doorbell batch), then the block
+//!   of each fingerprint-matching slot from the memory pool until the key matches; chains
+//!   cost one more batch per bucket. If the HTS is down or rebuilding (a failed READ, a ready
+//!   word of 0), GETs go to the SLS for a while (degraded mode): a `Get` call, then the block.
+//! - **PUT / UPDATE**: allocate a block, WRITE it and wait for the completion (data before
+//!   index, A3), then call the HTS; the reply names the block the key pointed to before, which
+//!   is freed after the lease (V3). An update of an absent key frees its unpublished block at
+//!   once. **DELETE** is the call alone.
+//! - **SCAN**: a `Scan` call to the SLS, then one READ per item, one after another (the
+//!   paper's 1 + n round trips); long answers come in pages under the message limit.
+//!
+//! A read whose block READs end more than `lease_ns` after it started starts again: a block
+//! freed by a write that swapped it out after the read took its address may have been reused
+//! since, but never sooner than `lease_ns` after the swap (V3's fix).
+
+use super::layout::{self, Block, Geometry};
+use super::wire::{Effect, Entry, HTS_SERVICE, Reply, Request, SLS_SERVICE, WriteOp};
+use super::{HStore, HStoreNode, HStoreOptions};
+use crate::{Counters, Index, IndexError, IndexKind, Pairs};
+use dmkit_rdma::{Buf, Client, NodeId, RemoteAddr, Request as Verb, VerbsError};
+use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// One client's handle.
+#[derive(Debug)]
+pub struct HStoreHandle<C> {
+    o: HStoreOptions,
+    g: Geometry,
+    node: Arc<HStoreNode>,
+    ctx: C,
+    /// This client's last write request id (retries reuse it).
+    req_id: u64,
+    /// Sequence of this client's blocks (their `ts`).
+    blocks: u64,
+    counters: Counters,
+}
+
+/// How a lookup through the table ended.
+enum Lookup {
+    Done(Option<Vec<u8>>),
+    /// The lease ran out, or the table changed incarnation: start again.
+    Restart,
+    /// The HTS is down or rebuilding: ask the SLS.
+    Degraded,
+    /// A server is recovering: wait and try again.
+    Blocked,
+}
+
+/// Bound on buckets one GET follows (a chain longer than every pool together is corrupt).
+const MAX_HOPS: u32 = 1 << 20;
+
+impl<C: Client + Clone + 'static> HStoreHandle<C> {
+    pub(crate) fn new(o: HStoreOptions, node: Arc<HStoreNode>, ctx: C) -> HStoreHandle<C> {
+        HStoreHandle { g: o.geometry(), o, node, ctx, req_id: 0, blocks: 0, counters: Counters::default() }
+    }
+
+    fn hts(&self) -> NodeId {
+        self.o.hts_node()
+    }
+
+    fn within_lease(&self, t0: u64) -> bool {
+        self.o.lease_ns.is_none_or(|l| self.ctx.now_ns() - t0 <= l)
+    }
+
+    fn mark_hts_down(&self) {
+        let until = self.ctx.now_ns() + self.o.down_probe_ns;
+        self.node.hts_down_until_ns.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// Waits before trying again: a sleep, then a yield (the client waits for someone else —
+    /// a recovering server — and says so to the schedule explorer's PCT).
+    async fn backoff(&mut self, attempt: u32) {
+        self.counters.retries += 1;
+        let ns = self.o.backoff_ns << attempt.min(6);
+        self.ctx.sleep(ns).await;
+        self.ctx.yield_now().await;
+    }
+
+    /// A block READ found something that is not the complete block a table or SLS entry
+    /// promised. Within the lease that is corruption in the default protocol; the paper's
+    /// reader skips it (a reused or torn block).
+    fn bad_block(&mut self, at: RemoteAddr, t0: u64) -> Result<(), IndexError> {
+        if self.o.lease_ns.is_some() && self.within_lease(t0) && !self.o.planted("no-write-wait") {
+            return Err(IndexError::Corrupt(format!("the block at {at} is not a complete block of its key")));
+        }
+        self.counters.event("skipped_bad_block");
+        Ok(())
+    }
+
+    async fn read_block(&self, addr: u64, units: u8) -> Result<(RemoteAddr, Block), IndexError> {
+        let at = layout::decode_addr(addr);
+        let bytes = self.ctx.read(at, Buf::zeroed(units as usize * layout::UNIT as usize)).await?;
+        Ok((at, layout::decode_block(&bytes)))
+    }
+
+    /// GET through the table.
+    async fn get_table(&mut self, key: &[u8], t0: u64) -> Result<Lookup, IndexError> {
+        let p = self.g.place(key);
+        let hts = self.hts();
+        let mut off = self.g.bucket_offset(p.bucket);
+        let mut incarnation = None;
+        for hop in 0..MAX_HOPS {
+            let batch = vec![
+                Verb::read_len(RemoteAddr::host(hts, layout::READY_OFFSET), 8),
+                Verb::read_len(RemoteAddr::host(hts, off), layout::BUCKET_BYTES as usize),
+            ];
+            let responses = match self.ctx.post(batch).await {
+                Ok(r) => r,
+                Err(VerbsError::NodeDown(_)) => {
+                    self.mark_hts_down();
+                    return Ok(Lookup::Degraded);
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let mut responses = responses.into_iter();
+            let ready = responses.next().expect("two responses").into_buf()?.u64_at(0);
+            let bucket = responses.next().expect("two responses").into_buf()?;
+            if ready == 0 {
+                // A restarted HTS rebuilding its table.
+                self.mark_hts_down();
+                return Ok(Lookup::Degraded);
+            }
+            if incarnation.is_some_and(|i| i != ready) {
+                return Ok(Lookup::Restart);
+            }
+            incarnation = Some(ready);
+            if hop > 0 {
+                self.counters.event("chain_hop");
+            }
+            let words = layout::bucket_words(&bucket);
+            for &word in &words[..self.g.slots] {
+                let Some(s) = layout::Slot::decode(word) else { continue };
+                if s.fp != p.fp {
+                    continue;
+                }
+                let (at, block) = self.read_block(layout::encode_addr(s.block), s.units).await?;
+                match block {
+                    Block::Valid { key: k, value, .. } if k == key => {
+                        return Ok(if self.within_lease(t0) { Lookup::Done(Some(value)) } else { Lookup::Restart });
+                    }
+                    Block::Valid { .. } => self.counters.event("fp_false_positive"),
+                    Block::Invalid => self.bad_block(at, t0)?,
+                }
+            }
+            let next = words[7];
+            if next == 0 {
+                return Ok(if self.within_lease(t0) { Lookup::Done(None) } else { Lookup::Restart });
+            }
+            if !self.g.is_pool_bucket(next) {
+                return Err(IndexError::Corrupt(format!("bucket {off:#x} links {next:#x}, not an overflow bucket")));
+            }
+            off = next;
+        }
+        Err(IndexError::Corrupt(format!("bucket {}'s chain is longer than {MAX_HOPS}", p.bucket)))
+    }
+
+    /// GET through the SLS (degraded mode).
+    async fn get_sls(&mut self, key: &[u8], t0: u64) -> Result<Lookup, IndexError> {
+        self.counters.event("degraded_get");
+        let reply = match self.ctx.call(self.o.sls_node(), SLS_SERVICE, Request::Get { key: key.to_vec() }.encode()).await
+        {
+            Ok(b) => Reply::decode(&b)?,
+            Err(VerbsError::NodeDown(_)) => return Ok(Lookup::Blocked),
+            Err(e) => return Err(e.into()),
+        };
+        match reply {
+            Reply::Found { addr, units } => {
+                let (at, block) = self.read_block(addr, units).await?;
+                match block {
+                    Block::Valid { key: k, value, .. } if k == key => {
+                        Ok(if self.within_lease(t0) { Lookup::Done(Some(value)) } else { Lookup::Restart })
+                    }
+                    _ => {
+                        self.bad_block(at, t0)?;
+                        Ok(Lookup::Restart)
+                    }
+                }
+            }
+            Reply::Absent => Ok(Lookup::Done(None)),
+            Reply::Blocked => Ok(Lookup::Blocked),
+            other => Err(IndexError::Corrupt(format!("the SLS answered a Get with {other:?}"))),
+        }
+    }
+
+    async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        HStore::limits(&self.o).check_key(key)?;
+        for attempt in 0..self.o.max_retries {
+            let t0 = self.ctx.now_ns();
+            let down = self.node.hts_down_until_ns.load(Ordering::Relaxed) > t0;
+            let mut lookup = if down { Lookup::Degraded } else { self.get_table(key, t0).await? };
+            if matches!(lookup, Lookup::Degraded) {
+                lookup = self.get_sls(key, t0).await?;
+            }
+            match lookup {
+                Lookup::Done(v) => return Ok(v),
+                Lookup::Restart => self.counters.event("lease_restart"),
+                Lookup::Blocked => self.backoff(attempt).await,
+                Lookup::Degraded => unreachable!("resolved above"),
+            }
+        }
+        Err(IndexError::RetriesExhausted { op: "search", retries: self.o.max_retries })
+    }
+
+    /// Gives back a block the table no longer points to: after the lease (V3's fix), or at
+    /// once. Blocks another compute node carved are leaked (see the module doc).
+    fn retire(&mut self, addr: u64, units: u8) -> Result<(), IndexError> {
+        let block = layout::decode_addr(addr);
+        let bytes = units as u64 * layout::UNIT;
+        if !self.node.chunks.owns(block) {
+            self.counters.event("foreign_block_leaked");
+            return Ok(());
+        }
+        match self.o.lease_ns {
+            Some(lease) => self.node.quarantine(self.ctx.now_ns() + lease + 1, block, bytes),
+            None => self.node.chunks.free(block, bytes)?,
+        }
+        self.counters.event("blocks_retired");
+        Ok(())
+    }
+
+    /// PUT, UPDATE and DELETE: returns whether the key existed.
+    async fn write(&mut self, op: WriteOp, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        let limits = HStore::limits(&self.o);
+        limits.check_key(key)?;
+        let t_start = self.ctx.now_ns();
+        let mut block = None;
+        let mut kv_ns = 0;
+        if op != WriteOp::Delete {
+            limits.check_value(value)?;
+            let units = layout::units_for(key.len(), value.len());
+            let released = self.node.release(t_start)?;
+            if released > 0 {
+                self.counters.events.entry("blocks_reused").and_modify(|n| *n += released).or_insert(released);
+            }
+            let at = self.node.chunks.alloc(&self.ctx, units * layout::UNIT, layout::UNIT).await?;
+            self.blocks += 1;
+            let ts = layout::timestamp(self.ctx.identity().client, self.blocks);
+            let data = Buf::from(layout::encode_block(key, value, ts));
+            if self.o.planted("no-write-wait") {
+                // The plant: the WRITE is posted (it will land) but not waited for.
+                drop(self.ctx.write(at, data));
+            } else {
+                self.ctx.write(at, data).await?;
+            }
+            kv_ns = self.ctx.now_ns() - t_start;
+            block = Some((at, units as u8));
+        }
+        self.req_id += 1;
+        let entry = Entry {
+            op,
+            units: block.map_or(0, |b| b.1),
+            addr: block.map_or(0, |b| layout::encode_addr(b.0)),
+            client: self.ctx.identity().client,
+            req_id: self.req_id,
+            key: key.to_vec(),
+        };
+        let request = Request::Write(entry.clone()).encode();
+        for attempt in 0..self.o.max_retries {
+            let t_call = self.ctx.now_ns();
+            let reply = match self.ctx.call(self.hts(), HTS_SERVICE, request.clone()).await {
+                Ok(b) => Reply::decode(&b)?,
+                Err(VerbsError::NodeDown(node)) => {
+                    self.mark_hts_down();
+                    if !self.o.retry_writes {
+                        // The paper's client: the write failed (yet the SLS may hold it, V2).
+                        return Err(VerbsError::NodeDown(node).into());
+                    }
+                    self.counters.event("write_retry");
+                    self.backoff(attempt).await;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            match reply {
+                Reply::Done { effect, timing } => {
+                    let now = self.ctx.now_ns();
+                    if timing.batch > 0 && op != WriteOp::Delete {
+                        let server = timing.queue_ns + timing.sync_ns + timing.index_ns;
+                        let e = &mut self.counters.events;
+                        *e.entry("put_ops").or_default() += 1;
+                        *e.entry("put_latency_ns").or_default() += now - t_start;
+                        *e.entry("put_kv_ns").or_default() += kv_ns;
+                        *e.entry("put_rpc_ns").or_default() += (now - t_call).saturating_sub(server);
+                        *e.entry("put_queue_ns").or_default() += timing.queue_ns;
+                        *e.entry("put_sync_ns").or_default() += timing.sync_ns;
+                        *e.entry("put_index_ns").or_default() += timing.index_ns;
+                    }
+                    if timing.batch > 1 {
+                        self.counters.event("batch_shared");
+                    }
+                    if timing.batch == 0 {
+                        self.counters.event("retry_answered");
+                    }
+                    self.finish(op, block, effect)?;
+                    return Ok(effect.existed);
+                }
+                Reply::Blocked => {
+                    self.counters.event("write_blocked");
+                    self.backoff(attempt).await;
+                }
+                Reply::Full => {
+                    if let Some((at, units)) = block {
+                        self.node.chunks.free(at, units as u64 * layout::UNIT)?;
+                    }
+                    return Err(IndexError::Full);
+                }
+                Reply::Error(m) => return Err(IndexError::Corrupt(format!("the HTS refused a write: {m}"))),
+                other => return Err(IndexError::Corrupt(format!("the HTS answered a write with {other:?}"))),
+            }
+        }
+        Err(IndexError::RetriesExhausted { op: "write", retries: self.o.max_retries })
+    }
+
+    /// After a write's effect: free what no one can reach any more.
+    fn finish(&mut self, op: WriteOp, block: Option<(RemoteAddr, u8)>, effect: Effect) -> Result<(), IndexError> {
+        let mine = block.map(|(at, _)| layout::encode_addr(at));
+        if op == WriteOp::Update && !effect.existed {
+            // Never published: neither server took it.
+            if let Some((at, units)) = block {
+                self.node.chunks.free(at, units as u64 * layout::UNIT)?;
+            }
+        }
+        if effect.old_addr != 0 && Some(effect.old_addr) != mine {
+            self.retire(effect.old_addr, effect.old_units)?;
+        }
+        Ok(())
+    }
+
+    async fn scan_pairs(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
+        let limits = HStore::limits(&self.o);
+        for b in [start, end] {
+            if let Bound::Included(k) | Bound::Excluded(k) = b {
+                if k.len() > limits.max_key_bytes {
+                    return Err(IndexError::KeyTooLong { len: k.len(), max: limits.max_key_bytes });
+                }
+            }
+        }
+        let mut out: Pairs = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        let end = end.map(<[u8]>::to_vec);
+        let mut from = start.map(<[u8]>::to_vec);
+        let mut t0 = self.ctx.now_ns();
+        for attempt in 0..self.o.max_retries {
+            let want = (limit - out.len()).min(u32::MAX as usize) as u32;
+            let request = Request::Scan { start: from.clone(), end: end.clone(), limit: want };
+            let reply = match self.ctx.call(self.o.sls_node(), SLS_SERVICE, request.encode()).await {
+                Ok(b) => Reply::decode(&b)?,
+                Err(VerbsError::NodeDown(_)) => {
+                    self.backoff(attempt).await;
+                    t0 = self.ctx.now_ns();
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let (items, more) = match reply {
+                Reply::Items { items, more, drained, waited } => {
+                    self.counters.event("scan_rpc");
+                    if drained > 0 {
+                        self.counters.event("scan_drained");
+                    }
+                    if waited {
+                        self.counters.event("scan_commit_wait");
+                    }
+                    (items, more)
+                }
+                Reply::Blocked => {
+                    self.counters.event("scan_blocked");
+                    self.backoff(attempt).await;
+                    t0 = self.ctx.now_ns();
+                    continue;
+                }
+                other => return Err(IndexError::Corrupt(format!("the SLS answered a scan with {other:?}"))),
+            };
+            let mut restart = false;
+            for item in items {
+                let (at, block) = self.read_block(item.addr, item.units).await?;
+                if !self.within_lease(t0) {
+                    restart = true;
+                    break;
+                }
+                match block {
+                    Block::Valid { key, value, .. } if key == item.key => {
+                        from = Bound::Excluded(key.clone());
+                        out.push((key, value));
+                    }
+                    _ => self.bad_block(at, t0)?,
+                }
+            }
+            if restart {
+                self.counters.event("lease_restart");
+                t0 = self.ctx.now_ns();
+                continue;
+            }
+            if out.len() >= limit || !more {
+                return Ok(out);
+            }
+            self.counters.event("scan_page");
+        }
+        Err(IndexError::RetriesExhausted { op: "scan", retries: self.o.max_retries })
+    }
+}
+
+impl<C: Client + Clone + 'static> Index for HStoreHandle<C> {
+    async fn search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        self.get(key).await
+    }
+
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.write(WriteOp::Upsert, key, value).await
+    }
+
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.write(WriteOp::Update, key, value).await
+    }
+
+    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
+        self.write(WriteOp::Delete, key, &[]).await
+    }
+
+    async fn scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
+        self.scan_pairs(start, end, limit).await
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}

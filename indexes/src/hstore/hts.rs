@@ -1,0 +1,800 @@
+//! The hash-table server (digest §2.2, §2.8, §3.2–§3.4, §3.6).
+//!
+//! RPC threads decode a write, check its client's last recorded write (a retry is answered
+//! from it), and append it to the log of the worker that owns its bucket's chain, deferring the
+//! reply. Worker `w` takes whatever its log holds (up to `batch_entries` and the message limit)
+//! and:
+//! 1. walks each entry's chain in local memory and READs, from the memory pool, the key of every
+//!    block a fingerprint-matching slot points to; reserves overflow buckets for entries that
+//!    may need one (an entry that cannot get one is answered `Full` before it is shipped, so the
+//!    two servers never disagree about it);
+//! 2. ships the batch to the SLS (`LogSync`, carrying the worker's commit point) while those
+//!    READs are in flight, and waits for the ack — one batch in flight per worker (A5);
+//! 3. applies the entries in log order with local CAS on the slots (an overflow bucket is
+//!    written before `next` links it, A2), records each client's write and its effect, and
+//!    replies to each client with the effect and where its time went;
+//! 4. if its log is empty, tells the SLS its new commit point (else the next log sync carries it).
+//!
+//! A batch whose log sync fails (the SLS crashed, or is recovering) is applied nowhere and its
+//! clients are answered `Blocked`.
+
+use super::layout::{self, Geometry, Slot};
+use super::wire::{Dedup, Effect, Entry, Reply, Request, SLS_SERVICE, ServerState, Timing, WriteOp};
+use super::{HStoreOptions, ServerCounters};
+use crate::common::batch::post_per_node;
+use crate::common::primitive::{Mutex, lock};
+use dmkit_rdma::service::{Responder, ServerCtx, Service};
+use dmkit_rdma::sync::{Notify, Queue};
+use dmkit_rdma::{Buf, CpuWork, Request as Verb, VerbsError};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A write waiting in a worker's log.
+#[derive(Debug)]
+struct Pending {
+    entry: Entry,
+    to: Responder,
+    enqueued_ns: u64,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: ServerState,
+    incarnation: u64,
+    /// When the table became complete (init or the end of a recovery).
+    init_ns: u64,
+    /// Each client's last applied write.
+    dedup: BTreeMap<u32, (u64, Effect)>,
+    /// Next free bucket of each worker's pool, and buckets reserved for batches in flight.
+    pool_next: Vec<u64>,
+    pool_reserved: Vec<u64>,
+    /// Workers with a batch between taking it and replying.
+    in_batch: Vec<bool>,
+    /// Next log sequence number of each worker, and the last one applied.
+    next_seq: Vec<u64>,
+    committed: Vec<u64>,
+    /// SLS commit queries waiting for a worker's commit point, by the sequence they wait for.
+    commit_waiters: Vec<BTreeMap<u64, Vec<Responder>>>,
+}
+
+/// The hash-table server's state (one per incarnation).
+#[derive(Debug)]
+pub struct Hts {
+    o: HStoreOptions,
+    g: Geometry,
+    shared: Mutex<Shared>,
+    logs: Vec<Queue<Pending>>,
+    /// Wakes a worker waiting for the table to be served.
+    serving: Vec<Notify>,
+    /// A worker finished a batch (the SLS's recovery waits for all to be idle).
+    idle: Notify,
+    counters: ServerCounters,
+}
+
+/// A log sync in flight.
+type SyncCall<'a> = Pin<Box<dyn Future<Output = Result<Vec<u8>, VerbsError>> + 'a>>;
+
+/// A batch shipped and not yet applied.
+struct Shipped<'a> {
+    batch: Vec<Pending>,
+    first_seq: u64,
+    taken_ns: u64,
+    planned_ns: u64,
+    sync: Option<SyncCall<'a>>,
+    /// Keys of the blocks READ for verification, by slot address.
+    known: BTreeMap<u64, Vec<u8>>,
+    /// Overflow buckets reserved for this batch.
+    reserved: u64,
+}
+
+fn corrupt(what: String) -> VerbsError {
+    VerbsError::Protocol(format!("hstore HTS: {what}"))
+}
+
+impl Hts {
+    pub fn new(o: HStoreOptions) -> Hts {
+        let w = o.hts_workers as usize;
+        Hts {
+            g: o.geometry(),
+            shared: Mutex::new(Shared {
+                state: ServerState::Fresh,
+                incarnation: 0,
+                init_ns: 0,
+                dedup: BTreeMap::new(),
+                pool_next: vec![0; w],
+                pool_reserved: vec![0; w],
+                in_batch: vec![false; w],
+                next_seq: vec![1; w],
+                committed: vec![0; w],
+                commit_waiters: vec![BTreeMap::new(); w],
+            }),
+            logs: (0..w).map(|_| Queue::new()).collect(),
+            serving: (0..w).map(|_| Notify::new()).collect(),
+            idle: Notify::new(),
+            counters: ServerCounters::default(),
+            o,
+        }
+    }
+
+    pub fn counters(&self) -> BTreeMap<&'static str, u64> {
+        self.counters.snapshot()
+    }
+
+    /// The state and incarnation (for invariant walks and tests).
+    pub fn state(&self) -> (ServerState, u64) {
+        let s = lock(&self.shared);
+        (s.state, s.incarnation)
+    }
+
+    /// Each client's last applied write (for invariant walks).
+    pub fn dedup(&self) -> BTreeMap<u32, (u64, Effect)> {
+        lock(&self.shared).dedup.clone()
+    }
+
+    fn become_serving(&self, incarnation: u64, now_ns: u64) {
+        {
+            let mut s = lock(&self.shared);
+            s.state = ServerState::Serving;
+            s.incarnation = incarnation;
+            s.init_ns = now_ns;
+        }
+        for n in &self.serving {
+            n.notify_one();
+        }
+    }
+
+    /// Waits until the table is served (a fresh or recovering server's workers wait here).
+    async fn wait_serving(&self, w: usize) {
+        loop {
+            if matches!(lock(&self.shared).state, ServerState::Serving | ServerState::PeerRecovering) {
+                return;
+            }
+            self.serving[w].notified().await;
+        }
+    }
+
+    async fn on_write<C: ServerCtx>(&self, ctx: &C, e: Entry, to: Responder) -> Option<Reply> {
+        ctx.charge_cpu(CpuWork::HashByte, e.key.len() as u64).await;
+        if e.key.is_empty() || e.key.len() > self.o.max_key_bytes as usize {
+            return Some(Reply::Error(format!("key of {} bytes", e.key.len())));
+        }
+        if (e.op == WriteOp::Delete) != (e.addr == 0) || (e.op == WriteOp::Delete) != (e.units == 0) {
+            return Some(Reply::Error(format!("a {:?} with block {:#x} of {} units", e.op, e.addr, e.units)));
+        }
+        let s = lock(&self.shared);
+        if s.state != ServerState::Serving {
+            return Some(Reply::Blocked);
+        }
+        if self.o.dedup {
+            if let Some(&(req_id, effect)) = s.dedup.get(&e.client) {
+                if req_id == e.req_id {
+                    drop(s);
+                    self.counters.add("hts_retry_answered", 1);
+                    return Some(Reply::Done { effect, timing: Timing::default() });
+                }
+                if req_id > e.req_id {
+                    return Some(Reply::Error(format!(
+                        "client {} sent request {} after {req_id}: requests must rise",
+                        e.client, e.req_id
+                    )));
+                }
+            }
+        }
+        drop(s);
+        let w = self.g.place(&e.key).worker as usize;
+        self.logs[w].push(Pending { entry: e, to, enqueued_ns: ctx.now_ns() });
+        None
+    }
+
+    /// Initialises a fresh server (the index's `create`): an empty table, served.
+    async fn on_init<C: ServerCtx>(&self, ctx: &C) -> Reply {
+        if lock(&self.shared).state != ServerState::Fresh {
+            return Reply::Error("the HTS is already initialised".into());
+        }
+        let incarnation = ctx.now_ns() + 1;
+        if let Err(e) = ctx.local_write(layout::READY_OFFSET, Buf::from(incarnation.to_le_bytes().to_vec())).await {
+            return Reply::Error(e.to_string());
+        }
+        self.become_serving(incarnation, ctx.now_ns());
+        Reply::Ok
+    }
+
+    /// The SLS is rebuilding from the table: block writes, and answer once no batch is in flight.
+    async fn on_peer_recovering(&self) -> Reply {
+        {
+            let mut s = lock(&self.shared);
+            if !matches!(s.state, ServerState::Serving | ServerState::PeerRecovering) {
+                return Reply::Blocked;
+            }
+            s.state = ServerState::PeerRecovering;
+        }
+        loop {
+            if !lock(&self.shared).in_batch.iter().any(|&b| b) {
+                return Reply::Ok;
+            }
+            self.idle.notified().await;
+        }
+    }
+
+    /// The SLS asks whether worker `w`'s entry `seq` of `incarnation` is applied.
+    fn on_commit_query(&self, incarnation: u64, w: u16, seq: u64, to: Responder) -> Option<Reply> {
+        let mut s = lock(&self.shared);
+        if incarnation != s.incarnation || s.state == ServerState::Fresh {
+            return Some(Reply::Stale);
+        }
+        let Some(&committed) = s.committed.get(w as usize) else {
+            return Some(Reply::Error(format!("no worker {w}")));
+        };
+        if committed >= seq {
+            return Some(Reply::Ok);
+        }
+        s.commit_waiters[w as usize].entry(seq).or_default().push(to);
+        None
+    }
+
+    /// Answers the commit queries worker `w`'s commit point now covers.
+    fn answer_commit_queries<C: ServerCtx>(&self, ctx: &C, w: usize) {
+        let ready: Vec<Responder> = {
+            let mut s = lock(&self.shared);
+            let committed = s.committed[w];
+            let later = s.commit_waiters[w].split_off(&(committed + 1));
+            std::mem::replace(&mut s.commit_waiters[w], later).into_values().flatten().collect()
+        };
+        for to in ready {
+            let _ = ctx.reply(to, Reply::Ok.encode());
+        }
+    }
+
+    fn on_peer_ready(&self) -> Reply {
+        let mut s = lock(&self.shared);
+        if s.state == ServerState::PeerRecovering {
+            s.state = ServerState::Serving;
+        }
+        Reply::Ok
+    }
+
+    /// At start: if the SLS was serving before this server started, this is a restart after a
+    /// crash: rebuild from it. Otherwise wait for `create`'s `Init`.
+    async fn start<C: ServerCtx>(&self, ctx: &C) {
+        let started_ns = ctx.now_ns();
+        let mut backoff = self.o.backoff_ns;
+        for _ in 0..16 {
+            match ctx.call(self.o.sls_node(), SLS_SERVICE, Request::Status.encode()).await.map(|b| Reply::decode(&b)) {
+                Ok(Ok(Reply::Status { state: ServerState::Serving, init_ns, .. })) if init_ns < started_ns => {
+                    self.recover(ctx).await;
+                    return;
+                }
+                Ok(Ok(Reply::Status { .. })) => return,
+                _ => {
+                    ctx.sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.o.backoff_ns * 64);
+                }
+            }
+        }
+    }
+
+    /// Rebuilds the table from the SLS (digest §3.6, HTS failure).
+    async fn recover<C: ServerCtx>(&self, ctx: &C) {
+        let t0 = ctx.now_ns();
+        let incarnation = t0 + 1;
+        {
+            let mut s = lock(&self.shared);
+            if s.state != ServerState::Fresh {
+                return;
+            }
+            s.state = ServerState::Recovering;
+            s.incarnation = incarnation;
+        }
+        let mut items = 0u64;
+        for p in 0..self.o.sls_partitions {
+            let mut after = None;
+            let mut backoff = self.o.backoff_ns;
+            let mut attempts = 0;
+            loop {
+                let req = Request::Dump { incarnation, partition: p, after: after.clone() };
+                match ctx.call(self.o.sls_node(), SLS_SERVICE, req.encode()).await.map(|b| Reply::decode(&b)) {
+                    Ok(Ok(Reply::Page { items: page, dedup, done })) => {
+                        for d in dedup {
+                            self.merge_dedup(d);
+                        }
+                        for item in &page {
+                            if let Err(e) = self.rebuild_insert(ctx, item).await {
+                                self.counters.add("hts_recovery_failed", 1);
+                                let _ = e;
+                                return;
+                            }
+                        }
+                        items += page.len() as u64;
+                        if done {
+                            break;
+                        }
+                        after = page.last().map(|i| i.key.clone());
+                    }
+                    _ => {
+                        attempts += 1;
+                        if attempts > 64 {
+                            self.counters.add("hts_recovery_failed", 1);
+                            return;
+                        }
+                        ctx.sleep(backoff).await;
+                        backoff = (backoff * 2).min(self.o.backoff_ns * 64);
+                    }
+                }
+            }
+        }
+        // Each client's last write, recorded by the SLS as it applied them.
+        let mut after = None;
+        let mut attempts = 0;
+        loop {
+            match ctx.call(self.o.sls_node(), SLS_SERVICE, Request::DumpDedup { after }.encode()).await.map(|b| Reply::decode(&b)) {
+                Ok(Ok(Reply::Page { dedup, done, .. })) => {
+                    after = dedup.last().map(|d| d.client);
+                    for d in dedup {
+                        self.merge_dedup(d);
+                    }
+                    if done {
+                        break;
+                    }
+                }
+                _ => {
+                    attempts += 1;
+                    if attempts > 64 {
+                        self.counters.add("hts_recovery_failed", 1);
+                        return;
+                    }
+                    ctx.sleep(self.o.backoff_ns * 8).await;
+                }
+            }
+        }
+        if ctx.local_write(layout::READY_OFFSET, Buf::from(incarnation.to_le_bytes().to_vec())).await.is_err() {
+            return;
+        }
+        self.counters.add("hts_recoveries", 1);
+        self.counters.add("hts_recovered_items", items);
+        self.counters.add("hts_recovery_ns", ctx.now_ns() - t0);
+        self.become_serving(incarnation, ctx.now_ns());
+    }
+
+    fn merge_dedup(&self, d: Dedup) {
+        let mut s = lock(&self.shared);
+        let e = s.dedup.entry(d.client).or_insert((0, Effect::default()));
+        if d.req_id >= e.0 {
+            *e = (d.req_id, d.effect);
+        }
+    }
+
+    /// Puts one recovered item in the table (the chain's first empty slot, else a new bucket).
+    async fn rebuild_insert<C: ServerCtx>(&self, ctx: &C, item: &super::wire::Item) -> Result<(), VerbsError> {
+        ctx.charge_cpu(CpuWork::HashByte, item.key.len() as u64).await;
+        let p = self.g.place(&item.key);
+        let word = Slot { fp: p.fp, units: item.units, block: layout::decode_addr(item.addr) }.encode();
+        let chain = self.walk(ctx, p.bucket).await?;
+        if let Some(at) = chain.iter().find_map(|(off, words)| first_empty(&self.g, *off, words)) {
+            ctx.local_write(at, Buf::from(word.to_le_bytes().to_vec())).await?;
+            return Ok(());
+        }
+        let bucket = self.take_pool_bucket(p.worker as usize).ok_or_else(|| corrupt("pool exhausted in recovery".into()))?;
+        self.link_bucket(ctx, chain.last().expect("a chain has its head").0, bucket, word).await
+    }
+
+    /// Takes one bucket of pool `w` outside any reservation (recovery).
+    fn take_pool_bucket(&self, w: usize) -> Option<u64> {
+        let mut s = lock(&self.shared);
+        if s.pool_next[w] + s.pool_reserved[w] >= self.g.pool_buckets {
+            return None;
+        }
+        s.pool_next[w] += 1;
+        Some(self.g.pool_offset(w as u16) + (s.pool_next[w] - 1) * layout::BUCKET_BYTES)
+    }
+
+    /// Reads bucket `b`'s chain from local memory: each bucket's offset and words.
+    async fn walk<C: ServerCtx>(&self, ctx: &C, b: u64) -> Result<Vec<(u64, [u64; 8])>, VerbsError> {
+        let mut chain = Vec::new();
+        let mut off = self.g.bucket_offset(b);
+        loop {
+            ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
+            let words = layout::bucket_words(&ctx.local_read(off, layout::BUCKET_BYTES as usize).await?);
+            chain.push((off, words));
+            let next = words[7];
+            if next == 0 {
+                return Ok(chain);
+            }
+            if !self.g.is_pool_bucket(next) || chain.len() as u64 > self.g.pool_buckets * self.g.workers as u64 {
+                return Err(corrupt(format!("bucket {b}'s chain links {next:#x}")));
+            }
+            off = next;
+        }
+    }
+
+    /// Writes a new overflow bucket holding `word` and links it after `last`: the bucket first,
+    /// then `next` (A2).
+    async fn link_bucket<C: ServerCtx>(&self, ctx: &C, last: u64, bucket: u64, word: u64) -> Result<(), VerbsError> {
+        let mut words = [0u64; 8];
+        words[0] = word;
+        ctx.local_write(bucket, Buf::from(layout::bucket_bytes(&words))).await?;
+        ctx.local_write(last + layout::NEXT_AT, Buf::from(bucket.to_le_bytes().to_vec())).await?;
+        self.counters.add("hts_overflow_buckets", 1);
+        Ok(())
+    }
+
+    /// Step 1 and 2 of a batch: plan, reserve, ship, post the verification READs.
+    async fn ship<'a, C: ServerCtx>(&self, ctx: &'a C, w: usize, mut batch: Vec<Pending>) -> Option<Shipped<'a>> {
+        let taken_ns = ctx.now_ns();
+        let mut verify: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut needs = Vec::with_capacity(batch.len());
+        // Empty slots per chain as the batch's upserts use them up (each taken to be an insert:
+        // a bucket is reserved for every upsert that might not find a slot).
+        let mut empties: BTreeMap<u64, usize> = BTreeMap::new();
+        let pipelined = self.o.planted("pipelined-sync");
+        for p in &batch {
+            let pl = self.g.place(&p.entry.key);
+            let chain = match self.walk(ctx, pl.bucket).await {
+                Ok(c) => c,
+                Err(e) => {
+                    self.fail_all(ctx, batch, Reply::Error(e.to_string()));
+                    return None;
+                }
+            };
+            let mut empty = 0;
+            for (_, words) in &chain {
+                for &word in &words[..self.g.slots] {
+                    match Slot::decode(word) {
+                        None => empty += 1,
+                        Some(s) if s.fp == pl.fp => {
+                            let len = (s.units as usize * layout::UNIT as usize)
+                                .min(layout::HEADER_BYTES + p.entry.key.len());
+                            let at = verify.entry(layout::encode_addr(s.block)).or_insert(0);
+                            *at = (*at).max(len);
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+            // Pipelined (the plant), an earlier batch may still fill this chain: every upsert
+            // reserves a bucket, so the plant shows its ordering bug, not a reservation one.
+            let left = empties.entry(pl.bucket).or_insert(if pipelined { 0 } else { empty });
+            let need = p.entry.op == WriteOp::Upsert && *left == 0;
+            if p.entry.op == WriteOp::Upsert {
+                *left = if need { self.g.slots - 1 } else { *left - 1 };
+                if pipelined {
+                    *left = 0;
+                }
+            }
+            needs.push(need);
+        }
+        // Reserve overflow buckets; entries that cannot have one are full before shipping.
+        let reserved = {
+            let mut s = lock(&self.shared);
+            let mut reserved = 0;
+            let mut kept = Vec::with_capacity(batch.len());
+            let mut full = Vec::new();
+            for (p, need) in batch.drain(..).zip(needs) {
+                if need {
+                    if s.pool_next[w] + s.pool_reserved[w] >= self.g.pool_buckets {
+                        full.push(p);
+                        continue;
+                    }
+                    s.pool_reserved[w] += 1;
+                    reserved += 1;
+                }
+                kept.push(p);
+            }
+            drop(s);
+            for p in full {
+                self.counters.add("hts_full", 1);
+                let _ = ctx.reply(p.to, Reply::Full.encode());
+            }
+            batch = kept;
+            reserved
+        };
+        if batch.is_empty() {
+            self.release(w, reserved);
+            return None;
+        }
+        let (incarnation, first_seq, committed) = {
+            let mut s = lock(&self.shared);
+            let first = s.next_seq[w];
+            s.next_seq[w] += batch.len() as u64;
+            (s.incarnation, first, s.committed[w])
+        };
+        let entries: Vec<Entry> = batch.iter().map(|p| p.entry.clone()).collect();
+        let sync = Request::LogSync { incarnation, worker: w as u16, first_seq, committed, entries };
+        let sync: SyncCall<'a> = Box::pin(ctx.call(self.o.sls_node(), SLS_SERVICE, sync.encode()));
+        self.counters.add("hts_log_syncs", 1);
+        self.counters.add("hts_entries_shipped", batch.len() as u64);
+        self.counters.set_max("hts_batch_max", batch.len() as u64);
+        let planned_ns = ctx.now_ns();
+        // The verification READs, in flight with the log sync (digest decision 2).
+        let mut known = BTreeMap::new();
+        if !self.o.planted("fp-only") && !verify.is_empty() {
+            let reads: Vec<(u64, Verb)> = verify
+                .iter()
+                .map(|(&addr, &len)| (addr, Verb::read_len(layout::decode_addr(addr), len)))
+                .collect();
+            self.counters.add("hts_verify_reads", reads.len() as u64);
+            let (addrs, reqs): (Vec<u64>, Vec<Verb>) = reads.into_iter().unzip();
+            if let Ok(responses) = post_per_node(ctx, reqs).await {
+                for (addr, r) in addrs.into_iter().zip(responses) {
+                    // A block whose key is longer than what was read is no entry's key.
+                    if let Ok(b) = r.into_buf() {
+                        known.insert(addr, layout::header_key(&b).map(<[u8]>::to_vec).unwrap_or_default());
+                    }
+                }
+            }
+        }
+        Some(Shipped { batch, first_seq, taken_ns, planned_ns, sync: Some(sync), known, reserved })
+    }
+
+    fn release(&self, w: usize, reserved: u64) {
+        let mut s = lock(&self.shared);
+        s.pool_reserved[w] -= reserved;
+    }
+
+    fn fail_all<C: ServerCtx>(&self, ctx: &C, batch: Vec<Pending>, reply: Reply) {
+        let bytes = reply.encode();
+        for p in batch {
+            let _ = ctx.reply(p.to, bytes.clone());
+        }
+    }
+
+    /// Steps 3 and 4: wait for the ack, apply in log order, reply, publish the commit point.
+    async fn finish<C: ServerCtx>(&self, ctx: &C, w: usize, mut shipped: Shipped<'_>) {
+        let early = self.o.planted("apply-before-sync");
+        let mut synced_ns = ctx.now_ns();
+        if !early {
+            let ack = shipped.sync.take().expect("shipped batches carry their sync").await;
+            synced_ns = ctx.now_ns();
+            if !matches!(ack.map(|b| Reply::decode(&b)), Ok(Ok(Reply::Ok))) {
+                // The SLS did not log it: nothing is applied; the clients try again later.
+                self.counters.add("hts_batches_blocked", 1);
+                self.release(w, shipped.reserved);
+                self.fail_all(ctx, shipped.batch, Reply::Blocked);
+                return;
+            }
+        }
+        let n = shipped.batch.len() as u32;
+        let mut reserved = shipped.reserved;
+        let mut last_seq = shipped.first_seq;
+        for (i, p) in shipped.batch.into_iter().enumerate() {
+            let seq = shipped.first_seq + i as u64;
+            last_seq = seq;
+            let result = self.apply(ctx, w, &p.entry, &mut shipped.known, &mut reserved).await;
+            let reply = match result {
+                Ok(effect) => {
+                    let mut s = lock(&self.shared);
+                    s.committed[w] = seq;
+                    s.dedup.insert(p.entry.client, (p.entry.req_id, effect));
+                    drop(s);
+                    let now = ctx.now_ns();
+                    Reply::Done {
+                        effect,
+                        timing: Timing {
+                            queue_ns: shipped.taken_ns.saturating_sub(p.enqueued_ns),
+                            sync_ns: synced_ns - shipped.planned_ns,
+                            index_ns: (shipped.planned_ns - shipped.taken_ns) + (now - synced_ns),
+                            batch: n,
+                        },
+                    }
+                }
+                Err(e) => Reply::Error(e.to_string()),
+            };
+            let _ = ctx.reply(p.to, reply.encode());
+        }
+        self.release(w, reserved);
+        self.answer_commit_queries(ctx, w);
+        if early {
+            let _ = shipped.sync.take().expect("shipped batches carry their sync").await;
+        }
+        // The commit point rides on the next log sync; with nothing queued, send it now.
+        if self.logs[w].is_empty() && self.o.commit_wait {
+            let incarnation = lock(&self.shared).incarnation;
+            let commit = Request::Commit { incarnation, worker: w as u16, seq: last_seq };
+            // Fire and forget: the call is posted now; its ack is not needed.
+            drop(ctx.call(self.o.sls_node(), SLS_SERVICE, commit.encode()));
+            self.counters.add("hts_commit_messages", 1);
+        }
+    }
+
+    /// Applies one entry to its chain; returns its effect.
+    async fn apply<C: ServerCtx>(
+        &self,
+        ctx: &C,
+        w: usize,
+        e: &Entry,
+        known: &mut BTreeMap<u64, Vec<u8>>,
+        reserved: &mut u64,
+    ) -> Result<Effect, VerbsError> {
+        let p = self.g.place(&e.key);
+        let chain = self.walk(ctx, p.bucket).await?;
+        // Find the key: a fingerprint match whose block holds it.
+        let mut found = None;
+        'search: for (off, words) in &chain {
+            for (i, &word) in words[..self.g.slots].iter().enumerate() {
+                let Some(s) = Slot::decode(word) else { continue };
+                if s.fp != p.fp {
+                    continue;
+                }
+                ctx.charge_cpu(CpuWork::NodeSearchEntry, 1).await;
+                let addr = layout::encode_addr(s.block);
+                if !self.o.planted("fp-only") && !known.contains_key(&addr) {
+                    // A slot this worker filled after the batch was planned (a pipelined
+                    // batch): read its key now.
+                    self.counters.add("hts_late_verify", 1);
+                    let len = (s.units as usize * layout::UNIT as usize).min(layout::HEADER_BYTES + e.key.len());
+                    let b = ctx.read(s.block, Buf::zeroed(len)).await?;
+                    known.insert(addr, layout::header_key(&b).map(<[u8]>::to_vec).unwrap_or_default());
+                }
+                if self.o.planted("fp-only") || known.get(&addr).is_some_and(|k| *k == e.key) {
+                    found = Some((off + 8 * i as u64, word, s));
+                    break 'search;
+                }
+                self.counters.add("hts_fp_false_positive", 1);
+            }
+        }
+        let new_word = (e.op != WriteOp::Delete)
+            .then(|| Slot { fp: p.fp, units: e.units, block: layout::decode_addr(e.addr) }.encode());
+        if new_word.is_some() {
+            known.insert(e.addr, e.key.clone());
+        }
+        match found {
+            Some((at, old, s)) => {
+                let new = match e.op {
+                    WriteOp::Delete => 0,
+                    _ => new_word.expect("a write of a block"),
+                };
+                let seen = ctx.local_cas(at, old, new).await?;
+                if seen != old {
+                    return Err(corrupt(format!("slot {at:#x} changed under its only writer ({old:#x} -> {seen:#x})")));
+                }
+                Ok(Effect { existed: true, old_addr: layout::encode_addr(s.block), old_units: s.units })
+            }
+            None => {
+                if e.op != WriteOp::Upsert {
+                    return Ok(Effect::default());
+                }
+                let word = new_word.expect("an upsert writes a block");
+                if let Some(at) = chain.iter().find_map(|(off, words)| first_empty(&self.g, *off, words)) {
+                    let seen = ctx.local_cas(at, 0, word).await?;
+                    if seen != 0 {
+                        return Err(corrupt(format!("empty slot {at:#x} filled under its only writer")));
+                    }
+                    return Ok(Effect::default());
+                }
+                if *reserved == 0 {
+                    return Err(corrupt("an insert into a full chain found no reserved bucket".into()));
+                }
+                *reserved -= 1;
+                let bucket = {
+                    let mut s = lock(&self.shared);
+                    s.pool_reserved[w] -= 1;
+                    s.pool_next[w] += 1;
+                    self.g.pool_offset(w as u16) + (s.pool_next[w] - 1) * layout::BUCKET_BYTES
+                };
+                self.link_bucket(ctx, chain.last().expect("a chain has its head").0, bucket, word).await?;
+                Ok(Effect::default())
+            }
+        }
+    }
+
+    /// Takes the next batch from log `w`: the oldest entry and whatever else is queued, up to
+    /// the entry and message limits.
+    fn take_more(&self, w: usize, first: Pending) -> Vec<Pending> {
+        let limit = self.o.max_message_bytes as usize - super::wire::FIXED_BYTES;
+        let mut bytes = super::wire::entry_bytes(first.entry.key.len());
+        let mut batch = vec![first];
+        while batch.len() < self.o.batch_entries as usize {
+            let Some(next) = self.logs[w].try_pop() else { break };
+            let b = super::wire::entry_bytes(next.entry.key.len());
+            if bytes + b > limit {
+                // Put it back at the front: keep the log's order.
+                let rest: Vec<Pending> = std::iter::from_fn(|| self.logs[w].try_pop()).collect();
+                self.logs[w].push(next);
+                for p in rest {
+                    self.logs[w].push(p);
+                }
+                break;
+            }
+            bytes += b;
+            batch.push(next);
+        }
+        batch
+    }
+
+    async fn worker<C: ServerCtx>(&self, ctx: C, w: usize) {
+        if w == 0 {
+            self.start(&ctx).await;
+        }
+        let pipelined = self.o.planted("pipelined-sync");
+        let mut in_flight = None;
+        loop {
+            self.wait_serving(w).await;
+            let first = match (&in_flight, pipelined) {
+                (Some(_), _) => match self.logs[w].try_pop() {
+                    Some(p) => p,
+                    None => {
+                        let s = in_flight.take().expect("checked");
+                        self.finish(&ctx, w, s).await;
+                        self.end_batch(w);
+                        continue;
+                    }
+                },
+                (None, _) => self.logs[w].pop().await,
+            };
+            let go = {
+                let mut s = lock(&self.shared);
+                let go = s.state == ServerState::Serving;
+                if go {
+                    s.in_batch[w] = true;
+                }
+                go
+            };
+            if !go {
+                let _ = ctx.reply(first.to, Reply::Blocked.encode());
+                continue;
+            }
+            let batch = self.take_more(w, first);
+            let Some(shipped) = self.ship(&ctx, w, batch).await else {
+                if in_flight.is_none() {
+                    self.end_batch(w);
+                }
+                continue;
+            };
+            if pipelined {
+                // The plant: ship this batch before the last one's ack (two in flight).
+                if let Some(previous) = in_flight.replace(shipped) {
+                    self.finish(&ctx, w, previous).await;
+                }
+            } else {
+                self.finish(&ctx, w, shipped).await;
+                self.end_batch(w);
+            }
+        }
+    }
+
+    fn end_batch(&self, w: usize) {
+        lock(&self.shared).in_batch[w] = false;
+        self.idle.notify_one();
+    }
+}
+
+/// The HTS offset of the first empty slot of a bucket, if any.
+fn first_empty(g: &Geometry, off: u64, words: &[u64; 8]) -> Option<u64> {
+    words[..g.slots].iter().position(|&w| w == 0).map(|i| off + 8 * i as u64)
+}
+
+impl<C: ServerCtx> Service<C> for Hts {
+    async fn handle(self: Arc<Self>, ctx: C, request: Vec<u8>) -> Vec<u8> {
+        let reply = match Request::decode(&request) {
+            Ok(Request::Status) => {
+                let s = lock(&self.shared);
+                Reply::Status { state: s.state, incarnation: s.incarnation, init_ns: s.init_ns }
+            }
+            Ok(Request::Init) => self.on_init(&ctx).await,
+            Ok(Request::PeerRecovering) => self.on_peer_recovering().await,
+            Ok(Request::PeerReady) => self.on_peer_ready(),
+            Ok(other) => Reply::Error(format!("the HTS does not serve {other:?}")),
+            Err(e) => Reply::Error(e.to_string()),
+        };
+        reply.encode()
+    }
+
+    async fn dispatch(self: Arc<Self>, ctx: C, request: Vec<u8>, responder: Responder) -> Option<Vec<u8>> {
+        match Request::decode(&request) {
+            Ok(Request::Write(e)) => self.on_write(&ctx, e, responder).await.map(|r| r.encode()),
+            Ok(Request::CommitQuery { incarnation, worker, seq }) => {
+                self.on_commit_query(incarnation, worker, seq, responder).map(|r| r.encode())
+            }
+            _ => Some(self.handle(ctx, request).await),
+        }
+    }
+
+    fn workers(&self) -> u32 {
+        self.o.hts_workers as u32
+    }
+
+    async fn run_worker(self: Arc<Self>, ctx: C, index: u32) {
+        self.worker(ctx, index as usize).await;
+    }
+}

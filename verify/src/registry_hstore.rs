@@ -1,0 +1,132 @@
+//! Checking presets of HStore (`dmkit_indexes::hstore`).
+//!
+//! A two-bucket table with two slots a bucket and one-bit fingerprints, so that a handful of
+//! keys makes chains, overflow buckets and fingerprint collisions the HTS must resolve by
+//! READing keys; two HTS workers and two SLS partitions, so that log syncs from both workers
+//! interleave and a scan's shares are merged; a lease of a few microseconds, so that freed
+//! blocks are reused within a schedule (and a read that outlives its lease restarts). One
+//! compute node: blocks another node carved are never reused (see the module doc).
+
+use crate::harness::{Checked, Mix, Preset, be_key};
+use dmkit_indexes::hstore::{HStore, HStoreOptions};
+use dmkit_sim::{Faults, NodeCrash};
+
+/// The options every preset starts from.
+pub fn hstore_checking_options() -> HStoreOptions {
+    HStoreOptions {
+        buckets: 2,
+        slots: 2,
+        fp_bits: 1,
+        hts_workers: 2,
+        sls_partitions: 2,
+        rpc_threads: 2,
+        pool_buckets: 16,
+        max_key_bytes: 8,
+        max_value_bytes: 64,
+        lease_ns: Some(12_000),
+        max_retries: 500,
+        backoff_ns: 1_000,
+        chunk_bytes: 1 << 16,
+        ..HStoreOptions::default()
+    }
+}
+
+impl Checked for HStore {
+    fn presets() -> Vec<(Preset, HStoreOptions)> {
+        let base = Preset {
+            name: "default",
+            compute_nodes: 1,
+            memory_nodes: 1,
+            clients: 3,
+            ops_per_client: 6,
+            keys: 6,
+            key_of: be_key,
+            value_bytes: 8,
+            preload: 3,
+            mix: Mix { search: 30, insert: 25, update: 15, delete: 10, scan: 20 },
+            scan_limit: 4,
+            required_counters: &[
+                "batch_shared",
+                "scan_drained",
+                "scan_commit_wait",
+                "chain_hop",
+                "fp_false_positive",
+                "hts_verify_reads",
+                "hts_overflow_buckets",
+                "blocks_reused",
+            ],
+            step_limit: 1_000_000,
+        };
+        vec![
+            (base.clone(), hstore_checking_options()),
+            // Writes only, to one chain: batches, verification and overflow under contention.
+            (
+                Preset {
+                    name: "writes",
+                    clients: 4,
+                    keys: 5,
+                    preload: 2,
+                    mix: Mix { search: 20, insert: 40, update: 20, delete: 20, scan: 0 },
+                    required_counters: &["batch_shared", "hts_verify_reads", "hts_overflow_buckets", "blocks_reused"],
+                    ..base.clone()
+                },
+                hstore_checking_options(),
+            ),
+            // The HTS crashes and restarts while clients run: writes are retried and answered
+            // exactly once, GETs go to the SLS meanwhile, the table is rebuilt from it.
+            (
+                Preset {
+                    name: "crash-hts",
+                    mix: Mix { search: 30, insert: 30, update: 15, delete: 10, scan: 15 },
+                    required_counters: &["hts_recoveries", "write_retry", "degraded_get"],
+                    step_limit: 2_000_000,
+                    ..base.clone()
+                },
+                hstore_checking_options(),
+            ),
+            // The SLS crashes and restarts: it rebuilds from the table and the blocks' keys
+            // while writes and scans are blocked.
+            (
+                Preset {
+                    name: "crash-sls",
+                    mix: Mix { search: 30, insert: 30, update: 15, delete: 10, scan: 15 },
+                    required_counters: &["sls_recoveries", "write_blocked"],
+                    step_limit: 2_000_000,
+                    ..base.clone()
+                },
+                hstore_checking_options(),
+            ),
+            (
+                Preset {
+                    name: "pair",
+                    clients: 2,
+                    ops_per_client: 3,
+                    keys: 4,
+                    preload: 2,
+                    required_counters: &[],
+                    step_limit: 300_000,
+                    ..base
+                },
+                hstore_checking_options(),
+            ),
+        ]
+    }
+
+    fn faults(preset: &str, o: &HStoreOptions) -> Faults {
+        // The crash's time does not matter in a checking run (the explorer picks when it
+        // happens); the restart follows it by a few microseconds of virtual time.
+        let crash = |node: dmkit_rdma::NodeId| Faults {
+            node_crashes: vec![NodeCrash { node: node.0, at_ns: 1_000_000, restart_at_ns: Some(1_005_000) }],
+            ..Faults::default()
+        };
+        match preset {
+            "crash-hts" => crash(o.hts_node()),
+            "crash-sls" => crash(o.sls_node()),
+            _ => Faults::default(),
+        }
+    }
+
+    fn configure(options: &mut HStoreOptions, config: &str) -> Result<(), String> {
+        options.configure(config)
+    }
+}
