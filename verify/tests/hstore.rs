@@ -91,32 +91,282 @@ fn bad_input_is_an_error() {
     assert_eq!(got[4], Outcome::Existed(false));
     assert_eq!(got[5], Outcome::Found(Some(vec![1; 128])));
     walk.unwrap();
-    let mut bad = HStoreOptions::default();
-    bad.max_key_bytes = 300;
+    let bad = HStoreOptions { max_key_bytes: 300, ..HStoreOptions::default() };
     assert!(HStore::validate(&bad).unwrap_err().contains("keys of 1 to 255"));
+    let bad = HStoreOptions { slots: 8, ..HStoreOptions::default() };
+    assert!(HStore::validate(&bad).unwrap_err().contains("slots"));
+    let bad = HStoreOptions { max_message_bytes: 80, max_key_bytes: 64, ..HStoreOptions::default() };
+    assert!(HStore::validate(&bad).unwrap_err().contains("max_message_bytes"));
     assert!(HStoreOptions::named("nope").unwrap_err().contains("configurations: hstore, hstore-sync"));
 }
 
-#[test]
-fn scratch_print() {
-    let o = small("hstore", 1, 1);
-    let ops: Vec<Op> = (0..40u16).map(|k| Op::Insert { key: key(k), value: vec![k as u8; 30] }).chain((0..40u16).map(|k| Op::Search { key: key(k) })).chain([Op::Scan { start: std::ops::Bound::Unbounded, end: std::ops::Bound::Unbounded, limit: 100 }]).collect();
-    let (got, want, walk) = run_sequence_checked::<HStore>(&o, &ops);
-    assert_eq!(got, want);
-    println!("{:?}", walk);
+mod explored {
+    use dmkit_indexes::hstore::HStore;
+    use dmkit_indexes::spec::Op;
+    use dmkit_verify::explore::{self, Mode};
+    use dmkit_verify::harness::{IndexScenario, check_index};
+    use std::time::Duration;
+
+    fn budget() -> Duration {
+        Duration::from_secs(if std::env::var("CI").is_ok() { 4 } else { 15 })
+    }
+
+    fn scenario(preset: &str, config: Option<&str>, plant: Option<&str>) -> IndexScenario<HStore> {
+        IndexScenario::from_preset(Some(preset), config, plant, 1).unwrap()
+    }
+
+    #[test]
+    fn the_default_protocol_is_clean_and_not_vacuous() {
+        for (preset, mode) in [
+            ("default", Mode::Random),
+            ("default", Mode::Pct { depth: 3 }),
+            ("writes", Mode::Random),
+            ("crash-hts", Mode::Random),
+            ("crash-sls", Mode::Random),
+            ("pair", Mode::Dfs { preemptions: 2 }),
+        ] {
+            let check = check_index(&scenario(preset, None, None), mode, 3, budget(), u64::MAX);
+            assert!(check.exploration.failure.is_none(), "{preset} {mode:?}: {}", check.exploration.failure.unwrap());
+            if mode == Mode::Random {
+                assert!(check.vacuous.is_empty(), "{preset}: counters {:?} stayed zero", check.vacuous);
+            }
+        }
+    }
+
+    /// Explores `s` with a fixed seed and schedule bound (so the test does not depend on the
+    /// machine's speed); the failure must replay. Returns its message.
+    fn found(name: &str, s: &IndexScenario<HStore>, mode: Mode, schedules: u64) -> String {
+        let check = check_index(s, mode, 1, Duration::from_secs(600), schedules);
+        let f = check.exploration.failure.unwrap_or_else(|| {
+            panic!("{name}: not found in {} schedules; counters {:?}", check.exploration.schedules, check.counters)
+        });
+        eprintln!("{name}: found at schedule {}: {}", check.exploration.schedules, f.message);
+        assert_eq!(explore::replay(s, f.variant, &f.choices), Err(f.message.clone()), "{name}");
+        f.message
+    }
+
+    fn clean(name: &str, s: &IndexScenario<HStore>, mode: Mode) {
+        let check = check_index(s, mode, 1, budget(), u64::MAX);
+        assert!(check.exploration.failure.is_none(), "{name}: {}", check.exploration.failure.unwrap());
+        assert!(check.exploration.schedules > 100, "{name}: {} schedules", check.exploration.schedules);
+    }
+
+    /// Each protection of the default protocol, removed, is found on the default preset.
+    #[test]
+    fn each_protection_is_needed() {
+        for (bug, expect) in [
+            ("no-commit-wait", "not linearizable"),
+            ("no-grace", "not linearizable"),
+            ("apply-before-sync", "not linearizable"),
+            ("pipelined-sync", ""),
+            ("fp-only", "not linearizable"),
+        ] {
+            let message = found(bug, &scenario("default", None, Some(bug)), Mode::Random, 20_000);
+            assert!(message.contains(expect), "{bug}: {message}");
+        }
+    }
+
+    /// A retried write applied again (no record of its first application) reports the key as
+    /// present: PCT finds it while the HTS crashes and restarts.
+    #[test]
+    fn retries_need_the_record_of_their_first_application() {
+        let message = found("no-dedup", &scenario("crash-hts", None, Some("no-dedup")), Mode::Pct { depth: 3 }, 50_000);
+        assert!(message.contains("not linearizable"), "{message}");
+    }
+
+    /// A3: a client that calls the HTS before its block WRITE completed. Each queue pair is its
+    /// own actor, so the WRITE can lag while the call, the log sync and the table's change go
+    /// on: a search that starts after the insert returned reads a slot whose block is not there.
+    #[test]
+    fn data_goes_before_the_index() {
+        let script = |plant| {
+            let mut s = scenario("default", None, plant);
+            s.qp_actors = true;
+            let k = (s.preset.key_of)(5);
+            s.scripted(vec![
+                vec![Op::Insert { key: k.clone(), value: vec![7; 8] }],
+                vec![Op::Search { key: k.clone() }, Op::Search { key: k.clone() }, Op::Search { key: k }],
+            ])
+        };
+        let message = found("no-write-wait", &script(Some("no-write-wait")), Mode::Pct { depth: 3 }, 50_000);
+        assert!(message.contains("not linearizable"), "{message}");
+        clean("no-write-wait, unplanted", &script(None), Mode::Pct { depth: 3 });
+    }
+
+    /// V1 in the paper's protocol: the SLS acks a log sync and a scan applies it before the HTS
+    /// changed its table, so a scan returns the new value and a GET that starts after the scan
+    /// returned still reads the old one. The default protocol's scans wait for the commit.
+    #[test]
+    fn v1_a_scan_sees_a_write_before_a_get_does() {
+        let script = |config| {
+            let s = scenario("default", Some(config), None);
+            let (k, other) = ((s.preset.key_of)(0), (s.preset.key_of)(1));
+            let scan = Op::Scan { start: std::ops::Bound::Included(k.clone()), end: std::ops::Bound::Unbounded, limit: 1 };
+            // The reader first searches another key, so that its scans meet the write in flight.
+            s.scripted(vec![
+                vec![Op::Update { key: k.clone(), value: vec![9; 8] }],
+                vec![
+                    Op::Search { key: other.clone() },
+                    Op::Search { key: other },
+                    scan.clone(),
+                    Op::Search { key: k.clone() },
+                    scan,
+                    Op::Search { key: k },
+                ],
+            ])
+        };
+        let message = found("V1", &script("faithful"), Mode::Random, 50_000);
+        assert!(message.contains("not linearizable"), "{message}");
+        clean("V1, default", &script("hstore"), Mode::Random);
+    }
+
+    /// V3 in the paper's protocol: a GET takes key 0's block address from the table; an update
+    /// of key 0 frees that block, and the writer's next block (key 1's new value) reuses it at
+    /// once; the GET then reads key 1's block, skips it as not its key, and reports key 0
+    /// absent although it was present throughout. The default protocol's lease defers reuse.
+    #[test]
+    fn v3_a_freed_block_reused_under_a_reader() {
+        let script = |config| {
+            let s = scenario("default", Some(config), None);
+            let (k0, k1) = ((s.preset.key_of)(0), (s.preset.key_of)(1));
+            s.scripted(vec![
+                vec![Op::Search { key: k0.clone() }, Op::Search { key: k0.clone() }],
+                vec![
+                    Op::Update { key: k0.clone(), value: vec![1; 8] },
+                    Op::Update { key: k1.clone(), value: vec![2; 8] },
+                    Op::Update { key: k0, value: vec![3; 8] },
+                    Op::Update { key: k1, value: vec![4; 8] },
+                ],
+            ])
+        };
+        let message = found("V3", &script("faithful"), Mode::Random, 50_000);
+        assert!(message.contains("not linearizable"), "{message}");
+        clean("V3, default", &script("hstore"), Mode::Random);
+    }
+
+    /// The paper's protocol (every gap open) fails on the default preset.
+    #[test]
+    fn the_paper_protocol_is_found_wrong() {
+        found("faithful", &scenario("default", Some("faithful"), None), Mode::Random, 20_000);
+    }
 }
 
-#[test]
-fn scratch_explore() {
-    use dmkit_verify::explore::Mode;
-    use dmkit_verify::harness::{IndexScenario, check_index};
-    let mut scenario = IndexScenario::<HStore>::from_preset(None, None, None, 1).unwrap();
-    scenario.preset.step_limit = 20_000;
-    for seed in 1..3 {
-        let t = std::time::Instant::now();
-        let c = check_index(&scenario, Mode::Pct { depth: 3 }, seed, std::time::Duration::from_secs(5), 1);
-        println!("seed {seed}: {} steps, {:?}, failure {:?}", c.exploration.steps, t.elapsed(), c.exploration.failure.map(|f| f.message));
-        println!("counters {:?}", c.counters);
-        for r in &scenario.last_history.borrow().records { if r.respond.is_none() || r.client != u32::MAX { println!("  {:?} {:?} {:?}", r.client, r.op, r.outcome); } }
+/// Timed runs with a crash of one server at a chosen instant: the client's outcome, what a
+/// search finds after the recovery, and the invariant walk.
+mod crashes {
+    use dmkit_indexes::hstore::{HStore, HStoreOptions};
+    use dmkit_indexes::{Index, IndexError, IndexKind};
+    use dmkit_sim::{NodeCrash, Sim, SimConfig};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::sync::Arc;
+
+    const KEY: &[u8] = b"key-v2";
+    const VALUE: &[u8] = b"value";
+
+    fn options(config: &str, plant: Option<&str>) -> HStoreOptions {
+        let mut o = HStoreOptions { buckets: 64, chunk_bytes: 1 << 20, ..HStoreOptions::default() };
+        o.configure(config).unwrap();
+        if let Some(p) = plant {
+            HStore::plant(&mut o, p).unwrap();
+        }
+        o
+    }
+
+    fn config(o: &HStoreOptions) -> SimConfig {
+        let mut cfg = SimConfig::default();
+        cfg.topology.server_nodes = 2;
+        cfg.topology.server_threads = o.rpc_threads;
+        cfg
+    }
+
+    /// What one run saw: the insert's result, its start and end, the search after recovery.
+    #[derive(Debug)]
+    struct Seen {
+        insert: Result<bool, IndexError>,
+        started_ns: u64,
+        ended_ns: u64,
+        after: Result<Option<Vec<u8>>, IndexError>,
+    }
+
+    /// Creates the index, inserts KEY, and searches it 5 ms later; the HTS (`server` 0) or the
+    /// SLS (1) crashes at `crash_at_ns` (if any) and restarts 20 µs later.
+    fn run(o: &HStoreOptions, server: u16, crash_at_ns: Option<u64>) -> Seen {
+        let mut cfg = config(o);
+        if let Some(at) = crash_at_ns {
+            cfg.faults.node_crashes =
+                vec![NodeCrash { node: o.memory_nodes + server, at_ns: at, restart_at_ns: Some(at + 20_000) }];
+        }
+        let mut sim = Sim::new(cfg).unwrap();
+        HStore::install(o, &mut sim).unwrap();
+        let client = sim.add_client(0).unwrap();
+        let node = Arc::new(HStore::node_state(o, sim.caps()));
+        let mut h = HStore::open(o, node, client.clone());
+        let out = Rc::new(RefCell::new(None));
+        let (c, o2, out2) = (client.clone(), o.clone(), out.clone());
+        sim.spawn(&client, async move {
+            HStore::create(&o2, &c).await.unwrap();
+            // Start at a fixed time, whatever creating took.
+            c.sleep(50_000 - c.now_ns()).await;
+            let started_ns = c.now_ns();
+            let insert = h.insert(KEY, VALUE).await;
+            let ended_ns = c.now_ns();
+            c.sleep(5_000_000).await;
+            let after = h.search(KEY).await;
+            *out2.borrow_mut() = Some(Seen { insert, started_ns, ended_ns, after });
+        });
+        sim.run().unwrap();
+        HStore::check_invariants(o, &sim).unwrap_or_else(|e| panic!("crash at {crash_at_ns:?}: {e}"));
+        out.borrow_mut().take().expect("the client finished")
+    }
+
+    /// Crash instants every 100 ns over the insert's unperturbed span.
+    fn instants(o: &HStoreOptions) -> Vec<u64> {
+        let base = run(o, 0, None);
+        assert_eq!(base.insert, Ok(false));
+        (base.started_ns..=base.ended_ns).step_by(100).collect()
+    }
+
+    /// V2 in the paper's protocol: crashing the HTS between the SLS's ack and the table's
+    /// change makes the client's write fail, yet the rebuilt table holds it. The default
+    /// protocol's client retries and is answered from the write's first application: exactly
+    /// once, `existed` right, at every crash instant.
+    #[test]
+    fn v2_a_failed_write_becomes_visible_after_an_hts_crash() {
+        let faithful = options("faithful", None);
+        let mut gap = 0;
+        for at in instants(&faithful) {
+            let seen = run(&faithful, 0, Some(at));
+            if seen.insert.is_err() && seen.after == Ok(Some(VALUE.to_vec())) {
+                gap += 1;
+            }
+        }
+        assert!(gap > 0, "no crash instant made a failed write visible");
+        let fixed = options("hstore", None);
+        let mut retried = 0;
+        for at in instants(&fixed) {
+            let seen = run(&fixed, 0, Some(at));
+            assert_eq!(seen.insert, Ok(false), "crash at {at}: {seen:?}");
+            assert_eq!(seen.after, Ok(Some(VALUE.to_vec())), "crash at {at}");
+            retried += (seen.ended_ns - seen.started_ns > 20_000) as u32;
+        }
+        assert!(retried > 0, "no crash instant hit the write");
+        // Without the record of the first application, a retry of a logged write finds its
+        // own first application and reports the key present.
+        let no_dedup = options("hstore", Some("no-dedup"));
+        let wrong = instants(&no_dedup).into_iter().filter(|&at| run(&no_dedup, 0, Some(at)).insert == Ok(true)).count();
+        assert!(wrong > 0, "no crash instant showed a retry applied twice");
+    }
+
+    /// An SLS crash during a write blocks it until the SLS rebuilt itself from the table; the
+    /// write then goes through once.
+    #[test]
+    fn an_sls_crash_blocks_writes_until_it_is_rebuilt() {
+        let o = options("hstore", None);
+        for at in instants(&o) {
+            let seen = run(&o, 1, Some(at));
+            assert_eq!(seen.insert, Ok(false), "crash at {at}: {seen:?}");
+            assert_eq!(seen.after, Ok(Some(VALUE.to_vec())), "crash at {at}");
+        }
     }
 }
