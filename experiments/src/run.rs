@@ -692,6 +692,7 @@ pub fn index_names() -> Vec<&'static str> {
         dmkit_indexes::art::Art::NAME,
         dmkit_indexes::chime::Chime::NAME,
         dmkit_indexes::dolphin::Dolphin::NAME,
+        dmkit_indexes::hstore::HStore::NAME,
     ]
 }
 
@@ -863,6 +864,21 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             }
             options.validate().map_err(|e| format!("index dolphin, configuration {config}: {e}"))?;
             run_index::<Dolphin>(&req.setup, &options, (config, &spec.name), items, sources)
+        }
+        "hstore" => {
+            use dmkit_indexes::hstore::{HStore, HStoreOptions};
+            if req.cache_bytes.is_some() {
+                return Err("index hstore has no compute-node cache: --cache-bytes does not apply".into());
+            }
+            let config = if req.config == "default" { "hstore" } else { req.config.as_str() };
+            // The table is sized for the loaded keys at about 3 a bucket (no resizing: the
+            // paper over-provisions), with overflow pools for the chains and the run's inserts.
+            let mut options = HStoreOptions::named(config)?.sized_for(req.keys);
+            options.memory_nodes = req.setup.memory_nodes;
+            options.max_key_bytes = spec.key_format.key_bytes().max(1) as u32;
+            options.max_value_bytes = spec.value_bytes as u32;
+            options.validate().map_err(|e| format!("index hstore, configuration {config}: {e}"))?;
+            run_index::<HStore>(&req.setup, &options, (config, &spec.name), items, sources)
         }
         other => Err(format!("unknown index '{other}' (known: {})", index_names().join(", "))),
     }

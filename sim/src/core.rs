@@ -1414,7 +1414,11 @@ impl Core {
         let now_ps = self.now_ps();
         let slowdown = self.nodes[n].slowdown;
         let rx = (self.costs.responder_rx_ps(bytes) as f64 * slowdown) as u64;
-        self.nics[n].in_link.serve(now_ps, rx);
+        // Instant (bulk-load) calls use no NIC capacity, as instant verbs do: a load would
+        // otherwise leave the link busy far past the end of the load.
+        if !self.instant {
+            self.nics[n].in_link.serve(now_ps, rx);
+        }
         self.nodes[n].stats.wire_bytes_in += bytes;
         self.rpcs[r].node_epoch = self.nodes[n].epoch;
         let service = self.rpcs[r].service;

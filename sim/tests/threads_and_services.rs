@@ -436,6 +436,50 @@ fn a_server_node_serves_at_the_rate_its_threads_allow() {
     assert!((3.6..=4.4).contains(&scale), "4 threads serve {scale:.2}x of 1 thread");
 }
 
+/// Calls made in instant (bulk-load) mode use no NIC capacity: after 20,000 of them, a timed
+/// call and a timed READ to the same node take their unloaded time (a regression: instant
+/// calls left the node's inbound link busy for their total transfer time, so the first timed
+/// operation after a load waited hundreds of microseconds).
+#[test]
+fn instant_calls_leave_no_backlog() {
+    let cfg = server_config(1, 1);
+    let server = server_node(&cfg);
+    let mut sim = Sim::new(cfg).unwrap();
+    sim.add_service(server, SVC, || Compute { ns: 0 }).unwrap();
+    let c = sim.add_client(0).unwrap();
+    let c2 = c.clone();
+    let reference = sim.spawn_output(&c, async move {
+        let t0 = c2.now_ns();
+        c2.call(server, SVC, vec![0; 64]).await.unwrap();
+        let call = c2.now_ns() - t0;
+        let t0 = c2.now_ns();
+        c2.read(RemoteAddr::host(server, BASE), Buf::zeroed(64)).await.unwrap();
+        (call, c2.now_ns() - t0)
+    });
+    sim.run().unwrap();
+    let (call_ns, read_ns) = reference.take();
+    sim.set_instant(true);
+    let c2 = c.clone();
+    sim.spawn(&c, async move {
+        for _ in 0..20_000 {
+            c2.call(server, SVC, vec![0; 64]).await.unwrap();
+        }
+    });
+    sim.run().unwrap();
+    sim.set_instant(false);
+    let c2 = c.clone();
+    let after = sim.spawn_output(&c, async move {
+        let t0 = c2.now_ns();
+        c2.read(RemoteAddr::host(server, BASE), Buf::zeroed(64)).await.unwrap();
+        let read = c2.now_ns() - t0;
+        let t0 = c2.now_ns();
+        c2.call(server, SVC, vec![0; 64]).await.unwrap();
+        (c2.now_ns() - t0, read)
+    });
+    sim.run().unwrap();
+    assert_eq!(after.take(), (call_ns, read_ns));
+}
+
 /// Per request: READs a word on memory node 0 and allocates 64 bytes from its allocator;
 /// answers the word and the block's address (or nothing, if either failed).
 #[derive(Debug)]
