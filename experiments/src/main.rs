@@ -362,6 +362,16 @@ struct RunArgs {
     /// Add a throughput time series with this interval (microseconds) to the JSON.
     #[arg(long, default_value_t = 0, conflicts_with = "file")]
     timeseries_us: u64,
+    /// Crash this server node of the index (0-based among its server nodes; HStore: 0 is the
+    /// hash-table server, 1 the skiplist server) during the run (simulator only).
+    #[arg(long, conflicts_with = "file")]
+    crash_server: Option<u16>,
+    /// When the crash comes, from the start of the warm-up.
+    #[arg(long, default_value_t = 0, conflicts_with = "file")]
+    crash_at_us: u64,
+    /// The crashed server restarts (empty, and recovers) this long after the crash.
+    #[arg(long, conflicts_with = "file")]
+    restart_after_us: Option<u64>,
     /// Where to run: sim (the simulator) or rdma (hardware; needs --cluster and a build with
     /// --features connectx). On rdma, --duration-us and --warmup-us are wall-clock time.
     #[arg(long, default_value = "sim")]
@@ -578,6 +588,9 @@ fn run_run(a: RunArgs) -> Result<(), String> {
                 duration_us: a.duration_us,
                 seed: a.seed,
                 timeseries_us: a.timeseries_us,
+                crash_server: a.crash_server,
+                crash_at_us: a.crash_at_us,
+                restart_after_us: a.restart_after_us,
                 sweep: Default::default(),
             };
             let mut requests = file.requests()?;

@@ -23,6 +23,17 @@
 //! denominator = { index = "sherman", config = "sherman-smart", workload = "ycsb-a" }
 //! value = 6.1
 //!
+//! [[ratio]]                              # a range the paper states ("+37.3% to +54.5%"):
+//! numerator = { index = "hstore", workload = "ycsb-a" }
+//! denominator = { index = "sherman", workload = "ycsb-a" }
+//! range = [1.373, 1.545]                 # within if ours is in the range widened by the tolerance
+//!
+//! [[published]]                          # a share of one result: metric / per, of the same row
+//! series = { index = "hstore", workload = "db-put", clients = "32" }
+//! metric = "index_counters.put_queue_ns" # dotted paths reach into nested fields
+//! per = "index_counters.put_latency_ns"
+//! range = [0.50, 0.66]
+//!
 //! [run.reduced]                          # a run file (with its [run.reduced.sweep])
 //! [run.full]
 //! ```
@@ -79,7 +90,18 @@ pub type Selector = BTreeMap<String, String>;
 #[serde(deny_unknown_fields)]
 pub struct Published {
     pub series: Selector,
-    pub value: f64,
+    /// The number (or the middle of `range`).
+    #[serde(default)]
+    pub value: Option<f64>,
+    /// A range the paper states instead of one number.
+    #[serde(default)]
+    pub range: Option<[f64; 2]>,
+    /// This number's metric, instead of `compare.metric`.
+    #[serde(default)]
+    pub metric: Option<String>,
+    /// Divide the metric by this one of the same row (a share).
+    #[serde(default)]
+    pub per: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -87,7 +109,61 @@ pub struct Published {
 pub struct Ratio {
     pub numerator: Selector,
     pub denominator: Selector,
-    pub value: f64,
+    #[serde(default)]
+    pub value: Option<f64>,
+    #[serde(default)]
+    pub range: Option<[f64; 2]>,
+}
+
+/// What the paper states: one number, or a range.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Claim {
+    Value(f64),
+    Range(f64, f64),
+}
+
+impl Claim {
+    fn of(value: Option<f64>, range: Option<[f64; 2]>) -> Result<Claim, String> {
+        match (value, range) {
+            (Some(v), None) if v.is_finite() && v != 0.0 => Ok(Claim::Value(v)),
+            (None, Some([lo, hi])) if lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi => Ok(Claim::Range(lo, hi)),
+            _ => Err("each published number and ratio needs a non-zero `value` or a `range = [low, high]` (0 < low <= high)".into()),
+        }
+    }
+
+    fn middle(self) -> f64 {
+        match self {
+            Claim::Value(v) => v,
+            Claim::Range(lo, hi) => (lo + hi) / 2.0,
+        }
+    }
+
+    /// Whether `ours` is the number within `tolerance`, or in the range widened by it.
+    fn holds(self, ours: f64, tolerance: f64) -> bool {
+        match self {
+            Claim::Value(v) => (ours / v - 1.0).abs() <= tolerance,
+            Claim::Range(lo, hi) => lo * (1.0 - tolerance) <= ours && ours <= hi * (1.0 + tolerance),
+        }
+    }
+
+    fn show(self) -> String {
+        match self {
+            Claim::Value(v) => format!("{v}"),
+            Claim::Range(lo, hi) => format!("{lo}–{hi}"),
+        }
+    }
+}
+
+impl Published {
+    pub fn claim(&self) -> Result<Claim, String> {
+        Claim::of(self.value, self.range)
+    }
+}
+
+impl Ratio {
+    pub fn claim(&self) -> Result<Claim, String> {
+        Claim::of(self.value, self.range)
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -113,12 +189,24 @@ impl Figure {
         if f.compare.over == "extrapolate" && (f.compare.x.is_none() || f.compare.at.is_none()) {
             return Err("bad figure file: compare.over = \"extrapolate\" needs compare.x and compare.at".into());
         }
+        for p in &f.published {
+            p.claim().map_err(|e| format!("bad figure file: {e}"))?;
+        }
+        for r in &f.ratio {
+            r.claim().map_err(|e| format!("bad figure file: {e}"))?;
+        }
         Ok(f)
     }
 }
 
+/// A field of a result by name, or by a dotted path into nested objects
+/// (`index_counters.put_queue_ns`).
+pub fn field<'a>(row: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(row, |v, part| v.get(part))
+}
+
 fn matches(row: &Value, sel: &Selector) -> bool {
-    sel.iter().all(|(k, v)| match row.get(k) {
+    sel.iter().all(|(k, v)| match field(row, k) {
         Some(Value::String(s)) => s == v,
         // Numbers and booleans match their JSON text ("64", "true").
         Some(other) => serde_json::to_string(other).is_ok_and(|text| text == *v),
@@ -141,7 +229,7 @@ pub fn fit(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<Fit> {
     let points: Vec<(f64, f64)> = rows
         .iter()
         .filter(|r| matches(r, sel))
-        .filter_map(|r| Some((r.get(x)?.as_f64()?, r.get(&compare.metric)?.as_f64()?)))
+        .filter_map(|r| Some((field(r, x)?.as_f64()?, field(r, &compare.metric)?.as_f64()?)))
         .collect();
     let n = points.len() as f64;
     let (mx, my) = (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
@@ -156,12 +244,26 @@ pub fn fit(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<Fit> {
 /// The comparison value of the results `sel` selects: peak, min or last of the metric, or its
 /// extrapolation.
 pub fn comparison_point(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<f64> {
-    if compare.over == "extrapolate" {
+    comparison_of(rows, compare, sel, &compare.metric, None)
+}
+
+/// The comparison point of `metric` (divided by `per` of the same row, if given).
+fn comparison_of(rows: &[Value], compare: &Compare, sel: &Selector, metric: &str, per: Option<&str>) -> Option<f64> {
+    if compare.over == "extrapolate" && per.is_none() && metric == compare.metric {
         let f = fit(rows, compare, sel)?;
         return Some(f.intercept + f.slope * compare.at?);
     }
-    let values: Vec<f64> =
-        rows.iter().filter(|r| matches(r, sel)).filter_map(|r| r.get(&compare.metric)?.as_f64()).collect();
+    let values: Vec<f64> = rows
+        .iter()
+        .filter(|r| matches(r, sel))
+        .filter_map(|r| {
+            let v = field(r, metric)?.as_f64()?;
+            match per {
+                None => Some(v),
+                Some(p) => Some(v / field(r, p)?.as_f64().filter(|d| *d != 0.0)?),
+            }
+        })
+        .collect();
     match compare.over.as_str() {
         "peak" => values.iter().copied().reduce(f64::max),
         "min" => values.iter().copied().reduce(f64::min),
@@ -187,10 +289,10 @@ pub fn report(figure: &Figure, rows: &[Value], scale: &str) -> (String, usize) {
         figure.compare.metric,
         figure.tolerance * 100.0
     );
-    let mut verdict = |paper: f64, ours: Option<f64>| match ours {
+    let mut verdict = |paper: Claim, ours: Option<f64>| match ours {
         Some(o) => {
-            let ratio = o / paper;
-            let ok = (ratio - 1.0).abs() <= figure.tolerance;
+            let ratio = o / paper.middle();
+            let ok = paper.holds(o, figure.tolerance);
             if !ok {
                 failures += 1;
             }
@@ -243,8 +345,16 @@ pub fn report(figure: &Figure, rows: &[Value], scale: &str) -> (String, usize) {
     if !figure.published.is_empty() {
         let _ = writeln!(out, "| series | paper | ours | ours / paper | within |\n|---|---|---|---|---|");
         for p in &figure.published {
-            let (ours, ratio, ok) = verdict(p.value, comparison_point(rows, &figure.compare, &p.series));
-            let _ = writeln!(out, "| {} | {} | {ours} | {ratio} | {ok} |", describe(&p.series), p.value);
+            let claim = p.claim().expect("checked when the figure was parsed");
+            let metric = p.metric.as_deref().unwrap_or(&figure.compare.metric);
+            let ours = comparison_of(rows, &figure.compare, &p.series, metric, p.per.as_deref());
+            let (ours, ratio, ok) = verdict(claim, ours);
+            let what = match (&p.metric, &p.per) {
+                (None, None) => String::new(),
+                (m, None) => format!(" `{}`", m.as_deref().unwrap_or(metric)),
+                (_, Some(per)) => format!(" `{metric}` / `{per}`"),
+            };
+            let _ = writeln!(out, "| {}{what} | {} | {ours} | {ratio} | {ok} |", describe(&p.series), claim.show());
         }
         out.push('\n');
     }
@@ -257,13 +367,14 @@ pub fn report(figure: &Figure, rows: &[Value], scale: &str) -> (String, usize) {
                 (Some(n), Some(d)) if d > 0.0 => Some(n / d),
                 _ => None,
             };
-            let (ours, ratio, ok) = verdict(r.value, ours);
+            let claim = r.claim().expect("checked when the figure was parsed");
+            let (ours, ratio, ok) = verdict(claim, ours);
             let _ = writeln!(
                 out,
                 "| ({}) / ({}) | {} | {ours} | {ratio} | {ok} |",
                 describe(&r.numerator),
                 describe(&r.denominator),
-                r.value
+                claim.show()
             );
         }
         out.push('\n');

@@ -153,6 +153,9 @@ pub struct RunResult {
     pub history: Option<dmkit_verify::history::History>,
     /// Simulator steps of the whole run.
     pub sim_steps: u64,
+    /// The server node crashed during the run, if any (`crash_server`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crashed_server: Option<u16>,
 }
 
 impl RunResult {
@@ -208,6 +211,7 @@ impl RunResult {
             timeseries: Vec::new(),
             history: None,
             sim_steps: 0,
+            crashed_server: setup.server_crashes.first().map(|c| c.server),
         }
     }
 }
@@ -329,6 +333,7 @@ pub fn run_index<K: IndexKind>(
             compute_nodes: setup.compute_nodes,
             server_nodes: servers.nodes,
             server_threads: servers.rpc_threads.max(1),
+            server_workers_share_cores: servers.workers_share_cores,
             ..Topology::default()
         },
         seed: setup.seed,
@@ -389,7 +394,12 @@ pub fn run_index<K: IndexKind>(
     let start = sim.now_ns();
     for c in &setup.server_crashes {
         if c.server >= servers.nodes {
-            return Err(format!("index {} has {} server nodes; cannot crash server {}", K::NAME, servers.nodes, c.server));
+            return Err(format!(
+                "index {} has {} server nodes; cannot crash server {}",
+                K::NAME,
+                servers.nodes,
+                c.server
+            ));
         }
         sim.add_node_crash(dmkit_sim::NodeCrash {
             node: setup.memory_nodes + c.server,
@@ -799,6 +809,21 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             };
             run_index::<Race>(&req.setup, &options, (&req.config, &spec.name), items, sources)
         }
+        "sherman" if req.config.ends_with("-ool") => {
+            // Values out of line (`dmkit_indexes::indirect`): the tree maps keys to 8-byte block
+            // words, as HStore's digest recommends running its Sherman baseline.
+            use dmkit_indexes::indirect::{Indirect, IndirectOptions};
+            use dmkit_indexes::sherman::{Sherman, ShermanOptions};
+            let base = req.config.trim_end_matches("-ool");
+            let mut inner = ShermanOptions::named(base, spec.key_format.key_bytes() as u32, 8)?;
+            inner.memory_nodes = req.setup.memory_nodes;
+            if let Some(bytes) = req.cache_bytes {
+                inner.cache_bytes = bytes;
+            }
+            inner.validate().map_err(|e| format!("index sherman, configuration {}: {e}", req.config))?;
+            let options = IndirectOptions::new(inner, spec.value_bytes as u32, req.setup.memory_nodes);
+            run_index::<Indirect<Sherman>>(&req.setup, &options, (&req.config, &spec.name), items, sources)
+        }
         "sherman" => {
             use dmkit_indexes::sherman::{Sherman, ShermanOptions};
             let config = if req.config == "default" { "sherman-fixed" } else { req.config.as_str() };
@@ -972,6 +997,14 @@ pub struct RunFile {
     /// Throughput time series interval (0: off).
     #[serde(default)]
     pub timeseries_us: u64,
+    /// Crash this server node of the index (0-based among its server nodes) `crash_at_us`
+    /// after the warm-up starts; it comes back `restart_after_us` later if that is set.
+    #[serde(default)]
+    pub crash_server: Option<u16>,
+    #[serde(default)]
+    pub crash_at_us: u64,
+    #[serde(default)]
+    pub restart_after_us: Option<u64>,
     #[serde(default)]
     pub sweep: Sweep,
 }
@@ -996,6 +1029,7 @@ pub struct Sweep {
     pub coroutines: Option<Vec<u32>>,
     pub seed: Option<Vec<u64>>,
     pub cache_bytes: Option<Vec<u64>>,
+    pub crash_server: Option<Vec<u16>>,
 }
 
 fn default_config() -> String {
@@ -1100,6 +1134,7 @@ impl RunFile {
         expand!(coroutines, |v| v);
         expand!(seed, |v| v);
         expand!(cache_bytes, Some);
+        expand!(crash_server, Some);
         points
             .into_iter()
             .map(|p| {
@@ -1130,7 +1165,15 @@ impl RunFile {
                         timeseries_ns: p.timeseries_us * 1000,
                         record_history: false,
                         cluster: None,
-                        server_crashes: Vec::new(),
+                        server_crashes: p
+                            .crash_server
+                            .map(|server| ServerCrash {
+                                server,
+                                at_ns: p.crash_at_us * 1000,
+                                restart_at_ns: p.restart_after_us.map(|r| (p.crash_at_us + r) * 1000),
+                            })
+                            .into_iter()
+                            .collect(),
                     },
                 })
             })

@@ -932,7 +932,11 @@ impl WorkloadSpec {
             ),
             'e' => (Mix { scan: 0.95, insert: 0.05, ..Mix::default() }, zipf, KeyOrder::Ordered),
             'f' => (Mix { read: 0.5, read_modify_write: 0.5, ..Mix::default() }, zipf, KeyOrder::Hashed),
-            other => return spec_error(format!("unknown workload `{other}` (expected a, b, c, d, e, f or load)")),
+            other => {
+                return spec_error(format!(
+                    "unknown workload `{other}` (expected a, b, c, d, e, f, load, db-put, db-get or db-scan)"
+                ));
+            }
         };
         let mut spec =
             WorkloadSpec::custom(&format!("ycsb-{}", letter.to_ascii_lowercase()), mix, distribution, record_count);
@@ -948,7 +952,8 @@ impl WorkloadSpec {
         WorkloadSpec::custom("load", Mix { insert: 1.0, ..Mix::default() }, Distribution::Uniform, record_count)
     }
 
-    /// `a`…`f`, `ycsb-a`…`ycsb-f` or `load` (case-insensitive); `dense-` before any of them
+    /// `a`…`f`, `ycsb-a`…`ycsb-f`, `load`, or db_bench's `db-put`, `db-get`, `db-scan`
+    /// (case-insensitive); `dense-` before any of them
     /// gives Dolphin's artifact's key space: dense keys in order (`insertorder=ordered`) and an
     /// unscrambled Zipfian (rank r is key r, θ = 0.99), so hot keys share leaves.
     pub fn from_name(name: &str, record_count: u64) -> Result<WorkloadSpec, SpecError> {
@@ -968,6 +973,21 @@ impl WorkloadSpec {
             }
             return Ok(spec);
         }
+        // db_bench's single-operation benchmarks as HStore ran them (digest §5.3): uniform
+        // keys over the loaded ones; PUTs overwrite, SCANs cover 100 keys from an ordered key
+        // space (a uniform start).
+        let db = |name: &str, mix: Mix, order: KeyOrder| {
+            let mut spec = WorkloadSpec::custom(name, mix, Distribution::Uniform, record_count);
+            spec.key_format = KeyFormat::Integer { order };
+            spec.scan_length = ScanLength { min: 100, max: 100 };
+            Ok(spec)
+        };
+        match lower.as_str() {
+            "db-put" => return db("db-put", Mix { update: 1.0, ..Mix::default() }, KeyOrder::Hashed),
+            "db-get" => return db("db-get", Mix { read: 1.0, ..Mix::default() }, KeyOrder::Hashed),
+            "db-scan" => return db("db-scan", Mix { scan: 1.0, ..Mix::default() }, KeyOrder::Ordered),
+            _ => {}
+        }
         let short = lower.strip_prefix("ycsb-").or_else(|| lower.strip_prefix("ycsb")).unwrap_or(&lower);
         if short == "load" {
             return Ok(WorkloadSpec::ycsb_load(record_count));
@@ -975,7 +995,9 @@ impl WorkloadSpec {
         let mut chars = short.chars();
         match (chars.next(), chars.next()) {
             (Some(c), None) => WorkloadSpec::ycsb(c, record_count),
-            _ => spec_error(format!("unknown workload `{name}` (expected a, b, c, d, e, f or load)")),
+            _ => spec_error(format!(
+                "unknown workload `{name}` (expected a, b, c, d, e, f, load, db-put, db-get or db-scan)"
+            )),
         }
     }
 

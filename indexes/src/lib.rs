@@ -22,6 +22,7 @@ pub mod dolphin;
 pub mod example;
 pub mod hash;
 pub mod hstore;
+pub mod indirect;
 pub mod race;
 pub mod sherman;
 pub mod smart;
@@ -214,12 +215,14 @@ pub struct InvariantReport {
 }
 
 /// Server nodes an index runs services on besides its memory nodes (HStore's hash-table and
-/// skiplist servers): `nodes` of them, each with `rpc_threads` RPC threads (its services' workers
-/// get threads of their own). Server node `i` is node `memory_nodes + i`.
+/// skiplist servers): `nodes` of them, each with `rpc_threads` RPC threads; its services'
+/// workers get threads of their own, which share the RPC threads' cores if
+/// `workers_share_cores` (hyper-threads). Server node `i` is node `memory_nodes + i`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Servers {
     pub nodes: u16,
     pub rpc_threads: u16,
+    pub workers_share_cores: bool,
 }
 
 /// How to create, open, check and break one index.

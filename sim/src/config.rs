@@ -47,6 +47,11 @@ pub struct Topology {
     pub memory_node_threads: u16,
     /// RPC threads of each server node.
     pub server_threads: u16,
+    /// Service workers on server nodes share the CPUs of the RPC threads (worker `i` with RPC
+    /// thread `i mod server_threads`), as hyper-threads of one core do (HStore's servers run
+    /// 4 RPC and 4 worker threads on 4 cores): the two never compute at once. Off, every
+    /// worker has a CPU of its own.
+    pub server_workers_share_cores: bool,
     /// Host bytes at the bottom of every memory node that the allocator never hands out
     /// (superblocks at fixed addresses live there, and offset 0 stays the null pointer).
     pub reserved_bytes: u64,
@@ -60,6 +65,7 @@ impl Default for Topology {
             compute_nodes: 1,
             memory_node_threads: 1,
             server_threads: 4,
+            server_workers_share_cores: false,
             reserved_bytes: 1 << 20,
         }
     }

@@ -522,9 +522,15 @@ impl Core {
             ));
         }
         if crash.at_ns < self.now_ns || crash.restart_at_ns.is_some_and(|r| r <= crash.at_ns) {
-            return Err(format!("node {} crash at {} ns: in the past, or restarting before it crashes", crash.node, crash.at_ns));
+            return Err(format!(
+                "node {} crash at {} ns: in the past, or restarting before it crashes",
+                crash.node, crash.at_ns
+            ));
         }
-        self.schedule_fault(crash.at_ns, FaultEvent::CrashNode(crash.node, crash.restart_at_ns.map(|r| r - crash.at_ns)));
+        self.schedule_fault(
+            crash.at_ns,
+            FaultEvent::CrashNode(crash.node, crash.restart_at_ns.map(|r| r - crash.at_ns)),
+        );
         Ok(())
     }
 
@@ -540,6 +546,18 @@ impl Core {
     }
 
     /// A new thread (a serial CPU) on `node`.
+    /// The thread service worker `index` on `node` runs on: a new one, or, on a server node
+    /// whose workers share the RPC threads' cores, an RPC thread's.
+    pub(crate) fn worker_thread(&mut self, node: NodeId, index: u32) -> u32 {
+        let t = self.cfg.topology;
+        let rpc = &self.nodes[node.0 as usize].rpc_threads;
+        if node.0 >= t.memory_nodes && t.server_workers_share_cores && !rpc.is_empty() {
+            let client = rpc[index as usize % rpc.len()];
+            return self.clients[client as usize].thread;
+        }
+        self.add_thread(node)
+    }
+
     pub(crate) fn add_thread(&mut self, node: NodeId) -> u32 {
         self.threads.push(Thread { node, cpu_free_ps: 0, coroutines: 0 });
         (self.threads.len() - 1) as u32
@@ -1483,7 +1501,13 @@ impl Core {
 
     /// Sends the deferred reply of RPC `r` (tagged `tag`) from `client`'s thread, which must run
     /// on the RPC's node.
-    pub(crate) fn rpc_reply_deferred(&mut self, client: u32, r: u32, tag: u64, reply: Vec<u8>) -> Result<(), VerbsError> {
+    pub(crate) fn rpc_reply_deferred(
+        &mut self,
+        client: u32,
+        r: u32,
+        tag: u64,
+        reply: Vec<u8>,
+    ) -> Result<(), VerbsError> {
         let node = self.clients[client as usize].node;
         let n = node.0 as usize;
         let owed = self.is_target(node)

@@ -221,7 +221,7 @@ impl Sim {
         for index in 0..workers {
             let client = {
                 let mut core = self.core.borrow_mut();
-                let thread = core.add_thread(node);
+                let thread = core.worker_thread(node, index);
                 core.add_client(thread)
             };
             let ctx = self.handle(client);
@@ -669,8 +669,8 @@ impl LocalMemory for SimClient {
 
 impl Replier for SimClient {
     fn reply(&self, to: Responder, response: Vec<u8>) -> Result<(), VerbsError> {
-        let call = u32::try_from(to.call)
-            .map_err(|_| VerbsError::Protocol(format!("no call {} on {}", to.call, to.node)))?;
+        let call =
+            u32::try_from(to.call).map_err(|_| VerbsError::Protocol(format!("no call {} on {}", to.call, to.node)))?;
         if to.node != self.node {
             return Err(VerbsError::Protocol(format!("{} cannot answer a call {} received", self.node, to.node)));
         }

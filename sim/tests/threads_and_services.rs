@@ -1126,6 +1126,51 @@ fn a_deferred_reply_frees_the_rpc_thread() {
     assert!(matches!(&refused[0], VerbsError::Protocol(m) if m.contains("owes no reply")), "{refused:?}");
 }
 
+/// Computes `work_ns` on its one worker at start; its handler answers at once.
+#[derive(Debug)]
+struct BusyWorker {
+    work_ns: u64,
+}
+
+impl Service<SimClient> for BusyWorker {
+    async fn handle(self: Arc<Self>, _ctx: SimClient, request: Vec<u8>) -> Vec<u8> {
+        request
+    }
+
+    fn workers(&self) -> u32 {
+        1
+    }
+
+    async fn run_worker(self: Arc<Self>, ctx: SimClient, _index: u32) {
+        ctx.charge_cpu(CpuWork::Nanoseconds, self.work_ns).await;
+    }
+}
+
+/// With `server_workers_share_cores`, a worker computes on its RPC thread's CPU: a call that
+/// arrives while the worker computes waits for it; without, it is served at once.
+#[test]
+fn workers_can_share_the_rpc_threads_cores() {
+    const WORK_NS: u64 = 100_000;
+    let latency = |share: bool| {
+        let mut cfg = server_config(1, 1);
+        cfg.topology.server_workers_share_cores = share;
+        let server = server_node(&cfg);
+        let mut sim = Sim::new(cfg).unwrap();
+        sim.add_service(server, SVC, || BusyWorker { work_ns: WORK_NS }).unwrap();
+        let c = sim.add_client(0).unwrap();
+        let c2 = c.clone();
+        let out = sim.spawn_output(&c, async move {
+            c2.call(server, SVC, word(1)).await.unwrap();
+            c2.now_ns()
+        });
+        sim.run().unwrap();
+        out.take()
+    };
+    let (alone, shared) = (latency(false), latency(true));
+    assert!(alone < 20_000, "served at once: {alone} ns");
+    assert!(shared >= WORK_NS, "served after the worker's {WORK_NS} ns: {shared} ns");
+}
+
 /// A deferred call the node holds when it crashes fails at its caller like any other.
 #[test]
 fn a_crash_fails_the_calls_whose_replies_were_deferred() {

@@ -204,6 +204,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
                 compute_nodes: self.preset.compute_nodes,
                 server_nodes: servers.nodes,
                 server_threads: servers.rpc_threads.max(1),
+                server_workers_share_cores: servers.workers_share_cores,
                 ..Topology::default()
             },
             memory_model: self.memory_model,
@@ -390,6 +391,7 @@ pub fn run_sequence_checked<K: IndexKind>(
     let mut cfg = SimConfig::default();
     cfg.topology.server_nodes = servers.nodes;
     cfg.topology.server_threads = servers.rpc_threads.max(1);
+    cfg.topology.server_workers_share_cores = servers.workers_share_cores;
     let mut sim = Sim::new(cfg).expect("the default configuration is valid");
     K::install(options, &mut sim).expect("the index's services install");
     let client = sim.add_client(0).expect("compute node 0 exists");

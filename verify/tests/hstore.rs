@@ -201,7 +201,8 @@ mod explored {
         let script = |config| {
             let s = scenario("default", Some(config), None);
             let (k, other) = ((s.preset.key_of)(0), (s.preset.key_of)(1));
-            let scan = Op::Scan { start: std::ops::Bound::Included(k.clone()), end: std::ops::Bound::Unbounded, limit: 1 };
+            let scan =
+                Op::Scan { start: std::ops::Bound::Included(k.clone()), end: std::ops::Bound::Unbounded, limit: 1 };
             // The reader first searches another key, so that its scans meet the write in flight.
             s.scripted(vec![
                 vec![Op::Update { key: k.clone(), value: vec![9; 8] }],
@@ -354,7 +355,8 @@ mod crashes {
         // Without the record of the first application, a retry of a logged write finds its
         // own first application and reports the key present.
         let no_dedup = options("hstore", Some("no-dedup"));
-        let wrong = instants(&no_dedup).into_iter().filter(|&at| run(&no_dedup, 0, Some(at)).insert == Ok(true)).count();
+        let wrong =
+            instants(&no_dedup).into_iter().filter(|&at| run(&no_dedup, 0, Some(at)).insert == Ok(true)).count();
         assert!(wrong > 0, "no crash instant showed a retry applied twice");
     }
 

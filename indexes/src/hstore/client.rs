@@ -160,12 +160,12 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
     /// GET through the SLS (degraded mode).
     async fn get_sls(&mut self, key: &[u8], t0: u64) -> Result<Lookup, IndexError> {
         self.counters.event("degraded_get");
-        let reply = match self.ctx.call(self.o.sls_node(), SLS_SERVICE, Request::Get { key: key.to_vec() }.encode()).await
-        {
-            Ok(b) => Reply::decode(&b)?,
-            Err(VerbsError::NodeDown(_)) => return Ok(Lookup::Blocked),
-            Err(e) => return Err(e.into()),
-        };
+        let reply =
+            match self.ctx.call(self.o.sls_node(), SLS_SERVICE, Request::Get { key: key.to_vec() }.encode()).await {
+                Ok(b) => Reply::decode(&b)?,
+                Err(VerbsError::NodeDown(_)) => return Ok(Lookup::Blocked),
+                Err(e) => return Err(e.into()),
+            };
         match reply {
             Reply::Found { addr, units } => {
                 let (at, block) = self.read_block(addr, units).await?;

@@ -328,7 +328,11 @@ impl Hts {
         let mut after = None;
         let mut attempts = 0;
         loop {
-            match ctx.call(self.o.sls_node(), SLS_SERVICE, Request::DumpDedup { after }.encode()).await.map(|b| Reply::decode(&b)) {
+            match ctx
+                .call(self.o.sls_node(), SLS_SERVICE, Request::DumpDedup { after }.encode())
+                .await
+                .map(|b| Reply::decode(&b))
+            {
                 Ok(Ok(Reply::Page { dedup, done, .. })) => {
                     after = dedup.last().map(|d| d.client);
                     for d in dedup {
@@ -375,7 +379,8 @@ impl Hts {
             ctx.local_write(at, Buf::from(word.to_le_bytes().to_vec())).await?;
             return Ok(());
         }
-        let bucket = self.take_pool_bucket(p.worker as usize).ok_or_else(|| corrupt("pool exhausted in recovery".into()))?;
+        let bucket =
+            self.take_pool_bucket(p.worker as usize).ok_or_else(|| corrupt("pool exhausted in recovery".into()))?;
         self.link_bucket(ctx, chain.last().expect("a chain has its head").0, bucket, word).await
     }
 
@@ -509,10 +514,8 @@ impl Hts {
         // The verification READs, in flight with the log sync (digest decision 2).
         let mut known = BTreeMap::new();
         if !self.o.planted("fp-only") && !verify.is_empty() {
-            let reads: Vec<(u64, Verb)> = verify
-                .iter()
-                .map(|(&addr, &len)| (addr, Verb::read_len(layout::decode_addr(addr), len)))
-                .collect();
+            let reads: Vec<(u64, Verb)> =
+                verify.iter().map(|(&addr, &len)| (addr, Verb::read_len(layout::decode_addr(addr), len))).collect();
             self.counters.add("hts_verify_reads", reads.len() as u64);
             let (addrs, reqs): (Vec<u64>, Vec<Verb>) = reads.into_iter().unzip();
             if let Ok(responses) = post_per_node(ctx, reqs).await {

@@ -22,13 +22,11 @@ pub fn check(o: &HStoreOptions, memory: &dyn MemoryView) -> Result<InvariantRepo
     let word = |b: &[u8]| u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
     let mut report = InvariantReport::default();
     let ready = word(&read(RemoteAddr::host(hts, layout::READY_OFFSET), 8)?);
-    let hts_state = memory
-        .service_state(hts, HTS_SERVICE)
-        .and_then(|s| s.downcast::<Hts>().ok())
-        .map(|h| h.state());
+    let hts_state = memory.service_state(hts, HTS_SERVICE).and_then(|s| s.downcast::<Hts>().ok()).map(|h| h.state());
     // A table is complete when its ready word is set; a recovering HTS has none yet.
     let serving = ready != 0
-        && hts_state.is_none_or(|(s, inc)| matches!(s, ServerState::Serving | ServerState::PeerRecovering) && inc == ready);
+        && hts_state
+            .is_none_or(|(s, inc)| matches!(s, ServerState::Serving | ServerState::PeerRecovering) && inc == ready);
     let mut table: BTreeMap<Vec<u8>, (u64, u8)> = BTreeMap::new();
     if serving {
         let mut blocks = BTreeSet::new();
@@ -55,7 +53,10 @@ pub fn check(o: &HStoreOptions, memory: &dyn MemoryView) -> Result<InvariantRepo
                         let Some(s) = Slot::decode(w) else { continue };
                         let bytes = read(s.block, s.units as usize * layout::UNIT as usize)?;
                         let Block::Valid { key, value, .. } = layout::decode_block(&bytes) else {
-                            return Err(format!("slot {off:#x}+{i} points at {} which is not a complete block", s.block));
+                            return Err(format!(
+                                "slot {off:#x}+{i} points at {} which is not a complete block",
+                                s.block
+                            ));
                         };
                         let p = g.place(&key);
                         if p.bucket != b || p.fp != s.fp {
@@ -65,7 +66,11 @@ pub fn check(o: &HStoreOptions, memory: &dyn MemoryView) -> Result<InvariantRepo
                             ));
                         }
                         if layout::units_for(key.len(), value.len()) != s.units as u64 {
-                            return Err(format!("slot {off:#x}+{i} says {} units for a block of {:?}", s.units, (key.len(), value.len())));
+                            return Err(format!(
+                                "slot {off:#x}+{i} says {} units for a block of {:?}",
+                                s.units,
+                                (key.len(), value.len())
+                            ));
                         }
                         if !blocks.insert(s.block) {
                             return Err(format!("block {} has two slots", s.block));
@@ -80,7 +85,10 @@ pub fn check(o: &HStoreOptions, memory: &dyn MemoryView) -> Result<InvariantRepo
                         break;
                     }
                     if !g.is_pool_bucket(next) || g.pool_of(next) != p_worker(&g, b) {
-                        return Err(format!("bucket {off:#x} links {next:#x}, not a bucket of worker {}'s pool", p_worker(&g, b)));
+                        return Err(format!(
+                            "bucket {off:#x} links {next:#x}, not a bucket of worker {}'s pool",
+                            p_worker(&g, b)
+                        ));
                     }
                     if !linked.insert(next) {
                         return Err(format!("overflow bucket {next:#x} is linked twice (a cycle or a shared bucket)"));

@@ -102,6 +102,9 @@ pub struct HStoreOptions {
     pub sls_partitions: u16,
     /// RPC threads of each server; the paper's 4.
     pub rpc_threads: u16,
+    /// Each worker shares a core with an RPC thread (the paper: one of each per hyper-threaded
+    /// core); off, every thread has a core.
+    pub hyperthreads: bool,
     /// Overflow buckets of each HTS worker's pool.
     pub pool_buckets: u64,
     /// Most entries of one log sync (digest decision 8: 64).
@@ -143,6 +146,7 @@ impl Default for HStoreOptions {
             hts_workers: 4,
             sls_partitions: 4,
             rpc_threads: 4,
+            hyperthreads: true,
             pool_buckets: 4096,
             batch_entries: 64,
             max_message_bytes: 4096,
@@ -198,7 +202,10 @@ impl HStoreOptions {
     pub fn validate(&self) -> Result<(), String> {
         let err = |m: String| Err(format!("hstore: {m}"));
         if self.memory_nodes == 0 || self.memory_nodes > 256 {
-            return err(format!("1 to 256 memory nodes (a slot's address names 8 bits of node), got {}", self.memory_nodes));
+            return err(format!(
+                "1 to 256 memory nodes (a slot's address names 8 bits of node), got {}",
+                self.memory_nodes
+            ));
         }
         if self.buckets == 0 || self.buckets > 1 << 36 {
             return err(format!("buckets must be in 1..=2^36, got {}", self.buckets));
@@ -229,7 +236,10 @@ impl HStoreOptions {
         // A log sync must carry at least one entry, and a reply at least one item.
         let need = wire::FIXED_BYTES + wire::entry_bytes(key).max(wire::item_bytes(key));
         if (self.max_message_bytes as usize) < need {
-            return err(format!("max_message_bytes {} cannot carry one {key}-byte key ({need})", self.max_message_bytes));
+            return err(format!(
+                "max_message_bytes {} cannot carry one {key}-byte key ({need})",
+                self.max_message_bytes
+            ));
         }
         if self.max_retries == 0 || self.backoff_ns == 0 {
             return err("max_retries and backoff_ns must be positive".into());
@@ -237,7 +247,8 @@ impl HStoreOptions {
         if self.lease_ns == Some(0) {
             return err("a lease of 0 ns would restart every read".into());
         }
-        ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 }.validate()?;
+        ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 }
+            .validate()?;
         let end = self.geometry().end_offset();
         if end >= RemoteAddr::OFFSET_LIMIT {
             return err(format!("the table and pools need {end} bytes of the HTS"));
@@ -380,7 +391,7 @@ impl IndexKind for HStore {
     }
 
     fn servers(o: &HStoreOptions) -> Servers {
-        Servers { nodes: 2, rpc_threads: o.rpc_threads }
+        Servers { nodes: 2, rpc_threads: o.rpc_threads, workers_share_cores: o.hyperthreads }
     }
 
     fn install<H: ServiceHost>(o: &HStoreOptions, host: &mut H) -> Result<(), String> {
@@ -402,9 +413,12 @@ impl IndexKind for HStore {
     }
 
     fn node_state(o: &HStoreOptions, _caps: &Caps) -> HStoreNode {
-        let chunks =
-            LocalChunkAllocator::new(ChunkOptions { memory_nodes: o.memory_nodes, chunk_bytes: o.chunk_bytes, chunk_align: 4096 })
-                .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        let chunks = LocalChunkAllocator::new(ChunkOptions {
+            memory_nodes: o.memory_nodes,
+            chunk_bytes: o.chunk_bytes,
+            chunk_align: 4096,
+        })
+        .unwrap_or_else(|e| panic!("options were validated: {e}"));
         HStoreNode { chunks, quarantine: Mutex::new(Quarantine::default()), hts_down_until_ns: AtomicU64::new(0) }
     }
 

@@ -397,7 +397,9 @@ impl Sls {
                 let s = lock(&self.shared);
                 part.applied_max
                     .iter()
-                    .find(|&(&(inc, w), &seq)| inc >= s.dead_below && s.committed.get(&(inc, w)).copied().unwrap_or(0) < seq)
+                    .find(|&(&(inc, w), &seq)| {
+                        inc >= s.dead_below && s.committed.get(&(inc, w)).copied().unwrap_or(0) < seq
+                    })
                     .map(|(&(inc, w), &seq)| (inc, w, seq))
             };
             let Some((incarnation, worker, seq)) = pending else { return waited };
@@ -520,9 +522,9 @@ impl Sls {
         let mut backoff = self.o.backoff_ns;
         for _ in 0..16 {
             match ctx.call(self.o.hts_node(), HTS_SERVICE, Request::Status.encode()).await.map(|b| Reply::decode(&b)) {
-                Ok(Ok(Reply::Status { state: ServerState::Serving | ServerState::PeerRecovering, init_ns, .. }))
-                    if init_ns < started_ns =>
-                {
+                Ok(Ok(Reply::Status {
+                    state: ServerState::Serving | ServerState::PeerRecovering, init_ns, ..
+                })) if init_ns < started_ns => {
                     if let Err(e) = self.recover(ctx).await {
                         self.counters.add("sls_recovery_failed", 1);
                         let _ = e;
@@ -581,8 +583,7 @@ impl Sls {
             b = at;
         }
         while !chains.is_empty() {
-            let reqs: Vec<Verb> =
-                chains.drain(..).map(|off| Verb::read_len(RemoteAddr::host(hts, off), 64)).collect();
+            let reqs: Vec<Verb> = chains.drain(..).map(|off| Verb::read_len(RemoteAddr::host(hts, off), 64)).collect();
             for r in ctx.post(reqs).await? {
                 let w = layout::bucket_words(&r.into_buf()?);
                 words.extend(w[..self.g.slots].iter().copied().filter(|&x| x != 0));
@@ -598,7 +599,8 @@ impl Sls {
             let reqs: Vec<Verb> = slots
                 .iter()
                 .map(|s| {
-                    let len = (s.units as u64 * layout::UNIT).min((layout::HEADER_BYTES + layout::MAX_KEY_BYTES) as u64);
+                    let len =
+                        (s.units as u64 * layout::UNIT).min((layout::HEADER_BYTES + layout::MAX_KEY_BYTES) as u64);
                     Verb::read_len(s.block, len as usize)
                 })
                 .collect();

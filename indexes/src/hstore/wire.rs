@@ -99,16 +99,42 @@ pub enum Request {
     // To the HTS.
     Write(Entry),
     // To the SLS.
-    LogSync { incarnation: u64, worker: u16, first_seq: u64, committed: u64, entries: Vec<Entry> },
-    Commit { incarnation: u64, worker: u16, seq: u64 },
-    Scan { start: Bound<Vec<u8>>, end: Bound<Vec<u8>>, limit: u32 },
-    Get { key: Vec<u8> },
-    Dump { incarnation: u64, partition: u16, after: Option<Vec<u8>> },
+    LogSync {
+        incarnation: u64,
+        worker: u16,
+        first_seq: u64,
+        committed: u64,
+        entries: Vec<Entry>,
+    },
+    Commit {
+        incarnation: u64,
+        worker: u16,
+        seq: u64,
+    },
+    Scan {
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+        limit: u32,
+    },
+    Get {
+        key: Vec<u8>,
+    },
+    Dump {
+        incarnation: u64,
+        partition: u16,
+        after: Option<Vec<u8>>,
+    },
     /// The SLS's record of each client's last write, clients after `after`.
-    DumpDedup { after: Option<u32> },
+    DumpDedup {
+        after: Option<u32>,
+    },
     /// The SLS to the HTS: answer once worker `worker`'s commit point reaches `seq` (`Ok`), or
     /// at once if `incarnation` is not the HTS's (`Stale`).
-    CommitQuery { incarnation: u64, worker: u16, seq: u64 },
+    CommitQuery {
+        incarnation: u64,
+        worker: u16,
+        seq: u64,
+    },
     // To either.
     Status,
     Init,
@@ -127,12 +153,31 @@ pub enum Reply {
     /// The hash table has no room (its overflow pools are spent).
     Full,
     Error(String),
-    Done { effect: Effect, timing: Timing },
-    Status { state: ServerState, incarnation: u64, init_ns: u64 },
-    Items { items: Vec<Item>, more: bool, drained: u32, waited: bool },
-    Found { addr: u64, units: u8 },
+    Done {
+        effect: Effect,
+        timing: Timing,
+    },
+    Status {
+        state: ServerState,
+        incarnation: u64,
+        init_ns: u64,
+    },
+    Items {
+        items: Vec<Item>,
+        more: bool,
+        drained: u32,
+        waited: bool,
+    },
+    Found {
+        addr: u64,
+        units: u8,
+    },
     Absent,
-    Page { items: Vec<Item>, dedup: Vec<Dedup>, done: bool },
+    Page {
+        items: Vec<Item>,
+        dedup: Vec<Dedup>,
+        done: bool,
+    },
 }
 
 fn bad(what: String) -> VerbsError {
@@ -341,13 +386,9 @@ impl Reply {
             Reply::Blocked => w.u8(2),
             Reply::Full => w.u8(3),
             Reply::Error(m) => w.u8(4).bytes(&m.as_bytes()[..m.len().min(1024)]),
-            Reply::Done { effect, timing } => w
-                .u8(5)
-                .effect(effect)
-                .u64(timing.queue_ns)
-                .u64(timing.sync_ns)
-                .u64(timing.index_ns)
-                .u32(timing.batch),
+            Reply::Done { effect, timing } => {
+                w.u8(5).effect(effect).u64(timing.queue_ns).u64(timing.sync_ns).u64(timing.index_ns).u32(timing.batch)
+            }
             Reply::Status { state, incarnation, init_ns } => w.u8(6).u8(*state as u8).u64(*incarnation).u64(*init_ns),
             Reply::Items { items, more, drained, waited } => {
                 w.u8(7).items(items).u8(*more as u8).u32(*drained).u8(*waited as u8)
