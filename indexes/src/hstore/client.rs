@@ -36,6 +36,9 @@ pub struct HStoreHandle<C> {
     /// Sequence of this client's blocks (their `ts`).
     blocks: u64,
     counters: Counters,
+    /// Time in this operation's index accesses (bucket READs, SLS calls) and block READs.
+    get_index_ns: u64,
+    kv_ns: u64,
 }
 
 /// How a lookup through the table ended.
@@ -54,7 +57,17 @@ const MAX_HOPS: u32 = 1 << 20;
 
 impl<C: Client + Clone + 'static> HStoreHandle<C> {
     pub(crate) fn new(o: HStoreOptions, node: Arc<HStoreNode>, ctx: C) -> HStoreHandle<C> {
-        HStoreHandle { g: o.geometry(), o, node, ctx, req_id: 0, blocks: 0, counters: Counters::default() }
+        HStoreHandle {
+            g: o.geometry(),
+            o,
+            node,
+            ctx,
+            req_id: 0,
+            blocks: 0,
+            counters: Counters::default(),
+            get_index_ns: 0,
+            kv_ns: 0,
+        }
     }
 
     fn hts(&self) -> NodeId {
@@ -90,9 +103,11 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
         Ok(())
     }
 
-    async fn read_block(&self, addr: u64, units: u8) -> Result<(RemoteAddr, Block), IndexError> {
+    async fn read_block(&mut self, addr: u64, units: u8) -> Result<(RemoteAddr, Block), IndexError> {
         let at = layout::decode_addr(addr);
+        let t0 = self.ctx.now_ns();
         let bytes = self.ctx.read(at, Buf::zeroed(units as usize * layout::UNIT as usize)).await?;
+        self.kv_ns += self.ctx.now_ns() - t0;
         Ok((at, layout::decode_block(&bytes)))
     }
 
@@ -107,7 +122,10 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
                 Verb::read_len(RemoteAddr::host(hts, layout::READY_OFFSET), 8),
                 Verb::read_len(RemoteAddr::host(hts, off), layout::BUCKET_BYTES as usize),
             ];
-            let responses = match self.ctx.post(batch).await {
+            let t_bucket = self.ctx.now_ns();
+            let posted = self.ctx.post(batch).await;
+            self.get_index_ns += self.ctx.now_ns() - t_bucket;
+            let responses = match posted {
                 Ok(r) => r,
                 Err(VerbsError::NodeDown(_)) => {
                     self.mark_hts_down();
@@ -160,12 +178,14 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
     /// GET through the SLS (degraded mode).
     async fn get_sls(&mut self, key: &[u8], t0: u64) -> Result<Lookup, IndexError> {
         self.counters.event("degraded_get");
-        let reply =
-            match self.ctx.call(self.o.sls_node(), SLS_SERVICE, Request::Get { key: key.to_vec() }.encode()).await {
-                Ok(b) => Reply::decode(&b)?,
-                Err(VerbsError::NodeDown(_)) => return Ok(Lookup::Blocked),
-                Err(e) => return Err(e.into()),
-            };
+        let t0_call = self.ctx.now_ns();
+        let called = self.ctx.call(self.o.sls_node(), SLS_SERVICE, Request::Get { key: key.to_vec() }.encode()).await;
+        self.get_index_ns += self.ctx.now_ns() - t0_call;
+        let reply = match called {
+            Ok(b) => Reply::decode(&b)?,
+            Err(VerbsError::NodeDown(_)) => return Ok(Lookup::Blocked),
+            Err(e) => return Err(e.into()),
+        };
         match reply {
             Reply::Found { addr, units } => {
                 let (at, block) = self.read_block(addr, units).await?;
@@ -187,6 +207,18 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
 
     async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         HStore::limits(&self.o).check_key(key)?;
+        let t_start = self.ctx.now_ns();
+        (self.get_index_ns, self.kv_ns) = (0, 0);
+        let found = self.get_attempts(key).await;
+        let e = &mut self.counters.events;
+        *e.entry("get_ops").or_default() += 1;
+        *e.entry("get_latency_ns").or_default() += self.ctx.now_ns() - t_start;
+        *e.entry("get_index_ns").or_default() += self.get_index_ns;
+        *e.entry("get_kv_ns").or_default() += self.kv_ns;
+        found
+    }
+
+    async fn get_attempts(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         for attempt in 0..self.o.max_retries {
             let t0 = self.ctx.now_ns();
             let down = self.node.hts_down_until_ns.load(Ordering::Relaxed) > t0;
@@ -345,10 +377,16 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
         let end = end.map(<[u8]>::to_vec);
         let mut from = start.map(<[u8]>::to_vec);
         let mut t0 = self.ctx.now_ns();
+        let t_start = t0;
+        self.kv_ns = 0;
+        let mut index_ns = 0;
         for attempt in 0..self.o.max_retries {
             let want = (limit - out.len()).min(u32::MAX as usize) as u32;
             let request = Request::Scan { start: from.clone(), end: end.clone(), limit: want };
-            let reply = match self.ctx.call(self.o.sls_node(), SLS_SERVICE, request.encode()).await {
+            let t_call = self.ctx.now_ns();
+            let called = self.ctx.call(self.o.sls_node(), SLS_SERVICE, request.encode()).await;
+            index_ns += self.ctx.now_ns() - t_call;
+            let reply = match called {
                 Ok(b) => Reply::decode(&b)?,
                 Err(VerbsError::NodeDown(_)) => {
                     self.backoff(attempt).await;
@@ -397,6 +435,11 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
                 continue;
             }
             if out.len() >= limit || !more {
+                let e = &mut self.counters.events;
+                *e.entry("scan_ops").or_default() += 1;
+                *e.entry("scan_latency_ns").or_default() += self.ctx.now_ns() - t_start;
+                *e.entry("scan_index_ns").or_default() += index_ns;
+                *e.entry("scan_kv_ns").or_default() += self.kv_ns;
                 return Ok(out);
             }
             self.counters.event("scan_page");
