@@ -126,8 +126,13 @@ impl Claim {
     fn of(value: Option<f64>, range: Option<[f64; 2]>) -> Result<Claim, String> {
         match (value, range) {
             (Some(v), None) if v.is_finite() && v != 0.0 => Ok(Claim::Value(v)),
-            (None, Some([lo, hi])) if lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi => Ok(Claim::Range(lo, hi)),
-            _ => Err("each published number and ratio needs a non-zero `value` or a `range = [low, high]` (0 < low <= high)".into()),
+            (None, Some([lo, hi])) if lo.is_finite() && hi.is_finite() && 0.0 < lo && lo <= hi => {
+                Ok(Claim::Range(lo, hi))
+            }
+            _ => Err(
+                "each published number and ratio needs a non-zero `value` or a `range = [low, high]` (0 < low <= high)"
+                    .into(),
+            ),
         }
     }
 

@@ -188,9 +188,80 @@ fn dolphin_runs_dense_ycsb_a_in_one_and_two_round_trips() {
     assert!(v["errors"].as_object().unwrap().is_empty(), "{v}");
 }
 
+fn json_run(args: &[&str]) -> serde_json::Value {
+    let out = dmkit(args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(String::from_utf8(out.stdout).unwrap().lines().last().unwrap()).unwrap()
+}
+
+/// HStore: a GET is two round trips (bucket, then block), a write the block WRITE and the
+/// call; YCSB E's scans go through the SLS; Sherman with values out of line adds the value READ.
+#[test]
+fn hstore_and_its_baseline_run() {
+    let common = ["--keys", "5000", "--key-bytes", "20", "--value-bytes", "200", "--compute-nodes", "1"];
+    let run = |index: &str, config: &str, workload: &str| {
+        let mut args = vec!["run", "--index", index, "--config", config, "--workload", workload];
+        args.extend(common);
+        args.extend(["--threads-per-cn", "4", "--warmup-us", "20", "--duration-us", "200", "--format", "json"]);
+        json_run(&args)
+    };
+    let c = run("hstore", "hstore", "c");
+    assert!(c["operations"].as_u64().unwrap() > 100, "{c}");
+    let rtt = c["round_trips_per_op"].as_f64().unwrap();
+    assert!((2.0..2.05).contains(&rtt), "two round trips, and a few chained buckets: {c}");
+    let a = run("hstore", "hstore-sync", "a");
+    assert!(a["index_counters"]["put_ops"].as_u64().unwrap() > 50, "{a}");
+    let e = run("hstore", "faithful", "e");
+    assert!(e["per_op"]["scan"]["operations"].as_u64().unwrap() > 0, "{e}");
+    assert!(e["index_counters"]["sls_scans"].as_u64().unwrap() > 0, "{e}");
+    let s = run("sherman", "sherman-hstore-ool", "c");
+    assert!(s["round_trips_per_op"].as_f64().unwrap() >= 2.0, "the value READ follows the leaf: {s}");
+    for v in [&c, &a, &e, &s] {
+        assert!(v["errors"].as_object().unwrap().is_empty(), "{v}");
+    }
+}
+
+/// A crashed HTS: GETs go to the SLS; with a restart, the table is rebuilt and served again.
+#[test]
+fn hstore_survives_a_server_crash() {
+    let base = [
+        "run",
+        "--index",
+        "hstore",
+        "--workload",
+        "a",
+        "--keys",
+        "3000",
+        "--compute-nodes",
+        "1",
+        "--threads-per-cn",
+        "2",
+        "--warmup-us",
+        "0",
+        "--duration-us",
+        "3000",
+        "--crash-server",
+        "0",
+        "--crash-at-us",
+        "100",
+        "--format",
+        "json",
+    ];
+    let down = json_run(&base);
+    assert_eq!(down["crashed_server"], 0);
+    assert!(down["index_counters"]["degraded_get"].as_u64().unwrap() > 0, "{down}");
+    let mut restart = base.to_vec();
+    restart.extend(["--restart-after-us", "50"]);
+    let back = json_run(&restart);
+    assert_eq!(back["index_counters"]["hts_recoveries"], 1, "{back}");
+    assert_eq!(back["index_counters"]["hts_recovered_items"], 3000, "{back}");
+    assert!(back["errors"].as_object().unwrap().is_empty(), "{back}");
+    assert_one_line_error(&["run", "--index", "example", "--crash-server", "0"], "server");
+}
+
 #[test]
 fn run_bad_configs_give_one_line_and_exit_2() {
-    let cases: [(&[&str], &str); 16] = [
+    let cases: [(&[&str], &str); 18] = [
         (&["run", "--index", "nope"], "unknown index"),
         (&["run", "--index", "smart", "--config", "smart-nope"], "smart-rearlock"),
         (&["run", "--index", "art", "--config", "smart"], "--index smart"),
@@ -207,6 +278,8 @@ fn run_bad_configs_give_one_line_and_exit_2() {
         (&["run", "--index", "dolphin", "--value-bytes", "16"], "8-byte keys and values"),
         (&["run", "--index", "dolphin", "--config", "fast"], "hardened-even"),
         (&["run", "--index", "dolphin", "--workload", "dense-zz"], "dense-zz"),
+        (&["run", "--index", "hstore", "--config", "fast"], "hstore-sync"),
+        (&["run", "--index", "hstore", "--cache-bytes", "100"], "no compute-node cache"),
     ];
     for (args, needle) in cases {
         assert_one_line_error(args, needle);

@@ -83,6 +83,73 @@ fn the_report_sets_ours_beside_the_paper_and_counts_every_gap() {
     assert_eq!(failures, 2, "one value outside the tolerance and one missing series");
 }
 
+/// Ranges (a paper's "+37% to +55%") hold within the range widened by the tolerance; a share
+/// divides one metric by another of the same row, reached by a dotted path.
+#[test]
+fn ranges_and_shares_are_judged() {
+    let text = r#"
+paper = "test"
+figure = "shares"
+title = "ranges and shares"
+source = "a test figure"
+tolerance = 0.1
+
+[compare]
+metric = "throughput_mops"
+over = "last"
+series = ["index", "workload"]
+
+[[published]]
+series = { index = "example", workload = "ycsb-c" }
+metric = "counters.queue_ns"
+per = "counters.total_ns"
+range = [0.5, 0.66]
+
+[[published]]
+series = { index = "example", workload = "ycsb-c" }
+metric = "counters.sync_ns"
+per = "counters.total_ns"
+range = [0.1, 0.2]
+
+[[ratio]]
+numerator = { index = "example", workload = "ycsb-c" }
+denominator = { index = "example", workload = "ycsb-a" }
+range = [1.373, 1.545]
+
+[[ratio]]
+numerator = { index = "example", workload = "ycsb-c" }
+denominator = { index = "example", workload = "ycsb-a" }
+range = [0.4, 1.0]
+
+[run.reduced]
+index = "example"
+"#;
+    let figure = Figure::parse(text).unwrap();
+    let rows = vec![
+        json!({"index": "example", "workload": "ycsb-a", "throughput_mops": 10.0}),
+        json!({"index": "example", "workload": "ycsb-c", "throughput_mops": 16.0,
+               "counters": {"queue_ns": 700, "sync_ns": 250, "total_ns": 1000}}),
+    ];
+    let (report, failures) = report(&figure, &rows, "reduced");
+    // 0.7 is in [0.45, 0.726]; 0.25 is above 0.22; 1.6 is in [1.236, 1.700]; 1.6 is above 1.1.
+    assert!(report.contains("`counters.queue_ns` / `counters.total_ns` | 0.5–0.66 | 0.700 | 1.21 | yes |"), "{report}");
+    assert!(
+        report.contains("`counters.sync_ns` / `counters.total_ns` | 0.1–0.2 | 0.250 | 1.67 | **no** |"),
+        "{report}"
+    );
+    assert!(report.contains("| 1.373–1.545 | 1.600 | 1.10 | yes |"), "{report}");
+    assert!(report.contains("| 0.4–1 | 1.600 | 2.29 | **no** |"), "{report}");
+    assert_eq!(failures, 2);
+    for (bad, needle) in [
+        (text.replace("range = [0.5, 0.66]", "range = [0.66, 0.5]"), "range"),
+        (text.replace("range = [0.5, 0.66]", ""), "value"),
+        (text.replace("range = [0.5, 0.66]", "range = [0.5, 0.66]\nvalue = 1.0"), "value"),
+    ] {
+        let e = Figure::parse(&bad).unwrap_err();
+        assert!(e.contains(needle) && !e.contains('\n'), "{e}");
+    }
+}
+
 #[test]
 fn bad_figure_files_are_one_line_errors() {
     for (text, needle) in [

@@ -82,7 +82,11 @@ impl<H: Index, N, C: Client + Clone + 'static> IndirectHandle<H, N, C> {
     }
 
     /// Writes a block for `key` and `value`; returns it and its word.
-    async fn write_block(&mut self, key: &[u8], value: &[u8]) -> Result<(dmkit_rdma::RemoteAddr, u64, Vec<u8>), IndexError> {
+    async fn write_block(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(dmkit_rdma::RemoteAddr, u64, Vec<u8>), IndexError> {
         self.limits.check_key(key)?;
         self.limits.check_value(value)?;
         let units = layout::units_for(key.len(), value.len());

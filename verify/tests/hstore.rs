@@ -372,3 +372,86 @@ mod crashes {
         }
     }
 }
+
+/// A memory node that runs out of room: writes that need a block fail with
+/// `RemoteMemoryExhausted`, nothing stored is lost, deletes still work, and the servers agree.
+#[test]
+fn remote_memory_exhausted_is_an_error_and_loses_nothing() {
+    use dmkit_indexes::{Index, IndexError};
+    use dmkit_rdma::VerbsError;
+    use dmkit_sim::{Sim, SimConfig};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::sync::Arc;
+    let o = HStoreOptions { chunk_bytes: 1 << 16, buckets: 1 << 12, pool_buckets: 1 << 10, ..small("hstore", 7, 8) };
+    let mut cfg = SimConfig::default();
+    cfg.topology.server_nodes = 2;
+    // The reserved megabyte and 64 KiB more: a thousand one-unit blocks.
+    cfg.profile.host_memory_bytes = (1 << 20) + (1 << 16);
+    let mut sim = Sim::new(cfg).unwrap();
+    HStore::install(&o, &mut sim).unwrap();
+    let client = sim.add_client(0).unwrap();
+    let node = Arc::new(HStore::node_state(&o, sim.caps()));
+    let mut h = HStore::open(&o, node, client.clone());
+    let stored = Rc::new(RefCell::new(Vec::new()));
+    let failure = Rc::new(RefCell::new(None));
+    let (s, f, c, o2) = (stored.clone(), failure.clone(), client.clone(), o.clone());
+    sim.spawn(&client, async move {
+        HStore::create(&o2, &c).await.unwrap();
+        for i in 0..u16::MAX {
+            match h.insert(&key(i), &[i as u8; 30]).await {
+                Ok(false) => s.borrow_mut().push(i),
+                other => {
+                    *f.borrow_mut() = Some(other);
+                    break;
+                }
+            }
+        }
+        let keys = s.borrow().clone();
+        for &i in &keys {
+            assert_eq!(h.search(&key(i)).await.unwrap(), Some(vec![i as u8; 30]), "key {i}");
+        }
+        // Deletes need no block.
+        assert!(h.delete(&key(keys[0])).await.unwrap());
+        assert_eq!(h.search(&key(keys[0])).await.unwrap(), None);
+        s.borrow_mut().remove(0);
+    });
+    sim.run().unwrap();
+    let failure = failure.borrow_mut().take().expect("the memory node filled up");
+    assert!(matches!(failure, Err(IndexError::Verbs(VerbsError::RemoteMemoryExhausted { .. }))), "{failure:?}");
+    assert!(stored.borrow().len() > 500, "{} keys before the limit", stored.borrow().len());
+    let report = HStore::check_invariants(&o, &sim).unwrap();
+    assert_eq!(report.items, stored.borrow().len() as u64);
+    assert_eq!(report.structures["sls_compared"], 1);
+}
+
+/// A table whose overflow pool is spent answers `Full` before the write is shipped, so the SLS
+/// never holds a key the table lacks; what was stored stays.
+#[test]
+fn a_full_table_is_an_error_and_the_servers_still_agree() {
+    let o = HStoreOptions { buckets: 1, slots: 1, pool_buckets: 1, hts_workers: 1, ..small("hstore", 1, 8) };
+    let ops: Vec<Op> = (0..4u16)
+        .map(|k| Op::Insert { key: key(k), value: vec![k as u8] })
+        .chain((0..4u16).map(|k| Op::Search { key: key(k) }))
+        .chain([
+            Op::Update { key: key(0), value: vec![9] },
+            Op::Delete { key: key(1) },
+            Op::Insert { key: key(3), value: vec![3] },
+        ])
+        .collect();
+    let (got, _, walk) = run_sequence_checked::<HStore>(&o, &ops);
+    use dmkit_indexes::IndexError::Full;
+    assert_eq!(
+        &got[..4],
+        &[Outcome::Existed(false), Outcome::Existed(false), Outcome::Failed(Full), Outcome::Failed(Full)]
+    );
+    assert_eq!(
+        &got[4..8],
+        &[Outcome::Found(Some(vec![0])), Outcome::Found(Some(vec![1])), Outcome::Found(None), Outcome::Found(None)]
+    );
+    // An update needs no slot; a delete frees one, which the next insert takes.
+    assert_eq!(&got[8..], &[Outcome::Existed(true), Outcome::Existed(true), Outcome::Existed(false)]);
+    let report = walk.unwrap();
+    assert_eq!(report.items, 2);
+    assert_eq!(report.structures["sls_compared"], 1);
+}

@@ -29,9 +29,33 @@
 //!
 //! | gap | the paper's behaviour (`faithful`) | default (`hstore`) | plant | scenario (`verify/tests/hstore.rs`) |
 //! |---|---|---|---|---|
-//! | V1: a scan sees a write before a GET does | scans and SLS lookups see every applied log entry | they wait until every entry they drained is committed (applied to the hash table): the HTS piggybacks its commit point on the next log sync, or sends it when its log runs empty | `no-commit-wait` | `v1_…` |
-//! | V2: a failed write becomes visible after an HTS crash | a write whose call fails is reported failed, yet the rebuilt table holds it | clients retry with the same request id until acknowledged, and both servers answer a retry from the write's recorded effect (exactly once) | `no-retry`, `no-dedup` | `v2_…` |
-//! | V3: an old block freed while a reader holds its address | a freed block is reused at once | a lease: a read whose block READs end later than `lease_ns` after it started restarts, and a freed block is reused only `lease_ns` after the HTS swapped it out | `no-grace` | `v3_…` |
+//! | V1: a scan sees a write before a GET does | SLS scans and lookups see every applied log entry | they wait until every entry they drained is committed (applied to the hash table) | `no-commit-wait` | `v1_a_scan_sees_a_write_before_a_get_does` |
+//! | V2: a failed write becomes visible after an HTS crash | a write whose call fails is reported failed, yet the rebuilt table holds it | clients retry with the same request id until acknowledged, and the HTS answers a retry from the write's recorded effect (exactly once) | `no-retry`, `no-dedup` | `v2_a_failed_write_becomes_visible_after_an_hts_crash` |
+//! | V3: an old block freed while a reader holds its address | a freed block is reused at once | a lease: a read whose block READs end later than `lease_ns` after it started restarts, and a freed block is reused only `lease_ns` after the HTS swapped it out | `no-grace` | `v3_a_freed_block_reused_under_a_reader` |
+//!
+//! **Commits (V1).** An SLS entry is committed once the HTS applied it. The HTS carries each
+//! worker's commit point on its next log sync, or sends it (`Commit`, fire and forget) when its
+//! log runs empty. A scan or lookup that drained an entry past the commit point it knows asks
+//! the HTS (`CommitQuery`), which answers when its commit point passes the entry — or at once
+//! that the asking incarnation is gone; a failed call means the HTS crashed. Entries of a dead
+//! incarnation count as committed: the table that replaces it is rebuilt from the skiplists,
+//! entries included, and no GET can read the dead table. No timer is involved, so the waits
+//! behave the same under the schedule explorer (a first version used a timeout and a probe;
+//! PCT starved the HTS and the probe loop jumped virtual time past every read's lease).
+//!
+//! **The lease (V3).** A read takes a block's address no earlier than its start `t0` and READs
+//! the block no later than its end; a block's address can only be freed after the HTS swapped
+//! it out of the table, which a read that saw it began before. So a read that ends by
+//! `t0 + lease_ns` finished before any reuse of a block freed `lease_ns` after the swap. A read
+//! that ends later starts again (`lease_restart`); a scan keeps the pairs it already checked and
+//! goes on from its last key. On hardware the clients' clocks must agree to within a margin
+//! the lease absorbs; the simulator has one clock.
+//!
+//! **What is not a protection here.** The digest's A2 (write an overflow bucket before `next`
+//! links it) is kept, but removing it is harmless in this design: overflow buckets come from
+//! never-used, zeroed pool memory and are never unlinked, so a GET that follows `next` too early
+//! sees an empty bucket, which linearizes before the insert that is linking it (an earlier
+//! version had the plant; the checker ran clean on it for 20 s and it was dropped).
 //!
 //! ## Recovery
 //!
@@ -60,8 +84,12 @@
 //! - A block freed by a client of another compute node cannot be returned to that node's
 //!   allocator; it is leaked and counted (`foreign_block_leaked`). The paper runs every client
 //!   on one machine.
-//! - The RPC threads and workers of a server each have a CPU of their own (the paper pairs one
-//!   of each on a hyper-threaded core).
+//! - The paper runs one RPC thread and one worker on each of 4 hyper-threaded cores; with
+//!   `hyperthreads` (the default) a worker and an RPC thread share one simulated CPU and never
+//!   compute at once — a hyper-threaded core does somewhat better than that.
+//! - The HTS's block-key verification READs are posted right after its log sync and awaited
+//!   with it; each client records only its last write's effect (clients run one operation at a
+//!   time, so a retry is always of the last one).
 //! - The skiplist is a real skiplist (p = 1/4, 32 levels) in the SLS's process memory; its CPU
 //!   cost is one dependent memory access per node visited (`cache_lookup_level_ns`).
 
