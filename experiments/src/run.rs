@@ -703,6 +703,7 @@ pub fn index_names() -> Vec<&'static str> {
         dmkit_indexes::chime::Chime::NAME,
         dmkit_indexes::dolphin::Dolphin::NAME,
         dmkit_indexes::hstore::HStore::NAME,
+        dmkit_indexes::clover::Clover::NAME,
     ]
 }
 
@@ -889,6 +890,25 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             }
             options.validate().map_err(|e| format!("index dolphin, configuration {config}: {e}"))?;
             run_index::<Dolphin>(&req.setup, &options, (config, &spec.name), items, sources)
+        }
+        "clover" => {
+            use dmkit_indexes::clover::{Clover, CloverOptions};
+            if needs_scans {
+                return Err(format!("index clover is a hash index: no scans, and workload {} has them", spec.name));
+            }
+            if req.cache_bytes.is_some() || req.config != "default" {
+                return Err("index clover has no cache budget and no named configurations".into());
+            }
+            let options = CloverOptions {
+                memory_nodes: req.setup.memory_nodes,
+                max_key_bytes: spec.key_format.key_bytes().max(1) as u32,
+                max_value_bytes: spec.value_bytes as u32,
+                // A shortcut per loaded key, and room for the run's inserts.
+                max_keys: req.keys.saturating_mul(2).max(1 << 16),
+                ..CloverOptions::default()
+            };
+            options.validate().map_err(|e| format!("index clover: {e}"))?;
+            run_index::<Clover>(&req.setup, &options, (&req.config, &spec.name), items, sources)
         }
         "hstore" => {
             use dmkit_indexes::hstore::{HStore, HStoreOptions};

@@ -6,6 +6,7 @@ use crate::harness::{Checked, IndexCheck, IndexScenario, Mix, Preset, be_key, ch
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::art::{Art, ArtOptions};
 use dmkit_indexes::chime::{Chime, ChimeOptions};
+use dmkit_indexes::clover::Clover;
 use dmkit_indexes::cluster::Cluster;
 use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
 use dmkit_indexes::example::{Example, ExampleOptions};
@@ -595,6 +596,7 @@ pub fn index_names() -> Vec<&'static str> {
         Dolphin::NAME,
         Cluster::NAME,
         HStore::NAME,
+        Clover::NAME,
     ]
 }
 
@@ -636,6 +638,7 @@ pub fn list_plants(index: &str) -> Result<String, String> {
         "dolphin" => Dolphin::planted_bugs(),
         "cluster" => Cluster::planted_bugs(),
         "hstore" => HStore::planted_bugs(),
+        "clover" => Clover::planted_bugs(),
         other => return Err(unknown(other)),
     };
     Ok(plants.iter().map(|p| format!("{}: {}\n", p.name, p.description)).collect())
@@ -657,6 +660,7 @@ pub fn run_check(req: &CheckRequest) -> Result<CheckOutcome, String> {
         "dolphin" => run::<Dolphin>(req),
         "cluster" => run::<Cluster>(req),
         "hstore" => run::<HStore>(req),
+        "clover" => run::<Clover>(req),
         other => Err(unknown(other)),
     }
 }

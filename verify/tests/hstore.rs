@@ -455,3 +455,46 @@ fn a_full_table_is_an_error_and_the_servers_still_agree() {
     assert_eq!(report.items, 2);
     assert_eq!(report.structures["sls_compared"], 1);
 }
+
+/// Clover, HStore's other baseline: sequences against the specification, the default preset
+/// clean, and each of its protections removed and found.
+mod clover {
+    use super::{key, ops};
+    use dmkit_indexes::clover::{Clover, CloverOptions};
+    use dmkit_verify::explore::{self, Mode};
+    use dmkit_verify::harness::{IndexScenario, check_index, run_sequence_checked};
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    fn options() -> CloverOptions {
+        CloverOptions { max_key_bytes: 16, max_value_bytes: 128, chunk_bytes: 1 << 20, ..CloverOptions::default() }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: if std::env::var("CI").is_ok() { 32 } else { 128 }, ..ProptestConfig::default() })]
+
+        #[test]
+        fn clover_sequences_match_the_specification(ops in ops(40)) {
+            let (got, want, walk) = run_sequence_checked::<Clover>(&options(), &ops);
+            prop_assert_eq!(got, want);
+            walk.map_err(|e| TestCaseError::fail(format!("invariants: {e}")))?;
+        }
+    }
+
+    #[test]
+    fn clover_is_clean_and_each_protection_is_needed() {
+        let budget = Duration::from_secs(if std::env::var("CI").is_ok() { 3 } else { 10 });
+        let scenario = |plant| IndexScenario::<Clover>::from_preset(None, None, plant, 1).unwrap();
+        let clean = check_index(&scenario(None), Mode::Random, 3, budget, u64::MAX);
+        assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());
+        assert!(clean.vacuous.is_empty(), "counters {:?} stayed zero", clean.vacuous);
+        for bug in ["write-next", "trust-shortcut"] {
+            let s = scenario(Some(bug));
+            let check = check_index(&s, Mode::Random, 1, Duration::from_secs(600), 20_000);
+            let f = check.exploration.failure.unwrap_or_else(|| panic!("{bug}: not found"));
+            assert!(f.message.contains("not linearizable"), "{bug}: {}", f.message);
+            assert_eq!(explore::replay(&s, f.variant, &f.choices), Err(f.message.clone()), "{bug}");
+        }
+        let _ = key(0);
+    }
+}

@@ -1,0 +1,513 @@
+//! # Clover (pDPM, ATC '20): HStore's other baseline, a hash index with version chains
+//!
+//! Built from what HStore's paper and digest say of it (§5.2: "a metadata server for
+//! allocation/GC and out-of-place writes, linking per-key version chains with RDMA CAS; readers
+//! may chase chains") and Clover's own design (ATC '20): the data lives in the memory pool as
+//! out-of-place versions, each a block whose first word links the next version; a metadata
+//! server (MS, a service on a server node — the "index server" HStore's evaluation gave each
+//! baseline) maps each key to a *shortcut*, an 8-byte word in the MS's registered memory that
+//! points to a recent version. Clients cache the shortcut's address per key.
+//!
+//! - **GET**: READ the shortcut (one-sided; an MS call on a cache miss), READ the version it
+//!   points to and follow `next` until a version whose `next` is 0: its value, or absent if it
+//!   is a tombstone. 2 round trips when the shortcut is current, one more per version behind.
+//! - **PUT / UPDATE / DELETE**: WRITE the new version (a tombstone for a delete), find the tail
+//!   as a GET does, CAS the tail's `next` from 0 to the new version (on failure, follow the
+//!   chain and CAS again), then WRITE the shortcut (unsignaled: a hint that may lag or even go
+//!   back, never wrong, since every chain is append-only). A key the MS does not know is
+//!   registered by an MS call that creates its shortcut pointing at the first version.
+//!
+//! The linearization point of a write is its successful CAS (or registration); of a read, the
+//! sample of `next == 0` at the tail. Versions are never reused or collected (Clover's MS
+//! garbage-collects old versions; not built): chains only grow, so a stale hint is only slow.
+//!
+//! Block format: `[next u64][key_len u8][flags u8][val_len u16][check u32][key][value]`, padded
+//! to 64 bytes; `next` is `[units:8 | addr:48]` (0: the tail); flag bit 1 marks a tombstone.
+
+use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
+use crate::common::primitive::{Mutex, lock};
+use crate::hstore::layout::{decode_addr, encode_addr};
+use crate::smart::layout::crc64;
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, Servers};
+use dmkit_rdma::service::{ServerCtx, Service, ServiceHost};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, VerbsError};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// The metadata server's service id.
+pub const MS_SERVICE: u16 = 0x434c;
+/// The first shortcut word in the MS's memory.
+const SHORTCUTS_OFFSET: u64 = 8192;
+const HEADER: usize = 16;
+const UNIT: u64 = 64;
+const TOMBSTONE: u8 = 2;
+const VALID: u8 = 1;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CloverOptions {
+    pub memory_nodes: u16,
+    pub max_key_bytes: u32,
+    pub max_value_bytes: u32,
+    /// RPC threads of the metadata server.
+    pub rpc_threads: u16,
+    /// Shortcut words the MS can hand out (one per key ever inserted).
+    pub max_keys: u64,
+    /// Bound on the versions one operation follows and on its CAS attempts.
+    pub max_retries: u32,
+    pub chunk_bytes: u64,
+    pub plants: std::collections::BTreeSet<&'static str>,
+}
+
+impl Default for CloverOptions {
+    fn default() -> Self {
+        CloverOptions {
+            memory_nodes: 1,
+            max_key_bytes: 64,
+            max_value_bytes: 1024,
+            rpc_threads: 4,
+            max_keys: 1 << 20,
+            max_retries: 100_000,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            plants: Default::default(),
+        }
+    }
+}
+
+impl CloverOptions {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.memory_nodes == 0 || self.memory_nodes > 256 {
+            return Err(format!("clover: 1 to 256 memory nodes, got {}", self.memory_nodes));
+        }
+        if !(1..=255).contains(&self.max_key_bytes) {
+            return Err(format!("clover: keys of 1 to 255 bytes, got {}", self.max_key_bytes));
+        }
+        let units = (HEADER as u64 + self.max_key_bytes as u64 + self.max_value_bytes as u64).div_ceil(UNIT);
+        if units > 255 || self.max_value_bytes > u16::MAX as u32 {
+            return Err(format!("clover: a {}-byte value does not fit a block of 255 units", self.max_value_bytes));
+        }
+        if self.max_keys == 0 || self.max_retries == 0 || self.rpc_threads == 0 {
+            return Err("clover: max_keys, max_retries and rpc_threads must be positive".into());
+        }
+        ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 }.validate()
+    }
+
+    /// The metadata server's node (the first server node).
+    pub fn ms_node(&self) -> NodeId {
+        NodeId(self.memory_nodes)
+    }
+}
+
+/// Every protection, removable.
+pub const PLANTS: [PlantedBug; 2] = [
+    PlantedBug {
+        name: "write-next",
+        description: "a writer links its version with a WRITE instead of a CAS on the tail's next: two writers each think they appended, one version is lost",
+    },
+    PlantedBug {
+        name: "trust-shortcut",
+        description: "a reader takes the version the shortcut points to as the latest without following next: a stale shortcut returns an old value",
+    },
+];
+
+fn word(block: RemoteAddr, units: u64) -> u64 {
+    units << 48 | encode_addr(block)
+}
+
+fn unword(w: u64) -> (RemoteAddr, u64) {
+    (decode_addr(w & ((1 << 48) - 1)), w >> 48)
+}
+
+fn check(b: &[u8], k: usize, v: usize) -> u32 {
+    crc64(&[&b[8..12], &b[HEADER..HEADER + k + v]]) as u32
+}
+
+fn encode(key: &[u8], value: &[u8], tombstone: bool) -> Vec<u8> {
+    let units = (HEADER + key.len() + value.len()).div_ceil(UNIT as usize);
+    let mut b = vec![0u8; units * UNIT as usize];
+    b[8] = key.len() as u8;
+    b[9] = if tombstone { TOMBSTONE | VALID } else { VALID };
+    b[10..12].copy_from_slice(&(value.len() as u16).to_le_bytes());
+    b[HEADER..HEADER + key.len()].copy_from_slice(key);
+    b[HEADER + key.len()..HEADER + key.len() + value.len()].copy_from_slice(value);
+    let c = check(&b, key.len(), value.len());
+    b[12..16].copy_from_slice(&c.to_le_bytes());
+    b
+}
+
+/// A version as READ: its `next`, key, value (`None` for a tombstone).
+struct Version {
+    next: u64,
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+}
+
+fn decode(b: &[u8]) -> Option<Version> {
+    if b.len() < HEADER || b[9] & VALID == 0 {
+        return None;
+    }
+    let (k, v) = (b[8] as usize, u16::from_le_bytes([b[10], b[11]]) as usize);
+    if HEADER + k + v > b.len() || u32::from_le_bytes(b[12..16].try_into().ok()?) != check(b, k, v) {
+        return None;
+    }
+    Some(Version {
+        next: u64::from_le_bytes(b[..8].try_into().ok()?),
+        key: b[HEADER..HEADER + k].to_vec(),
+        value: (b[9] & TOMBSTONE == 0).then(|| b[HEADER + k..HEADER + k + v].to_vec()),
+    })
+}
+
+// ------------------------------------------------------------------ the metadata server
+
+/// The MS: each key's shortcut slot, and a bump pointer over the slots.
+#[derive(Debug)]
+pub struct MetadataServer {
+    o: CloverOptions,
+    keys: Mutex<BTreeMap<Vec<u8>, u64>>,
+    /// Shortcut slots handed out.
+    next_slot: Mutex<u64>,
+}
+
+/// MS requests: `[0][key]` looks a key up; `[1][first version u64][key]` registers it. Replies:
+/// `[0]` unknown, `[1][shortcut offset u64]` known, `[2][shortcut offset u64]` registered now,
+/// `[3][message]` refused.
+impl<C: ServerCtx> Service<C> for MetadataServer {
+    async fn handle(self: Arc<Self>, ctx: C, request: Vec<u8>) -> Vec<u8> {
+        let bad = |m: &str| [&[3u8][..], m.as_bytes()].concat();
+        let Some((&tag, rest)) = request.split_first() else { return bad("empty request") };
+        let (first, key) = match (tag, rest.len()) {
+            (0, _) => (None, rest),
+            (1, n) if n >= 8 => (Some(u64::from_le_bytes(rest[..8].try_into().expect("8 bytes"))), &rest[8..]),
+            _ => return bad("unknown request"),
+        };
+        if key.is_empty() || key.len() > self.o.max_key_bytes as usize {
+            return bad("bad key");
+        }
+        ctx.charge_cpu(CpuWork::HashByte, key.len() as u64).await;
+        ctx.charge_cpu(CpuWork::CacheLookupLevel, 2).await;
+        let slot = {
+            let keys = lock(&self.keys);
+            match (keys.get(key), first) {
+                (Some(&slot), _) => return [&[1u8][..], &slot.to_le_bytes()].concat(),
+                (None, None) => return vec![0],
+                (None, Some(_)) => {}
+            }
+            let mut next = lock(&self.next_slot);
+            if *next >= self.o.max_keys {
+                return bad("the metadata server has no shortcut left");
+            }
+            *next += 1;
+            SHORTCUTS_OFFSET + 8 * (*next - 1)
+        };
+        // The shortcut is written before the key is published: a lookup never finds an empty
+        // one. Two registrations of one key may race here; the second publishes nothing (its
+        // slot stays unused) and answers like a lookup.
+        let first = first.expect("a registration");
+        if let Err(e) = ctx.local_write(slot, Buf::from(first.to_le_bytes().to_vec())).await {
+            return bad(&e.to_string());
+        }
+        let mut keys = lock(&self.keys);
+        let (slot, fresh) = match keys.get(key) {
+            Some(&existing) => (existing, false),
+            None => {
+                keys.insert(key.to_vec(), slot);
+                (slot, true)
+            }
+        };
+        drop(keys);
+        [&[if fresh { 2u8 } else { 1 }][..], &slot.to_le_bytes()].concat()
+    }
+}
+
+// ------------------------------------------------------------------ clients
+
+/// A compute node's state: the block allocator and the cached shortcut addresses.
+#[derive(Debug)]
+pub struct CloverNode {
+    chunks: LocalChunkAllocator,
+    shortcuts: Mutex<BTreeMap<Vec<u8>, u64>>,
+}
+
+#[derive(Debug)]
+pub struct CloverHandle<C> {
+    o: CloverOptions,
+    node: Arc<CloverNode>,
+    ctx: C,
+    counters: Counters,
+}
+
+/// What the MS said of a key.
+enum Known {
+    Unknown,
+    Known(u64),
+    Registered(u64),
+}
+
+impl<C: Client + Clone + 'static> CloverHandle<C> {
+    async fn ms(&self, tag: u8, first: Option<u64>, key: &[u8]) -> Result<Known, IndexError> {
+        let mut req = vec![tag];
+        if let Some(f) = first {
+            req.extend_from_slice(&f.to_le_bytes());
+        }
+        req.extend_from_slice(key);
+        let r = self.ctx.call(self.o.ms_node(), MS_SERVICE, req).await?;
+        let slot = || r.get(1..9).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        Ok(match (r.first(), slot()) {
+            (Some(0), _) => Known::Unknown,
+            (Some(1), Some(s)) => Known::Known(s),
+            (Some(2), Some(s)) => Known::Registered(s),
+            _ => return Err(VerbsError::Protocol(format!("clover MS: {}", String::from_utf8_lossy(&r))).into()),
+        })
+    }
+
+    /// The key's shortcut slot: cached, or asked of the MS (`None`: the key was never inserted).
+    async fn shortcut(&mut self, key: &[u8]) -> Result<Option<u64>, IndexError> {
+        if let Some(&s) = lock(&self.node.shortcuts).get(key) {
+            return Ok(Some(s));
+        }
+        self.counters.event("ms_lookup");
+        match self.ms(0, None, key).await? {
+            Known::Unknown => Ok(None),
+            Known::Known(s) | Known::Registered(s) => {
+                lock(&self.node.shortcuts).insert(key.to_vec(), s);
+                Ok(Some(s))
+            }
+        }
+    }
+
+    async fn read_version(&self, w: u64, key: &[u8]) -> Result<Version, IndexError> {
+        let (at, units) = unword(w);
+        let b = self.ctx.read(at, Buf::zeroed((units * UNIT) as usize)).await?;
+        match decode(&b) {
+            Some(v) if v.key == key => Ok(v),
+            _ => Err(IndexError::Corrupt(format!("the version at {at} is not a complete version of its key"))),
+        }
+    }
+
+    /// Follows the chain from the shortcut to the tail: its word and its version.
+    async fn tail(&mut self, slot: u64, key: &[u8]) -> Result<(u64, Version), IndexError> {
+        let start = self.ctx.read(RemoteAddr::host(self.o.ms_node(), slot), Buf::zeroed(8)).await?.u64_at(0);
+        if start == 0 {
+            return Err(IndexError::Corrupt(format!("shortcut {slot:#x} of a registered key is empty")));
+        }
+        self.follow(start, key).await
+    }
+
+    async fn follow(&mut self, mut w: u64, key: &[u8]) -> Result<(u64, Version), IndexError> {
+        for hop in 0..self.o.max_retries {
+            let v = self.read_version(w, key).await?;
+            if v.next == 0 || self.o.plants.contains("trust-shortcut") {
+                return Ok((w, v));
+            }
+            if hop > 0 {
+                self.counters.event("chain_hop");
+            }
+            self.counters.event("stale_hint");
+            w = v.next;
+        }
+        Err(IndexError::RetriesExhausted { op: "follow", retries: self.o.max_retries })
+    }
+
+    async fn write(&mut self, key: &[u8], value: Option<&[u8]>, upsert: bool) -> Result<bool, IndexError> {
+        let limits = Clover::limits(&self.o);
+        limits.check_key(key)?;
+        if let Some(v) = value {
+            limits.check_value(v)?;
+        }
+        let slot = self.shortcut(key).await?;
+        if slot.is_none() && !upsert {
+            return Ok(false);
+        }
+        let bytes = encode(key, value.unwrap_or(&[]), value.is_none());
+        let units = bytes.len() as u64 / UNIT;
+        let at = self.node.chunks.alloc(&self.ctx, units * UNIT, UNIT).await?;
+        self.ctx.write(at, Buf::from(bytes)).await?;
+        let new = word(at, units);
+        let slot = match slot {
+            Some(s) => s,
+            None => match self.ms(1, Some(new), key).await? {
+                Known::Registered(s) => {
+                    lock(&self.node.shortcuts).insert(key.to_vec(), s);
+                    self.counters.event("registered");
+                    return Ok(false);
+                }
+                Known::Known(s) => {
+                    lock(&self.node.shortcuts).insert(key.to_vec(), s);
+                    s
+                }
+                Known::Unknown => return Err(IndexError::Corrupt("the MS refused a registration".into())),
+            },
+        };
+        let (mut tail, mut v) = self.tail(slot, key).await?;
+        for _ in 0..self.o.max_retries {
+            let existed = v.value.is_some();
+            if !existed && !upsert {
+                // An update or delete of an absent (deleted) key: nothing to append.
+                self.node.chunks.free(at, units * UNIT)?;
+                return Ok(false);
+            }
+            let next_at = unword(tail).0;
+            let linked = if self.o.plants.contains("write-next") {
+                self.ctx.write(next_at, Buf::from(new.to_le_bytes().to_vec())).await?;
+                true
+            } else {
+                self.ctx.cas(next_at, 0, new).await? == 0
+            };
+            if linked {
+                // The shortcut is a hint: posted, not awaited.
+                let hint =
+                    dmkit_rdma::Request::write(RemoteAddr::host(self.o.ms_node(), slot), new.to_le_bytes().to_vec());
+                self.ctx.post_unsignaled(vec![hint])?;
+                return Ok(existed);
+            }
+            self.counters.cas_failures += 1;
+            (tail, v) = self.follow(tail, key).await?;
+        }
+        Err(IndexError::RetriesExhausted { op: "write", retries: self.o.max_retries })
+    }
+}
+
+impl<C: Client + Clone + 'static> Index for CloverHandle<C> {
+    async fn search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+        Clover::limits(&self.o).check_key(key)?;
+        let Some(slot) = self.shortcut(key).await? else { return Ok(None) };
+        Ok(self.tail(slot, key).await?.1.value)
+    }
+
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.write(key, Some(value), true).await
+    }
+
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+        self.write(key, Some(value), false).await
+    }
+
+    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
+        self.write(key, None, false).await
+    }
+
+    async fn scan(&mut self, _: Bound<&[u8]>, _: Bound<&[u8]>, _: usize) -> Result<Pairs, IndexError> {
+        Err(IndexError::Unsupported("scan"))
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+/// Clover, for `dmkit run --index clover` and `dmkit check --index clover`.
+#[derive(Debug)]
+pub struct Clover;
+
+impl IndexKind for Clover {
+    const NAME: &'static str = "clover";
+    const SUPPORTS_SCAN: bool = false;
+    type Options = CloverOptions;
+    type NodeState = CloverNode;
+    type Handle<C: Client + Clone + 'static> = CloverHandle<C>;
+
+    fn limits(o: &CloverOptions) -> Limits {
+        Limits {
+            min_key_bytes: 1,
+            max_key_bytes: o.max_key_bytes as usize,
+            min_value_bytes: 0,
+            max_value_bytes: o.max_value_bytes as usize,
+        }
+    }
+
+    fn validate(o: &CloverOptions) -> Result<(), String> {
+        o.validate()
+    }
+
+    fn servers(o: &CloverOptions) -> Servers {
+        Servers { nodes: 1, rpc_threads: o.rpc_threads, workers_share_cores: false }
+    }
+
+    fn install<H: ServiceHost>(o: &CloverOptions, host: &mut H) -> Result<(), String> {
+        o.validate()?;
+        let o2 = o.clone();
+        host.add_service(o.ms_node(), MS_SERVICE, move || MetadataServer {
+            o: o2.clone(),
+            keys: Mutex::new(BTreeMap::new()),
+            next_slot: Mutex::new(0),
+        })
+    }
+
+    async fn create<C: Client>(o: &CloverOptions, _ctx: &C) -> Result<(), IndexError> {
+        o.validate().map_err(IndexError::Corrupt)
+    }
+
+    fn node_state(o: &CloverOptions, _caps: &Caps) -> CloverNode {
+        let chunks = LocalChunkAllocator::new(ChunkOptions {
+            memory_nodes: o.memory_nodes,
+            chunk_bytes: o.chunk_bytes,
+            chunk_align: 4096,
+        })
+        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        CloverNode { chunks, shortcuts: Mutex::new(BTreeMap::new()) }
+    }
+
+    fn node_state_bytes(n: &CloverNode) -> u64 {
+        n.chunks.bytes() + lock(&n.shortcuts).keys().map(|k| k.len() as u64 + 8).sum::<u64>()
+    }
+
+    fn open<C: Client + Clone + 'static>(o: &CloverOptions, node: Arc<CloverNode>, ctx: C) -> CloverHandle<C> {
+        CloverHandle { o: o.clone(), node, ctx, counters: Counters::default() }
+    }
+
+    /// Every registered key's chain, from its shortcut: complete versions of that key, ending
+    /// at a tail; the shortcut points into its own key's chain.
+    fn check_invariants(o: &CloverOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+        let mut report = InvariantReport::default();
+        let Some(ms) = memory.service_state(o.ms_node(), MS_SERVICE).and_then(|s| s.downcast::<MetadataServer>().ok())
+        else {
+            return Ok(report);
+        };
+        let keys = lock(&ms.keys).clone();
+        for (key, slot) in keys {
+            let read = |a: RemoteAddr, n: usize| memory.read_memory(a, n).map_err(|e| e.to_string());
+            let mut w = u64::from_le_bytes(read(RemoteAddr::host(o.ms_node(), slot), 8)?.try_into().expect("8 bytes"));
+            let mut hops = 0u64;
+            loop {
+                let (at, units) = unword(w);
+                let v = decode(&read(at, (units * UNIT) as usize)?)
+                    .ok_or_else(|| format!("key {key:02x?}: {at} is not a complete version"))?;
+                if v.key != key {
+                    return Err(format!("key {key:02x?}: its chain reaches a version of {:02x?}", v.key));
+                }
+                report.remote_bytes += units * UNIT;
+                hops += 1;
+                if v.next == 0 {
+                    report.items += v.value.is_some() as u64;
+                    break;
+                }
+                if hops > 1 << 24 {
+                    return Err(format!("key {key:02x?}: a chain longer than 2^24 versions (a cycle?)"));
+                }
+                w = v.next;
+            }
+            *report.structures.entry("versions_from_shortcuts").or_default() += hops;
+        }
+        Ok(report)
+    }
+
+    /// A long warm-up leaves every key's shortcut address cached.
+    fn warm(o: &CloverOptions, node: &CloverNode, memory: &dyn MemoryView) -> Result<(), String> {
+        if let Some(ms) =
+            memory.service_state(o.ms_node(), MS_SERVICE).and_then(|s| s.downcast::<MetadataServer>().ok())
+        {
+            let keys = lock(&ms.keys).clone();
+            lock(&node.shortcuts).extend(keys);
+        }
+        Ok(())
+    }
+
+    fn planted_bugs() -> &'static [PlantedBug] {
+        &PLANTS
+    }
+
+    fn plant(o: &mut CloverOptions, bug: &str) -> Result<(), String> {
+        o.plants.insert(PlantedBug::named(&PLANTS, "clover", bug)?);
+        Ok(())
+    }
+}
