@@ -453,3 +453,17 @@ pub fn check_index<K: Checked>(
     };
     IndexCheck { exploration, counters, vacuous }
 }
+
+/// Explores `scenario` with seed 1 and a bound of `schedules` (so a test does not depend on the
+/// machine's speed) and returns the failure's message, after checking that the failing schedule
+/// replays to the same failure; panics, naming `name`, if nothing fails. What every "this
+/// protection is needed" test asserts.
+pub fn find_replayable<K: Checked>(name: &str, scenario: &IndexScenario<K>, mode: Mode, schedules: u64) -> String {
+    let check = check_index(scenario, mode, 1, Duration::from_secs(3600), schedules);
+    let f = check.exploration.failure.unwrap_or_else(|| {
+        panic!("{name}: not found in {} schedules; counters {:?}", check.exploration.schedules, check.counters)
+    });
+    eprintln!("{name}: found at schedule {}: {}", check.exploration.schedules, f.message);
+    assert_eq!(explore::replay(scenario, f.variant, &f.choices), Err(f.message.clone()), "{name}: the replay differs");
+    f.message
+}

@@ -128,7 +128,7 @@ fn a_dense_prefix_fits_its_special_node() {
 mod explored {
     use dmkit_indexes::dolphin::Dolphin;
     use dmkit_indexes::spec::Op;
-    use dmkit_verify::explore::{self, Mode};
+    use dmkit_verify::explore::Mode;
     use dmkit_verify::harness::{IndexScenario, check_index};
     use std::time::Duration;
 
@@ -157,17 +157,7 @@ mod explored {
         }
     }
 
-    /// Explores `s` with a fixed seed and schedule bound (so the test does not depend on the
-    /// machine's speed); the failure must replay. Returns its message.
-    fn found(name: &str, s: &IndexScenario<Dolphin>, mode: Mode, schedules: u64) -> String {
-        let check = check_index(s, mode, 1, Duration::from_secs(600), schedules);
-        let f = check.exploration.failure.unwrap_or_else(|| {
-            panic!("{name}: not found in {} schedules; counters {:?}", check.exploration.schedules, check.counters)
-        });
-        eprintln!("{name}: found at schedule {}: {}", check.exploration.schedules, f.message);
-        assert_eq!(explore::replay(s, f.variant, &f.choices), Err(f.message.clone()), "{name}");
-        f.message
-    }
+    use dmkit_verify::harness::find_replayable as found;
 
     /// Each protection of the hardened protocol, removed, is found on the default preset.
     #[test]

@@ -103,7 +103,7 @@ fn bad_input_is_an_error() {
 mod explored {
     use dmkit_indexes::hstore::HStore;
     use dmkit_indexes::spec::Op;
-    use dmkit_verify::explore::{self, Mode};
+    use dmkit_verify::explore::Mode;
     use dmkit_verify::harness::{IndexScenario, check_index};
     use std::time::Duration;
 
@@ -133,17 +133,7 @@ mod explored {
         }
     }
 
-    /// Explores `s` with a fixed seed and schedule bound (so the test does not depend on the
-    /// machine's speed); the failure must replay. Returns its message.
-    fn found(name: &str, s: &IndexScenario<HStore>, mode: Mode, schedules: u64) -> String {
-        let check = check_index(s, mode, 1, Duration::from_secs(600), schedules);
-        let f = check.exploration.failure.unwrap_or_else(|| {
-            panic!("{name}: not found in {} schedules; counters {:?}", check.exploration.schedules, check.counters)
-        });
-        eprintln!("{name}: found at schedule {}: {}", check.exploration.schedules, f.message);
-        assert_eq!(explore::replay(s, f.variant, &f.choices), Err(f.message.clone()), "{name}");
-        f.message
-    }
+    use dmkit_verify::harness::find_replayable as found;
 
     fn clean(name: &str, s: &IndexScenario<HStore>, mode: Mode) {
         let check = check_index(s, mode, 1, budget(), u64::MAX);
@@ -461,8 +451,8 @@ fn a_full_table_is_an_error_and_the_servers_still_agree() {
 mod clover {
     use super::{key, ops};
     use dmkit_indexes::clover::{Clover, CloverOptions};
-    use dmkit_verify::explore::{self, Mode};
-    use dmkit_verify::harness::{IndexScenario, check_index, run_sequence_checked};
+    use dmkit_verify::explore::Mode;
+    use dmkit_verify::harness::{IndexScenario, check_index, find_replayable, run_sequence_checked};
     use proptest::prelude::*;
     use std::time::Duration;
 
@@ -489,11 +479,8 @@ mod clover {
         assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());
         assert!(clean.vacuous.is_empty(), "counters {:?} stayed zero", clean.vacuous);
         for bug in ["write-next", "trust-shortcut"] {
-            let s = scenario(Some(bug));
-            let check = check_index(&s, Mode::Random, 1, Duration::from_secs(600), 20_000);
-            let f = check.exploration.failure.unwrap_or_else(|| panic!("{bug}: not found"));
-            assert!(f.message.contains("not linearizable"), "{bug}: {}", f.message);
-            assert_eq!(explore::replay(&s, f.variant, &f.choices), Err(f.message.clone()), "{bug}");
+            let message = find_replayable(bug, &scenario(Some(bug)), Mode::Random, 20_000);
+            assert!(message.contains("not linearizable"), "{bug}: {message}");
         }
         let _ = key(0);
     }

@@ -237,14 +237,14 @@ pub struct CloverHandle<C> {
 }
 
 /// What the MS said of a key.
-enum Known {
+enum Ms {
     Unknown,
     Known(u64),
     Registered(u64),
 }
 
 impl<C: Client + Clone + 'static> CloverHandle<C> {
-    async fn ms(&self, tag: u8, first: Option<u64>, key: &[u8]) -> Result<Known, IndexError> {
+    async fn ms(&self, tag: u8, first: Option<u64>, key: &[u8]) -> Result<Ms, IndexError> {
         let mut req = vec![tag];
         if let Some(f) = first {
             req.extend_from_slice(&f.to_le_bytes());
@@ -253,9 +253,9 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         let r = self.ctx.call(self.o.ms_node(), MS_SERVICE, req).await?;
         let slot = || r.get(1..9).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
         Ok(match (r.first(), slot()) {
-            (Some(0), _) => Known::Unknown,
-            (Some(1), Some(s)) => Known::Known(s),
-            (Some(2), Some(s)) => Known::Registered(s),
+            (Some(0), _) => Ms::Unknown,
+            (Some(1), Some(s)) => Ms::Known(s),
+            (Some(2), Some(s)) => Ms::Registered(s),
             _ => return Err(VerbsError::Protocol(format!("clover MS: {}", String::from_utf8_lossy(&r))).into()),
         })
     }
@@ -267,8 +267,8 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         }
         self.counters.event("ms_lookup");
         match self.ms(0, None, key).await? {
-            Known::Unknown => Ok(None),
-            Known::Known(s) | Known::Registered(s) => {
+            Ms::Unknown => Ok(None),
+            Ms::Known(s) | Ms::Registered(s) => {
                 lock(&self.node.shortcuts).insert(key.to_vec(), s);
                 Ok(Some(s))
             }
@@ -326,16 +326,16 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         let slot = match slot {
             Some(s) => s,
             None => match self.ms(1, Some(new), key).await? {
-                Known::Registered(s) => {
+                Ms::Registered(s) => {
                     lock(&self.node.shortcuts).insert(key.to_vec(), s);
                     self.counters.event("registered");
                     return Ok(false);
                 }
-                Known::Known(s) => {
+                Ms::Known(s) => {
                     lock(&self.node.shortcuts).insert(key.to_vec(), s);
                     s
                 }
-                Known::Unknown => return Err(IndexError::Corrupt("the MS refused a registration".into())),
+                Ms::Unknown => return Err(IndexError::Corrupt("the MS refused a registration".into())),
             },
         };
         let (mut tail, mut v) = self.tail(slot, key).await?;
