@@ -496,7 +496,8 @@ impl Service<ServerClient> for Big {
 /// credits, out of order, one of them a full 4 KiB each way; a second reply refused; local
 /// CAS/FAA visible to remote READs and a remote FAA visible to a local read; a worker's verbs
 /// and call to another node; handlers never running on more threads than the node has; an
-/// unknown service, and requests and replies over the 4 KiB limit.
+/// unknown service, and requests and replies over the 4 KiB limit; calls dropped as soon as
+/// they are made (fire and forget, more than the credits) still delivered.
 #[test]
 fn a_server_node_hosts_async_services() {
     use dmkit_rdma::real::node::dial;
@@ -541,6 +542,8 @@ fn a_server_node_hosts_async_services() {
     let exec = Executor::new(nic.clone(), cq, conns, NodeId(9), 0, 7, 8 << 20).unwrap();
     // More callers than the node's RPC threads and than a queue pair's call credits.
     const CALLERS: u64 = 40;
+    // Calls made and dropped at once (more than the credits).
+    const DROPPED: u64 = 20;
     let answers = Arc::new(Mutex::new(Vec::new()));
     for i in 0..CALLERS {
         let (c, answers) = (exec.client(i as u32, i as u32), answers.clone());
@@ -589,6 +592,21 @@ fn a_server_node_hosts_async_services() {
             assert!(big.contains("5000") && big.contains("4096"), "{big}");
             let long = c.call(server, LOCAL, vec![0u8; 5000]).await.unwrap_err().to_string();
             assert!(long.contains("5000") && long.contains("4096"), "{long}");
+            // Fire and forget: calls whose futures are dropped at once, more than the credits
+            // (those past them wait for a credit), are all delivered; then one awaited.
+            for i in 0..DROPPED {
+                drop(c.call(server, DEFERRED, (2000 + i).to_le_bytes().to_vec()));
+            }
+            assert_eq!(c.call(server, DEFERRED, b"last".to_vec()).await.unwrap(), b"last");
+            let mut after = 0;
+            for _ in 0..10_000 {
+                after = read(RemoteAddr::host(server, APPLIED)).await;
+                if after == CALLERS + DROPPED + 1 {
+                    break;
+                }
+                c.sleep(1_000_000).await;
+            }
+            assert_eq!(after, CALLERS + DROPPED + 1, "every dropped call reached the worker");
             (applied, shipped, locals, cased)
         })
         .unwrap();
@@ -601,8 +619,8 @@ fn a_server_node_hosts_async_services() {
     stop.store(true, Ordering::SeqCst);
     let (report, memory) = sn.join().unwrap();
     assert_eq!(report.admitted, 1, "the compute side's connection ({report:?})");
-    assert_eq!(report.calls, CALLERS + 8 + 3, "the 5000-byte request never left the client");
-    assert_eq!(memory.read(APPLIED, 8).unwrap(), CALLERS.to_le_bytes());
+    assert_eq!(report.calls, CALLERS + 8 + 3 + DROPPED + 1, "the 5000-byte request never left the client");
+    assert_eq!(memory.read(APPLIED, 8).unwrap(), (CALLERS + DROPPED + 1).to_le_bytes());
     let (mn_report, _) = mn.join().unwrap();
     assert_eq!(mn_report.admitted, 2, "the compute side and the server node's worker thread");
 }

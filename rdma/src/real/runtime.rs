@@ -21,10 +21,18 @@
 //!   u64][status u8][payload]`; a payload is at most [`MAX_CALL_PAYLOAD`] (4 KiB) bytes each way.
 //!   Each queue pair has [`CALL_CREDITS`] receives pre-posted on the node for requests and as
 //!   many on this side for responses; a call takes a credit and its response gives it back, so
-//!   a thread has at most [`CALL_CREDITS`] calls outstanding per node (more wait for a credit),
-//!   and a node may answer them in any order (deferred replies): a response names its call.
+//!   a thread has at most [`CALL_CREDITS`] calls outstanding per node, and a node may answer
+//!   them in any order (deferred replies): a response names its call. Like a batch, a call is
+//!   posted when it is made; past the credits it waits in the link's queue, in call order, and
+//!   is posted as responses give credits back, so a call whose future is dropped at once (a
+//!   fire-and-forget message) is still delivered.
+//! - **One clock per process.** `now_ns` counts from the first executor of the process, so
+//!   times taken on different threads compare (a service's RPC thread and its workers, clients
+//!   sharing a compute node's state). Processes' clocks are unrelated.
 //! - **Idle threads sleep.** When no task is ready and nothing is in flight, the executor
 //!   parks its thread until a waker (from any thread: a service's queue) or its next timer.
+//!   With verbs in flight it spins on its completion queue, and after a few empty polls yields
+//!   its core between polls (a deferred reply can take long).
 //! - **Lazy links.** A service node's threads ([`Executor::with_connector`]) dial a node the
 //!   first time a verb or call names it.
 
@@ -60,6 +68,9 @@ pub const CALL_MESSAGE_BYTES: u32 = MAX_CALL_PAYLOAD as u32 + CALL_REQUEST_HEADE
 const MAX_PARK: std::time::Duration = std::time::Duration::from_millis(5);
 /// How long a stopping executor waits for its verbs in flight to complete.
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
+/// Empty completion-queue polls an executor spins through, with verbs in flight, before it
+/// yields its core between polls (a few microseconds on hardware, longer than most verbs).
+const SPINS_BEFORE_YIELD: u32 = 64;
 /// Work requests a queue pair may have outstanding.
 pub const SEND_QUEUE_DEPTH: u32 = 512;
 
@@ -171,7 +182,10 @@ struct Link {
     pending: HashMap<u64, Pending>,
     backlog: VecDeque<Queued>,
     credits: u32,
-    credit_waiters: VecDeque<Waker>,
+    /// Calls waiting for a credit, in call order: each message whole (`[call id][service]
+    /// [payload]`). They are posted as responses give credits back, whether or not anyone
+    /// still waits for their futures.
+    call_backlog: VecDeque<Vec<u8>>,
     /// Response receive buffers: staging offsets, by receive index.
     recv_buffers: Vec<u64>,
     calls: HashMap<u64, Rc<RefCell<Slot>>>,
@@ -192,6 +206,12 @@ struct State {
 /// queue pair created on the given completion queue, and the control stream to keep open.
 pub type Connector = Box<dyn FnMut(NodeId, &Cq) -> Result<(Connection, TcpStream), VerbsError>>;
 
+/// The instant every executor of this process counts its time from.
+fn process_epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
 /// A thread's executor state. Fields drop in declaration order: tasks first (they hold
 /// clients), then the queue pairs (in `state`), then the registration, then the staging memory
 /// the queue pairs' receives point into, so the NIC never writes into freed memory.
@@ -207,6 +227,7 @@ struct Shared {
     ready: Arc<Mutex<VecDeque<usize>>>,
     /// The thread that runs the executor (wakers unpark it).
     runner: std::thread::Thread,
+    /// The process's epoch ([`process_epoch`]).
     start: Instant,
     caps: Caps,
     compute_node: NodeId,
@@ -263,7 +284,7 @@ impl Link {
             pending: HashMap::new(),
             backlog: VecDeque::new(),
             credits: CALL_CREDITS,
-            credit_waiters: VecDeque::new(),
+            call_backlog: VecDeque::new(),
             recv_buffers,
             calls: HashMap::new(),
         }
@@ -376,7 +397,7 @@ impl Executor {
                 _nic: nic,
                 ready: Arc::new(Mutex::new(VecDeque::new())),
                 runner: std::thread::current(),
-                start: Instant::now(),
+                start: process_epoch(),
                 caps,
                 compute_node,
                 thread,
@@ -413,6 +434,8 @@ impl Executor {
     }
 
     fn run_inner(&self, stop: Option<&AtomicBool>) -> Result<(), VerbsError> {
+        // Polls in a row that found nothing while verbs were in flight.
+        let mut idle_polls = 0u32;
         loop {
             if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
                 return self.stop();
@@ -438,13 +461,21 @@ impl Executor {
             }
             progressed |= self.shared.poll_completions()? > 0;
             progressed |= self.shared.fire_timers();
-            if !progressed {
-                if self.shared.in_flight() {
+            if progressed {
+                idle_polls = 0;
+            } else if self.shared.in_flight() {
+                idle_polls = idle_polls.saturating_add(1);
+                if idle_polls < SPINS_BEFORE_YIELD {
                     std::hint::spin_loop();
                 } else {
-                    // Nothing can complete: sleep until a waker or the next timer.
-                    std::thread::park_timeout(self.shared.until_next_timer().min(MAX_PARK));
+                    // A long wait (a deferred reply, a busy node): give the core to another
+                    // thread if one is ready, as a server's RPC threads and workers need on a
+                    // machine with fewer cores than threads.
+                    std::thread::yield_now();
                 }
+            } else {
+                // Nothing can complete: sleep until a waker or the next timer.
+                std::thread::park_timeout(self.shared.until_next_timer().min(MAX_PARK));
             }
         }
     }
@@ -621,12 +652,10 @@ impl Shared {
                 }
                 let id = u64::from_le_bytes(bytes[..8].try_into().expect("8"));
                 link.credits += 1;
-                if let Some(w) = link.credit_waiters.pop_front() {
-                    w.wake();
-                }
                 if let Some(slot) = link.calls.remove(&id) {
                     Slot::fill(&slot, Ok(vec![(bytes[8] as u64, bytes[9..].to_vec())]));
                 }
+                post_calls(link, node, &mut st.arena, &mut self.staging.borrow_mut(), self.mr.lkey());
             }
             _ => return Err(VerbsError::Protocol(format!("a completion of unknown kind {kind}"))),
         }
@@ -652,6 +681,35 @@ fn post_now(link: &mut Link, node: u16, q: Queued, staging: &Region, lkey: u32) 
         }
     }
     Ok(())
+}
+
+/// Posts `link`'s waiting calls, oldest first, while it has credits. A call that cannot be
+/// posted (no staging room, a failed post) gets its error in its slot.
+fn post_calls(link: &mut Link, node: u16, arena: &mut Arena, staging: &mut Region, lkey: u32) {
+    while link.credits > 0 {
+        let Some(msg) = link.call_backlog.pop_front() else { return };
+        let id = u64::from_le_bytes(msg[..8].try_into().expect("a call message starts with its id"));
+        let posted = match arena.alloc(CALL_MESSAGE_BYTES as u64) {
+            None => Err(VerbsError::Protocol("the staging arena is full: too many calls in flight".into())),
+            Some(at) => {
+                staging.write_at(at as usize, &msg);
+                let sent =
+                    link.qp.post_send(wr_id(node, KIND_CALL_SEND, at), staging, at, msg.len() as u32, lkey, true);
+                if sent.is_err() {
+                    arena.release(at, CALL_MESSAGE_BYTES as u64);
+                }
+                sent
+            }
+        };
+        match posted {
+            Ok(()) => link.credits -= 1,
+            Err(e) => {
+                if let Some(slot) = link.calls.remove(&id) {
+                    Slot::fill(&slot, Err(e));
+                }
+            }
+        }
+    }
 }
 
 /// A future that resolves when its slot is filled.
@@ -750,6 +808,33 @@ impl RdmaClient {
         }
         Ok(slot)
     }
+
+    /// A call's first half, at call time: dials the node if need be, queues the request
+    /// behind the link's earlier calls and posts what the credits allow. Returns the slot its
+    /// response lands in.
+    fn start_call(&self, node: NodeId, service: u16, request: Vec<u8>) -> Result<Rc<RefCell<Slot>>, VerbsError> {
+        if request.len() > MAX_CALL_PAYLOAD {
+            return Err(VerbsError::Protocol(format!(
+                "a call request of {} bytes: the real backend's calls carry at most {MAX_CALL_PAYLOAD} bytes",
+                request.len(),
+            )));
+        }
+        self.shared.ensure_link(node)?;
+        let mut st = self.shared.state.borrow_mut();
+        let st = &mut *st;
+        let id = st.next_call;
+        st.next_call += 1;
+        let link = st.links.get_mut(&node.0).ok_or(VerbsError::NoSuchNode(node))?;
+        let mut msg = Vec::with_capacity(CALL_REQUEST_HEADER as usize + request.len());
+        msg.extend(id.to_le_bytes());
+        msg.extend(service.to_le_bytes());
+        msg.extend(&request);
+        let slot = Rc::new(RefCell::new(Slot::default()));
+        link.calls.insert(id, slot.clone());
+        link.call_backlog.push_back(msg);
+        post_calls(link, node.0, &mut st.arena, &mut self.shared.staging.borrow_mut(), self.shared.mr.lkey());
+        Ok(slot)
+    }
 }
 
 impl Verbs for RdmaClient {
@@ -834,56 +919,10 @@ impl Verbs for RdmaClient {
     }
 
     fn call(&self, node: NodeId, service: u16, request: Vec<u8>) -> impl Future<Output = Result<Vec<u8>, VerbsError>> {
-        let this = self.clone();
+        // Posted (or queued for a credit) now: a call whose future is dropped still happens.
+        let started = self.start_call(node, service, request);
         async move {
-            if request.len() > MAX_CALL_PAYLOAD {
-                return Err(VerbsError::Protocol(format!(
-                    "a call request of {} bytes: the real backend's calls carry at most {MAX_CALL_PAYLOAD} bytes",
-                    request.len(),
-                )));
-            }
-            this.shared.ensure_link(node)?;
-            // Wait for a credit: the node has a receive posted for us.
-            std::future::poll_fn(|cx| {
-                let mut st = this.shared.state.borrow_mut();
-                let Some(link) = st.links.get_mut(&node.0) else {
-                    return Poll::Ready(Err(VerbsError::NoSuchNode(node)));
-                };
-                if link.credits > 0 {
-                    link.credits -= 1;
-                    Poll::Ready(Ok(()))
-                } else {
-                    link.credit_waiters.push_back(cx.waker().clone());
-                    Poll::Pending
-                }
-            })
-            .await?;
-            let slot = Rc::new(RefCell::new(Slot::default()));
-            {
-                let mut st = this.shared.state.borrow_mut();
-                let st = &mut *st;
-                let id = st.next_call;
-                st.next_call += 1;
-                let at = st.arena.alloc(CALL_MESSAGE_BYTES as u64).ok_or_else(|| {
-                    VerbsError::Protocol("the staging arena is full: too many calls in flight".into())
-                })?;
-                let mut msg = id.to_le_bytes().to_vec();
-                msg.extend(service.to_le_bytes());
-                msg.extend(&request);
-                this.shared.staging.borrow_mut().write_at(at as usize, &msg);
-                let link = st.links.get_mut(&node.0).ok_or(VerbsError::NoSuchNode(node))?;
-                link.calls.insert(id, slot.clone());
-                let staging = this.shared.staging.borrow();
-                link.qp.post_send(
-                    wr_id(node.0, KIND_CALL_SEND, at),
-                    &staging,
-                    at,
-                    msg.len() as u32,
-                    this.shared.mr.lkey(),
-                    true,
-                )?;
-            }
-            let mut got = Wait(slot).await?;
+            let mut got = Wait(started?).await?;
             let (status, body) = got.pop().ok_or_else(|| VerbsError::Protocol("an empty call response".into()))?;
             match status {
                 0 => Ok(body),
