@@ -64,8 +64,22 @@ pub fn dial(
     token: &str,
     compute_node: u16,
 ) -> Result<(Vec<super::runtime::Connection>, TcpStream), VerbsError> {
+    dial_reporting(nic, cqs, addr, node, token, compute_node, &mut |e| eprintln!("cannot reach {node} at {addr}: {e}"))
+}
+
+/// [`dial`], telling `unreachable` why the node could not be reached (instead of printing it)
+/// before it returns [`VerbsError::NodeDown`].
+pub(super) fn dial_reporting(
+    nic: &Nic,
+    cqs: &[Cq],
+    addr: SocketAddr,
+    node: crate::NodeId,
+    token: &str,
+    compute_node: u16,
+    unreachable: &mut dyn FnMut(&std::io::Error),
+) -> Result<(Vec<super::runtime::Connection>, TcpStream), VerbsError> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| {
-        eprintln!("cannot reach {node} at {addr}: {e}");
+        unreachable(&e);
         VerbsError::NodeDown(node)
     })?;
     stream.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| VerbsError::Protocol(e.to_string()))?;

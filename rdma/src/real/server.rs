@@ -32,7 +32,7 @@
 #![allow(unsafe_code)]
 
 use super::device::{Completion, Cq, MemoryRegistration, Nic, RcQp, Region, failed_completion};
-use super::node::{Barriers, dial, serve_control};
+use super::node::{Barriers, dial_reporting, serve_control};
 use super::plan::RemoteRegion;
 use super::runtime::{
     CALL_CREDITS, CALL_MESSAGE_BYTES, CALL_REQUEST_HEADER, CALL_RESPONSE_HEADER, Connector, Executor, MAX_CALL_PAYLOAD,
@@ -673,12 +673,29 @@ struct ThreadKit {
 type Started = std::sync::mpsc::Sender<Result<(), String>>;
 
 impl ThreadKit {
-    /// Dials a peer for one thread: one queue pair on the thread's completion queue.
+    /// Dials a peer for one thread: one queue pair on the thread's completion queue. A peer
+    /// that cannot be reached is [`VerbsError::NodeDown`] to the service, which may try again
+    /// (a service probing a peer that has not started yet): the thread says so once, not at
+    /// every attempt.
     fn connector(&self) -> Connector {
         let (nic, peers, token, me) = (self.nic.clone(), self.peers.clone(), self.token.clone(), self.shared.node);
+        let name = self.shared.name.clone();
+        let mut unreachable = std::collections::BTreeSet::new();
         Box::new(move |peer: NodeId, cq: &Cq| {
             let addr = *peers.get(&peer.0).ok_or(VerbsError::NoSuchNode(peer))?;
-            let (mut conns, control) = dial(&nic, std::slice::from_ref(cq), addr, peer, &token, me.0)?;
+            let mut report = |e: &std::io::Error| {
+                if unreachable.insert(peer) {
+                    let thread = std::thread::current();
+                    let thread = thread.name().unwrap_or("a service thread");
+                    eprintln!("{name}: {thread}: cannot reach {peer} at {addr} ({e}); dialling again at its next use");
+                }
+            };
+            let (mut conns, control) =
+                dial_reporting(&nic, std::slice::from_ref(cq), addr, peer, &token, me.0, &mut report)?;
+            if unreachable.remove(&peer) {
+                let thread = std::thread::current();
+                eprintln!("{name}: {}: reached {peer} at {addr}", thread.name().unwrap_or("a service thread"));
+            }
             let conn = conns.pop().ok_or_else(|| VerbsError::Protocol(format!("{peer} gave no queue pair")))?;
             Ok((conn, control))
         })
