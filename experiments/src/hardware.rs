@@ -191,6 +191,14 @@ fn serve_index<K: IndexKind>(
     if servers.nodes == 0 {
         return Err(format!("--node {}: index {} runs no services on server nodes", role.node, K::NAME));
     }
+    // Its services call each other: every one of its server nodes must be reachable.
+    if listed < servers.nodes {
+        return Err(format!(
+            "index {} runs services on {} server nodes, and the cluster file lists {listed} [[server_node]]",
+            K::NAME,
+            servers.nodes
+        ));
+    }
     if role.node >= first + servers.nodes {
         return Err(format!(
             "--node {}: index {} runs services on {} server nodes ({first}..{})",
@@ -476,7 +484,10 @@ fn run_thread<K: IndexKind>(
     let exec = Executor::new(nic, cq, conns, cn, thread, setup.seed, STAGING_BYTES).map_err(|e| e.to_string())?;
     let tally = Rc::new(RefCell::new(Tally::default()));
     for (k, mut source) in sources.into_iter().enumerate() {
-        let id = thread * setup.coroutines + k as u32;
+        // Unique among the run's clients, every compute node's included (as in the simulator):
+        // indexes name lock owners and writers by it (HStore's servers keep each client's last
+        // write by its id).
+        let id = (cn.0 as u32 * setup.threads_per_cn + thread) * setup.coroutines + k as u32;
         let c = exec.client(id, k as u32);
         let mut handle = K::open(options, node.clone(), c.clone());
         let tally = tally.clone();
