@@ -2,9 +2,12 @@
 //! keys in bytewise order, nodes in an arena. One worker owns a partition, so it is a plain
 //! single-writer structure.
 //!
-//! Every operation reports the nodes it visited: the SLS charges its CPU one dependent memory
-//! access per visited node (`CpuWork::CacheLookupLevel`), so its cost grows with the partition
-//! as a real skiplist's does (the paper's Fig. 2a: 3 to 10 accesses per lookup).
+//! Every operation reports the nodes it visited ([`Visits`]), so the SLS can charge its CPU as
+//! a real skiplist's cost grows with its size (the paper's Fig. 2a: 3 to 10 memory accesses per
+//! lookup): a visit to a node of a level that holds more than [`CACHED_NODES`] nodes is a
+//! dependent DRAM access (`CpuWork::CacheLookupLevel`); the sparse upper levels, which every
+//! lookup walks, stay in the CPU's caches (`CpuWork::NodeSearchEntry`). 2^16 nodes of a level
+//! (a few MiB of nodes) is an assumed share of a server's last-level cache.
 
 use dmkit_rdma::ChaCha8Rng;
 use rand::{Rng, SeedableRng};
@@ -12,6 +15,21 @@ use std::ops::Bound;
 
 /// The most levels a node has.
 pub const MAX_LEVEL: usize = 32;
+/// Levels with at most this many nodes are taken to stay in the CPU's caches (assumed).
+pub const CACHED_NODES: u64 = 1 << 16;
+
+/// Nodes an operation visited: in levels that miss the CPU's caches, and in cached levels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Visits {
+    pub misses: u64,
+    pub hits: u64,
+}
+
+impl Visits {
+    pub fn total(self) -> u64 {
+        self.misses + self.hits
+    }
+}
 const NIL: u32 = u32::MAX;
 /// The head node's index.
 const HEAD: u32 = 0;
@@ -37,6 +55,8 @@ pub struct SkipList {
     free: Vec<u32>,
     level: usize,
     len: usize,
+    /// Nodes whose height is above each level (level 0 holds them all).
+    level_counts: [u64; MAX_LEVEL],
     rng: ChaCha8Rng,
 }
 
@@ -44,7 +64,14 @@ impl SkipList {
     /// An empty list whose node levels come from `seed`.
     pub fn new(seed: u64) -> SkipList {
         let head = Node { key: Vec::new(), value: Value { addr: 0, units: 0 }, next: vec![NIL; MAX_LEVEL] };
-        SkipList { nodes: vec![head], free: Vec::new(), level: 1, len: 0, rng: ChaCha8Rng::seed_from_u64(seed) }
+        SkipList {
+            nodes: vec![head],
+            free: Vec::new(),
+            level: 1,
+            len: 0,
+            level_counts: [0; MAX_LEVEL],
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -63,19 +90,32 @@ impl SkipList {
         level
     }
 
+    /// Counts a visit to a node at level `l`.
+    fn visit(&self, v: &mut Visits, l: usize) {
+        if self.level_counts[l] > CACHED_NODES {
+            v.misses += 1;
+        } else {
+            v.hits += 1;
+        }
+    }
+
     /// For each level, the last node before `key` (the head if none); and the nodes visited.
-    fn predecessors(&self, key: &[u8]) -> ([u32; MAX_LEVEL], u64) {
+    fn predecessors(&self, key: &[u8]) -> ([u32; MAX_LEVEL], Visits) {
         let mut update = [HEAD; MAX_LEVEL];
         let mut at = HEAD;
-        let mut visited = 1;
+        let mut visited = Visits { misses: 0, hits: 1 };
         for l in (0..self.level).rev() {
             loop {
                 let next = self.nodes[at as usize].next[l];
-                if next == NIL || self.nodes[next as usize].key.as_slice() >= key {
+                if next == NIL {
+                    break;
+                }
+                // Reading the next node's key is the access that may miss.
+                self.visit(&mut visited, l);
+                if self.nodes[next as usize].key.as_slice() >= key {
                     break;
                 }
                 at = next;
-                visited += 1;
             }
             update[l] = at;
         }
@@ -88,13 +128,13 @@ impl SkipList {
         (next != NIL && self.nodes[next as usize].key == key).then_some(next)
     }
 
-    pub fn get(&self, key: &[u8]) -> (Option<Value>, u64) {
+    pub fn get(&self, key: &[u8]) -> (Option<Value>, Visits) {
         let (update, visited) = self.predecessors(key);
         (self.at(update[0], key).map(|n| self.nodes[n as usize].value), visited)
     }
 
     /// Inserts or replaces; returns the old value.
-    pub fn upsert(&mut self, key: &[u8], value: Value) -> (Option<Value>, u64) {
+    pub fn upsert(&mut self, key: &[u8], value: Value) -> (Option<Value>, Visits) {
         let (update, visited) = self.predecessors(key);
         if let Some(n) = self.at(update[0], key) {
             return (Some(std::mem::replace(&mut self.nodes[n as usize].value, value)), visited);
@@ -119,18 +159,21 @@ impl SkipList {
         }
         self.level = self.level.max(level);
         self.len += 1;
+        for count in &mut self.level_counts[..level] {
+            *count += 1;
+        }
         (None, visited)
     }
 
     /// Replaces the value of a present key; returns the old value (`None`: absent, unchanged).
-    pub fn update(&mut self, key: &[u8], value: Value) -> (Option<Value>, u64) {
+    pub fn update(&mut self, key: &[u8], value: Value) -> (Option<Value>, Visits) {
         let (update, visited) = self.predecessors(key);
         let old = self.at(update[0], key).map(|n| std::mem::replace(&mut self.nodes[n as usize].value, value));
         (old, visited)
     }
 
     /// Removes a key; returns its value.
-    pub fn remove(&mut self, key: &[u8]) -> (Option<Value>, u64) {
+    pub fn remove(&mut self, key: &[u8]) -> (Option<Value>, Visits) {
         let (update, visited) = self.predecessors(key);
         let Some(n) = self.at(update[0], key) else { return (None, visited) };
         let levels = self.nodes[n as usize].next.len();
@@ -139,6 +182,9 @@ impl SkipList {
         }
         while self.level > 1 && self.nodes[HEAD as usize].next[self.level - 1] == NIL {
             self.level -= 1;
+        }
+        for count in &mut self.level_counts[..levels] {
+            *count -= 1;
         }
         let node = &mut self.nodes[n as usize];
         node.key = Vec::new();
@@ -149,16 +195,16 @@ impl SkipList {
     }
 
     /// Up to `limit` entries with keys within the bounds, ascending; and the nodes visited.
-    pub fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> (Vec<(Vec<u8>, Value)>, u64) {
+    pub fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> (Vec<(Vec<u8>, Value)>, Visits) {
         let (update, mut visited) = match start {
-            Bound::Unbounded => ([HEAD; MAX_LEVEL], 1),
+            Bound::Unbounded => ([HEAD; MAX_LEVEL], Visits { misses: 0, hits: 1 }),
             Bound::Included(k) | Bound::Excluded(k) => self.predecessors(k),
         };
         let mut out = Vec::new();
         let mut at = self.nodes[update[0] as usize].next[0];
         while at != NIL && out.len() < limit {
             let node = &self.nodes[at as usize];
-            visited += 1;
+            self.visit(&mut visited, 0);
             let after_start = match start {
                 Bound::Excluded(k) => node.key.as_slice() > k,
                 _ => true,
@@ -215,6 +261,9 @@ impl SkipList {
                 }
             } else if chain.len() != self.len {
                 return Err(format!("level 0 holds {} nodes, the count says {}", chain.len(), self.len));
+            }
+            if chain.len() as u64 != self.level_counts[l] {
+                return Err(format!("level {l} holds {} nodes, its count says {}", chain.len(), self.level_counts[l]));
             }
             if l >= self.level && !chain.is_empty() {
                 return Err(format!("level {l} is above the top level {} but not empty", self.level));
@@ -276,9 +325,14 @@ mod tests {
         for i in 0..100_000u64 {
             list.upsert(&i.to_be_bytes(), v(i));
         }
-        let visits: u64 = (0..1000u64).map(|i| list.get(&(i * 97).to_be_bytes()).1).sum();
-        let mean = visits as f64 / 1000.0;
+        let visits: Vec<Visits> = (0..1000u64).map(|i| list.get(&(i * 97).to_be_bytes()).1).collect();
+        let mean = visits.iter().map(|v| v.total()).sum::<u64>() as f64 / 1000.0;
         // log4(100 000) ≈ 8.3 levels, a few steps each.
         assert!((8.0..60.0).contains(&mean), "mean visits {mean}");
+        // Only level 0 (100 000 nodes; level 1 has about 25 000) holds more than 2^16 nodes:
+        // the bottom level's visits miss, the upper levels' hit.
+        let misses = visits.iter().map(|v| v.misses).sum::<u64>() as f64 / 1000.0;
+        assert!((1.0..6.0).contains(&misses), "mean misses {misses}");
+        list.check().unwrap();
     }
 }

@@ -14,7 +14,7 @@
 //! at most `limit` items and at most `max_message_bytes`, `more` set if the bytes cut it short.
 
 use super::layout::{self, Geometry};
-use super::skiplist::{SkipList, Value};
+use super::skiplist::{SkipList, Value, Visits};
 use super::wire::{Dedup, Effect, Entry, HTS_SERVICE, Item, Reply, Request, ServerState, WriteOp};
 use super::{HStoreOptions, ServerCounters};
 use crate::common::batch::post_per_node;
@@ -368,7 +368,7 @@ impl Sls {
             }
         }
         self.counters.add("sls_entries_applied", 1);
-        ctx.charge_cpu(CpuWork::CacheLookupLevel, visited).await;
+        charge(ctx, visited).await;
         if let Some(ack) = l.ack {
             let last = {
                 let mut left = lock(&ack.left);
@@ -441,7 +441,7 @@ impl Sls {
                     let part = lock(&self.parts[p].part);
                     part.list.range(as_ref(&job.start), as_ref(&job.end), job.limit)
                 };
-                ctx.charge_cpu(CpuWork::CacheLookupLevel, visited).await;
+                charge(ctx, visited).await;
                 let items: Vec<Item> =
                     items.into_iter().map(|(key, v)| Item { key, addr: v.addr, units: v.units }).collect();
                 let done = {
@@ -479,7 +479,7 @@ impl Sls {
             Task::Get { key, to } => {
                 let waited = self.wait_committed(ctx, p).await;
                 let (found, visited) = lock(&self.parts[p].part).list.get(&key);
-                ctx.charge_cpu(CpuWork::CacheLookupLevel, visited).await;
+                charge(ctx, visited).await;
                 if waited {
                     self.counters.add("sls_gets_waited", 1);
                 }
@@ -497,7 +497,7 @@ impl Sls {
                     // Enough keys to fill a page of the shortest possible items.
                     part.list.range(start, Bound::Unbounded, room / super::wire::item_bytes(1) + 1)
                 };
-                ctx.charge_cpu(CpuWork::CacheLookupLevel, visited).await;
+                charge(ctx, visited).await;
                 let mut page = Vec::new();
                 let mut bytes = 0;
                 let mut done = true;
@@ -614,7 +614,7 @@ impl Sls {
                     .list
                     .upsert(key, Value { addr: layout::encode_addr(s.block), units: s.units })
                     .1;
-                ctx.charge_cpu(CpuWork::CacheLookupLevel, visited).await;
+                charge(ctx, visited).await;
                 items += 1;
             }
         }
@@ -647,9 +647,15 @@ impl Sls {
     }
 }
 
+/// Charges the CPU for a skiplist operation's visits (see [`super::skiplist`]).
+async fn charge<C: ServerCtx>(ctx: &C, visits: Visits) {
+    ctx.charge_cpu(CpuWork::CacheLookupLevel, visits.misses).await;
+    ctx.charge_cpu(CpuWork::NodeSearchEntry, visits.hits).await;
+}
+
 /// Applies a write to a skiplist by the rule both servers share; returns the old value and the
 /// nodes visited.
-fn apply_entry(list: &mut SkipList, e: &Entry) -> (Option<Value>, u64) {
+fn apply_entry(list: &mut SkipList, e: &Entry) -> (Option<Value>, Visits) {
     let v = Value { addr: e.addr, units: e.units };
     match e.op {
         WriteOp::Upsert => list.upsert(&e.key, v),
