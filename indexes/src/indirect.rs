@@ -165,6 +165,18 @@ impl<K: IndexKind> IndexKind for Indirect<K> {
         ChunkOptions { memory_nodes: o.memory_nodes, chunk_bytes: o.chunk_bytes, chunk_align: 4096 }.validate()
     }
 
+    fn servers(o: &Self::Options) -> crate::Servers {
+        K::servers(&o.inner)
+    }
+
+    fn install<H: dmkit_rdma::service::ServiceHost>(o: &Self::Options, host: &mut H) -> Result<(), String> {
+        K::install(&o.inner, host)
+    }
+
+    fn server_counters(o: &Self::Options, memory: &dyn MemoryView) -> BTreeMap<&'static str, u64> {
+        K::server_counters(&o.inner, memory)
+    }
+
     async fn create<C: Client>(o: &Self::Options, ctx: &C) -> Result<(), IndexError> {
         K::create(&o.inner, ctx).await
     }

@@ -153,6 +153,12 @@ impl<T> Queue<T> {
         lock(&self.items).pop_front()
     }
 
+    /// Takes the oldest item if there is one and `take` accepts it (else leaves it first).
+    pub fn pop_if(&self, take: impl FnOnce(&T) -> bool) -> Option<T> {
+        let mut items = lock(&self.items);
+        if take(items.front()?) { items.pop_front() } else { None }
+    }
+
     pub fn len(&self) -> usize {
         lock(&self.items).len()
     }
@@ -222,7 +228,9 @@ mod tests {
         q.push(1);
         q.push(2);
         assert_eq!(poll(p.as_mut(), &flag), Poll::Ready(1));
+        assert_eq!(q.pop_if(|&x| x > 2), None, "2 is left first");
         assert_eq!(q.try_pop(), Some(2));
         assert!(q.is_empty());
+        assert_eq!(q.pop_if(|_| true), None);
     }
 }

@@ -229,6 +229,8 @@ pub(crate) struct Rpc {
     outcome: Outcome<Vec<u8>>,
     /// Unique over the run (the slab reuses ids): a deferred reply names it.
     tag: u64,
+    /// Answered already (a reply sent while its handler was still running).
+    replied: bool,
 }
 
 /// A request handed to the executor: run `service`'s handler for `rpc` as a task of the RPC
@@ -242,6 +244,8 @@ pub(crate) struct Dispatch {
     pub(crate) request: Vec<u8>,
     /// The RPC's unique tag, for a deferred reply.
     pub(crate) tag: u64,
+    /// The node's epoch when the handler started (a crash since ends it).
+    pub(crate) node_epoch: u64,
 }
 
 /// A service CPU's access to its own node's memory.
@@ -1386,6 +1390,7 @@ impl Core {
             result: None,
             outcome: Outcome::Pending,
             tag: self.calls_posted,
+            replied: false,
         });
         self.calls_posted += 1;
         if busy {
@@ -1466,41 +1471,38 @@ impl Core {
                 handler,
                 request: std::mem::take(&mut rpc.request),
                 tag: rpc.tag,
+                node_epoch: rpc.node_epoch,
             });
         }
     }
 
-    /// A handler finished: its thread sends the reply and takes the next queued RPC.
-    pub(crate) fn rpc_reply(&mut self, r: u32, reply: Vec<u8>) {
-        let Some(rpc) = self.rpcs.get(r) else { return };
-        let (node, handler) = (rpc.node.0 as usize, rpc.handler.expect("a dispatched RPC has a handler"));
-        if self.nodes[node].epoch != self.rpcs[r].node_epoch || !self.nodes[node].up {
+    /// A handler finished: its thread sends `reply` (or, with `None`, leaves the RPC waiting for
+    /// [`Core::rpc_reply_deferred`] or the node's crash) and takes the next queued RPC. A reply
+    /// sent while the handler still ran (from another thread) already answered it.
+    pub(crate) fn rpc_handled(&mut self, d: &Dispatch, reply: Option<Vec<u8>>) {
+        let n = d.node.0 as usize;
+        if self.nodes[n].epoch != d.node_epoch || !self.nodes[n].up {
             // The node crashed under the handler; the crash already failed the RPC.
             return;
         }
-        self.nodes[node].rpc_running.retain(|&x| x != r);
-        self.nodes[node].idle_rpc_threads.push_back(handler);
-        let posted = self.charge_thread(handler, self.costs.post_cost_ps(1));
-        self.send_reply(r, Ok(reply), posted);
-        self.dispatch_rpcs(node);
-    }
-
-    /// A handler deferred its reply: its thread takes the next queued RPC, and the RPC waits for
-    /// [`Core::rpc_reply_deferred`] (or the node's crash, which fails it).
-    pub(crate) fn rpc_defer(&mut self, r: u32) {
-        let Some(rpc) = self.rpcs.get(r) else { return };
-        let (node, handler) = (rpc.node.0 as usize, rpc.handler.expect("a dispatched RPC has a handler"));
-        if self.nodes[node].epoch != self.rpcs[r].node_epoch || !self.nodes[node].up {
-            return;
+        let open = self.rpcs.get(d.rpc).is_some_and(|rpc| rpc.tag == d.tag && !rpc.replied);
+        self.nodes[n].idle_rpc_threads.push_back(d.handler);
+        if open {
+            self.nodes[n].rpc_running.retain(|&x| x != d.rpc);
+            match reply {
+                Some(bytes) => {
+                    let posted = self.charge_thread(d.handler, self.costs.post_cost_ps(1));
+                    self.send_reply(d.rpc, Ok(bytes), posted);
+                }
+                None => self.nodes[n].rpc_deferred.push(d.rpc),
+            }
         }
-        self.nodes[node].rpc_running.retain(|&x| x != r);
-        self.nodes[node].rpc_deferred.push(r);
-        self.nodes[node].idle_rpc_threads.push_back(handler);
-        self.dispatch_rpcs(node);
+        self.dispatch_rpcs(n);
     }
 
     /// Sends the deferred reply of RPC `r` (tagged `tag`) from `client`'s thread, which must run
-    /// on the RPC's node.
+    /// on the RPC's node: after its handler deferred it, or while the handler still runs (as on
+    /// hardware, where another thread may answer a call the moment it holds its responder).
     pub(crate) fn rpc_reply_deferred(
         &mut self,
         client: u32,
@@ -1512,14 +1514,16 @@ impl Core {
         let n = node.0 as usize;
         let owed = self.is_target(node)
             && self.nodes[n].up
-            && self.nodes[n].rpc_deferred.contains(&r)
-            && self.rpcs.get(r).is_some_and(|rpc| rpc.tag == tag && rpc.node == node);
+            && (self.nodes[n].rpc_deferred.contains(&r) || self.nodes[n].rpc_running.contains(&r))
+            && self.rpcs.get(r).is_some_and(|rpc| rpc.tag == tag && rpc.node == node && !rpc.replied);
         if !owed {
             return Err(VerbsError::Protocol(format!(
                 "{node} owes no reply to call {r} (tag {tag}): answered already, failed by a crash, or another node's"
             )));
         }
         self.nodes[n].rpc_deferred.retain(|&x| x != r);
+        self.nodes[n].rpc_running.retain(|&x| x != r);
+        self.rpcs[r].replied = true;
         let posted = self.charge_thread(client, self.costs.post_cost_ps(1));
         self.send_reply(r, Ok(reply), posted);
         Ok(())

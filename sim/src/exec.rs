@@ -275,7 +275,7 @@ impl Sim {
                 self.start_service(node, id);
             }
         }
-        for d in dispatches {
+        for mut d in dispatches {
             let dispatch = match self.services.get(&(d.node.0, d.service)).and_then(|e| e.current.as_ref()) {
                 Some(instance) => instance.dispatch.clone(),
                 None => unreachable!("the core dispatches only to registered services"),
@@ -283,12 +283,10 @@ impl Sim {
             let ctx = self.handle(d.handler);
             let core = self.core.clone();
             let responder = Responder { node: d.node, call: d.rpc as u64, tag: d.tag };
-            let reply = dispatch(ctx.clone(), d.request, responder);
+            let reply = dispatch(ctx.clone(), std::mem::take(&mut d.request), responder);
             self.spawn(&ctx, async move {
-                match reply.await {
-                    Some(bytes) => core.borrow_mut().rpc_reply(d.rpc, bytes),
-                    None => core.borrow_mut().rpc_defer(d.rpc),
-                }
+                let reply = reply.await;
+                core.borrow_mut().rpc_handled(&d, reply);
             });
         }
         spawned

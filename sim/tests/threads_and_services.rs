@@ -1171,6 +1171,50 @@ fn workers_can_share_the_rpc_threads_cores() {
     assert!(shared >= WORK_NS, "served after the worker's {WORK_NS} ns: {shared} ns");
 }
 
+/// Answers through its responder before its handler returns (as a hardware host allows),
+/// then computes `after_ns` more on the RPC thread.
+#[derive(Debug)]
+struct EarlyReply {
+    after_ns: u64,
+}
+
+impl Service<SimClient> for EarlyReply {
+    async fn handle(self: Arc<Self>, _ctx: SimClient, _request: Vec<u8>) -> Vec<u8> {
+        unreachable!("every request is dispatched")
+    }
+
+    async fn dispatch(self: Arc<Self>, ctx: SimClient, request: Vec<u8>, to: Responder) -> Option<Vec<u8>> {
+        ctx.reply(to, request).unwrap();
+        ctx.charge_cpu(CpuWork::Nanoseconds, self.after_ns).await;
+        // Already answered: a second answer, by return value, is dropped.
+        Some(b"late".to_vec())
+    }
+}
+
+/// A reply sent while the handler still runs reaches the caller at once; the RPC thread stays
+/// busy until the handler returns, so a second call waits for it.
+#[test]
+fn a_handler_may_reply_before_it_returns() {
+    const AFTER_NS: u64 = 50_000;
+    let cfg = server_config(1, 1);
+    let server = server_node(&cfg);
+    let mut sim = Sim::new(cfg).unwrap();
+    sim.add_service(server, SVC, || EarlyReply { after_ns: AFTER_NS }).unwrap();
+    let c = sim.add_client(0).unwrap();
+    let c2 = c.clone();
+    let out = sim.spawn_output(&c, async move {
+        let first = c2.call(server, SVC, word(1)).await.unwrap();
+        let t1 = c2.now_ns();
+        let second = c2.call(server, SVC, word(2)).await.unwrap();
+        (first, t1, second, c2.now_ns())
+    });
+    sim.run().unwrap();
+    let (first, t1, second, t2) = out.take();
+    assert_eq!((first, second), (word(1), word(2)), "each caller got the early reply, not the late one");
+    assert!(t1 < AFTER_NS, "the first reply came before its handler returned: {t1} ns");
+    assert!(t2 >= AFTER_NS, "the second call waited for the one RPC thread: {t2} ns");
+}
+
 /// A deferred call the node holds when it crashes fails at its caller like any other.
 #[test]
 fn a_crash_fails_the_calls_whose_replies_were_deferred() {

@@ -357,7 +357,10 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                 // The shortcut is a hint: posted, not awaited.
                 let hint =
                     dmkit_rdma::Request::write(RemoteAddr::host(self.o.ms_node(), slot), new.to_le_bytes().to_vec());
-                self.ctx.post_unsignaled(vec![hint])?;
+                // A hint that cannot be posted is only a stale hint: the write succeeded.
+                if self.ctx.post_unsignaled(vec![hint]).is_err() {
+                    self.counters.event("hint_not_posted");
+                }
                 return Ok(existed);
             }
             self.counters.cas_failures += 1;

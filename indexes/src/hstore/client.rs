@@ -117,10 +117,19 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
         let hts = self.hts();
         let mut off = self.g.bucket_offset(p.bucket);
         let mut incarnation = None;
-        for hop in 0..MAX_HOPS {
+        // The two READs of a batch may sample in either order (memory model rule 3): a bucket
+        // sampled before a rebuilding table's ready word was set would pass for a complete
+        // one. The ready word can only go from 0 to an incarnation once per incarnation, so a
+        // compute node that has seen incarnation I complete trusts an unfenced batch that reads
+        // I; a new incarnation is confirmed once with the bucket READ fenced behind the word.
+        let known = self.node.table_incarnation.load(Ordering::Relaxed);
+        let mut fence = false;
+        let mut hop = 0;
+        while hop < MAX_HOPS {
+            let bucket_read = Verb::read_len(RemoteAddr::host(hts, off), layout::BUCKET_BYTES as usize);
             let batch = vec![
                 Verb::read_len(RemoteAddr::host(hts, layout::READY_OFFSET), 8),
-                Verb::read_len(RemoteAddr::host(hts, off), layout::BUCKET_BYTES as usize),
+                if fence { bucket_read.fenced() } else { bucket_read },
             ];
             let t_bucket = self.ctx.now_ns();
             let posted = self.ctx.post(batch).await;
@@ -144,10 +153,20 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             if incarnation.is_some_and(|i| i != ready) {
                 return Ok(Lookup::Restart);
             }
+            if ready != known && !fence && !self.o.planted("no-ready-fence") {
+                // A table this compute node has not seen complete: read again, fenced.
+                self.counters.event("incarnation_confirmed");
+                fence = true;
+                continue;
+            }
+            if fence && ready != known {
+                self.node.table_incarnation.store(ready, Ordering::Relaxed);
+            }
             incarnation = Some(ready);
             if hop > 0 {
                 self.counters.event("chain_hop");
             }
+            hop += 1;
             let words = layout::bucket_words(&bucket);
             for &word in &words[..self.g.slots] {
                 let Some(s) = layout::Slot::decode(word) else { continue };

@@ -212,6 +212,9 @@ impl Hts {
         }
         loop {
             if !lock(&self.shared).in_batch.iter().any(|&b| b) {
+                // Pass the wake-up on: another recovering SLS incarnation may wait here too
+                // (an earlier one that crashed while waiting took the last batch's notice).
+                self.idle.notify_one();
                 return Reply::Ok;
             }
             self.idle.notified().await;
@@ -429,6 +432,8 @@ impl Hts {
         let taken_ns = ctx.now_ns();
         let mut verify: BTreeMap<u64, usize> = BTreeMap::new();
         let mut needs = Vec::with_capacity(batch.len());
+        // Blocks each entry's fingerprint matches, before the batch.
+        let mut candidates: Vec<Vec<u64>> = Vec::with_capacity(batch.len());
         // Empty slots per chain as the batch's upserts use them up (each taken to be an insert:
         // a bucket is reserved for every upsert that might not find a slot).
         let mut empties: BTreeMap<u64, usize> = BTreeMap::new();
@@ -443,6 +448,7 @@ impl Hts {
                 }
             };
             let mut empty = 0;
+            let mut mine = Vec::new();
             for (_, words) in &chain {
                 for &word in &words[..self.g.slots] {
                     match Slot::decode(word) {
@@ -450,13 +456,16 @@ impl Hts {
                         Some(s) if s.fp == pl.fp => {
                             let len = (s.units as usize * layout::UNIT as usize)
                                 .min(layout::HEADER_BYTES + p.entry.key.len());
-                            let at = verify.entry(layout::encode_addr(s.block)).or_insert(0);
+                            let addr = layout::encode_addr(s.block);
+                            let at = verify.entry(addr).or_insert(0);
                             *at = (*at).max(len);
+                            mine.push(addr);
                         }
                         Some(_) => {}
                     }
                 }
             }
+            candidates.push(mine);
             // Pipelined (the plant), an earlier batch may still fill this chain: every upsert
             // reserves a bucket, so the plant shows its ordering bug, not a reservation one.
             let left = empties.entry(pl.bucket).or_insert(if pipelined { 0 } else { empty });
@@ -469,24 +478,41 @@ impl Hts {
             }
             needs.push(need);
         }
-        // Reserve overflow buckets; entries that cannot have one are full before shipping.
+        let verifying = !self.o.planted("fp-only");
+        // Reserve overflow buckets. An upsert that cannot have one is full before shipping,
+        // unless it replaces a present key: with the pool spent, its candidates' keys are READ
+        // first (the rare case pays the READs before the log sync instead of beside it).
+        let mut known = BTreeMap::new();
         let reserved = {
-            let mut s = lock(&self.shared);
             let mut reserved = 0;
-            let mut kept = Vec::with_capacity(batch.len());
+            let mut kept: Vec<Pending> = Vec::with_capacity(batch.len());
             let mut full = Vec::new();
-            for (p, need) in batch.drain(..).zip(needs) {
+            for ((p, need), mine) in batch.drain(..).zip(needs).zip(candidates) {
                 if need {
-                    if s.pool_next[w] + s.pool_reserved[w] >= self.g.pool_buckets {
-                        full.push(p);
-                        continue;
+                    let room = {
+                        let mut s = lock(&self.shared);
+                        let room = s.pool_next[w] + s.pool_reserved[w] < self.g.pool_buckets;
+                        if room {
+                            s.pool_reserved[w] += 1;
+                        }
+                        room
+                    };
+                    if room {
+                        reserved += 1;
+                    } else {
+                        if verifying && known.is_empty() && !verify.is_empty() {
+                            known = self.read_keys(ctx, &verify).await;
+                        }
+                        let present = kept.iter().any(|k| k.entry.op == WriteOp::Upsert && k.entry.key == p.entry.key)
+                            || mine.iter().any(|a| known.get(a).is_some_and(|k| *k == p.entry.key));
+                        if !present {
+                            full.push(p);
+                            continue;
+                        }
                     }
-                    s.pool_reserved[w] += 1;
-                    reserved += 1;
                 }
                 kept.push(p);
             }
-            drop(s);
             for p in full {
                 self.counters.add("hts_full", 1);
                 let _ = ctx.reply(p.to, Reply::Full.encode());
@@ -512,22 +538,32 @@ impl Hts {
         self.counters.set_max("hts_batch_max", batch.len() as u64);
         let planned_ns = ctx.now_ns();
         // The verification READs, in flight with the log sync (digest decision 2).
+        if verifying {
+            verify.retain(|addr, _| !known.contains_key(addr));
+            known.extend(self.read_keys(ctx, &verify).await);
+        }
+        Some(Shipped { batch, first_seq, taken_ns, planned_ns, sync: Some(sync), known, reserved })
+    }
+
+    /// READs the keys of the blocks in `verify` (address and length to read), several at a
+    /// time; a block whose key is longer than what was read is no entry's key (empty), a failed
+    /// READ is left out (`apply` reads it again).
+    async fn read_keys<C: ServerCtx>(&self, ctx: &C, verify: &BTreeMap<u64, usize>) -> BTreeMap<u64, Vec<u8>> {
         let mut known = BTreeMap::new();
-        if !self.o.planted("fp-only") && !verify.is_empty() {
-            let reads: Vec<(u64, Verb)> =
-                verify.iter().map(|(&addr, &len)| (addr, Verb::read_len(layout::decode_addr(addr), len))).collect();
-            self.counters.add("hts_verify_reads", reads.len() as u64);
-            let (addrs, reqs): (Vec<u64>, Vec<Verb>) = reads.into_iter().unzip();
-            if let Ok(responses) = post_per_node(ctx, reqs).await {
-                for (addr, r) in addrs.into_iter().zip(responses) {
-                    // A block whose key is longer than what was read is no entry's key.
-                    if let Ok(b) = r.into_buf() {
-                        known.insert(addr, layout::header_key(&b).map(<[u8]>::to_vec).unwrap_or_default());
-                    }
+        if verify.is_empty() {
+            return known;
+        }
+        self.counters.add("hts_verify_reads", verify.len() as u64);
+        let reqs: Vec<Verb> =
+            verify.iter().map(|(&addr, &len)| Verb::read_len(layout::decode_addr(addr), len)).collect();
+        if let Ok(responses) = post_per_node(ctx, reqs).await {
+            for (&addr, r) in verify.keys().zip(responses) {
+                if let Ok(b) = r.into_buf() {
+                    known.insert(addr, layout::header_key(&b).map(<[u8]>::to_vec).unwrap_or_default());
                 }
             }
         }
-        Some(Shipped { batch, first_seq, taken_ns, planned_ns, sync: Some(sync), known, reserved })
+        known
     }
 
     fn release(&self, w: usize, reserved: u64) {
@@ -564,12 +600,12 @@ impl Hts {
             let seq = shipped.first_seq + i as u64;
             last_seq = seq;
             let result = self.apply(ctx, w, &p.entry, &mut shipped.known, &mut reserved).await;
+            // The entry is done here either way: the commit point passes it (a failed apply is a
+            // broken invariant the client reports as corruption, not a write to wait for).
+            lock(&self.shared).committed[w] = seq;
             let reply = match result {
                 Ok(effect) => {
-                    let mut s = lock(&self.shared);
-                    s.committed[w] = seq;
-                    s.dedup.insert(p.entry.client, (p.entry.req_id, effect));
-                    drop(s);
+                    lock(&self.shared).dedup.insert(p.entry.client, (p.entry.req_id, effect));
                     let now = ctx.now_ns();
                     Reply::Done {
                         effect,
@@ -581,7 +617,10 @@ impl Hts {
                         },
                     }
                 }
-                Err(e) => Reply::Error(e.to_string()),
+                Err(e) => {
+                    self.counters.add("hts_apply_errors", 1);
+                    Reply::Error(e.to_string())
+                }
             };
             let _ = ctx.reply(p.to, reply.encode());
         }
@@ -688,18 +727,9 @@ impl Hts {
         let mut bytes = super::wire::entry_bytes(first.entry.key.len());
         let mut batch = vec![first];
         while batch.len() < self.o.batch_entries as usize {
-            let Some(next) = self.logs[w].try_pop() else { break };
-            let b = super::wire::entry_bytes(next.entry.key.len());
-            if bytes + b > limit {
-                // Put it back at the front: keep the log's order.
-                let rest: Vec<Pending> = std::iter::from_fn(|| self.logs[w].try_pop()).collect();
-                self.logs[w].push(next);
-                for p in rest {
-                    self.logs[w].push(p);
-                }
-                break;
-            }
-            bytes += b;
+            let fits = |p: &Pending| bytes + super::wire::entry_bytes(p.entry.key.len()) <= limit;
+            let Some(next) = self.logs[w].pop_if(fits) else { break };
+            bytes += super::wire::entry_bytes(next.entry.key.len());
             batch.push(next);
         }
         batch

@@ -69,7 +69,13 @@
 //!   until the SLS is back), READs the whole table one-sided, READs each block's key from the
 //!   memory pool, and fills fresh skiplists. GETs are unaffected.
 //! - Both at once (the memory-pool sweep of the digest's decision 16) is **not built**: both
-//!   servers wait for an `Init` that never comes, and writes give up after their retries.
+//!   servers wait for an `Init` that never comes, and writes give up after their retries. A
+//!   recovery that fails (its peer crashes too) is counted (`hts_recovery_failed`,
+//!   `sls_recovery_failed`) and not retried.
+//! - A server tells a restart from its first start by time: its peer was serving before it
+//!   started. That holds in the simulator, whose clock is global; on hardware each process has
+//!   its own clock, and a server process restarted by hand would wait for an `Init` (server
+//!   crash-restart is not built on hardware).
 //!
 //! Clients learn that the HTS is down when a READ fails (`NodeDown`) or its ready word is 0
 //! (a restarted, empty HTS), and then send GETs to the SLS for `down_probe_ns` before trying
@@ -284,9 +290,18 @@ impl HStoreOptions {
         }
         ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 }
             .validate()?;
-        let end = self.geometry().end_offset();
-        if end >= RemoteAddr::OFFSET_LIMIT {
-            return err(format!("the table and pools need {end} bytes of the HTS"));
+        let buckets = (self.pool_buckets.checked_mul(self.hts_workers as u64))
+            .and_then(|pools| pools.checked_add(self.buckets))
+            .and_then(|b| b.checked_mul(layout::BUCKET_BYTES))
+            .and_then(|bytes| bytes.checked_add(layout::TABLE_OFFSET));
+        match buckets {
+            Some(end) if end < RemoteAddr::OFFSET_LIMIT => {}
+            _ => {
+                return err(format!(
+                    "the table and pools ({} + {} x {} buckets) do not fit the HTS's memory",
+                    self.buckets, self.hts_workers, self.pool_buckets
+                ));
+            }
         }
         Ok(())
     }
@@ -329,7 +344,7 @@ impl HStoreOptions {
 }
 
 /// Every protection of the default protocol, each removable.
-pub const PLANTS: [PlantedBug; 8] = [
+pub const PLANTS: [PlantedBug; 9] = [
     PlantedBug {
         name: "no-commit-wait",
         description: "SLS scans and lookups return entries the HTS has not applied yet (V1): a scan sees a write, a later GET does not",
@@ -359,6 +374,10 @@ pub const PLANTS: [PlantedBug; 8] = [
         description: "the client calls the HTS before its block WRITE completed (A3): the table points at a block not yet written",
     },
     PlantedBug {
+        name: "no-ready-fence",
+        description: "a GET trusts a table incarnation it has not seen complete on an unfenced batch: its bucket READ may sample a rebuilding table before the ready word",
+    },
+    PlantedBug {
         name: "fp-only",
         description: "the HTS takes a fingerprint match for the key without reading the block's key: an insert overwrites another key",
     },
@@ -378,6 +397,8 @@ pub struct HStoreNode {
     pub(crate) quarantine: Mutex<Quarantine>,
     /// Until when GETs go to the SLS (the HTS was found down).
     pub(crate) hts_down_until_ns: AtomicU64,
+    /// The table incarnation this node has seen complete (see `client::get_table`).
+    pub(crate) table_incarnation: AtomicU64,
 }
 
 impl HStoreNode {
@@ -395,10 +416,17 @@ impl HStoreNode {
                 released.push(q.blocks.pop_front().expect("non-empty"));
             }
         }
+        // Every block goes back even if one is refused (the first refusal is reported).
+        let mut refused = None;
         for &(_, block, bytes) in &released {
-            self.chunks.free(block, bytes)?;
+            if let Err(e) = self.chunks.free(block, bytes) {
+                refused.get_or_insert(e);
+            }
         }
-        Ok(released.len() as u64)
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(released.len() as u64),
+        }
     }
 }
 
@@ -454,7 +482,12 @@ impl IndexKind for HStore {
             chunk_align: 4096,
         })
         .unwrap_or_else(|e| panic!("options were validated: {e}"));
-        HStoreNode { chunks, quarantine: Mutex::new(Quarantine::default()), hts_down_until_ns: AtomicU64::new(0) }
+        HStoreNode {
+            chunks,
+            quarantine: Mutex::new(Quarantine::default()),
+            hts_down_until_ns: AtomicU64::new(0),
+            table_incarnation: AtomicU64::new(0),
+        }
     }
 
     fn node_state_bytes(n: &HStoreNode) -> u64 {

@@ -111,6 +111,12 @@ pub struct Sls {
     g: Geometry,
     shared: Mutex<Shared>,
     parts: Vec<Partition>,
+    /// Held while a log sync's entries are appended and while a task takes its log position:
+    /// a task never falls between two entries of one batch, so a scan or lookup waiting on
+    /// batch B's commit has applied all of B here. Without it, RPC threads on OS threads (the
+    /// hardware host) could queue a scan between a batch's entries, and in sync mode the
+    /// scan's commit wait and the batch's ack would wait on each other.
+    appending: Mutex<()>,
     counters: ServerCounters,
 }
 
@@ -147,6 +153,7 @@ impl Sls {
                 dedup: BTreeMap::new(),
             }),
             parts,
+            appending: Mutex::new(()),
             counters: ServerCounters::default(),
             o,
         }
@@ -217,7 +224,7 @@ impl Sls {
         let fresh: Vec<(u64, Entry)> = entries
             .into_iter()
             .enumerate()
-            .map(|(i, e)| (first_seq + i as u64, e))
+            .map(|(i, e)| (first_seq.saturating_add(i as u64), e))
             .filter(|(seq, _)| *seq > *seen)
             .collect();
         if let Some((last, _)) = fresh.last() {
@@ -229,6 +236,7 @@ impl Sls {
         let ack = (self.o.sync_skiplist && !fresh.is_empty())
             .then(|| Arc::new(BatchAck { left: Mutex::new(fresh.len()), to }));
         let mut touched = vec![false; self.parts.len()];
+        let appending = lock(&self.appending);
         for (seq, entry) in fresh {
             let p = self.g.place(&entry.key).partition as usize;
             let mut part = lock(&self.parts[p].part);
@@ -236,6 +244,7 @@ impl Sls {
             part.appended += 1;
             touched[p] = true;
         }
+        drop(appending);
         for (p, t) in touched.into_iter().enumerate() {
             if t {
                 self.parts[p].work.notify_one();
@@ -257,6 +266,7 @@ impl Sls {
 
     /// Queues a task on partition `p` behind its log's current tail.
     fn queue(&self, p: usize, task: Task) {
+        let _appending = lock(&self.appending);
         let mut part = lock(&self.parts[p].part);
         let (tail, applied_then) = (part.appended, part.applied);
         part.tasks.push_back(Queued { task, tail, applied_then });
@@ -418,7 +428,6 @@ impl Sls {
                     let dead = incarnation + 1;
                     self.newer_incarnation(&mut s, dead);
                 }
-                Ok(Ok(Reply::Blocked)) | Ok(Ok(Reply::Status { .. })) => {}
                 other => {
                     drop(s);
                     self.counters.add("sls_commit_query_errors", 1);
@@ -437,9 +446,12 @@ impl Sls {
         match q.task {
             Task::Scan(job) => {
                 let waited = self.wait_committed(ctx, p).await;
+                // A share needs no more items than a reply can carry.
+                let room = self.o.max_message_bytes as usize - super::wire::FIXED_BYTES;
+                let most = job.limit.min(room / super::wire::item_bytes(1) + 1);
                 let (items, visited) = {
                     let part = lock(&self.parts[p].part);
-                    part.list.range(as_ref(&job.start), as_ref(&job.end), job.limit)
+                    part.list.range(as_ref(&job.start), as_ref(&job.end), most)
                 };
                 charge(ctx, visited).await;
                 let items: Vec<Item> =
