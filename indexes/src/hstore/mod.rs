@@ -86,6 +86,9 @@
 //! - Every bucket READ is a doorbell batch with an 8-byte READ of the ready word: a restarted
 //!   HTS reuses its node id, and an empty table must not answer "absent". On hardware the
 //!   reconnection to a new incarnation would do this job; the extra verb costs no round trip.
+//!   The two READs may sample in either order, so a compute node confirms each new incarnation
+//!   once with the bucket READ fenced behind the word (one more round trip per compute node
+//!   and incarnation; plant `no-ready-fence`, found on the `crash-hts` preset).
 //! - The block check is the low 32 bits of SMART's CRC-64 (the digest suggests CRC-32C).
 //! - A block freed by a client of another compute node cannot be returned to that node's
 //!   allocator; it is leaked and counted (`foreign_block_leaked`). The paper runs every client
