@@ -23,7 +23,12 @@ pub struct RemoteRegion {
     pub len: u64,
 }
 
-/// A memory node's regions: host memory, and device memory where its NIC has some.
+/// Device memory of a node whose NIC has none: 0 bytes.
+const NO_DEVICE_MEMORY: RemoteRegion = RemoteRegion { addr: 0, rkey: 0, len: 0 };
+
+/// A memory node's regions: host memory, and device memory where its NIC has some (region 1
+/// of its [`RemoteAddr`]s: registered zero-based, so `addr` is 0 and offset `o` is remote
+/// address `o`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeRegions {
     pub host: RemoteRegion,
@@ -97,9 +102,11 @@ impl Plan {
 /// `post_unsignaled`, whose completions the backend collects with the next signalled one).
 ///
 /// Errors, before anything is posted: the checks of [`validate_batch`]; a range outside the
-/// target region ([`VerbsError::OutOfRange`]); device memory on a node without it
-/// ([`VerbsError::NoSuchNode`]); a masked atomic in an unsignaled batch on a backend that must
-/// emulate it ([`VerbsError::Unsupported`]: the emulation needs the old word).
+/// target region ([`VerbsError::OutOfRange`]), device memory (region 1) included: a node
+/// without device memory has 0 bytes of it, so every region-1 verb to it is out of range, as
+/// in the simulator with `device_memory_bytes = 0`; a masked atomic in an unsignaled batch on
+/// a backend that must emulate it ([`VerbsError::Unsupported`]: the emulation needs the old
+/// word).
 pub fn plan_batch(
     requests: &[Request],
     regions: &NodeRegions,
@@ -114,7 +121,7 @@ pub fn plan_batch(
     for (index, r) in requests.iter().enumerate() {
         let region = match r.addr.region() {
             Region::Host => regions.host,
-            Region::Device => regions.device.ok_or(VerbsError::NoSuchNode(node))?,
+            Region::Device => regions.device.unwrap_or(NO_DEVICE_MEMORY),
         };
         let len = r.op.byte_len();
         let end = r.addr.offset().checked_add(len);
@@ -279,9 +286,18 @@ mod tests {
             plan_batch(&[Request::cas(host(4), 0, 1)], &r, &c, true),
             Err(VerbsError::Unaligned { addr: host(4) })
         );
+        // Device memory on a node without it: out of range (0 bytes of it), as in the simulator.
         let no_dm = NodeRegions { device: None, ..r };
         let dm = RemoteAddr::new(Region::Device, NodeId(3), 0);
-        assert_eq!(plan_batch(&[Request::cas(dm, 0, 1)], &no_dm, &c, true), Err(VerbsError::NoSuchNode(NodeId(3))));
+        let err = plan_batch(&[Request::cas(dm, 0, 1)], &no_dm, &c, true).unwrap_err();
+        assert_eq!(err, VerbsError::OutOfRange { addr: dm, len: 8 });
+        assert_eq!(err.to_string(), "remote range 3:dev:0x0 + 8 bytes is out of range");
+        // Past the end of the device memory a node has.
+        let past = RemoteAddr::new(Region::Device, NodeId(3), 4096);
+        assert_eq!(
+            plan_batch(&[Request::read_len(past, 8)], &r, &c, true),
+            Err(VerbsError::OutOfRange { addr: past, len: 8 })
+        );
         assert!(matches!(
             plan_batch(&[Request::read(host(0), Buf::zeroed(2 << 20))], &r, &c, true),
             Err(VerbsError::InvalidLength { .. })
