@@ -143,7 +143,9 @@ pub enum MaskedAtomics {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caps {
     pub masked_atomics: MaskedAtomics,
-    /// Device-memory bytes per memory node (0: none, as on Soft-RoCE).
+    /// Device-memory bytes per memory node (0: none, as on Soft-RoCE): region 1 of its
+    /// addresses. On hardware, the least any node the client reaches serves (all of its NIC's
+    /// `max_dm_size`, or 0).
     pub device_memory_bytes: u64,
     /// WRITEs up to this size are sent inline (no DMA read of the source buffer).
     pub max_inline_bytes: u32,

@@ -1,6 +1,7 @@
 //! The device layer (feature `connectx`): an RDMA device opened through `sideway`, registered
-//! memory, RC queue pairs connected from [`Endpoint`]s, and a blocking executor that runs a
-//! [`Plan`] on a queue pair and returns each request's [`Response`].
+//! memory (host memory, 2 MiB huge pages, and the NIC's device memory), RC queue pairs
+//! connected from [`Endpoint`]s, and a blocking executor that runs a [`Plan`] on a queue pair
+//! and returns each request's [`Response`].
 //!
 //! This is the first layer of the real backend (issue 12): one thread, one queue pair at a
 //! time, completions polled by spinning. The async `Verbs` implementation (many clients per
@@ -10,23 +11,37 @@
 //! staging region laid out by [`plan_batch`]: WRITE payloads are copied in (or sent inline when
 //! they fit the queue pair's inline limit), READ results and atomics' old words are copied out
 //! after the completion. Masked atomics are emulated with a READ and a CAS loop on the same
-//! queue pair, as [`crate::emulate`] does (Soft-RoCE and upstream rdma-core have none).
+//! queue pair, as [`crate::emulate`] does (Soft-RoCE and upstream rdma-core have none), unless
+//! feature `mlx5-masked` is on and the device is a ConnectX: then they are native, one raw WQE
+//! each ([`super::mlx5`]; untested without ConnectX hardware).
 //!
-//! Unsafe code is confined to this module: memory registration, scatter-gather entries that
-//! point into registered memory, and the staging region's allocation. Each site says why it is
-//! sound: the memory outlives every work request that names it, because the executor waits for
-//! the completion that covers a batch before it returns, and keeps the region until then.
+//! - **Device memory** ([`DeviceMemory`]): `ibv_alloc_dm` and `ibv_reg_dm_mr` with zero-based
+//!   addressing, so a peer's work request names offset `o` of it as remote address `o`, as a
+//!   [`crate::RemoteAddr`] of region 1 does. [`DeviceCaps::max_dm_bytes`] is the device's
+//!   `max_dm_size` (`ibv_query_device_ex`; 0 where the query or the memory is unsupported, as
+//!   on Soft-RoCE). Untested without ConnectX hardware: Soft-RoCE has none.
+//! - **Huge pages** ([`Region::huge`]): an anonymous `MAP_HUGETLB` mapping of 2 MiB pages,
+//!   refused with a one-line reason ([`check_hugepages`]) when the kernel has too few free.
+//!
+//! Unsafe code is confined to the real backend: memory registration, scatter-gather entries
+//! that point into registered memory, the staging region's allocation, the huge-page mapping,
+//! device memory and the raw queries. Each site says why it is sound: the memory outlives every
+//! work request that names it, because the executor waits for the completion that covers a
+//! batch before it returns, and keeps the region until then.
 
 #![allow(unsafe_code)]
+// Without `mlx5-masked` a queue pair has one kind, and the matches over its kinds one arm.
+#![cfg_attr(not(feature = "mlx5-masked"), allow(clippy::infallible_destructuring_match))]
 
 use super::plan::{Part, Plan, WorkRequest, WrOp, plan_batch};
 use super::wire::Endpoint;
 use crate::{Buf, Caps, MaskedAtomics, Op, Request, Response, VerbsError};
+use rdma_mummy_sys as sys;
 use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
 use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-use sideway::ibverbs::device_context::{AtomicCapability, DeviceContext, Mtu};
+use sideway::ibverbs::device_context::{AtomicCapability, DeviceAttr, DeviceContext, Mtu};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
@@ -54,12 +69,51 @@ fn device_error(what: &str, e: impl std::fmt::Display) -> VerbsError {
 #[derive(Debug)]
 pub struct Region {
     ptr: NonNull<u8>,
-    layout: Layout,
+    backing: Backing,
+}
+
+/// Where a [`Region`]'s bytes come from.
+#[derive(Debug)]
+enum Backing {
+    /// The global allocator, 4 KiB-aligned.
+    Heap(Layout),
+    /// An anonymous mapping of 2 MiB huge pages, this many bytes (whole pages).
+    Huge(usize),
 }
 
 // SAFETY: `Region` owns its allocation exclusively (like a `Box<[u8]>`); the NIC's accesses are
 // synchronised by completions, which the executor waits for.
 unsafe impl Send for Region {}
+
+/// The huge pages `--hugepages` maps: 2 MiB each.
+pub const HUGE_PAGE_BYTES: u64 = 2 << 20;
+
+/// Where the kernel counts its 2 MiB huge pages.
+const HUGE_PAGES_DIR: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB";
+
+/// Whether `bytes` (rounded up to whole 2 MiB pages) of huge pages can be mapped now: the
+/// number of pages, or why not, in one line (too few free pages, and how many to configure;
+/// a kernel without 2 MiB huge pages).
+pub fn check_hugepages(bytes: u64) -> Result<u64, String> {
+    let pages = bytes.div_ceil(HUGE_PAGE_BYTES);
+    let read = |file: &str| {
+        std::fs::read_to_string(format!("{HUGE_PAGES_DIR}/{file}")).ok().and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    let (Some(total), Some(free)) = (read("nr_hugepages"), read("free_hugepages")) else {
+        return Err(format!("this kernel offers no 2 MiB huge pages (no {HUGE_PAGES_DIR})"));
+    };
+    // Free pages another mapping has reserved are not ours to take.
+    let available = free.saturating_sub(read("resv_hugepages").unwrap_or(0));
+    if available < pages {
+        return Err(format!(
+            "{bytes} bytes need {pages} huge pages of 2 MiB and {available} are free \
+             (vm.nr_hugepages is {total}): raise it to at least {}, e.g. sysctl -w vm.nr_hugepages={}",
+            total + (pages - available),
+            total + (pages - available),
+        ));
+    }
+    Ok(pages)
+}
 
 impl Region {
     /// `len` zeroed bytes aligned to 4 KiB. Errors on 0 bytes or a failed allocation.
@@ -72,15 +126,57 @@ impl Region {
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).ok_or(VerbsError::Protocol(format!("cannot allocate {len} bytes")))?;
-        Ok(Region { ptr, layout })
+        Ok(Region { ptr, backing: Backing::Heap(layout) })
+    }
+
+    /// `len` zeroed bytes on 2 MiB huge pages (`MAP_HUGETLB`), rounded up to whole pages, so
+    /// [`Region::len`] may exceed `len`. Errors, with the reason in one line: 0 bytes, too few
+    /// free huge pages ([`check_hugepages`]), a failed mapping.
+    pub fn huge(len: usize) -> Result<Region, VerbsError> {
+        if len == 0 {
+            return Err(VerbsError::Protocol("a region of 0 bytes".into()));
+        }
+        let pages = check_hugepages(len as u64).map_err(|e| VerbsError::Protocol(format!("huge pages: {e}")))?;
+        let mapped = usize::try_from(pages * HUGE_PAGE_BYTES)
+            .map_err(|_| VerbsError::Protocol(format!("huge pages: {len} bytes do not fit this machine")))?;
+        // SAFETY: a fresh anonymous private mapping (no address hint, no file): it aliases
+        // nothing, and is unmapped once, in `drop`. The kernel zeroes huge pages, and a private
+        // hugetlb mapping reserves its pages when it is made, so touching them cannot fault
+        // for want of pages later.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | libc::MAP_HUGE_2MB,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(VerbsError::Protocol(format!(
+                "huge pages: cannot map {pages} huge pages of 2 MiB: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let ptr = NonNull::new(ptr as *mut u8).ok_or(VerbsError::Protocol("huge pages: mmap gave null".into()))?;
+        Ok(Region { ptr, backing: Backing::Huge(mapped) })
     }
 
     pub fn len(&self) -> usize {
-        self.layout.size()
+        match self.backing {
+            Backing::Heap(layout) => layout.size(),
+            Backing::Huge(mapped) => mapped,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    /// Whether the region is on huge pages.
+    pub fn is_huge(&self) -> bool {
+        matches!(self.backing, Backing::Huge(_))
     }
 
     /// The region's address, as the NIC and a peer's work requests name it.
@@ -108,8 +204,15 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+        match self.backing {
+            // SAFETY: allocated in `new` with this layout.
+            Backing::Heap(layout) => unsafe { dealloc(self.ptr.as_ptr(), layout) },
+            Backing::Huge(mapped) => {
+                // SAFETY: mapped in `huge` with this length, unmapped only here.
+                let ret = unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, mapped) };
+                debug_assert_eq!(ret, 0, "munmap of a huge-page region");
+            }
+        }
     }
 }
 
@@ -123,8 +226,12 @@ pub struct DeviceCaps {
     pub max_dest_rd_atomic: u8,
     pub max_rd_atomic: u8,
     pub mtu: Mtu,
-    /// Device memory bytes (0 on Soft-RoCE).
+    /// The device memory the NIC has (`ibv_query_device_ex`'s `max_dm_size`): 0 where the
+    /// query does not report it, as on Soft-RoCE.
     pub max_dm_bytes: u64,
+    /// How this NIC's queue pairs do masked atomics: [`MaskedAtomics::Native`] only with
+    /// feature `mlx5-masked` on an mlx5 device (ConnectX), else emulated.
+    pub masked_atomics: MaskedAtomics,
 }
 
 /// An opened device and port with its RoCE v2 GID and a protection domain.
@@ -135,6 +242,10 @@ pub struct Nic {
     gid_index: u8,
     gid: Gid,
     caps: DeviceCaps,
+    /// Queue pairs of the extended work-request API ([`super::mlx5::DvQp`]): always with native
+    /// masked atomics; on request otherwise ([`Nic::use_extended_queue_pairs`]).
+    #[cfg(feature = "mlx5-masked")]
+    extended_qps: bool,
 }
 
 impl std::fmt::Debug for Nic {
@@ -144,6 +255,23 @@ impl std::fmt::Debug for Nic {
             .field("port", &self.port)
             .field("gid_index", &self.gid_index)
             .finish()
+    }
+}
+
+/// The device's attributes (`ibv_query_device_ex`) from a zeroed struct, so the fields a
+/// provider does not fill (`max_dm_size` where the extended query is unsupported and only the
+/// basic one answers) read 0.
+fn query_device(ctx: &DeviceContext) -> Result<DeviceAttr, VerbsError> {
+    // SAFETY: a zeroed `ibv_device_attr_ex` is a valid out-parameter (plain integers); the
+    // context is open while `ctx` is borrowed; a null input selects the default query.
+    let (ret, attr) = unsafe {
+        let mut attr: sys::ibv_device_attr_ex = std::mem::zeroed();
+        let ret = sys::ibv_query_device_ex(ctx.context().as_ptr(), std::ptr::null(), &mut attr);
+        (ret, attr)
+    };
+    match ret {
+        0 => Ok(DeviceAttr { attr }),
+        e => Err(device_error("query_device", std::io::Error::from_raw_os_error(e))),
     }
 }
 
@@ -166,7 +294,7 @@ impl Nic {
             Some(want) => device_error(&format!("no device {want}"), format!("devices: {names:?}")),
             None => VerbsError::Unsupported("no RDMA device on this machine"),
         })?;
-        let attr = ctx.query_device().map_err(|e| device_error("query_device", e))?;
+        let attr = query_device(&ctx)?;
         let port_attr = ctx.query_port(port).map_err(|e| device_error(&format!("port {port}"), e))?;
         let table = ctx.query_gid_table().map_err(|e| device_error("GID table", e))?;
         let entry = table.iter().filter(|e| e.port_num() == port as u32).find(|e| match gid_index {
@@ -176,6 +304,10 @@ impl Nic {
         let entry = entry.ok_or_else(|| device_error("no usable GID", format!("port {port}, index {gid_index:?}")))?;
         let pd = ctx.alloc_pd().map_err(|e| device_error("alloc_pd", e))?;
         let clamp = |v: i32| v.clamp(1, 16) as u8;
+        #[cfg(feature = "mlx5-masked")]
+        let native = super::mlx5::is_mlx5(&ctx, &ctx.name());
+        #[cfg(not(feature = "mlx5-masked"))]
+        let native = false;
         let caps = DeviceCaps {
             name: ctx.name(),
             atomics: attr.atomic_capability() != AtomicCapability::None,
@@ -183,12 +315,31 @@ impl Nic {
             max_rd_atomic: clamp(attr.max_qp_init_rd_atom()),
             mtu: port_attr.active_mtu(),
             max_dm_bytes: attr.attr.max_dm_size,
+            masked_atomics: if native { MaskedAtomics::Native } else { MaskedAtomics::Emulated },
         };
-        Ok(Nic { ctx, pd, port, gid_index: entry.gid_index() as u8, gid: entry.gid(), caps })
+        Ok(Nic {
+            ctx,
+            pd,
+            port,
+            gid_index: entry.gid_index() as u8,
+            gid: entry.gid(),
+            caps,
+            #[cfg(feature = "mlx5-masked")]
+            extended_qps: native,
+        })
     }
 
     pub fn caps(&self) -> &DeviceCaps {
         &self.caps
+    }
+
+    /// Makes every queue pair created from now on one of the extended work-request API
+    /// ([`super::mlx5::DvQp`], created with `ibv_create_qp_ex`), as native masked atomics use
+    /// on ConnectX, on a device that is not one: masked atomics stay emulated, and everything
+    /// else of that path runs, so Soft-RoCE can test it.
+    #[cfg(feature = "mlx5-masked")]
+    pub fn use_extended_queue_pairs(&mut self) {
+        self.extended_qps = true;
     }
 
     /// Registers `region`: `remote` opens it to peers' READs, WRITEs and atomics.
@@ -226,10 +377,14 @@ impl Nic {
     /// node polls its receives on one thread and reaps its replies' sends on any), in INIT.
     pub fn queue_pair_split(&self, send_cq: &Cq, recv_cq: &Cq, depth: u32, psn: u32) -> Result<RcQp, VerbsError> {
         let (cq, recv_cq) = (send_cq.clone(), recv_cq.clone());
+        #[cfg(feature = "mlx5-masked")]
+        if self.extended_qps {
+            return self.extended_queue_pair(cq, recv_cq, depth, psn);
+        }
         // The provider refuses an inline size it cannot grant: ask for less until it agrees.
         let mut last = None;
         let mut qp: Option<GenericQueuePair> = None;
-        for inline in [256u32, 128, 64, 0] {
+        for inline in INLINE_ASKS {
             let mut b = self.pd.create_qp_builder();
             b.setup_send_cq(cq.0.clone())
                 .setup_recv_cq(recv_cq.0.clone())
@@ -256,7 +411,139 @@ impl Nic {
             AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead | AccessFlags::RemoteAtomic,
         );
         qp.modify(&a).map_err(|e| device_error("QP to INIT", e))?;
-        Ok(RcQp { qp, cq, inline, psn: psn & 0xff_ffff, next_id: 0 })
+        Ok(RcQp { qp: Qp::Verbs(qp), cq, inline, psn: psn & 0xff_ffff, next_id: 0 })
+    }
+
+    /// [`Nic::queue_pair_split`] with the extended work-request API: `mlx5dv_create_qp` with
+    /// raw WQEs where masked atomics are native, `ibv_create_qp_ex` otherwise.
+    #[cfg(feature = "mlx5-masked")]
+    fn extended_queue_pair(&self, cq: Cq, recv_cq: Cq, depth: u32, psn: u32) -> Result<RcQp, VerbsError> {
+        let mlx5 = self.caps.masked_atomics == MaskedAtomics::Native;
+        let mut last = String::new();
+        for inline in INLINE_ASKS {
+            match super::mlx5::DvQp::create(&self.ctx, &self.pd, &cq.0, &recv_cq.0, depth, inline, mlx5) {
+                Ok(mut qp) => {
+                    qp.init(self.port).map_err(|e| device_error("QP to INIT", e))?;
+                    let inline = qp.max_inline();
+                    return Ok(RcQp { qp: Qp::Dv(qp), cq, inline, psn: psn & 0xff_ffff, next_id: 0 });
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(device_error("create QP", last))
+    }
+}
+
+/// Inline sizes a new queue pair asks for, largest first, until the provider grants one.
+const INLINE_ASKS: [u32; 4] = [256, 128, 64, 0];
+
+/// Device memory: bytes on the NIC itself (ConnectX "MEMIC"; an RMW there skips PCIe), as a
+/// memory node serves it as region 1 of its [`crate::RemoteAddr`]s. Allocated with
+/// `ibv_alloc_dm`, zeroed (as the simulator's device memory starts), and registered with
+/// `ibv_reg_dm_mr` zero-based for local and remote READs, WRITEs and atomics: a peer names
+/// offset `o` as remote address `o` with [`DeviceMemory::rkey`].
+///
+/// **Untested without ConnectX hardware**: Soft-RoCE has no device memory (`ibv_alloc_dm`
+/// fails with "operation not supported"), so only that refusal has run.
+pub struct DeviceMemory {
+    dm: NonNull<sys::ibv_dm>,
+    mr: NonNull<sys::ibv_mr>,
+    len: u64,
+    /// Kept so the protection domain and its device outlive the registration.
+    _pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: the handles are owned by this value alone; libibverbs calls on them are thread-safe,
+// and nothing here hands out references into the device memory.
+unsafe impl Send for DeviceMemory {}
+// SAFETY: as above; `&self` methods only read the handles' fields.
+unsafe impl Sync for DeviceMemory {}
+
+impl std::fmt::Debug for DeviceMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceMemory").field("len", &self.len).field("rkey", &self.rkey()).finish()
+    }
+}
+
+impl DeviceMemory {
+    /// `len` bytes of `nic`'s device memory (rounded down to whole 64-byte units, the
+    /// allocation unit of ConnectX device memory), zeroed and registered. Errors: none left to
+    /// allocate, a device without device memory (Soft-RoCE), a failed registration or zeroing.
+    pub fn new(nic: &Nic, len: u64) -> Result<DeviceMemory, VerbsError> {
+        let len = len / 64 * 64;
+        if len == 0 {
+            return Err(device_error("device memory", "the NIC has none"));
+        }
+        let bytes = usize::try_from(len).map_err(|_| device_error("device memory", format!("{len} bytes")))?;
+        let mut attr = sys::ibv_alloc_dm_attr { length: bytes, log_align_req: 0, comp_mask: 0 };
+        // SAFETY: the context is open while `nic` is borrowed; the attribute struct lives for
+        // the call; a null result is checked before use.
+        let dm = unsafe { sys::ibv_alloc_dm(nic.ctx.context().as_ptr(), &mut attr) };
+        let dm = NonNull::new(dm).ok_or_else(|| {
+            device_error(&format!("ibv_alloc_dm of {len} bytes of device memory"), std::io::Error::last_os_error())
+        })?;
+        let zeros = vec![0u8; 4096];
+        let mut at = 0usize;
+        while at < bytes {
+            let n = zeros.len().min(bytes - at);
+            // SAFETY: `[at, at + n)` is inside the allocation, offset and length are multiples
+            // of 4 (as the provider requires); the source lives for the call.
+            let ret = unsafe { sys::ibv_memcpy_to_dm(dm.as_ptr(), at as u64, zeros.as_ptr() as *const _, n) };
+            if ret != 0 {
+                // SAFETY: allocated above, not registered, freed once.
+                unsafe { sys::ibv_free_dm(dm.as_ptr()) };
+                return Err(device_error("zeroing device memory", std::io::Error::from_raw_os_error(ret)));
+            }
+            at += n;
+        }
+        use sys::ibv_access_flags as acc;
+        let access = acc::IBV_ACCESS_LOCAL_WRITE
+            | acc::IBV_ACCESS_REMOTE_WRITE
+            | acc::IBV_ACCESS_REMOTE_READ
+            | acc::IBV_ACCESS_REMOTE_ATOMIC
+            | acc::IBV_ACCESS_ZERO_BASED;
+        // SAFETY: the protection domain and the device memory are live; `[0, len)` is the
+        // whole allocation; a null result is checked before use.
+        let mr = unsafe { sys::ibv_reg_dm_mr(nic.pd.pd().as_ptr(), dm.as_ptr(), 0, bytes, access.0) };
+        let Some(mr) = NonNull::new(mr) else {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: allocated above, not registered, freed once.
+            unsafe { sys::ibv_free_dm(dm.as_ptr()) };
+            return Err(device_error(&format!("ibv_reg_dm_mr of {len} bytes of device memory"), e));
+        };
+        Ok(DeviceMemory { dm, mr, len, _pd: nic.pd.clone() })
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: the registration is live while `self` is.
+        unsafe { (*self.mr.as_ptr()).rkey }
+    }
+
+    /// The region as a peer addresses it (the handshake's welcome): zero-based.
+    pub fn remote(&self) -> super::plan::RemoteRegion {
+        super::plan::RemoteRegion { addr: 0, rkey: self.rkey(), len: self.len }
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        // SAFETY: registered and allocated in `new`, released once, the registration first.
+        unsafe {
+            if sys::ibv_dereg_mr(self.mr.as_ptr()) != 0 {
+                eprintln!("RDMA device: deregistering device memory failed");
+            }
+            if sys::ibv_free_dm(self.dm.as_ptr()) != 0 {
+                eprintln!("RDMA device: freeing device memory failed");
+            }
+        }
     }
 }
 
@@ -307,7 +594,7 @@ impl Cq {
 
 /// An RC queue pair and the completion queue of its sends.
 pub struct RcQp {
-    qp: GenericQueuePair,
+    qp: Qp,
     cq: Cq,
     /// The inline size the provider granted.
     inline: u32,
@@ -315,9 +602,38 @@ pub struct RcQp {
     next_id: u64,
 }
 
+/// The queue pair of an [`RcQp`]: sideway's, or (feature `mlx5-masked`) one of the
+/// extended work-request API that can post raw mlx5 WQEs.
+enum Qp {
+    Verbs(GenericQueuePair),
+    #[cfg(feature = "mlx5-masked")]
+    Dv(super::mlx5::DvQp),
+}
+
+impl Qp {
+    fn qp_number(&self) -> u32 {
+        match self {
+            Qp::Verbs(qp) => qp.qp_number(),
+            #[cfg(feature = "mlx5-masked")]
+            Qp::Dv(qp) => qp.qp_number(),
+        }
+    }
+}
+
 impl std::fmt::Debug for RcQp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RcQp").field("qpn", &self.qp.qp_number()).field("inline", &self.inline).finish()
+        let kind = match &self.qp {
+            Qp::Verbs(_) => "verbs",
+            #[cfg(feature = "mlx5-masked")]
+            Qp::Dv(qp) if qp.has_raw_wqe() => "mlx5 direct verbs",
+            #[cfg(feature = "mlx5-masked")]
+            Qp::Dv(_) => "extended verbs",
+        };
+        f.debug_struct("RcQp")
+            .field("qpn", &self.qp.qp_number())
+            .field("kind", &kind)
+            .field("inline", &self.inline)
+            .finish()
     }
 }
 
@@ -331,8 +647,35 @@ impl RcQp {
         self.inline
     }
 
+    /// Whether this queue pair posts masked atomics natively (one raw mlx5 WQE each).
+    pub fn native_masked_atomics(&self) -> bool {
+        match &self.qp {
+            Qp::Verbs(_) => false,
+            #[cfg(feature = "mlx5-masked")]
+            Qp::Dv(qp) => qp.has_raw_wqe(),
+        }
+    }
+
     /// INIT → RTR → RTS towards `remote`.
     pub fn connect(&mut self, nic: &Nic, remote: &Endpoint) -> Result<(), VerbsError> {
+        let qp = match &mut self.qp {
+            Qp::Verbs(qp) => qp,
+            #[cfg(feature = "mlx5-masked")]
+            Qp::Dv(qp) => {
+                let c = &nic.caps;
+                return qp
+                    .connect(
+                        nic.port,
+                        nic.gid_index,
+                        c.mtu as u32,
+                        c.max_dest_rd_atomic,
+                        c.max_rd_atomic,
+                        self.psn,
+                        remote,
+                    )
+                    .map_err(|e| device_error("connect QP", e));
+            }
+        };
         let mut ah = AddressHandleAttribute::new();
         ah.setup_port(nic.port)
             .setup_service_level(0)
@@ -347,7 +690,7 @@ impl RcQp {
             .setup_max_dest_read_atomic(nic.caps.max_dest_rd_atomic)
             .setup_min_rnr_timer(12)
             .setup_address_vector(&ah);
-        self.qp.modify(&a).map_err(|e| device_error("QP to RTR", e))?;
+        qp.modify(&a).map_err(|e| device_error("QP to RTR", e))?;
         let mut a = QueuePairAttribute::new();
         a.setup_state(QueuePairState::ReadyToSend)
             .setup_sq_psn(self.psn)
@@ -355,7 +698,7 @@ impl RcQp {
             .setup_retry_cnt(7)
             .setup_rnr_retry(7)
             .setup_max_read_atomic(nic.caps.max_rd_atomic);
-        self.qp.modify(&a).map_err(|e| device_error("QP to RTS", e))
+        qp.modify(&a).map_err(|e| device_error("QP to RTS", e))
     }
 
     /// Posts `wrs` with one doorbell; local buffers are in `staging` (registered as `mr`).
@@ -413,8 +756,20 @@ impl RcQp {
         lkey: u32,
         signaled: bool,
     ) -> Result<(), VerbsError> {
+        let qp = match &mut self.qp {
+            Qp::Verbs(qp) => qp,
+            #[cfg(feature = "mlx5-masked")]
+            Qp::Dv(qp) => {
+                let data = (len <= self.inline).then(|| region.read_at(offset as usize, len as usize));
+                assert!(offset as usize + len as usize <= region.len(), "send buffer out of range");
+                let op =
+                    super::mlx5::DvOp::Send { local_addr: region.addr() + offset, lkey, len, inline: data.as_deref() };
+                // SAFETY: inside the registered region, which the caller keeps until completion.
+                return unsafe { qp.post(&[(wr_id, signaled, false, op)]) }.map_err(|e| device_error("post_send", e));
+            }
+        };
         let flags = if signaled { WorkRequestFlags::Signaled } else { WorkRequestFlags::none() };
-        let mut g = self.qp.start_post_send();
+        let mut g = qp.start_post_send();
         if len <= self.inline {
             let data = region.read_at(offset as usize, len as usize);
             g.construct_wr(wr_id, flags).setup_send().setup_inline_data(&data);
@@ -436,7 +791,16 @@ impl RcQp {
         lkey: u32,
     ) -> Result<(), VerbsError> {
         assert!(offset as usize + len as usize <= region.len(), "receive buffer out of range");
-        let mut g = self.qp.start_post_recv();
+        let qp = match &mut self.qp {
+            Qp::Verbs(qp) => qp,
+            #[cfg(feature = "mlx5-masked")]
+            Qp::Dv(qp) => {
+                // SAFETY: inside the registered region, which the caller keeps until completion.
+                return unsafe { qp.post_recv(wr_id, region.addr() + offset, len, lkey) }
+                    .map_err(|e| device_error("post_recv", e));
+            }
+        };
+        let mut g = qp.start_post_recv();
         let h = g.construct_wr(wr_id);
         // SAFETY: inside the registered region, which the caller keeps until completion.
         unsafe { h.setup_sge(lkey, region.addr() + offset, len) }
@@ -454,7 +818,7 @@ pub fn failed_completion(c: &Completion) -> VerbsError {
 
 /// Posts `wrs` on `qp` with one doorbell (ids `first_id..`).
 fn post_wrs(
-    qp: &mut GenericQueuePair,
+    qp: &mut Qp,
     max_inline: u32,
     wrs: &[WorkRequest],
     first_id: u64,
@@ -466,6 +830,11 @@ fn post_wrs(
         // An empty guard must not be posted (sideway would hand libibverbs a dangling list).
         return Err(VerbsError::EmptyBatch);
     }
+    let qp = match qp {
+        Qp::Verbs(qp) => qp,
+        #[cfg(feature = "mlx5-masked")]
+        Qp::Dv(qp) => return post_wrs_dv(qp, max_inline, wrs, first_id, staging, staging_offset, lkey),
+    };
     let mut g = qp.start_post_send();
     for (i, w) in wrs.iter().enumerate() {
         let mut flags = WorkRequestFlags::none();
@@ -505,11 +874,79 @@ fn post_wrs(
                 unsafe { h.setup_sge(lkey, local, 8) }
             }
             WrOp::MaskedCas { .. } | WrOp::MaskedFaa { .. } => {
-                return Err(VerbsError::Unsupported("native masked atomics (feature mlx5-masked)"));
+                return Err(VerbsError::Unsupported("native masked atomics (feature mlx5-masked on a ConnectX)"));
             }
         }
     }
     g.post().map_err(|e| device_error("post_send", e))
+}
+
+/// [`post_wrs`] on a queue pair of the extended API: masked atomics become raw mlx5 WQEs
+/// ([`super::mlx5`]), the rest `ibv_wr_*` calls, all behind one doorbell.
+#[cfg(feature = "mlx5-masked")]
+fn post_wrs_dv(
+    qp: &mut super::mlx5::DvQp,
+    max_inline: u32,
+    wrs: &[WorkRequest],
+    first_id: u64,
+    staging: &Region,
+    staging_offset: u64,
+    lkey: u32,
+) -> Result<(), VerbsError> {
+    use super::mlx5::{self, DvOp, WqeTarget};
+    let qpn = qp.qp_number();
+    let local = |w: &WorkRequest| staging.addr() + staging_offset + w.local_offset;
+    // What the operations borrow: inline payloads and raw WQEs, built first.
+    let mut inline = Vec::with_capacity(wrs.len());
+    let mut raw = Vec::with_capacity(wrs.len());
+    for w in wrs {
+        let offset = (staging_offset + w.local_offset) as usize;
+        assert!(offset + w.len as usize <= staging.len(), "a work request outside its staging region");
+        inline.push(match w.op {
+            WrOp::Write { inline: true } if w.len <= max_inline => Some(staging.read_at(offset, w.len as usize)),
+            _ => None,
+        });
+        let target = WqeTarget {
+            qpn,
+            signaled: w.signaled,
+            fence: w.fence,
+            remote_addr: w.remote_addr,
+            rkey: w.rkey,
+            local_addr: local(w),
+            lkey,
+        };
+        raw.push(match w.op {
+            WrOp::MaskedCas { compare, compare_mask, swap, swap_mask } => {
+                Some(mlx5::masked_cas(&target, compare, compare_mask, swap, swap_mask))
+            }
+            WrOp::MaskedFaa { add, boundary_mask } => Some(mlx5::masked_faa(&target, add, boundary_mask)),
+            _ => None,
+        });
+    }
+    if raw.iter().any(Option::is_some) && !qp.has_raw_wqe() {
+        return Err(VerbsError::Unsupported("native masked atomics on a queue pair without mlx5 direct verbs"));
+    }
+    let ops: Vec<_> = wrs
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let (rkey, remote_addr, local_addr, len) = (w.rkey, w.remote_addr, local(w), w.len);
+            let op = match (w.op, &raw[i]) {
+                (_, Some(wqe)) => DvOp::Raw(wqe),
+                (WrOp::Read, None) => DvOp::Read { rkey, remote_addr, local_addr, lkey, len },
+                (WrOp::Write { .. }, None) => {
+                    DvOp::Write { rkey, remote_addr, local_addr, lkey, len, inline: inline[i].as_deref() }
+                }
+                (WrOp::Cas { expect, swap }, None) => DvOp::Cas { rkey, remote_addr, local_addr, lkey, expect, swap },
+                (WrOp::Faa { add }, None) => DvOp::Faa { rkey, remote_addr, local_addr, lkey, add },
+                (WrOp::MaskedCas { .. } | WrOp::MaskedFaa { .. }, None) => unreachable!("encoded above"),
+            };
+            (first_id + i as u64, w.signaled, w.fence, op)
+        })
+        .collect();
+    // SAFETY: every local slice is inside the registered staging region (checked above), which
+    // the caller keeps until the completion that covers these work requests.
+    unsafe { qp.post(&ops) }.map_err(|e| device_error("post_send", e))
 }
 
 /// Runs doorbell batches on one queue pair, blocking: the first, single-threaded executor of
@@ -538,8 +975,9 @@ impl BlockingExecutor {
     ) -> Result<BlockingExecutor, VerbsError> {
         let staging = Region::new(staging_bytes)?;
         let mr = nic.register(&staging, false)?;
+        let masked_atomics = if qp.native_masked_atomics() { MaskedAtomics::Native } else { MaskedAtomics::Emulated };
         let caps = Caps {
-            masked_atomics: MaskedAtomics::Emulated,
+            masked_atomics,
             device_memory_bytes: regions.device.map_or(0, |d| d.len),
             max_inline_bytes: qp.max_inline(),
             max_message_bytes: staging_bytes as u64,

@@ -39,8 +39,8 @@
 use super::device::{Completion, Cq, MemoryRegistration, Nic, RcQp, Region, failed_completion};
 use super::plan::{NodeRegions, Part, WorkRequest, plan_batch};
 use crate::{
-    Buf, Caps, ChaCha8Rng, ClientCtx, ClientIdentity, CpuWork, MaskedAtomics, NodeId, Op, Request, Response, Verbs,
-    VerbsError, emulate,
+    Buf, Caps, ChaCha8Rng, ClientCtx, ClientIdentity, CpuWork, NodeId, Op, Request, Response, Verbs, VerbsError,
+    emulate,
 };
 use rand::SeedableRng;
 use std::cell::RefCell;
@@ -367,7 +367,9 @@ impl Executor {
             None => (None, None),
         };
         let caps = Caps {
-            masked_atomics: MaskedAtomics::Emulated,
+            // Native (one raw WQE) only with feature `mlx5-masked` on a ConnectX, whose queue
+            // pairs are then all of the direct-verbs kind.
+            masked_atomics: nic.caps().masked_atomics,
             device_memory_bytes: if links.is_empty() { 0 } else { device_memory },
             max_inline_bytes: match inline_hint {
                 Some(inline) => inline,

@@ -2,10 +2,19 @@
 //! ([`crate::service`]) of a memory node (the chunk allocator) or a server node (HStore's
 //! servers), as the simulator runs it.
 //!
-//! - **Memory.** The node registers its memory ([`NodeMemory`]) for peers' READs, WRITEs and
-//!   atomics, and its handlers and workers reach it through [`LocalMemory`]: 8-byte atomic CPU
-//!   accesses in ascending order, CAS and FAA as CPU atomics on the mapped words (atomic with
-//!   respect to each other, not to the NIC's RMWs: RDMA^TSO_RMW).
+//! - **Memory.** The node registers its memory ([`NodeMemory`]; on 2 MiB huge pages with
+//!   [`HostConfig::hugepages`]) for peers' READs, WRITEs and atomics, and its handlers and
+//!   workers reach it through [`LocalMemory`]: 8-byte atomic CPU accesses in ascending order,
+//!   CAS and FAA as CPU atomics on the mapped words (atomic with respect to each other, not to
+//!   the NIC's RMWs: RDMA^TSO_RMW).
+//! - **Device memory.** Where the NIC has some ([`super::device::DeviceCaps::max_dm_bytes`]),
+//!   the node allocates all of it ([`DeviceMemory`], zeroed, registered zero-based) and serves
+//!   it as region 1 of its addresses: the welcome carries its rkey and size, and peers' verbs
+//!   to region 1 use that rkey. If it cannot be allocated (another process holds it), the node
+//!   says so and serves host memory only; peers then see 0 bytes of device memory, and every
+//!   region-1 verb to the node is out of range, as in the simulator without device memory.
+//!   The node's own threads do not reach it locally ([`LocalMemory`] is host memory).
+//!   Untested without ConnectX hardware: Soft-RoCE has none.
 //! - **The dispatcher** (the thread that calls [`ServiceNode::serve`]) admits peers on the
 //!   control channel ([`super::wire`]: the cluster's token, one queue pair per peer thread,
 //!   [`CALL_CREDITS`] receives posted on each), polls the one receive completion queue of all
@@ -31,7 +40,7 @@
 
 #![allow(unsafe_code)]
 
-use super::device::{Completion, Cq, MemoryRegistration, Nic, RcQp, Region, failed_completion};
+use super::device::{Completion, Cq, DeviceMemory, MemoryRegistration, Nic, RcQp, Region, failed_completion};
 use super::node::{Barriers, dial_reporting, serve_control};
 use super::plan::RemoteRegion;
 use super::runtime::{
@@ -102,9 +111,16 @@ impl std::fmt::Debug for NodeMemory {
 
 impl NodeMemory {
     /// Allocates `bytes` zeroed bytes (rounded up to whole pages, so every 8-byte word of the
-    /// range is inside the allocation) and registers them for remote access.
-    pub fn new(nic: &Nic, node: NodeId, bytes: u64) -> Result<NodeMemory, VerbsError> {
-        let mut memory = NodeMemory::unregistered(node, bytes)?;
+    /// range is inside the allocation; with `hugepages`, whole 2 MiB huge pages,
+    /// [`Region::huge`]) and registers them for remote access.
+    pub fn new(nic: &Nic, node: NodeId, bytes: u64, hugepages: bool) -> Result<NodeMemory, VerbsError> {
+        let mut memory = if hugepages {
+            let alloc = usize::try_from(bytes)
+                .map_err(|_| VerbsError::Protocol(format!("cannot allocate {bytes} bytes of node memory")))?;
+            NodeMemory { node, len: bytes, rkey: 0, _mr: None, region: Region::huge(alloc)? }
+        } else {
+            NodeMemory::unregistered(node, bytes)?
+        };
         let mr = nic.register(&memory.region, true)?;
         memory.rkey = mr.rkey();
         memory._mr = Some(mr);
@@ -123,6 +139,11 @@ impl NodeMemory {
     /// Bytes the node offers.
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// Whether the memory is on huge pages.
+    pub fn is_huge(&self) -> bool {
+        self.region.is_huge()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -580,10 +601,16 @@ pub struct HostConfig {
     pub seed: u64,
     /// Registered staging bytes of each thread's executor.
     pub staging_bytes: usize,
+    /// Back the registered memory with 2 MiB huge pages ([`Region::huge`]); the node refuses
+    /// to start if the kernel has too few free.
+    pub hugepages: bool,
+    /// Allocate and serve the NIC's device memory where it has some (region 1).
+    pub device_memory: bool,
 }
 
 impl HostConfig {
-    /// A node with `rpc_threads` threads, no peers, and 4 MiB of staging per thread.
+    /// A node with one RPC thread, no peers, 4 MiB of staging per thread, its memory on
+    /// ordinary pages, and the NIC's device memory where it has some.
     pub fn new(node: NodeId, name: &str, listen: SocketAddr, memory_bytes: u64, token: &str) -> HostConfig {
         HostConfig {
             node,
@@ -595,6 +622,8 @@ impl HostConfig {
             peers: BTreeMap::new(),
             seed: 1,
             staging_bytes: 4 << 20,
+            hugepages: false,
+            device_memory: true,
         }
     }
 }
@@ -622,6 +651,9 @@ pub struct ServiceNode {
     skipped: Vec<(NodeId, u16)>,
     barriers: Arc<Mutex<Barriers>>,
     report: ServeReport,
+    /// The NIC's device memory, served as region 1 (`None`: the NIC has none, or it could not
+    /// be allocated). Dropped after the fields above, once no queue pair of the node is left.
+    device: Option<DeviceMemory>,
 }
 
 impl std::fmt::Debug for ServiceNode {
@@ -775,13 +807,28 @@ impl ThreadKit {
 }
 
 impl ServiceNode {
-    /// Registers the node's memory and listens on the control address. Errors: memory that
-    /// cannot be allocated or registered, an address that cannot be bound, no RPC thread.
+    /// Registers the node's memory (and the NIC's device memory, where it has some) and
+    /// listens on the control address. Errors: memory that cannot be allocated or registered
+    /// (too few free huge pages with [`HostConfig::hugepages`]), an address that cannot be
+    /// bound, no RPC thread. Device memory that cannot be allocated is not an error: the node
+    /// says so on stderr and serves without it.
     pub fn new(nic: Arc<Nic>, config: HostConfig) -> Result<ServiceNode, VerbsError> {
         if config.rpc_threads == 0 {
             return Err(VerbsError::Protocol(format!("{}: a node needs at least one RPC thread", config.name)));
         }
-        let memory = Arc::new(NodeMemory::new(&nic, config.node, config.memory_bytes)?);
+        let memory = Arc::new(NodeMemory::new(&nic, config.node, config.memory_bytes, config.hugepages)?);
+        let dm_bytes = nic.caps().max_dm_bytes;
+        let device = if config.device_memory && dm_bytes > 0 {
+            match DeviceMemory::new(&nic, dm_bytes) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    eprintln!("{}: no device memory served ({e}); region 1 has 0 bytes", config.name);
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let send_cq = nic.completion_queue(NODE_CQ_ENTRIES)?;
         let recv_cq = nic.completion_queue(NODE_CQ_ENTRIES)?;
         let listener = TcpListener::bind(config.listen)
@@ -806,7 +853,14 @@ impl ServiceNode {
             skipped: Vec::new(),
             barriers: Arc::new(Mutex::new(Barriers::default())),
             report: ServeReport::default(),
+            device,
         })
+    }
+
+    /// The device memory the node serves as region 1 (its rkey and size, as the welcome
+    /// carries them), if any.
+    pub fn device_memory(&self) -> Option<RemoteRegion> {
+        self.device.as_ref().map(DeviceMemory::remote)
     }
 
     /// The address the control channel listens on.
@@ -1000,7 +1054,8 @@ impl ServiceNode {
                 indices.push(conn);
             }
             let host = self.shared.memory.remote();
-            Message::Welcome { node: self.config.node.0, host, device: None, endpoints: mine }.send(&mut stream)?;
+            let device = self.device_memory();
+            Message::Welcome { node: self.config.node.0, host, device, endpoints: mine }.send(&mut stream)?;
             stream.set_read_timeout(None).map_err(|e| VerbsError::Protocol(e.to_string()))
         })();
         if let Err(e) = built {
