@@ -25,7 +25,7 @@ use crate::run::{OpSource, RunResult, RunSetup, op_metrics, round3, useful_bytes
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::spec::{self, Outcome};
 use dmkit_rdma::alloc::ALLOCATOR_SERVICE;
-use dmkit_rdma::real::device::{BlockingExecutor, Nic};
+use dmkit_rdma::real::device::{BlockingExecutor, Nic, check_hugepages};
 use dmkit_rdma::real::node::{barrier, dial};
 use dmkit_rdma::real::runtime::{Connection, Executor};
 use dmkit_rdma::real::server::{AllocatorService, HostConfig, ServerClient, ServiceNode};
@@ -43,7 +43,24 @@ use std::time::{Duration, Instant};
 /// Bytes of the compute thread's registered staging arena.
 const STAGING_BYTES: usize = 16 << 20;
 
-/// `dmkit memory-node`: registers `size` bytes, serves the chunk allocator (offsets from
+/// Whether this process's service node backs its memory with huge pages (`dmkit server-node
+/// --hugepages`): set once by the command before it starts the node, as the path of `dmkit
+/// server-node --index` reaches [`server_host`] through the runner, which carries no such flag.
+static SERVER_HUGEPAGES: AtomicBool = AtomicBool::new(false);
+
+/// `dmkit server-node --hugepages`: back the node's registered memory with 2 MiB huge pages.
+pub fn set_server_hugepages(on: bool) {
+    SERVER_HUGEPAGES.store(on, Ordering::Relaxed);
+}
+
+/// The one-line refusal of `--hugepages` when the kernel has too few free huge pages for
+/// `size` bytes (checked before anything else starts).
+fn check_hugepages_flag(size: u64) -> Result<(), String> {
+    check_hugepages(size).map(|_| ()).map_err(|e| format!("--hugepages: {e}"))
+}
+
+/// `dmkit memory-node`: registers `size` bytes (on 2 MiB huge pages with `hugepages`) and the
+/// NIC's device memory where it has some (region 1), serves the chunk allocator (offsets from
 /// `reserved` up) and the control channel on `listen` until SIGINT or SIGTERM.
 pub fn memory_node(
     listen: SocketAddr,
@@ -52,13 +69,18 @@ pub fn memory_node(
     node: u16,
     reserved: u64,
     device: Option<&str>,
+    hugepages: bool,
 ) -> Result<(), String> {
     if size <= reserved {
         return Err(format!("--size {size} must exceed the {reserved} reserved bytes"));
     }
+    if hugepages {
+        check_hugepages_flag(size)?;
+    }
     let nic = Arc::new(Nic::open(device, 1, None).map_err(|e| e.to_string())?);
     let name = format!("memory node {node}");
-    let config = HostConfig::new(NodeId(node), &name, listen, size, token);
+    let mut config = HostConfig::new(NodeId(node), &name, listen, size, token);
+    config.hugepages = hugepages;
     let mut host = ServiceNode::new(nic, config).map_err(|e| e.to_string())?;
     let id = NodeId(node);
     host.add_service(id, ALLOCATOR_SERVICE, move || AllocatorService::new(id, reserved, size))?;
@@ -70,8 +92,13 @@ fn serve_until_signal(mut host: ServiceNode, name: &str) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     ctrlc::set_handler(move || s.store(true, Ordering::Relaxed)).map_err(|e| format!("signal handler: {e}"))?;
+    let pages = if host.memory().is_huge() { " on 2 MiB huge pages" } else { "" };
+    let device = match host.device_memory() {
+        Some(d) => format!("{} bytes of device memory (region 1)", d.len),
+        None => "no device memory".into(),
+    };
     eprintln!(
-        "{name}: {} bytes registered; services {:?}; listening on {}",
+        "{name}: {} bytes registered{pages}; {device}; services {:?}; listening on {}",
         host.memory().len(),
         host.services(),
         host.local_addr()
@@ -110,12 +137,17 @@ fn server_host(
     if role.memory_bytes < 4096 {
         return Err(format!("--size {}: a server node needs at least 4096 bytes", role.memory_bytes));
     }
+    let hugepages = SERVER_HUGEPAGES.load(Ordering::Relaxed);
+    if hugepages {
+        check_hugepages_flag(role.memory_bytes)?;
+    }
     let (port, gid_index) = cluster.map_or((1, None), |c| (c.port, c.gid_index));
     let device = device.or(cluster.and_then(|c| c.device.as_deref()));
     let nic = Arc::new(Nic::open(device, port, gid_index).map_err(|e| e.to_string())?);
     let name = format!("server node {}", role.node);
     let mut config = HostConfig::new(NodeId(role.node), &name, role.listen, role.memory_bytes, token);
     config.rpc_threads = rpc_threads.max(1);
+    config.hugepages = hugepages;
     if let Some(c) = cluster {
         config.peers = c.nodes();
     }

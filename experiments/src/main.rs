@@ -95,6 +95,11 @@ struct ServerNodeArgs {
     /// this node's memory with a local FAA and answers with the request.
     #[arg(long)]
     echo_service: Option<u16>,
+    /// Back the registered memory with 2 MiB huge pages (MAP_HUGETLB; the size is rounded up
+    /// to whole pages). Refused, with the number of pages to configure, when fewer are free
+    /// (vm.nr_hugepages).
+    #[arg(long)]
+    hugepages: bool,
 }
 
 #[derive(Args, Debug)]
@@ -118,7 +123,9 @@ struct MemoryNodeArgs {
     /// RDMA device (default: the first).
     #[arg(long)]
     device: Option<String>,
-    /// Back the memory with huge pages (not built yet: refused).
+    /// Back the registered memory with 2 MiB huge pages (MAP_HUGETLB; the size is rounded up
+    /// to whole pages). Refused, with the number of pages to configure, when fewer are free
+    /// (vm.nr_hugepages).
     #[arg(long)]
     hugepages: bool,
 }
@@ -142,11 +149,16 @@ fn parse_size(text: &str) -> Result<u64, String> {
 
 fn run_memory_node(a: MemoryNodeArgs) -> Result<(), String> {
     let size = parse_size(&a.size)?;
-    if a.hugepages {
-        return Err("--hugepages is not built yet: run without it (the memory is page-aligned)".into());
-    }
     #[cfg(feature = "connectx")]
-    return dmkit_experiments::hardware::memory_node(a.listen, size, &a.token, a.node, a.reserved, a.device.as_deref());
+    return dmkit_experiments::hardware::memory_node(
+        a.listen,
+        size,
+        &a.token,
+        a.node,
+        a.reserved,
+        a.device.as_deref(),
+        a.hugepages,
+    );
     #[cfg(not(feature = "connectx"))]
     {
         let _ = (size, a);
@@ -176,6 +188,8 @@ fn run_server_node(a: ServerNodeArgs) -> Result<(), String> {
         }
     }
     let role = ServerRole { node: a.node, listen: a.listen, memory_bytes: size, echo_service: a.echo_service };
+    #[cfg(feature = "connectx")]
+    dmkit_experiments::hardware::set_server_hugepages(a.hugepages);
     let Some(index) = &a.index else {
         #[cfg(feature = "connectx")]
         return dmkit_experiments::hardware::server_node(&role, &a.token, a.device.as_deref(), cluster.as_ref());
