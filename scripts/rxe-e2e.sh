@@ -4,7 +4,9 @@
 # index and Sherman, a refused wrong token, and a clean SIGTERM shutdown; then a `dmkit
 # server-node` process with its diagnostic echo service, called from another process (the
 # client half in rdma/tests/rxe.rs, TESTS below); HStore, its two servers as `dmkit server-node`
-# processes, with writes, GETs and scans from compute processes; and bad server-node input.
+# processes, with writes, GETs and scans from compute processes; huge pages (a memory node
+# with --hugepages serving Sherman, HStore's server nodes with --hugepages, and both refused
+# while the kernel has too few free huge pages); and bad server-node input.
 #
 #   rxe-e2e.sh DMKIT TESTS       # TESTS: the rxe test binary
 set -euo pipefail
@@ -21,8 +23,9 @@ addr = "127.0.0.1:7471"
 TOML
 sed 's/vm-token/wrong-token/' "$scratch/cluster.toml" >"$scratch/wrong.toml"
 
+# start_memory_node [FLAGS...]: memory node 0 on port 7471, 256 MiB, with FLAGS.
 start_memory_node() {
-    "$dmkit" memory-node --listen 127.0.0.1:7471 --size 256MiB --token vm-token --device rxe0 &
+    "$dmkit" memory-node --listen 127.0.0.1:7471 --size 256MiB --token vm-token --device rxe0 "$@" &
     mn=$!
     for _ in $(seq 50); do
         (exec 3<>/dev/tcp/127.0.0.1/7471) 2>/dev/null && return 0
@@ -64,6 +67,51 @@ for index in example sherman; do
     stop_memory_node
     echo "e2e: $index ok"
 done
+
+# Huge pages. This VM's kernel starts with none: --hugepages is refused in one line, exit 2,
+# saying how many pages to configure.
+hugepages=/proc/sys/vm/nr_hugepages
+free_hugepages() { cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages; }
+echo 0 >"$hugepages"
+set +e
+msg=$("$dmkit" memory-node --listen 127.0.0.1:7471 --size 256MiB --token vm-token --device rxe0 --hugepages 2>&1)
+rc=$?
+set -e
+if [ "$rc" -ne 2 ] || [ "$(echo "$msg" | wc -l)" -ne 1 ] || ! echo "$msg" | grep -q "need 128 huge pages"; then
+    echo "e2e: memory-node --hugepages without huge pages: exit $rc: $msg"
+    exit 1
+fi
+echo "e2e: memory-node --hugepages without huge pages is refused (exit 2: $msg)"
+# With 136 pages of 2 MiB (256 MiB needs 128), the memory node maps its memory on them and
+# serves a Sherman run.
+echo 136 >"$hugepages"
+if [ "$(cat "$hugepages")" -lt 128 ]; then
+    echo "e2e: the VM could not reserve 128 huge pages ($(cat "$hugepages"))"
+    exit 1
+fi
+start_memory_node --hugepages 2>"$scratch/huge.log"
+if [ "$(free_hugepages)" -gt 8 ]; then
+    echo "e2e: memory-node --hugepages left $(free_hugepages) of 136 huge pages free (128 should be in use)"
+    exit 1
+fi
+out=$(run "$scratch/cluster.toml" sherman)
+stop_memory_node
+cat "$scratch/huge.log"
+echo "e2e: sherman on huge pages: $(echo "$out" | grep -o '"operations":[0-9]*\|"remote_bytes_used":[0-9]*' | tr '\n' ' ')"
+if ! grep -q "268435456 bytes registered on 2 MiB huge pages" "$scratch/huge.log"; then
+    echo "e2e: the memory node did not say its memory is on huge pages"
+    exit 1
+fi
+if ! echo "$out" | grep -q '"operations":1600' || echo "$out" | grep -q '"errors":{"' \
+    || echo "$out" | grep -q '"remote_bytes_used":0,'; then
+    echo "e2e: sherman on a huge-page memory node: $(echo "$out" | head -c 400)"
+    exit 1
+fi
+if [ "$(free_hugepages)" -ne 136 ]; then
+    echo "e2e: the stopped memory node left $(free_hugepages) of 136 huge pages free"
+    exit 1
+fi
+echo "e2e: a memory node on huge pages ok"
 
 # Two compute-node processes against one memory node: node 0 loads, barriers start and end
 # the measured phase together.
@@ -177,7 +225,8 @@ for cn in 0 1; do
     printf '\n[compute]\nnode = %s\n' "$cn" >>"$scratch/hstore-cn$cn.toml"
 done
 # hstore CONFIG WORKLOAD COMPUTE_NODES OPS_PER_CLIENT: one HStore deployment, COMPUTE_NODES
-# compute processes of two threads of two coroutines each, then every process stopped.
+# compute processes of two threads of two coroutines each, then every process stopped. The
+# server nodes' memory is on huge pages (--hugepages, through the --index path).
 hstore() {
     local config=$1 workload=$2 cns=$3 ops=$4
     local flags=(--index hstore --config "$config" --workload "$workload" --keys 300 --compute-nodes "$cns"
@@ -186,7 +235,7 @@ hstore() {
     local servers=()
     for node in 1 2; do
         "$dmkit" server-node --listen 127.0.0.1:748$node --size 16MiB --token vm-token --node $node \
-            --cluster "$scratch/hstore.toml" "${flags[@]}" 2>"$scratch/server$node.log" &
+            --hugepages --cluster "$scratch/hstore.toml" "${flags[@]}" 2>"$scratch/server$node.log" &
         servers+=($!)
         wait_port 748$node
     done
@@ -205,6 +254,12 @@ hstore() {
         wait "$p" || failed=1
     done
     stop_memory_node
+    for node in 1 2; do
+        if ! grep -q "16777216 bytes registered on 2 MiB huge pages" "$scratch/server$node.log"; then
+            echo "e2e: hstore: server node $node is not on huge pages: $(head -c 300 "$scratch/server$node.log")"
+            failed=1
+        fi
+    done
     if [ $failed -ne 0 ]; then
         echo "e2e: hstore $config $workload: a process failed"
         tail -n 5 "$scratch"/hstore*.log "$scratch"/server*.log "$scratch"/hstore*.json
@@ -235,6 +290,8 @@ hstore() {
         done
     done
 }
+# Two server nodes of 16 MiB: 16 huge pages.
+echo 16 >"$hugepages"
 # Writes (through the HTS's log and the SLS) and one-sided GETs, from two compute processes,
 # in the default protocol (commit points, exactly-once retries, the read lease).
 hstore hstore a 2 25 search update
@@ -245,7 +302,8 @@ hstore hstore a 2 25 search update
 hstore faithful-sync e 1 10 scan
 echo "e2e: HStore's two server-node processes serve writes, GETs and scans from compute processes"
 
-# Bad input is one line and exit 2.
+# Bad input is one line and exit 2 (huge pages: none are left configured).
+echo 0 >"$hugepages"
 expect_refusal() {
     set +e
     msg=$("$dmkit" server-node --listen 127.0.0.1:7482 --token vm-token "$@" 2>&1)
@@ -263,4 +321,6 @@ expect_refusal --size 64MiB --node 0 --cluster "$scratch/servers.toml"
 expect_refusal --size 64MiB --node 1 --cluster "$scratch/servers.toml" --index sherman
 # HStore's two servers call each other: a cluster file must list both.
 expect_refusal --size 64MiB --node 1 --cluster "$scratch/servers.toml" --index hstore
+expect_refusal --size 64MiB --node 1 --hugepages
+expect_refusal --size 16MiB --node 1 --cluster "$scratch/hstore.toml" --index hstore --keys 300 --hugepages
 echo "e2e: all passed"

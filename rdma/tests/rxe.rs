@@ -9,10 +9,18 @@
 //! (`scripts/rxe-e2e.sh`): it runs only when `DMKIT_SERVER_NODE` names a `dmkit server-node`
 //! process started with `--echo-service`.
 //!
+//! `device_memory_and_masked_atomics_as_the_nic_has_them` checks what the NIC reports: on
+//! Soft-RoCE no device memory (a node serves none, and a region-1 verb is refused as out of
+//! range before it is posted) and emulated masked atomics; on a NIC with device memory, region
+//! 1 served by a node, zeroed, and reached by every verb (that half has never run: these
+//! machines have no ConnectX).
+//!
 //! Needs feature `connectx` and an RDMA device. Without one each test says it was skipped,
 //! unless `DMKIT_RDMA_REQUIRED=1` (set by `scripts/rxe-test.sh` inside the Soft-RoCE VM), which
 //! turns a missing device into a failure. `DMKIT_RDMA_DEVICE` names the device (default: the
-//! first).
+//! first). With feature `mlx5-masked`, `DMKIT_RDMA_EXTENDED_QP=1` makes every queue pair one of
+//! the extended work-request API (`Nic::use_extended_queue_pairs`), the path native masked
+//! atomics take on ConnectX, so Soft-RoCE runs it (without the raw WQEs).
 #![cfg(feature = "connectx")]
 
 use dmkit_rdma::alloc::ALLOCATOR_SERVICE;
@@ -32,6 +40,15 @@ const MEMORY: usize = 1 << 20;
 fn nic() -> Option<Nic> {
     let name = std::env::var("DMKIT_RDMA_DEVICE").ok();
     match Nic::open(name.as_deref(), 1, None) {
+        #[cfg(feature = "mlx5-masked")]
+        Ok(mut nic) if std::env::var("DMKIT_RDMA_EXTENDED_QP").is_ok() => {
+            nic.use_extended_queue_pairs();
+            Some(nic)
+        }
+        #[cfg(not(feature = "mlx5-masked"))]
+        Ok(_) if std::env::var("DMKIT_RDMA_EXTENDED_QP").is_ok() => {
+            panic!("DMKIT_RDMA_EXTENDED_QP needs a test binary built with feature mlx5-masked")
+        }
         Ok(nic) => Some(nic),
         Err(e) if std::env::var("DMKIT_RDMA_REQUIRED").is_ok() => panic!("no RDMA device: {e}"),
         Err(e) => {
@@ -79,7 +96,7 @@ fn every_verb_and_batch() {
     let mr = nic.register(&memory, true).unwrap();
     let mut p = pair(&nic, memory, mr, 100);
     let e = &mut p.client;
-    eprintln!("device {:?}, inline {} bytes", nic.caps(), e.caps().max_inline_bytes);
+    eprintln!("device {:?}, {:?}", nic.caps(), e);
     // WRITE (small: inline if the QP grants it; large: from staging), then READ it back.
     let small = vec![0xabu8; 16];
     let large: Vec<u8> = (0..4000u32).map(|i| i as u8).collect();
@@ -353,6 +370,95 @@ fn the_async_runtime_and_calls_reach_a_node_host() {
     let (report, memory) = host.join().unwrap();
     assert_eq!((report.admitted, report.refused), (2, 1));
     assert_eq!(memory.read(64, 8).unwrap(), vec![9u8; 8]);
+}
+
+/// What the NIC has, as a node serves it and a client sees it: device memory (region 1) and
+/// masked atomics. Soft-RoCE has neither: `max_dm_size` is 0, a node serves no device memory,
+/// the welcome carries none, clients' caps say 0 bytes, and a region-1 verb is refused before
+/// it is posted (out of range, naming the device region), leaving the queue pair working. On a
+/// NIC with device memory, the node serves all of it, zeroed, and every verb reaches it.
+#[test]
+fn device_memory_and_masked_atomics_as_the_nic_has_them() {
+    use dmkit_rdma::real::device::DeviceMemory;
+    use dmkit_rdma::real::node::dial;
+    use dmkit_rdma::real::runtime::Executor;
+    use dmkit_rdma::{MaskedAtomics, Region as AddrRegion};
+    let Some(nic) = nic() else { return };
+    let nic = Arc::new(nic);
+    let caps = nic.caps().clone();
+    eprintln!("{}: device memory {} bytes, masked atomics {:?}", caps.name, caps.max_dm_bytes, caps.masked_atomics);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr, host) = start_memory_node(&nic, NodeId(0), &stop);
+    let cq = nic.completion_queue(256).unwrap();
+    let (conns, control) = dial(&nic, std::slice::from_ref(&cq), addr, NodeId(0), "tok", 1).unwrap();
+    let device = conns[0].regions.device;
+    let view_qp = {
+        // A second queue pair for the blocking executor, over its own connection.
+        let cq = nic.completion_queue(64).unwrap();
+        let (mut c, control) = dial(&nic, std::slice::from_ref(&cq), addr, NodeId(0), "tok", 2).unwrap();
+        (c.pop().unwrap(), control)
+    };
+    let mut blocking = BlockingExecutor::new(&nic, view_qp.0.qp, view_qp.0.regions, 4096).unwrap();
+    let exec = Executor::new(nic.clone(), cq, conns, NodeId(1), 0, 1, 1 << 20).unwrap();
+    let client = exec.client(0, 0);
+    assert_eq!(client.caps().masked_atomics, caps.masked_atomics);
+    assert_eq!(blocking.caps().masked_atomics, caps.masked_atomics);
+    // Native only with feature mlx5-masked, and never on Soft-RoCE.
+    if cfg!(not(feature = "mlx5-masked")) || caps.name.starts_with("rxe") {
+        assert_eq!(caps.masked_atomics, MaskedAtomics::Emulated);
+    }
+    let dm = |offset| RemoteAddr::new(AddrRegion::Device, NodeId(0), offset);
+    if caps.max_dm_bytes == 0 {
+        // Soft-RoCE: no device memory anywhere.
+        let err = DeviceMemory::new(&nic, 4096).unwrap_err().to_string();
+        assert!(err.contains("device memory"), "{err}");
+        assert_eq!(device, None, "the welcome carries no device region");
+        assert_eq!(client.caps().device_memory_bytes, 0);
+        assert_eq!(blocking.caps().device_memory_bytes, 0);
+        let refused = blocking.execute(vec![Request::cas(dm(0), 0, 1)], true).unwrap_err();
+        assert_eq!(refused, VerbsError::OutOfRange { addr: dm(0), len: 8 });
+        assert!(refused.to_string().contains("0:dev:0x0"), "{refused}");
+        let (verb, after) = exec
+            .block_on(async move {
+                let verb = client.faa(dm(64), 1).await;
+                // The refusal posted nothing: the queue pair still works.
+                let after = client.faa(at(0), 5).await;
+                (verb, after)
+            })
+            .unwrap();
+        assert_eq!(verb, Err(VerbsError::OutOfRange { addr: dm(64), len: 8 }));
+        assert_eq!(after, Ok(0));
+        assert_eq!(one(&mut blocking, Request::read_len(at(0), 8)).into_buf().unwrap().u64_at(0), 5);
+    } else {
+        // A NIC with device memory (never run here: these machines have no ConnectX).
+        let d = device.expect("a node on a NIC with device memory serves it");
+        assert_eq!((d.addr, d.len), (0, caps.max_dm_bytes / 64 * 64), "zero-based, all of it");
+        assert_eq!(client.caps().device_memory_bytes, d.len);
+        assert_eq!(blocking.caps().device_memory_bytes, d.len);
+        let last = d.len - 8;
+        let (zero, cas, faa, read) = exec
+            .block_on(async move {
+                let zero = client.read(dm(last), Buf::zeroed(8)).await.unwrap().u64_at(0);
+                let cas = client.cas(dm(0), 0, 7).await.unwrap();
+                let faa = client.faa(dm(8), 3).await.unwrap();
+                client.write(dm(16), Buf::from(vec![9u8; 8])).await.unwrap();
+                let read = client.read(dm(0), Buf::zeroed(24)).await.unwrap();
+                (zero, cas, faa, read)
+            })
+            .unwrap();
+        assert_eq!((zero, cas, faa), (0, 0, 0), "device memory starts zeroed");
+        assert_eq!(read.u64_at(0), 7);
+        assert_eq!(read.u64_at(8), 3);
+        assert_eq!(&read.as_slice()[16..], &[9u8; 8]);
+        let past = blocking.execute(vec![Request::read_len(dm(d.len), 8)], true).unwrap_err();
+        assert!(matches!(past, VerbsError::OutOfRange { .. }), "{past}");
+        let old = blocking.execute(vec![Request::masked_cas(dm(0), 7, 0xff, 0x100, 0xff00)], true).unwrap();
+        assert_eq!(old[0].atomic().unwrap(), 7);
+        assert_eq!(one(&mut blocking, Request::read_len(dm(0), 8)).into_buf().unwrap().u64_at(0), 0x107);
+    }
+    drop((control, view_qp.1));
+    stop.store(true, Ordering::SeqCst);
+    host.join().unwrap();
 }
 
 type NodeThread = std::thread::JoinHandle<(ServeReport, Arc<NodeMemory>)>;
