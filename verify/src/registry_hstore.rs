@@ -26,6 +26,10 @@ pub fn hstore_checking_options() -> HStoreOptions {
         lease_ns: Some(12_000),
         max_retries: 500,
         backoff_ns: 1_000,
+        // An explored run lasts a few milliseconds of simulated time: clients must try a
+        // restarted HTS's table again within it, or the crash-hts preset never reaches the
+        // rebuilt table (the hardware default, 5 ms, outlasts the run).
+        down_probe_ns: 200_000,
         chunk_bytes: 1 << 16,
         ..HStoreOptions::default()
     }
