@@ -1004,9 +1004,13 @@ impl ServiceNode {
             .set_nonblocking(false)
             .and_then(|_| stream.set_read_timeout(Some(Duration::from_secs(10))))
             .map_err(|e| VerbsError::Protocol(e.to_string()))?;
+        // A port probe (a connection closed before its first byte) is not worth a line.
+        if matches!(stream.peek(&mut [0u8; 1]), Ok(0)) {
+            return Ok(());
+        }
         let hello = match Message::receive(&mut stream) {
             Ok(m) => m,
-            // A port probe, or a client that gave up: nothing to answer.
+            // A client that gave up mid-hello: nothing to answer.
             Err(wire::WireError::Io(e)) => return Err(VerbsError::Protocol(format!("closed before its hello ({e})"))),
             Err(e) => return Err(e.into()),
         };
