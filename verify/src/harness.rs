@@ -436,6 +436,23 @@ pub struct IndexCheck {
     pub vacuous: Vec<&'static str>,
 }
 
+impl IndexCheck {
+    /// Panics, naming `what`, if the exploration failed, ran fewer than `min_schedules`
+    /// schedules, or (with `require_counters`) left a required counter at zero: what every
+    /// "clean and not vacuous" test asserts. (A mode that explores few schedules, such as DFS
+    /// of a small preset, need not move every counter.)
+    pub fn assert_clean(&self, what: &str, min_schedules: u64, require_counters: bool) {
+        if let Some(f) = &self.exploration.failure {
+            panic!("{what}: {f}");
+        }
+        let schedules = self.exploration.schedules;
+        assert!(schedules >= min_schedules, "{what}: {schedules} schedules, fewer than {min_schedules}");
+        if require_counters {
+            assert!(self.vacuous.is_empty(), "{what}: counters {:?} stayed zero", self.vacuous);
+        }
+    }
+}
+
 /// Explores an index scenario and checks its required counters.
 pub fn check_index<K: Checked>(
     scenario: &IndexScenario<K>,

@@ -189,12 +189,11 @@ mod explored {
             ("indirect", Mode::Pct { depth: 3 }),
             ("pair", Mode::Dfs { preemptions: 2 }),
         ] {
-            let check = check_index(&scenario(preset, None, 5), mode, 5, budget, u64::MAX);
-            assert!(check.exploration.failure.is_none(), "{preset} {mode:?}: {}", check.exploration.failure.unwrap());
-            assert!(check.exploration.schedules >= 5, "{preset} {mode:?}: {}", check.exploration.schedules);
-            if mode == Mode::Random {
-                assert!(check.vacuous.is_empty(), "{preset} {mode:?}: counters {:?} stayed zero", check.vacuous);
-            }
+            check_index(&scenario(preset, None, 5), mode, 5, budget, u64::MAX).assert_clean(
+                &format!("{preset} {mode:?}"),
+                5,
+                mode == Mode::Random,
+            );
         }
     }
 

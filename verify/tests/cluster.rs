@@ -356,11 +356,7 @@ mod explored {
             ("pair", Mode::Dfs { preemptions: 2 }),
         ] {
             let check = check_index(&scenario(preset, None, 5), mode, 5, budget, u64::MAX);
-            assert!(check.exploration.failure.is_none(), "{preset} {mode:?}: {}", check.exploration.failure.unwrap());
-            assert!(check.exploration.schedules >= 5, "{preset} {mode:?}: {}", check.exploration.schedules);
-            if mode == Mode::Random {
-                assert!(check.vacuous.is_empty(), "{preset} {mode:?}: counters {:?} stayed zero", check.vacuous);
-            }
+            check.assert_clean(&format!("{preset} {mode:?}"), 5, mode == Mode::Random);
             eprintln!(
                 "cluster {preset} {mode:?}: clean, {} schedules in {:.1} s, counters {:?}",
                 check.exploration.schedules,

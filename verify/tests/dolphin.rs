@@ -149,11 +149,11 @@ mod explored {
             ("local", Mode::Random),
             ("pair", Mode::Dfs { preemptions: 2 }),
         ] {
-            let check = check_index(&scenario(preset, None, None), mode, 3, budget(), u64::MAX);
-            assert!(check.exploration.failure.is_none(), "{preset} {mode:?}: {}", check.exploration.failure.unwrap());
-            if mode == Mode::Random {
-                assert!(check.vacuous.is_empty(), "{preset}: counters {:?} stayed zero", check.vacuous);
-            }
+            check_index(&scenario(preset, None, None), mode, 3, budget(), u64::MAX).assert_clean(
+                &format!("{preset} {mode:?}"),
+                0,
+                mode == Mode::Random,
+            );
         }
     }
 

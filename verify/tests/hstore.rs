@@ -125,20 +125,18 @@ mod explored {
             ("crash-sls", Mode::Random),
             ("pair", Mode::Dfs { preemptions: 2 }),
         ] {
-            let check = check_index(&scenario(preset, None, None), mode, 3, budget(), u64::MAX);
-            assert!(check.exploration.failure.is_none(), "{preset} {mode:?}: {}", check.exploration.failure.unwrap());
-            if mode == Mode::Random {
-                assert!(check.vacuous.is_empty(), "{preset}: counters {:?} stayed zero", check.vacuous);
-            }
+            check_index(&scenario(preset, None, None), mode, 3, budget(), u64::MAX).assert_clean(
+                &format!("{preset} {mode:?}"),
+                0,
+                mode == Mode::Random,
+            );
         }
     }
 
     use dmkit_verify::harness::find_replayable as found;
 
     fn clean(name: &str, s: &IndexScenario<HStore>, mode: Mode) {
-        let check = check_index(s, mode, 1, budget(), u64::MAX);
-        assert!(check.exploration.failure.is_none(), "{name}: {}", check.exploration.failure.unwrap());
-        assert!(check.exploration.schedules > 100, "{name}: {} schedules", check.exploration.schedules);
+        check_index(s, mode, 1, budget(), u64::MAX).assert_clean(name, 101, false);
     }
 
     /// Each protection of the default protocol, removed, is found on the default preset.
@@ -518,9 +516,7 @@ mod clover {
     fn clover_is_clean_and_each_protection_is_needed() {
         let budget = Duration::from_secs(if std::env::var("CI").is_ok() { 3 } else { 10 });
         let scenario = |plant| IndexScenario::<Clover>::from_preset(None, None, plant, 1).unwrap();
-        let clean = check_index(&scenario(None), Mode::Random, 3, budget, u64::MAX);
-        assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());
-        assert!(clean.vacuous.is_empty(), "counters {:?} stayed zero", clean.vacuous);
+        check_index(&scenario(None), Mode::Random, 3, budget, u64::MAX).assert_clean("clover", 0, true);
         for bug in ["write-next", "trust-shortcut"] {
             let message = find_replayable(bug, &scenario(Some(bug)), Mode::Random, 20_000);
             assert!(message.contains("not linearizable"), "{bug}: {message}");

@@ -129,14 +129,13 @@ mod explored {
             ("pair", Mode::Dfs { preemptions: 2 }),
         ] {
             let s = scenario(preset, None, None, 5);
-            let check = check_index(&s, mode, 5, clean_budget(), u64::MAX);
-            assert!(check.exploration.failure.is_none(), "{preset} {mode:?}: {}", check.exploration.failure.unwrap());
-            assert!(check.exploration.schedules >= 5, "{preset} {mode:?}: {} schedules", check.exploration.schedules);
             // DFS explores few schedules of one workload here: only the random modes must move
             // every structural counter.
-            if mode != (Mode::Dfs { preemptions: 2 }) {
-                assert!(check.vacuous.is_empty(), "{preset} {mode:?}: counters {:?} stayed zero", check.vacuous);
-            }
+            check_index(&s, mode, 5, clean_budget(), u64::MAX).assert_clean(
+                &format!("{preset} {mode:?}"),
+                5,
+                mode != (Mode::Dfs { preemptions: 2 }),
+            );
         }
     }
 

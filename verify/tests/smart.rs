@@ -174,21 +174,11 @@ mod explored {
             ("pair", Mode::Dfs { preemptions: 2 }),
         ] {
             let s = scenario::<K>(preset, None, 5);
-            let check = check_index(&s, mode, 5, clean_budget(), u64::MAX);
-            let name = K::NAME;
-            assert!(
-                check.exploration.failure.is_none(),
-                "{name} {preset} {mode:?}: {}",
-                check.exploration.failure.unwrap()
+            check_index(&s, mode, 5, clean_budget(), u64::MAX).assert_clean(
+                &format!("{} {preset} {mode:?}", K::NAME),
+                5,
+                mode == Mode::Random,
             );
-            assert!(
-                check.exploration.schedules >= 5,
-                "{name} {preset} {mode:?}: {} schedules",
-                check.exploration.schedules
-            );
-            if mode == Mode::Random {
-                assert!(check.vacuous.is_empty(), "{name} {preset} {mode:?}: counters {:?} stayed zero", check.vacuous);
-            }
         }
     }
 
