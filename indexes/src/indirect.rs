@@ -162,7 +162,7 @@ impl<K: IndexKind> IndexKind for Indirect<K> {
         if o.max_value_bytes as usize > layout::max_value_bytes(key) {
             return Err(format!("values of at most {} bytes fit a block", layout::max_value_bytes(key)));
         }
-        ChunkOptions { memory_nodes: o.memory_nodes, chunk_bytes: o.chunk_bytes, chunk_align: 4096 }.validate()
+        ChunkOptions::paged(o.memory_nodes, o.chunk_bytes).validate()
     }
 
     fn servers(o: &Self::Options) -> crate::Servers {
@@ -182,12 +182,7 @@ impl<K: IndexKind> IndexKind for Indirect<K> {
     }
 
     fn node_state(o: &Self::Options, caps: &Caps) -> Self::NodeState {
-        let chunks = LocalChunkAllocator::new(ChunkOptions {
-            memory_nodes: o.memory_nodes,
-            chunk_bytes: o.chunk_bytes,
-            chunk_align: 4096,
-        })
-        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        let chunks = LocalChunkAllocator::paged(o.memory_nodes, o.chunk_bytes);
         IndirectNode { inner: Arc::new(K::node_state(&o.inner, caps)), chunks }
     }
 

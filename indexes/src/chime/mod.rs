@@ -78,7 +78,7 @@ pub mod layout;
 use crate::common::bounds::{above_start, below_end};
 pub use crate::common::change::{Change, Reply};
 use crate::common::change::{Combined, search_via, write_via};
-use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
+use crate::common::chunk::LocalChunkAllocator;
 use crate::common::range_cache::{CacheLevels, CachedNode, IndexCache};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::common::root::{self, CachedRoot};
@@ -236,12 +236,7 @@ impl IndexKind for Chime {
     }
 
     fn node_state(o: &ChimeOptions, _caps: &Caps) -> ChimeNode {
-        let chunks = LocalChunkAllocator::new(ChunkOptions {
-            memory_nodes: o.memory_nodes,
-            chunk_bytes: o.chunk_bytes,
-            chunk_align: 4096,
-        })
-        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        let chunks = LocalChunkAllocator::paged(o.memory_nodes, o.chunk_bytes);
         ChimeNode {
             cache: IndexCache::new(o.cache_bytes, CacheLevels::AllInternal),
             hotspot: HotspotBuffer::new(if o.speculative_read { o.hotspot_bytes } else { 0 }),

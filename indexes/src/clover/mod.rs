@@ -89,7 +89,7 @@ impl CloverOptions {
         if self.max_keys == 0 || self.max_retries == 0 || self.rpc_threads == 0 {
             return Err("clover: max_keys, max_retries and rpc_threads must be positive".into());
         }
-        ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 }.validate()
+        ChunkOptions::paged(self.memory_nodes, self.chunk_bytes).validate()
     }
 
     /// The metadata server's node (the first server node).
@@ -441,12 +441,7 @@ impl IndexKind for Clover {
     }
 
     fn node_state(o: &CloverOptions, _caps: &Caps) -> CloverNode {
-        let chunks = LocalChunkAllocator::new(ChunkOptions {
-            memory_nodes: o.memory_nodes,
-            chunk_bytes: o.chunk_bytes,
-            chunk_align: 4096,
-        })
-        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        let chunks = LocalChunkAllocator::paged(o.memory_nodes, o.chunk_bytes);
         CloverNode { chunks, shortcuts: Mutex::new(BTreeMap::new()) }
     }
 

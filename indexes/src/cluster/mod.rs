@@ -196,7 +196,7 @@ impl ClusterOptions {
         if self.max_retries == 0 {
             return Err("max_retries must be positive".into());
         }
-        let chunks = ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 };
+        let chunks = ChunkOptions::paged(self.memory_nodes, self.chunk_bytes);
         chunks.validate()?;
         if self.chunk_bytes < 4 * (units * layout::BLOCK_UNIT) as u64 {
             return Err(format!("chunks of {} bytes are too small for KV blocks of {units} units", self.chunk_bytes));
@@ -303,12 +303,7 @@ impl IndexKind for Cluster {
     }
 
     fn node_state(o: &ClusterOptions, _: &Caps) -> ClusterNode {
-        let chunks = LocalChunkAllocator::new(ChunkOptions {
-            memory_nodes: o.memory_nodes,
-            chunk_bytes: o.chunk_bytes,
-            chunk_align: 4096,
-        })
-        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        let chunks = LocalChunkAllocator::paged(o.memory_nodes, o.chunk_bytes);
         ClusterNode { superblock: Mutex::new(None), chunks }
     }
 

@@ -126,6 +126,12 @@ impl Default for ChunkOptions {
 }
 
 impl ChunkOptions {
+    /// Chunks of `chunk_bytes` on memory nodes `0..memory_nodes`, page-aligned
+    /// ([`DEFAULT_CHUNK_ALIGN`]): what the indexes allocate with.
+    pub fn paged(memory_nodes: u16, chunk_bytes: u64) -> ChunkOptions {
+        ChunkOptions { memory_nodes, chunk_bytes, chunk_align: DEFAULT_CHUNK_ALIGN }
+    }
+
     /// A clear message for options the allocator cannot work with.
     pub fn validate(&self) -> Result<(), String> {
         if self.memory_nodes == 0 || self.memory_nodes >= NodeId::MAX {
@@ -403,6 +409,13 @@ impl LocalChunkAllocator {
             cursor: AtomicUsize::new(0),
             reserved_bytes: AtomicU64::new(0),
         })
+    }
+
+    /// A compute node's allocator of [`ChunkOptions::paged`] chunks, from an index's options
+    /// that its `validate` accepted (which checks these): panics if they were not validated.
+    pub fn paged(memory_nodes: u16, chunk_bytes: u64) -> LocalChunkAllocator {
+        LocalChunkAllocator::new(ChunkOptions::paged(memory_nodes, chunk_bytes))
+            .unwrap_or_else(|e| panic!("options were validated: {e}"))
     }
 
     pub fn options(&self) -> &ChunkOptions {

@@ -202,7 +202,7 @@ impl DolphinOptions {
         if self.rdwc_slots == 0 && (self.read_delegation || self.write_combining) {
             return Err("read delegation and write combining need rdwc_slots > 0".into());
         }
-        ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 }.validate()
+        ChunkOptions::paged(self.memory_nodes, self.chunk_bytes).validate()
     }
 }
 
@@ -294,12 +294,7 @@ impl IndexKind for Dolphin {
     }
 
     fn node_state(o: &DolphinOptions, _: &Caps) -> DolphinNode {
-        let chunks = LocalChunkAllocator::new(ChunkOptions {
-            memory_nodes: o.memory_nodes,
-            chunk_bytes: o.chunk_bytes,
-            chunk_align: 4096,
-        })
-        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        let chunks = LocalChunkAllocator::paged(o.memory_nodes, o.chunk_bytes);
         DolphinNode {
             cache: NodeCache::new(o.cache_bytes),
             chunks,

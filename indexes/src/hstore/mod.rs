@@ -293,8 +293,7 @@ impl HStoreOptions {
         if self.lease_ns == Some(0) {
             return err("a lease of 0 ns would restart every read".into());
         }
-        ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 }
-            .validate()?;
+        ChunkOptions::paged(self.memory_nodes, self.chunk_bytes).validate()?;
         let buckets = (self.pool_buckets.checked_mul(self.hts_workers as u64))
             .and_then(|pools| pools.checked_add(self.buckets))
             .and_then(|b| b.checked_mul(layout::BUCKET_BYTES))
@@ -481,12 +480,7 @@ impl IndexKind for HStore {
     }
 
     fn node_state(o: &HStoreOptions, _caps: &Caps) -> HStoreNode {
-        let chunks = LocalChunkAllocator::new(ChunkOptions {
-            memory_nodes: o.memory_nodes,
-            chunk_bytes: o.chunk_bytes,
-            chunk_align: 4096,
-        })
-        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        let chunks = LocalChunkAllocator::paged(o.memory_nodes, o.chunk_bytes);
         HStoreNode {
             chunks,
             quarantine: Mutex::new(Quarantine::default()),

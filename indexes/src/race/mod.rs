@@ -237,7 +237,7 @@ impl RaceOptions {
         if self.max_retries == 0 {
             return Err("max_retries must be at least 1".into());
         }
-        ChunkOptions { memory_nodes: self.memory_nodes, chunk_bytes: self.chunk_bytes, chunk_align: 4096 }.validate()
+        ChunkOptions::paged(self.memory_nodes, self.chunk_bytes).validate()
     }
 }
 
@@ -329,12 +329,7 @@ impl IndexKind for Race {
     }
 
     fn node_state(o: &RaceOptions, _caps: &Caps) -> RaceNode {
-        let chunks = LocalChunkAllocator::new(ChunkOptions {
-            memory_nodes: o.memory_nodes,
-            chunk_bytes: o.chunk_bytes,
-            chunk_align: 4096,
-        })
-        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        let chunks = LocalChunkAllocator::paged(o.memory_nodes, o.chunk_bytes);
         RaceNode { dir: Mutex::new(Directory::default()), chunks }
     }
 

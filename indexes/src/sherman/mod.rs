@@ -58,7 +58,7 @@ pub mod layout;
 use crate::common::bounds::{below_end, in_bounds};
 pub use crate::common::change::{Change, Reply};
 use crate::common::change::{Combined, search_via, write_via};
-use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
+use crate::common::chunk::LocalChunkAllocator;
 use crate::common::hocl::{HoclHeld, LocalLockTable, acquire_global};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::common::root::{self, CachedRoot};
@@ -236,12 +236,7 @@ impl IndexKind for Sherman {
             LocalLockTable::new(o.memory_nodes, locks.count, o.max_handover)
                 .unwrap_or_else(|e| panic!("options were validated: {e}"))
         });
-        let chunks = LocalChunkAllocator::new(ChunkOptions {
-            memory_nodes: o.memory_nodes,
-            chunk_bytes: o.chunk_bytes,
-            chunk_align: 4096,
-        })
-        .unwrap_or_else(|e| panic!("options were validated: {e}"));
+        let chunks = LocalChunkAllocator::paged(o.memory_nodes, o.chunk_bytes);
         ShermanNode {
             geometry,
             locks,

@@ -76,7 +76,7 @@ pub mod layout;
 use crate::common::bounds::{above_start, below_end, in_bounds};
 use crate::common::change::{Change, Reply, fold};
 use crate::common::change::{Combined, replies, search_via, write_via};
-use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
+use crate::common::chunk::LocalChunkAllocator;
 use crate::common::hocl::{HoclHeld, LocalLockTable, acquire_global};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::hash::hash64;
@@ -201,12 +201,7 @@ pub fn node_state(o: &SmartOptions, caps: &Caps) -> SmartNode {
         LocalLockTable::new(o.memory_nodes, l.count, o.max_handover)
             .unwrap_or_else(|e| panic!("options were validated: {e}"))
     });
-    let chunks = LocalChunkAllocator::new(ChunkOptions {
-        memory_nodes: o.memory_nodes,
-        chunk_bytes: o.chunk_bytes,
-        chunk_align: 4096,
-    })
-    .unwrap_or_else(|e| panic!("options were validated: {e}"));
+    let chunks = LocalChunkAllocator::paged(o.memory_nodes, o.chunk_bytes);
     SmartNode {
         types: o.node_types.clone(),
         leaf: leaf_geometry(o),
