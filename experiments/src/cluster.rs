@@ -50,6 +50,8 @@ pub struct ServerRole {
     pub memory_bytes: u64,
     /// A diagnostic echo service to run as well, under this id.
     pub echo_service: Option<u16>,
+    /// Back the registered memory with 2 MiB huge pages (`--hugepages`).
+    pub hugepages: bool,
 }
 
 #[derive(Deserialize)]

@@ -43,16 +43,6 @@ use std::time::{Duration, Instant};
 /// Bytes of the compute thread's registered staging arena.
 const STAGING_BYTES: usize = 16 << 20;
 
-/// Whether this process's service node backs its memory with huge pages (`dmkit server-node
-/// --hugepages`): set once by the command before it starts the node, as the path of `dmkit
-/// server-node --index` reaches [`server_host`] through the runner, which carries no such flag.
-static SERVER_HUGEPAGES: AtomicBool = AtomicBool::new(false);
-
-/// `dmkit server-node --hugepages`: back the node's registered memory with 2 MiB huge pages.
-pub fn set_server_hugepages(on: bool) {
-    SERVER_HUGEPAGES.store(on, Ordering::Relaxed);
-}
-
 /// The one-line refusal of `--hugepages` when the kernel has too few free huge pages for
 /// `size` bytes (checked before anything else starts).
 fn check_hugepages_flag(size: u64) -> Result<(), String> {
@@ -137,8 +127,7 @@ fn server_host(
     if role.memory_bytes < 4096 {
         return Err(format!("--size {}: a server node needs at least 4096 bytes", role.memory_bytes));
     }
-    let hugepages = SERVER_HUGEPAGES.load(Ordering::Relaxed);
-    if hugepages {
+    if role.hugepages {
         check_hugepages_flag(role.memory_bytes)?;
     }
     let (port, gid_index) = cluster.map_or((1, None), |c| (c.port, c.gid_index));
@@ -147,7 +136,7 @@ fn server_host(
     let name = format!("server node {}", role.node);
     let mut config = HostConfig::new(NodeId(role.node), &name, role.listen, role.memory_bytes, token);
     config.rpc_threads = rpc_threads.max(1);
-    config.hugepages = hugepages;
+    config.hugepages = role.hugepages;
     if let Some(c) = cluster {
         config.peers = c.nodes();
     }

@@ -187,9 +187,13 @@ fn run_server_node(a: ServerNodeArgs) -> Result<(), String> {
             ));
         }
     }
-    let role = ServerRole { node: a.node, listen: a.listen, memory_bytes: size, echo_service: a.echo_service };
-    #[cfg(feature = "connectx")]
-    dmkit_experiments::hardware::set_server_hugepages(a.hugepages);
+    let role = ServerRole {
+        node: a.node,
+        listen: a.listen,
+        memory_bytes: size,
+        echo_service: a.echo_service,
+        hugepages: a.hugepages,
+    };
     let Some(index) = &a.index else {
         #[cfg(feature = "connectx")]
         return dmkit_experiments::hardware::server_node(&role, &a.token, a.device.as_deref(), cluster.as_ref());
