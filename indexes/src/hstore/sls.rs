@@ -19,6 +19,7 @@ use super::wire::{Dedup, Effect, Entry, HTS_SERVICE, Item, Reply, Request, Serve
 use super::{HStoreOptions, ServerCounters};
 use crate::common::batch::post_per_node;
 use crate::common::primitive::{Mutex, lock};
+use crate::spec;
 use dmkit_rdma::service::{Responder, ServerCtx, Service};
 use dmkit_rdma::sync::Notify;
 use dmkit_rdma::{CpuWork, RemoteAddr, Request as Verb, VerbsError};
@@ -451,7 +452,7 @@ impl Sls {
                 let most = job.limit.min(room / super::wire::item_bytes(1) + 1);
                 let (items, visited) = {
                     let part = lock(&self.parts[p].part);
-                    part.list.range(as_ref(&job.start), as_ref(&job.end), most)
+                    part.list.range(spec::as_ref(&job.start), spec::as_ref(&job.end), most)
                 };
                 charge(ctx, visited).await;
                 let items: Vec<Item> =
@@ -673,14 +674,6 @@ fn apply_entry(list: &mut SkipList, e: &Entry) -> (Option<Value>, Visits) {
         WriteOp::Upsert => list.upsert(&e.key, v),
         WriteOp::Update => list.update(&e.key, v),
         WriteOp::Delete => list.remove(&e.key),
-    }
-}
-
-fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
-    match b {
-        Bound::Included(k) => Bound::Included(k),
-        Bound::Excluded(k) => Bound::Excluded(k),
-        Bound::Unbounded => Bound::Unbounded,
     }
 }
 
