@@ -64,16 +64,12 @@ pub struct IndirectHandle<H, N, C> {
     blocks: u64,
 }
 
-fn word(block: dmkit_rdma::RemoteAddr, units: u64) -> Vec<u8> {
-    ((units << 48) | layout::encode_addr(block)).to_le_bytes().to_vec()
-}
-
 impl<H: Index, N, C: Client + Clone + 'static> IndirectHandle<H, N, C> {
     async fn value_at(&self, key: &[u8], w: &[u8]) -> Result<Vec<u8>, IndexError> {
         let w = u64::from_le_bytes(
             w.try_into().map_err(|_| IndexError::Corrupt(format!("a block word of {} bytes", w.len())))?,
         );
-        let (units, block) = (w >> 48, layout::decode_addr(w & ((1 << 48) - 1)));
+        let (block, units) = layout::decode_block_word(w);
         let bytes = self.ctx.read(block, Buf::zeroed((units * layout::UNIT) as usize)).await?;
         match layout::decode_block(&bytes) {
             Block::Valid { key: k, value, .. } if k == key => Ok(value),
@@ -94,7 +90,7 @@ impl<H: Index, N, C: Client + Clone + 'static> IndirectHandle<H, N, C> {
         self.blocks += 1;
         let ts = layout::timestamp(self.ctx.identity().client, self.blocks);
         self.ctx.write(at, Buf::from(layout::encode_block(key, value, ts))).await?;
-        Ok((at, units, word(at, units)))
+        Ok((at, units, layout::encode_block_word(at, units).to_le_bytes().to_vec()))
     }
 }
 

@@ -26,7 +26,7 @@
 
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
 use crate::common::primitive::{Mutex, lock};
-use crate::hstore::layout::{decode_addr, encode_addr};
+use crate::hstore::layout::{decode_block_word, encode_block_word};
 use crate::smart::layout::crc64;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, Servers};
 use dmkit_rdma::service::{ServerCtx, Service, ServiceHost};
@@ -109,14 +109,6 @@ pub const PLANTS: [PlantedBug; 2] = [
         description: "a reader takes the version the shortcut points to as the latest without following next: a stale shortcut returns an old value",
     },
 ];
-
-fn word(block: RemoteAddr, units: u64) -> u64 {
-    units << 48 | encode_addr(block)
-}
-
-fn unword(w: u64) -> (RemoteAddr, u64) {
-    (decode_addr(w & ((1 << 48) - 1)), w >> 48)
-}
 
 fn check(b: &[u8], k: usize, v: usize) -> u32 {
     crc64(&[&b[8..12], &b[HEADER..HEADER + k + v]]) as u32
@@ -276,7 +268,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
     }
 
     async fn read_version(&self, w: u64, key: &[u8]) -> Result<Version, IndexError> {
-        let (at, units) = unword(w);
+        let (at, units) = decode_block_word(w);
         let b = self.ctx.read(at, Buf::zeroed((units * UNIT) as usize)).await?;
         match decode(&b) {
             Some(v) if v.key == key => Ok(v),
@@ -322,7 +314,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         let units = bytes.len() as u64 / UNIT;
         let at = self.node.chunks.alloc(&self.ctx, units * UNIT, UNIT).await?;
         self.ctx.write(at, Buf::from(bytes)).await?;
-        let new = word(at, units);
+        let new = encode_block_word(at, units);
         let slot = match slot {
             Some(s) => s,
             None => match self.ms(1, Some(new), key).await? {
@@ -346,7 +338,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                 self.node.chunks.free(at, units * UNIT)?;
                 return Ok(false);
             }
-            let next_at = unword(tail).0;
+            let next_at = decode_block_word(tail).0;
             let linked = if self.o.plants.contains("write-next") {
                 self.ctx.write(next_at, Buf::from(new.to_le_bytes().to_vec())).await?;
                 true
@@ -467,7 +459,7 @@ impl IndexKind for Clover {
             let mut w = u64::from_le_bytes(read(RemoteAddr::host(o.ms_node(), slot), 8)?.try_into().expect("8 bytes"));
             let mut hops = 0u64;
             loop {
-                let (at, units) = unword(w);
+                let (at, units) = decode_block_word(w);
                 let v = decode(&read(at, (units * UNIT) as usize)?)
                     .ok_or_else(|| format!("key {key:02x?}: {at} is not a complete version"))?;
                 if v.key != key {

@@ -144,6 +144,17 @@ pub fn decode_addr(bits: u64) -> RemoteAddr {
     RemoteAddr::host(NodeId(((bits >> 40) & 0xFF) as u16), (bits & OFFSET_UNITS_MASK) * UNIT)
 }
 
+/// A block and its units in one word, `[units:16 | address:48]`: Clover's version pointers and
+/// the values of `indirect` (HStore's slots carry a fingerprint as well: [`Slot`]).
+pub fn encode_block_word(block: RemoteAddr, units: u64) -> u64 {
+    units << 48 | encode_addr(block)
+}
+
+/// The block and units of an [`encode_block_word`] word.
+pub fn decode_block_word(word: u64) -> (RemoteAddr, u64) {
+    (decode_addr(word & ADDR_MASK), word >> 48)
+}
+
 /// A bucket's eight words (slots, then `next`).
 pub fn bucket_words(bytes: &[u8]) -> [u64; 8] {
     let mut w = [0u64; 8];
