@@ -549,7 +549,6 @@ impl Core {
         self.queue.push(Step { time_ns, seq: self.seq, kind });
     }
 
-    /// A new thread (a serial CPU) on `node`.
     /// The thread service worker `index` on `node` runs on: a new one, or, on a server node
     /// whose workers share the RPC threads' cores, an RPC thread's.
     pub(crate) fn worker_thread(&mut self, node: NodeId, index: u32) -> u32 {
@@ -562,6 +561,7 @@ impl Core {
         self.add_thread(node)
     }
 
+    /// A new thread (a serial CPU) on `node`.
     pub(crate) fn add_thread(&mut self, node: NodeId) -> u32 {
         self.threads.push(Thread { node, cpu_free_ps: 0, coroutines: 0 });
         (self.threads.len() - 1) as u32
