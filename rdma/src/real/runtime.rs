@@ -64,6 +64,50 @@ pub const CALL_REQUEST_HEADER: u32 = 10;
 pub const CALL_RESPONSE_HEADER: u32 = 9;
 /// Bytes of a call message buffer: the payload and the longer header.
 pub const CALL_MESSAGE_BYTES: u32 = MAX_CALL_PAYLOAD as u32 + CALL_REQUEST_HEADER;
+/// A call request as it goes on the wire: `[call id u64][service u16][payload]`.
+pub fn encode_request(call_id: u64, service: u16, payload: &[u8]) -> Vec<u8> {
+    let mut msg = Vec::with_capacity(CALL_REQUEST_HEADER as usize + payload.len());
+    msg.extend(call_id.to_le_bytes());
+    msg.extend(service.to_le_bytes());
+    msg.extend(payload);
+    msg
+}
+
+/// A response as it goes on the wire: `[call id u64][status u8][body]`.
+pub fn encode_response(call_id: u64, status: u8, body: &[u8]) -> Vec<u8> {
+    let mut msg = Vec::with_capacity(CALL_RESPONSE_HEADER as usize + body.len());
+    msg.extend(call_id.to_le_bytes());
+    msg.push(status);
+    msg.extend(body);
+    msg
+}
+
+/// A request as it comes off the wire: `(call id, service, payload)`, or why it is malformed.
+pub fn decode_request(msg: &[u8]) -> Result<(u64, u16, &[u8]), String> {
+    if msg.len() < CALL_REQUEST_HEADER as usize {
+        return Err(format!(
+            "a call request of {} bytes is shorter than its {CALL_REQUEST_HEADER}-byte header",
+            msg.len()
+        ));
+    }
+    if msg.len() > CALL_MESSAGE_BYTES as usize {
+        let payload = msg.len() - CALL_REQUEST_HEADER as usize;
+        return Err(format!("a call request of {payload} bytes (calls carry at most {MAX_CALL_PAYLOAD})"));
+    }
+    let call_id = u64::from_le_bytes(msg[..8].try_into().expect("8 bytes"));
+    let service = u16::from_le_bytes([msg[8], msg[9]]);
+    Ok((call_id, service, &msg[CALL_REQUEST_HEADER as usize..]))
+}
+
+/// A response as it comes off the wire: `(call id, status, body)`.
+pub fn decode_response(msg: &[u8]) -> Result<(u64, u8, &[u8]), VerbsError> {
+    if msg.len() < CALL_RESPONSE_HEADER as usize {
+        return Err(VerbsError::Protocol("a call response shorter than its header".into()));
+    }
+    let call_id = u64::from_le_bytes(msg[..8].try_into().expect("8 bytes"));
+    Ok((call_id, msg[8], &msg[CALL_RESPONSE_HEADER as usize..]))
+}
+
 /// The longest an idle executor sleeps before it looks at its stop flag again.
 const MAX_PARK: std::time::Duration = std::time::Duration::from_millis(5);
 /// How long a stopping executor waits for its verbs in flight to complete.
@@ -649,13 +693,10 @@ impl Shared {
                 // Post the receive again before anyone can send into it.
                 link.qp.post_recv(c.wr_id, &self.staging.borrow(), at, CALL_MESSAGE_BYTES, self.mr.lkey())?;
                 let bytes = result?;
-                if bytes.len() < 9 {
-                    return Err(VerbsError::Protocol("a call response shorter than its header".into()));
-                }
-                let id = u64::from_le_bytes(bytes[..8].try_into().expect("8"));
+                let (id, status, body) = decode_response(&bytes)?;
                 link.credits += 1;
                 if let Some(slot) = link.calls.remove(&id) {
-                    Slot::fill(&slot, Ok(vec![(bytes[8] as u64, bytes[9..].to_vec())]));
+                    Slot::fill(&slot, Ok(vec![(status as u64, body.to_vec())]));
                 }
                 post_calls(link, node, &mut st.arena, &mut self.staging.borrow_mut(), self.mr.lkey());
             }
@@ -827,10 +868,7 @@ impl RdmaClient {
         let id = st.next_call;
         st.next_call += 1;
         let link = st.links.get_mut(&node.0).ok_or(VerbsError::NoSuchNode(node))?;
-        let mut msg = Vec::with_capacity(CALL_REQUEST_HEADER as usize + request.len());
-        msg.extend(id.to_le_bytes());
-        msg.extend(service.to_le_bytes());
-        msg.extend(&request);
+        let msg = encode_request(id, service, &request);
         let slot = Rc::new(RefCell::new(Slot::default()));
         link.calls.insert(id, slot.clone());
         link.call_backlog.push_back(msg);

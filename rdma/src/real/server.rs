@@ -44,13 +44,14 @@ use super::device::{Completion, Cq, DeviceMemory, MemoryRegistration, Nic, RcQp,
 use super::node::{Barriers, dial_reporting, serve_control};
 use super::plan::RemoteRegion;
 use super::runtime::{
-    CALL_CREDITS, CALL_MESSAGE_BYTES, CALL_REQUEST_HEADER, CALL_RESPONSE_HEADER, Connector, Executor, MAX_CALL_PAYLOAD,
-    RdmaClient,
+    CALL_CREDITS, CALL_MESSAGE_BYTES, Connector, Executor, MAX_CALL_PAYLOAD, RdmaClient, decode_request,
+    encode_response,
 };
 use super::wire::{self, Message};
 use crate::alloc::{AllocRequest, AllocResponse, ChunkAllocator, ReuseMode};
 use crate::service::{LocalMemory, Replier, Responder, ServerCtx, Service, ServiceHost};
 use crate::sync::Queue;
+use crate::sync::lock;
 use crate::{
     Buf, Caps, ChaCha8Rng, ClientCtx, ClientIdentity, CpuWork, NodeId, RemoteAddr, Request, Response, Verbs, VerbsError,
 };
@@ -60,7 +61,7 @@ use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 /// Queue pairs a node admits in all (its completion queues are sized for them).
@@ -78,10 +79,6 @@ const SEND_SLOT_WAIT: Duration = Duration::from_secs(5);
 const STATUS_OK: u8 = 0;
 const STATUS_UNKNOWN_SERVICE: u8 = 1;
 const STATUS_ERROR: u8 = 2;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 // ------------------------------------------------------------------------------------ memory
 
@@ -405,32 +402,6 @@ fn send_id(conn: u32, slot: u32) -> u64 {
 
 fn split_id(id: u64) -> (u32, u32) {
     ((id >> 32) as u32, id as u32)
-}
-
-/// A response as it goes on the wire: `[call id u64][status u8][body]`.
-pub fn encode_response(call_id: u64, status: u8, body: &[u8]) -> Vec<u8> {
-    let mut msg = Vec::with_capacity(CALL_RESPONSE_HEADER as usize + body.len());
-    msg.extend(call_id.to_le_bytes());
-    msg.push(status);
-    msg.extend(body);
-    msg
-}
-
-/// A request as it comes off the wire: `(call id, service, payload)`, or why it is malformed.
-pub fn decode_request(msg: &[u8]) -> Result<(u64, u16, &[u8]), String> {
-    if msg.len() < CALL_REQUEST_HEADER as usize {
-        return Err(format!(
-            "a call request of {} bytes is shorter than its {CALL_REQUEST_HEADER}-byte header",
-            msg.len()
-        ));
-    }
-    if msg.len() > CALL_MESSAGE_BYTES as usize {
-        let payload = msg.len() - CALL_REQUEST_HEADER as usize;
-        return Err(format!("a call request of {payload} bytes (calls carry at most {MAX_CALL_PAYLOAD})"));
-    }
-    let call_id = u64::from_le_bytes(msg[..8].try_into().expect("8 bytes"));
-    let service = u16::from_le_bytes([msg[8], msg[9]]);
-    Ok((call_id, service, &msg[CALL_REQUEST_HEADER as usize..]))
 }
 
 /// Why a reply cannot be sent whole.
@@ -1151,6 +1122,7 @@ mod tests {
 
     #[test]
     fn requests_and_responses_frame_as_the_runtime_expects() {
+        use crate::real::runtime::{CALL_REQUEST_HEADER, CALL_RESPONSE_HEADER, decode_response, encode_request};
         let mut msg = 0x0102_0304_0506_0708u64.to_le_bytes().to_vec();
         msg.extend(0x4854u16.to_le_bytes());
         msg.extend(b"payload");
@@ -1159,9 +1131,12 @@ mod tests {
         assert!(decode_request(&msg[..9]).unwrap_err().contains("header"));
         let huge = vec![0u8; CALL_MESSAGE_BYTES as usize + 1];
         assert!(decode_request(&huge).unwrap_err().contains("at most 4096"));
+        assert_eq!(encode_request(0x0102_0304_0506_0708, 0x4854, b"payload"), msg);
         let r = encode_response(7, STATUS_OK, b"ok");
         assert_eq!(r.len(), CALL_RESPONSE_HEADER as usize + 2);
         assert_eq!((&r[..8], r[8], &r[9..]), (&7u64.to_le_bytes()[..], 0, &b"ok"[..]));
+        assert_eq!(decode_response(&r).unwrap(), (7, STATUS_OK, &b"ok"[..]));
+        assert!(decode_response(&r[..8]).is_err());
         // A full 4 KiB payload fits each way.
         let full = [vec![0u8; CALL_REQUEST_HEADER as usize], vec![1u8; MAX_CALL_PAYLOAD]].concat();
         assert_eq!(decode_request(&full).unwrap().2.len(), 4096);
