@@ -198,27 +198,12 @@ fn serve_index<K: IndexKind>(
     names: (&str, &str),
     keys: u64,
 ) -> Result<RunResult, String> {
+    // `dmkit server-node` checked that `role.node` is one of the cluster file's server nodes,
+    // and `run_index` that the file lists all of the index's.
     let servers = K::servers(options);
-    let m = cluster.memory_nodes.len() as u16;
-    let first = m;
-    let listed = cluster.server_nodes.len() as u16;
-    if role.node < first || role.node >= first + listed {
-        return Err(format!(
-            "--node {}: the cluster file's server nodes are {first}..{} (after its {m} memory nodes)",
-            role.node,
-            first + listed
-        ));
-    }
+    let first = cluster.memory_nodes.len() as u16;
     if servers.nodes == 0 {
         return Err(format!("--node {}: index {} runs no services on server nodes", role.node, K::NAME));
-    }
-    // Its services call each other: every one of its server nodes must be reachable.
-    if listed < servers.nodes {
-        return Err(format!(
-            "index {} runs services on {} server nodes, and the cluster file lists {listed} [[server_node]]",
-            K::NAME,
-            servers.nodes
-        ));
     }
     if role.node >= first + servers.nodes {
         return Err(format!(
@@ -329,9 +314,8 @@ pub fn run_index<K: IndexKind>(
     sources: Vec<Box<dyn OpSource>>,
 ) -> Result<RunResult, String> {
     K::validate(options)?;
-    if let Some(role) = &cluster.server {
-        return serve_index::<K>(cluster, role, setup, options, names, items.len() as u64);
-    }
+    // The index's services call each other, and clients call them: every one of its server
+    // nodes must be listed, for a compute node and a server node alike.
     let servers = K::servers(options).nodes;
     if cluster.server_nodes.len() < servers as usize {
         return Err(format!(
@@ -339,6 +323,9 @@ pub fn run_index<K: IndexKind>(
             K::NAME,
             cluster.server_nodes.len()
         ));
+    }
+    if let Some(role) = &cluster.server {
+        return serve_index::<K>(cluster, role, setup, options, names, items.len() as u64);
     }
     let cn_index = cluster.compute_node;
     if cn_index >= setup.compute_nodes {
