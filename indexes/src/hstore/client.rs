@@ -87,8 +87,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
     /// a recovering server — and says so to the schedule explorer's PCT).
     async fn backoff(&mut self, attempt: u32) {
         self.counters.retries += 1;
-        let ns = self.o.backoff_ns << attempt.min(6);
-        self.ctx.sleep(ns).await;
+        self.ctx.sleep(self.o.retry_wait_ns(attempt)).await;
         self.ctx.yield_now().await;
     }
 

@@ -262,18 +262,14 @@ impl Hts {
     /// crash: rebuild from it. Otherwise wait for `create`'s `Init`.
     async fn start<C: ServerCtx>(&self, ctx: &C) {
         let started_ns = ctx.now_ns();
-        let mut backoff = self.o.backoff_ns;
-        for _ in 0..16 {
+        for attempt in 0..16 {
             match ctx.call(self.o.sls_node(), SLS_SERVICE, Request::Status.encode()).await.map(|b| Reply::decode(&b)) {
                 Ok(Ok(Reply::Status { state: ServerState::Serving, init_ns, .. })) if init_ns < started_ns => {
                     self.recover(ctx).await;
                     return;
                 }
                 Ok(Ok(Reply::Status { .. })) => return,
-                _ => {
-                    ctx.sleep(backoff).await;
-                    backoff = (backoff * 2).min(self.o.backoff_ns * 64);
-                }
+                _ => ctx.sleep(self.o.retry_wait_ns(attempt)).await,
             }
         }
     }
@@ -293,7 +289,6 @@ impl Hts {
         let mut items = 0u64;
         for p in 0..self.o.sls_partitions {
             let mut after = None;
-            let mut backoff = self.o.backoff_ns;
             let mut attempts = 0;
             loop {
                 let req = Request::Dump { incarnation, partition: p, after: after.clone() };
@@ -321,8 +316,7 @@ impl Hts {
                             self.counters.add("hts_recovery_failed", 1);
                             return;
                         }
-                        ctx.sleep(backoff).await;
-                        backoff = (backoff * 2).min(self.o.backoff_ns * 64);
+                        ctx.sleep(self.o.retry_wait_ns(attempts - 1)).await;
                     }
                 }
             }

@@ -218,6 +218,12 @@ impl Default for HStoreOptions {
 pub const CONFIGS: [&str; 4] = ["hstore", "hstore-sync", "faithful", "faithful-sync"];
 
 impl HStoreOptions {
+    /// The wait before try `attempt` (0-based) again after a blocked or failed call:
+    /// `backoff_ns`, doubling, up to 64 times it.
+    pub fn retry_wait_ns(&self, attempt: u32) -> u64 {
+        self.backoff_ns << attempt.min(6)
+    }
+
     /// The named configuration `name` (see [`CONFIGS`]).
     pub fn named(name: &str) -> Result<HStoreOptions, String> {
         let mut o = HStoreOptions::default();

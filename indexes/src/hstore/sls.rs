@@ -532,23 +532,18 @@ impl Sls {
     /// crash: rebuild from it. Otherwise wait for `create`'s `Init`.
     async fn start<C: ServerCtx>(&self, ctx: &C) {
         let started_ns = ctx.now_ns();
-        let mut backoff = self.o.backoff_ns;
-        for _ in 0..16 {
+        for attempt in 0..16 {
             match ctx.call(self.o.hts_node(), HTS_SERVICE, Request::Status.encode()).await.map(|b| Reply::decode(&b)) {
                 Ok(Ok(Reply::Status {
                     state: ServerState::Serving | ServerState::PeerRecovering, init_ns, ..
                 })) if init_ns < started_ns => {
-                    if let Err(e) = self.recover(ctx).await {
+                    if self.recover(ctx).await.is_err() {
                         self.counters.add("sls_recovery_failed", 1);
-                        let _ = e;
                     }
                     return;
                 }
                 Ok(Ok(Reply::Status { .. })) => return,
-                _ => {
-                    ctx.sleep(backoff).await;
-                    backoff = (backoff * 2).min(self.o.backoff_ns * 64);
-                }
+                _ => ctx.sleep(self.o.retry_wait_ns(attempt)).await,
             }
         }
     }
