@@ -12,7 +12,10 @@
 //! The runner is the simulator's ([`crate::run::run_index`]) on real verbs: the same index
 //! options, items and operation sources; the loader creates the index and loads the items, then
 //! `threads_per_cn` OS threads, each an executor with `coroutines` clients, run their sources
-//! against the wall clock. With several compute nodes (one `dmkit run` process each, its id in
+//! against the wall clock, measured as in the simulator ([`crate::measure`]: steady state
+//! by default, judged on this process's own clients; each process stops when its own series
+//! has converged, so give a fixed `--duration-us` when several processes must measure one
+//! window together). With several compute nodes (one `dmkit run` process each, its id in
 //! the cluster file), compute node 0 creates and loads the index, and barriers held by memory
 //! node 0 start the measured phase together and end it before the walk; each process reports
 //! its own clients (add the throughputs). Each process inserts every `compute_nodes`-th fresh
@@ -21,7 +24,8 @@
 //! Verb-level costs (round trips, bytes, NIC utilisation) are the simulator's and read 0 here.
 
 use crate::cluster::{ClusterConfig, ServerRole};
-use crate::run::{OpSource, RunResult, RunSetup, op_metrics, round3, useful_bytes};
+use crate::measure::{Decision, Estimate, Monitor, Window};
+use crate::run::{OpSource, RunResult, RunSetup, op_metrics, round3};
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::spec::{self, Outcome};
 use dmkit_rdma::alloc::ALLOCATOR_SERVICE;
@@ -293,12 +297,45 @@ impl MemoryView for HardwareView {
     }
 }
 
+/// What one compute thread's clients record: per operation name its latency and completion
+/// tick, and errors with their tick.
 #[derive(Default)]
 struct Tally {
-    latencies: BTreeMap<&'static str, Vec<u64>>,
-    useful_bytes: u64,
-    errors: BTreeMap<String, u64>,
+    latencies: BTreeMap<&'static str, (Vec<u64>, Vec<u32>)>,
+    errors: Vec<(u32, String)>,
     counters: dmkit_indexes::Counters,
+}
+
+/// The measurement a process's threads share: each thread's operations per tick (its own lock,
+/// taken by the monitor only at checks), when to stop, and how many threads still run.
+struct Clock {
+    start: Instant,
+    tick_ns: u64,
+    ticks: Vec<std::sync::Mutex<Vec<u64>>>,
+    /// Clients start no operation at or after this (ns from `start`).
+    end_ns: std::sync::atomic::AtomicU64,
+    running: std::sync::atomic::AtomicUsize,
+}
+
+impl Clock {
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Every thread's series, summed.
+    fn series(&self) -> Vec<u64> {
+        let mut sum: Vec<u64> = Vec::new();
+        for t in &self.ticks {
+            let t = t.lock().unwrap_or_else(|e| e.into_inner());
+            if sum.len() < t.len() {
+                sum.resize(t.len(), 0);
+            }
+            for (s, x) in sum.iter_mut().zip(t.iter()) {
+                *s += x;
+            }
+        }
+        sum
+    }
 }
 
 /// Runs `sources` against index `K` on the cluster: [`crate::run::run_index`] on hardware.
@@ -398,56 +435,108 @@ pub fn run_index<K: IndexKind>(
     let mut control = control.ok_or("no memory node")?;
     let parties = setup.compute_nodes;
     barrier(&mut control, 1, parties).map_err(|e| format!("waiting for the other compute nodes: {e}"))?;
-    let start = Instant::now();
-    let warmup = Duration::from_nanos(setup.warmup_ns);
-    let end = (setup.duration_ns > 0).then(|| warmup + Duration::from_nanos(setup.duration_ns));
+    // The measured phase is chosen as in the simulator (crate::measure), on the wall clock: each
+    // process judges its own clients' series and stops on its own (module doc).
+    let mut monitor = Monitor::new(setup.window, setup.tick_ns);
+    let clock = Arc::new(Clock {
+        start: Instant::now(),
+        tick_ns: setup.tick_ns,
+        ticks: (0..threads).map(|_| std::sync::Mutex::new(Vec::new())).collect(),
+        end_ns: std::sync::atomic::AtomicU64::new(match setup.window {
+            Window::Fixed { warmup_ns, duration_ns: Some(d) } => warmup_ns + d,
+            _ => u64::MAX,
+        }),
+        running: std::sync::atomic::AtomicUsize::new(threads),
+    });
     let mut sources = sources.into_iter();
     let work: Vec<ThreadWork> = per_thread
         .into_iter()
         .zip(cqs)
         .map(|(conns, cq)| (conns, cq, sources.by_ref().take(setup.coroutines as usize).collect()))
         .collect();
-    let tallies: Vec<Result<Tally, String>> = std::thread::scope(|scope| {
+    let (tallies, estimate): (Vec<Result<Tally, String>>, Estimate) = std::thread::scope(|scope| {
         let handles: Vec<_> = work
             .into_iter()
             .enumerate()
             .map(|(t, (conns, cq, mine))| {
-                let (nic, node) = (nic.clone(), node.clone());
+                let (nic, node, clock) = (nic.clone(), node.clone(), clock.clone());
                 scope.spawn(move || {
-                    run_thread::<K>(nic, cq, conns, cn, t as u32, setup, options, node, mine, start, warmup, end)
+                    let r = run_thread::<K>(nic, cq, conns, cn, t as u32, setup, options, node, mine, clock.clone());
+                    clock.running.fetch_sub(1, Ordering::Relaxed);
+                    r
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a compute thread panicked".into()))).collect()
+        let estimate = loop {
+            let target = monitor.next_check_ns();
+            while clock.now_ns() < target && clock.running.load(Ordering::Relaxed) > 0 {
+                std::thread::sleep(
+                    Duration::from_micros(200).min(Duration::from_nanos(target - clock.now_ns().min(target))),
+                );
+            }
+            let ended = clock.running.load(Ordering::Relaxed) == 0;
+            // Judge the ticks completed by now (a tick boundary at or before the clock).
+            let now = clock.now_ns() / clock.tick_ns * clock.tick_ns;
+            if let Decision::Stop(e) = monitor.check(&clock.series(), now, ended) {
+                clock.end_ns.fetch_min(now, Ordering::Relaxed);
+                break e;
+            }
+        };
+        let tallies =
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a compute thread panicked".into()))).collect();
+        (tallies, estimate)
     });
-    let stop = start.elapsed();
     // Every compute node has finished before anyone walks the index.
     barrier(&mut control, 2, parties).map_err(|e| format!("waiting for the other compute nodes: {e}"))?;
     let mut tally = Tally::default();
     for t in tallies {
         let t = t?;
-        for (name, l) in t.latencies {
-            tally.latencies.entry(name).or_default().extend(l);
+        for (name, (l, ticks)) in t.latencies {
+            let e = tally.latencies.entry(name).or_default();
+            e.0.extend(l);
+            e.1.extend(ticks);
         }
-        tally.useful_bytes += t.useful_bytes;
-        for (e, n) in t.errors {
-            *tally.errors.entry(e).or_default() += n;
-        }
+        tally.errors.extend(t.errors);
         tally.counters.merge(&t.counters);
     }
     let report = K::check_invariants(options, &view).map_err(|e| format!("after the run, invariant violated: {e}"))?;
-    let measured_ns = match end {
-        Some(_) => setup.duration_ns,
-        None => stop.saturating_sub(warmup).as_nanos().max(1) as u64,
-    };
+    let (from, to) = (estimate.warmup_ticks, estimate.warmup_ticks + estimate.measured_ticks);
+    let in_window = |t: &u32| (from..to).contains(&(*t as usize));
+    let measured_ns = (estimate.measured_ticks as u64 * setup.tick_ns).max(1);
     let seconds = measured_ns as f64 / 1e9;
-    let all: Vec<u64> = tally.latencies.values().flatten().copied().collect();
-    let overall = op_metrics(all, seconds);
+    let samples = |(l, t): &(Vec<u64>, Vec<u32>)| -> Vec<u64> {
+        l.iter().zip(t).filter(|(_, t)| in_window(t)).map(|(l, _)| *l).collect()
+    };
+    let all: Vec<u64> = tally.latencies.values().flat_map(samples).collect();
+    let mut overall = op_metrics(all, seconds);
+    let mops = |per_tick: f64| round3(per_tick / setup.tick_ns as f64 * 1e3);
+    overall.throughput_mops = mops(estimate.mean);
     let ops = overall.operations.max(1) as f64;
-    let per_op = tally.latencies.into_iter().map(|(k, v)| (k.to_string(), op_metrics(v, seconds))).collect();
+    let per_op = tally.latencies.iter().map(|(k, v)| (k.to_string(), op_metrics(samples(v), seconds))).collect();
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    for (t, e) in &tally.errors {
+        if in_window(t) {
+            *errors.entry(e.clone()).or_default() += 1;
+        }
+    }
     let metadata_bytes_per_item =
         (report.items > 0).then(|| round3((report.remote_bytes as f64 / report.items as f64 - item_bytes).max(0.0)));
+    let batch_ns = estimate.batch_ticks as u64 * setup.tick_ns;
     Ok(RunResult {
+        throughput_mops_ci95: mops(estimate.ci95),
+        steady: estimate.steady(),
+        unsteady_reasons: estimate.unsteady.clone(),
+        warmup_ns: estimate.warmup_ticks as u64 * setup.tick_ns,
+        measured_ns,
+        batches: estimate.batch_operations.len(),
+        batch_ns,
+        batch_mops: estimate
+            .batch_operations
+            .iter()
+            .map(|&o| round3(o as f64 / batch_ns.max(1) as f64 * 1e3))
+            .collect(),
+        trend_t: round3(estimate.slope_t),
+        von_neumann_z: round3(estimate.von_neumann_z),
         cache_bytes_per_cn: K::node_state_bytes(&node) as f64,
         remote_bytes_used: report.remote_bytes,
         metadata_bytes_per_item,
@@ -455,7 +544,7 @@ pub fn run_index<K: IndexKind>(
         retries_per_op: round3(tally.counters.retries as f64 / ops),
         lock_failures: tally.counters.lock_failures,
         cas_failures: tally.counters.cas_failures,
-        errors: tally.errors,
+        errors,
         index_counters: tally.counters.events.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         // Verb-level costs and NIC utilisation are the simulator's: they stay 0 here.
         ..RunResult::measured(
@@ -485,9 +574,7 @@ fn run_thread<K: IndexKind>(
     options: &K::Options,
     node: Arc<K::NodeState>,
     sources: Vec<Box<dyn OpSource>>,
-    start: Instant,
-    warmup: Duration,
-    end: Option<Duration>,
+    clock: Arc<Clock>,
 ) -> Result<Tally, String> {
     let exec = Executor::new(nic, cq, conns, cn, thread, setup.seed, STAGING_BYTES).map_err(|e| e.to_string())?;
     let tally = Rc::new(RefCell::new(Tally::default()));
@@ -498,11 +585,12 @@ fn run_thread<K: IndexKind>(
         let id = (cn.0 as u32 * setup.threads_per_cn + thread) * setup.coroutines + k as u32;
         let c = exec.client(id, k as u32);
         let mut handle = K::open(options, node.clone(), c.clone());
-        let tally = tally.clone();
+        let (tally, clock) = (tally.clone(), clock.clone());
         exec.spawn(async move {
-            while end.is_none_or(|e| start.elapsed() < e) {
+            let ticks = &clock.ticks[thread as usize];
+            while clock.now_ns() < clock.end_ns.load(Ordering::Relaxed) {
                 let Some(task) = source.next_op() else { break };
-                let t0 = start.elapsed();
+                let t0 = clock.now_ns();
                 let mut outcomes = Vec::with_capacity(task.ops.len());
                 for op in &task.ops {
                     let outcome = spec::apply(&mut handle, op).await;
@@ -512,14 +600,23 @@ fn run_thread<K: IndexKind>(
                         break;
                     }
                 }
-                let t1 = start.elapsed();
-                if t1 > warmup && end.is_none_or(|e| t1 <= e) {
+                let t1 = clock.now_ns();
+                if t1 <= clock.end_ns.load(Ordering::Relaxed) {
+                    let tick = (t1 / clock.tick_ns) as usize;
+                    {
+                        let mut series = ticks.lock().unwrap_or_else(|e| e.into_inner());
+                        if series.len() <= tick {
+                            series.resize(tick + 1, 0);
+                        }
+                        series[tick] += 1;
+                    }
                     let mut t = tally.borrow_mut();
-                    t.latencies.entry(task.name).or_default().push((t1 - t0).as_nanos() as u64);
-                    for (op, outcome) in task.ops.iter().zip(&outcomes) {
-                        t.useful_bytes += useful_bytes(op, outcome);
+                    let lat = t.latencies.entry(task.name).or_default();
+                    lat.0.push(t1 - t0);
+                    lat.1.push(tick as u32);
+                    for outcome in &outcomes {
                         if let Outcome::Failed(e) = outcome {
-                            *t.errors.entry(e.to_string()).or_default() += 1;
+                            t.errors.push((tick as u32, e.to_string()));
                         }
                     }
                 }

@@ -26,6 +26,8 @@ enum Command {
     Plot(PlotArgs),
     /// Reproduce a paper's figures: run their sweeps and set our numbers beside the paper's.
     Reproduce(ReproduceArgs),
+    /// Measure loading: wall time per index and key count, each load in a process of its own.
+    BenchLoad(BenchLoadArgs),
     /// Fill a hash table (race, cluster) with unique keys until an insert fails; print its load factor.
     Fill(FillArgs),
     /// Serve a memory node on RDMA hardware: register memory, answer the control channel and
@@ -255,6 +257,29 @@ const NO_CONNECTX: &str = "this dmkit was built without the real RDMA backend: \
     scripts/setup.sh --rdma && cargo build --release --features connectx";
 
 #[derive(Args, Debug)]
+struct BenchLoadArgs {
+    /// Indexes, each NAME or NAME:CONFIG (comma list; default: every index).
+    #[arg(long, value_delimiter = ',')]
+    index: Option<Vec<String>>,
+    /// Key counts (comma list).
+    #[arg(long, value_delimiter = ',', default_value = "100000,1000000")]
+    keys: Vec<u64>,
+    /// Workload whose key and value sizes are loaded.
+    #[arg(long, default_value = "c")]
+    workload: String,
+    #[arg(long, default_value_t = 1)]
+    memory_nodes: u16,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output: a table, or one JSON object per load.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Measure one load in this process and print it as JSON (what each child process runs).
+    #[arg(long, hide = true)]
+    child: bool,
+}
+
+#[derive(Args, Debug)]
 struct FillArgs {
     /// race or cluster.
     #[arg(long)]
@@ -367,10 +392,25 @@ struct RunArgs {
     /// How keys are loaded: bulk (no simulated time) or insert (timed, not measured).
     #[arg(long, default_value = "bulk", conflicts_with = "file")]
     load: String,
-    #[arg(long, default_value_t = 100, conflicts_with = "file")]
-    warmup_us: u64,
-    #[arg(long, default_value_t = 1000, conflicts_with = "file")]
-    duration_us: u64,
+    /// With --duration-us: the fixed warm-up (default 100). Without: the least warm-up before
+    /// the steady-state analysis starts (default 0; MSER-5 truncation finds the rest).
+    #[arg(long, conflicts_with = "file")]
+    warmup_us: Option<u64>,
+    /// Measure this fixed window instead of running to steady state (no convergence test;
+    /// `steady` then reports the trend test alone).
+    #[arg(long, conflicts_with = "file")]
+    duration_us: Option<u64>,
+    /// Steady state: stop when the 95% interval of mean throughput is within this fraction of
+    /// the mean (and the series shows no trend), in (0, 1).
+    #[arg(long, conflicts_with_all = ["file", "duration_us"])]
+    precision: Option<f64>,
+    /// Steady state: the cap on simulated time, warm-up included (default 400000 = 400 ms). A
+    /// run that reaches it unconverged is reported as not steady, with the reason.
+    #[arg(long, conflicts_with_all = ["file", "duration_us"])]
+    max_duration_us: Option<u64>,
+    /// Tick of the throughput series the measurement is judged on, in microseconds.
+    #[arg(long, default_value_t = 10, conflicts_with = "file")]
+    tick_us: u64,
     #[arg(long, default_value_t = 1, conflicts_with = "file")]
     seed: u64,
     /// Write every operation of the run (one run only) as a history in JSON lines, for any
@@ -391,7 +431,7 @@ struct RunArgs {
     #[arg(long, conflicts_with = "file")]
     restart_after_us: Option<u64>,
     /// Where to run: sim (the simulator) or rdma (hardware; needs --cluster and a build with
-    /// --features connectx). On rdma, --duration-us and --warmup-us are wall-clock time.
+    /// --features connectx). On rdma, times are wall-clock time.
     #[arg(long, default_value = "sim")]
     backend: String,
     /// The hardware cluster (see experiments/configs/cluster.example.toml).
@@ -535,6 +575,7 @@ fn main() -> ExitCode {
         Command::Reproduce(args) => run_reproduce(args),
         Command::MemoryNode(a) => run_memory_node(a).map(|()| ExitCode::SUCCESS),
         Command::ServerNode(a) => run_server_node(a).map(|()| ExitCode::SUCCESS),
+        Command::BenchLoad(a) => run_bench_load(a).map(|()| ExitCode::SUCCESS),
         Command::Fill(a) => {
             let req = dmkit_experiments::fill::FillRequest {
                 index: a.index,
@@ -604,6 +645,9 @@ fn run_run(a: RunArgs) -> Result<(), String> {
                 load: a.load.clone(),
                 warmup_us: a.warmup_us,
                 duration_us: a.duration_us,
+                precision: a.precision,
+                max_duration_us: a.max_duration_us,
+                tick_us: Some(a.tick_us),
                 seed: a.seed,
                 timeseries_us: a.timeseries_us,
                 crash_server: a.crash_server,
@@ -646,7 +690,7 @@ fn run_run(a: RunArgs) -> Result<(), String> {
         (other, _) => return Err(format!("--backend is sim or rdma, not '{other}'")),
     };
     // Independent runs go on every core; results come back in file order.
-    let results = sweep::run_points(&requests, threads, "dmkit run", run::run_request);
+    let results = run::run_requests(&requests, threads, "dmkit run");
     let results: Vec<_> = results.into_iter().collect::<Result<_, _>>()?;
     let lines: Vec<String> =
         results.iter().map(serde_json::to_string).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
@@ -664,6 +708,71 @@ fn run_run(a: RunArgs) -> Result<(), String> {
         std::fs::write(dir.join("result.jsonl"), jsonl).map_err(|e| e.to_string())?;
         std::fs::write(dir.join("result.csv"), run::csv(&results)).map_err(|e| e.to_string())?;
         eprintln!("wrote {}/result.jsonl and result.csv", dir.display());
+    }
+    Ok(())
+}
+
+fn run_bench_load(a: BenchLoadArgs) -> Result<(), String> {
+    use dmkit_experiments::bench::{self, LoadBench};
+    use dmkit_experiments::run::RunFile;
+    let indexes = a
+        .index
+        .clone()
+        .unwrap_or_else(|| dmkit_experiments::run::index_names().into_iter().map(String::from).collect());
+    let request = |index: &str, keys: u64| -> Result<dmkit_experiments::run::RunRequest, String> {
+        let (index, config) = index.split_once(':').unwrap_or((index, "default"));
+        let mut file = toml::Table::new();
+        file.insert("index".into(), index.into());
+        file.insert("config".into(), config.into());
+        file.insert("workload".into(), a.workload.clone().into());
+        file.insert("keys".into(), i64::try_from(keys).map_err(|_| "--keys too large")?.into());
+        file.insert("memory_nodes".into(), (a.memory_nodes as i64).into());
+        file.insert("compute_nodes".into(), 1i64.into());
+        file.insert("threads_per_cn".into(), 1i64.into());
+        file.insert("seed".into(), i64::try_from(a.seed).map_err(|_| "--seed too large")?.into());
+        RunFile::parse(&file.to_string())?.requests()?.into_iter().next().ok_or_else(|| "no run".into())
+    };
+    if a.child {
+        let (index, keys) = match (indexes.as_slice(), a.keys.as_slice()) {
+            ([i], [k]) => (i, *k),
+            _ => return Err("bench-load --child measures one index at one key count".into()),
+        };
+        let r = bench::measure(&request(index, keys)?)?;
+        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    if a.keys.contains(&0) {
+        return Err("--keys must be positive".into());
+    }
+    for index in &indexes {
+        request(index, 1)?; // a bad index or configuration is one line, before any load runs
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the dmkit binary: {e}"))?;
+    let mut rows: Vec<LoadBench> = Vec::new();
+    for index in &indexes {
+        for &keys in &a.keys {
+            eprintln!("bench-load: {index} with {keys} keys ...");
+            let out = std::process::Command::new(&exe)
+                .args(["bench-load", "--child", "--index", index, "--keys", &keys.to_string()])
+                .args(["--workload", &a.workload, "--memory-nodes", &a.memory_nodes.to_string()])
+                .args(["--seed", &a.seed.to_string()])
+                .output()
+                .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "{index} with {keys} keys: {}",
+                    String::from_utf8_lossy(&out.stderr).trim().trim_start_matches("error: ")
+                ));
+            }
+            let r: LoadBench = serde_json::from_slice(&out.stdout).map_err(|e| format!("{index}: {e}"))?;
+            if a.format == Format::Json {
+                println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+            }
+            rows.push(r);
+        }
+    }
+    if a.format == Format::Table {
+        print!("{}", bench::table(&rows));
     }
     Ok(())
 }

@@ -43,7 +43,7 @@
 //! numbers beside ours with their ratio and whether it is within the tolerance. A series or
 //! field the results lack is reported as missing, never as a pass.
 
-use crate::run::{RunFile, RunResult, csv, run_request};
+use crate::run::{RunFile, RunResult, csv};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -422,7 +422,7 @@ pub fn reproduce(figure: &Figure, scale: &str, out: &Path, threads: usize) -> Re
     };
     let requests = run.requests()?;
     let results: Vec<RunResult> =
-        crate::sweep::run_points(&requests, threads, &format!("{} {}", figure.paper, figure.figure), run_request)
+        crate::run::run_requests(&requests, threads, &format!("{} {}", figure.paper, figure.figure))
             .into_iter()
             .collect::<Result<_, _>>()?;
     let lines: Vec<String> =

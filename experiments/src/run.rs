@@ -7,13 +7,11 @@
 //! operations that *complete* inside the measurement window count, with their latency, the
 //! round trips they waited for, and the verbs and bytes they issued.
 
-use dmkit_indexes::spec::{self, Op, Outcome};
-use dmkit_indexes::{Counters, Index, IndexKind};
-use dmkit_sim::{ClientStats, Profile, Sim, SimConfig, Topology, VerbKind};
+use dmkit_indexes::IndexKind;
+use dmkit_indexes::spec::{Op, Outcome};
+use dmkit_sim::Profile;
 use serde::Serialize;
-use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::rc::Rc;
 use std::sync::Arc;
 
 /// One measured operation: usually one index operation; a read-modify-write is a search then
@@ -56,8 +54,10 @@ pub struct RunSetup {
     pub threads_per_cn: u32,
     pub coroutines: u32,
     pub load: LoadMethod,
-    pub warmup_ns: u64,
-    pub duration_ns: u64,
+    /// How the measured phase is chosen: steady state (the default) or a fixed window.
+    pub window: crate::measure::Window,
+    /// Tick of the throughput series the window is judged on, in ns.
+    pub tick_ns: u64,
     pub seed: u64,
     /// Report throughput per interval of this many ns over warm-up and measurement (0: off).
     pub timeseries_ns: u64,
@@ -112,9 +112,37 @@ pub struct RunResult {
     pub coroutines: u32,
     pub keys: u64,
     pub seed: u64,
+    /// The measured phase's length (the same as `measured_ns`; kept for older readers).
     pub duration_ns: u64,
+    /// Operations completed in the measured phase.
     pub operations: u64,
+    /// Mean throughput over the measured phase (the mean of the batch means).
     pub throughput_mops: f64,
+    /// Half-width of the 95% confidence interval of `throughput_mops` (batch means; DESIGN.md
+    /// §5a and `measure`).
+    pub throughput_mops_ci95: f64,
+    /// Whether the run converged: warm-up ended, batches independent, interval within the
+    /// precision, no trend. For a fixed window (`--duration-us`), the trend test alone.
+    pub steady: bool,
+    /// Why it is not steady (empty when it is).
+    pub unsteady_reasons: Vec<crate::measure::Unsteady>,
+    /// How the measured phase was chosen.
+    pub measurement: Measurement,
+    /// Simulated time before the measured phase (the warm-up MSER-5 cut, or the fixed one).
+    pub warmup_ns: u64,
+    pub measured_ns: u64,
+    /// Batches of the measured phase, their length and each one's throughput.
+    pub batches: usize,
+    pub batch_ns: u64,
+    pub batch_mops: Vec<f64>,
+    /// The trend test's t statistic and von Neumann's independence statistic (standardised).
+    pub trend_t: f64,
+    pub von_neumann_z: f64,
+    /// Latency percentiles are of every operation completed in the measured phase, pooled;
+    /// they carry no interval of their own. This is the 95% half-width of the mean of the
+    /// batches' 99th percentiles (the batch-quantile method): a guide to how far the tail
+    /// moves from batch to batch, not an exact interval of the pooled p99.
+    pub latency_ns_p99_ci95: u64,
     pub latency_ns_p50: u64,
     pub latency_ns_p90: u64,
     pub latency_ns_p99: u64,
@@ -153,6 +181,8 @@ pub struct RunResult {
     pub history: Option<dmkit_verify::history::History>,
     /// Simulator steps of the whole run.
     pub sim_steps: u64,
+    /// The simulator's hash of every step of the run (equal for equal seeds and configs).
+    pub trace_hash: u64,
     /// The server node crashed during the run, if any (`crash_server`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crashed_server: Option<u16>,
@@ -185,6 +215,18 @@ impl RunResult {
             duration_ns: measured_ns,
             operations: overall.operations,
             throughput_mops: overall.throughput_mops,
+            throughput_mops_ci95: 0.0,
+            steady: true,
+            unsteady_reasons: Vec::new(),
+            measurement: Measurement::of(&setup.window),
+            warmup_ns: 0,
+            measured_ns,
+            batches: 0,
+            batch_ns: 0,
+            batch_mops: Vec::new(),
+            trend_t: 0.0,
+            von_neumann_z: 0.0,
+            latency_ns_p99_ci95: 0,
             latency_ns_p50: overall.latency_ns_p50,
             latency_ns_p90: overall.latency_ns_p90,
             latency_ns_p99: overall.latency_ns_p99,
@@ -211,6 +253,7 @@ impl RunResult {
             timeseries: Vec::new(),
             history: None,
             sim_steps: 0,
+            trace_hash: 0,
             crashed_server: setup.server_crashes.first().map(|c| c.server),
         }
     }
@@ -225,17 +268,25 @@ pub struct TimePoint {
     pub throughput_mops: f64,
 }
 
-#[derive(Default)]
-struct Tally {
-    history: dmkit_verify::history::History,
-    /// Completion times (ns from the start of the warm-up) of every operation, if a time series
-    /// was asked for.
-    completions: Vec<u64>,
-    latencies: BTreeMap<&'static str, Vec<u64>>,
-    cost: ClientStats,
-    useful_bytes: u64,
-    counters: Counters,
-    errors: BTreeMap<String, u64>,
+/// How a run's measured phase was chosen (the `--precision` or the fixed window).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+pub enum Measurement {
+    /// Until steady to `precision` (relative half-width), or until `max_duration_ns`.
+    Steady { precision: f64, max_duration_ns: u64 },
+    /// A fixed warm-up and window (`--duration-us`, or an operation count per client).
+    Fixed { warmup_ns: u64, duration_ns: Option<u64> },
+}
+
+impl Measurement {
+    pub fn of(window: &crate::measure::Window) -> Measurement {
+        match *window {
+            crate::measure::Window::Steady { precision, max_duration_ns, .. } => {
+                Measurement::Steady { precision, max_duration_ns }
+            }
+            crate::measure::Window::Fixed { warmup_ns, duration_ns } => Measurement::Fixed { warmup_ns, duration_ns },
+        }
+    }
 }
 
 /// Exact nearest-rank percentile of sorted samples.
@@ -270,322 +321,102 @@ pub(crate) fn useful_bytes(op: &Op, outcome: &Outcome) -> u64 {
     }
 }
 
-/// Compute-node counters ([`IndexKind::node_counters`]) summed over nodes.
-fn node_counters<K: IndexKind>(nodes: &[Arc<K::NodeState>]) -> BTreeMap<&'static str, u64> {
-    let mut sum = BTreeMap::new();
-    for n in nodes {
-        for (k, v) in K::node_counters(n) {
-            *sum.entry(k).or_default() += v;
-        }
-    }
-    sum
-}
-
-/// The measured window's RDWC counters and the delegation and combining ratios (of all
-/// searches and all writes), if the index has RDWC counters.
-fn rdwc_ratios(
-    end: &BTreeMap<&'static str, u64>,
-    start: &BTreeMap<&'static str, u64>,
-) -> Option<BTreeMap<String, f64>> {
-    let get = |k: &str| end.get(k).copied().unwrap_or(0) - start.get(k).copied().unwrap_or(0);
-    if !end.keys().any(|k| k.starts_with("rdwc_")) {
-        return None;
-    }
-    let mut out: BTreeMap<String, f64> =
-        end.keys().filter(|k| k.starts_with("rdwc_")).map(|k| (k.to_string(), get(k) as f64)).collect();
-    let reads = get("rdwc_reads_led") + get("rdwc_reads_delegated") + get("rdwc_reads_bypassed");
-    let writes = get("rdwc_writes_led") + get("rdwc_writes_combined") + get("rdwc_writes_bypassed");
-    out.insert("read_delegation_ratio".into(), round3(get("rdwc_reads_delegated") as f64 / reads.max(1) as f64));
-    out.insert("write_combining_ratio".into(), round3(get("rdwc_writes_combined") as f64 / writes.max(1) as f64));
-    Some(out)
-}
-
-/// Runs index `K` with `options`: loads `items`, then runs every client's source for the
-/// warm-up and the measured window. `names` = (index config name, workload name).
+/// Runs index `K` with `options`: loads `items` (or takes the image in `slot`), then runs every
+/// client's source; on hardware when the setup names a cluster. `names` = (index config name,
+/// workload name).
 pub fn run_index<K: IndexKind>(
     setup: &RunSetup,
     options: &K::Options,
     names: (&str, &str),
-    items: Vec<(Vec<u8>, Vec<u8>)>,
-    mut sources: Vec<Box<dyn OpSource>>,
+    items: crate::workload::LoadItems,
+    sources: Vec<Box<dyn OpSource>>,
+    ctx: &RunContext<'_>,
 ) -> Result<RunResult, String> {
     K::validate(options)?;
+    setup.window.validate()?;
     if let Some(cluster) = &setup.cluster {
         #[cfg(feature = "connectx")]
-        return crate::hardware::run_index::<K>(cluster, setup, options, names, items, sources);
+        return crate::hardware::run_index::<K>(cluster, setup, options, names, items.collect(), sources);
         #[cfg(not(feature = "connectx"))]
         {
             let _ = cluster;
             return Err("this build has no real RDMA backend (feature connectx)".into());
         }
     }
-    let clients = setup.clients();
-    if clients == 0 || sources.len() != clients as usize {
-        return Err(format!("{} operation sources for {clients} clients", sources.len()));
-    }
-    // A duration of 0 runs every source to its end (an operation count per client) and
-    // measures everything completed after the warm-up.
-    let servers = K::servers(options);
-    let cfg = SimConfig {
-        profile: setup.profile.clone(),
-        topology: Topology {
-            memory_nodes: setup.memory_nodes,
-            compute_nodes: setup.compute_nodes,
-            server_nodes: servers.nodes,
-            server_threads: servers.rpc_threads.max(1),
-            server_workers_share_cores: servers.workers_share_cores,
-            ..Topology::default()
-        },
-        seed: setup.seed,
-        ..SimConfig::default()
-    };
-    let mut sim = Sim::new(cfg).map_err(|e| e.to_string())?;
-    K::install(options, &mut sim).map_err(|e| format!("starting the index's services: {e}"))?;
-    let caps = sim.caps().clone();
-    let nodes: Vec<Arc<K::NodeState>> =
-        (0..setup.compute_nodes).map(|_| Arc::new(K::node_state(options, &caps))).collect();
-    let keys = items.len() as u64;
-    // A recorded history starts with the loaded keys, as inserts completed at time 0, so that a
-    // checker knows the initial contents.
-    let preload: Vec<dmkit_verify::history::Record> = if setup.record_history {
-        items
-            .iter()
-            .map(|(k, v)| dmkit_verify::history::Record {
-                client: u32::MAX,
-                op: Op::Insert { key: k.clone(), value: v.clone() },
-                outcome: Outcome::Existed(false),
-                invoke: 0,
-                respond: Some(0),
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let item_bytes = items.iter().map(|(k, v)| (k.len() + v.len()) as f64).sum::<f64>() / (keys.max(1) as f64);
+    crate::runner::run_index::<K>(setup, options, names, items, sources, ctx.image, ctx.progress)
+}
 
-    // Create and load with one client.
-    sim.set_instant(setup.load == LoadMethod::Bulk);
-    let loader = sim.add_client(0).map_err(|e| e.to_string())?;
-    let failure = Rc::new(RefCell::new(None));
-    {
-        let (c, o, f) = (loader.clone(), options.clone(), failure.clone());
-        let mut handle = K::open(options, nodes[0].clone(), loader.clone());
-        sim.spawn(&loader, async move {
-            if let Err(e) = K::create(&o, &c).await {
-                *f.borrow_mut() = Some(format!("creating the index: {e}"));
-                return;
-            }
-            if let Err(e) = dmkit_indexes::bulk::load(&mut handle, items).await {
-                *f.borrow_mut() = Some(format!("loading: {e}"));
-            }
-        });
-    }
-    sim.run().map_err(|e| e.to_string())?;
-    if let Some(f) = failure.borrow_mut().take() {
-        return Err(f);
-    }
-    // Warm every compute node's caches outside time: the papers measure after tens of seconds
-    // of warm-up, which a bandwidth-bound index would need minutes of simulation to reach.
-    for node in &nodes {
-        K::warm(options, node, &sim).map_err(|e| format!("warming the caches: {e}"))?;
-    }
-    sim.set_instant(false);
-    let counters_at_start = node_counters::<K>(&nodes);
-    let start = sim.now_ns();
-    for c in &setup.server_crashes {
-        if c.server >= servers.nodes {
-            return Err(format!(
-                "index {} has {} server nodes; cannot crash server {}",
-                K::NAME,
-                servers.nodes,
-                c.server
-            ));
-        }
-        sim.add_node_crash(dmkit_sim::NodeCrash {
-            node: setup.memory_nodes + c.server,
-            at_ns: start + c.at_ns.max(1),
-            restart_at_ns: c.restart_at_ns.map(|r| start + r),
-        })
-        .map_err(|e| e.to_string())?;
-    }
-    let end = if setup.duration_ns == 0 { u64::MAX } else { start + setup.warmup_ns + setup.duration_ns };
-    let warmup_end = start + setup.warmup_ns;
-    let baseline = sim.stats();
-    let timeseries = setup.timeseries_ns > 0;
-    let record = setup.record_history;
+/// What a run shares with the rest of its sweep: the image slot of its load, and where its
+/// progress goes.
+#[derive(Clone, Copy)]
+#[allow(missing_debug_implementations)]
+pub struct RunContext<'a> {
+    pub image: Option<&'a crate::runner::ImageSlot>,
+    pub progress: &'a dyn crate::runner::Progress,
+}
 
-    // The measured clients.
-    let tally = Rc::new(RefCell::new(Tally::default()));
-    tally.borrow_mut().history.records = preload;
-    let mut index = 0usize;
-    for cn in 0..setup.compute_nodes {
-        for _ in 0..setup.threads_per_cn {
-            let first = sim.add_client(cn).map_err(|e| e.to_string())?;
-            let mut thread = vec![first.clone()];
-            for _ in 1..setup.coroutines {
-                thread.push(sim.add_coroutine(&first));
-            }
-            for client in thread {
-                let mut source = std::mem::replace(&mut sources[index], Box::new(Done));
-                index += 1;
-                let mut handle = K::open(options, nodes[cn as usize].clone(), client.clone());
-                let (c, tally) = (client.clone(), tally.clone());
-                sim.spawn(&client, async move {
-                    while c.now_ns() < end {
-                        let Some(task) = source.next_op() else { break };
-                        let (t0, s0) = (c.now_ns(), c.stats());
-                        let mut outcomes = Vec::with_capacity(task.ops.len());
-                        for op in &task.ops {
-                            let invoke = c.logical_time();
-                            let outcome = spec::apply(&mut handle, op).await;
-                            if record {
-                                tally.borrow_mut().history.records.push(dmkit_verify::history::Record {
-                                    client: c.id(),
-                                    op: op.clone(),
-                                    outcome: outcome.clone(),
-                                    invoke,
-                                    respond: Some(c.logical_time()),
-                                });
-                            }
-                            let failed = matches!(outcome, Outcome::Failed(_));
-                            outcomes.push(outcome);
-                            if failed {
-                                break;
-                            }
-                        }
-                        let t1 = c.now_ns();
-                        if timeseries && t1 <= end {
-                            tally.borrow_mut().completions.push(t1 - start);
-                        }
-                        if t1 > warmup_end && t1 <= end {
-                            let mut t = tally.borrow_mut();
-                            t.latencies.entry(task.name).or_default().push(t1 - t0);
-                            t.cost.add(&c.stats().since(&s0));
-                            for (op, outcome) in task.ops.iter().zip(&outcomes) {
-                                t.useful_bytes += useful_bytes(op, outcome);
-                                if let Outcome::Failed(e) = outcome {
-                                    *t.errors.entry(e.to_string()).or_default() += 1;
-                                }
-                            }
-                        }
-                    }
-                    tally.borrow_mut().counters.merge(handle.counters());
-                });
-            }
-        }
+impl RunContext<'static> {
+    /// A run alone: its own load, no progress shown.
+    pub fn alone() -> RunContext<'static> {
+        RunContext { image: None, progress: &crate::runner::Quiet }
     }
-    sim.run().map_err(|e| e.to_string())?;
-    let stats = sim.stats();
-    let report = K::check_invariants(options, &sim).map_err(|e| format!("after the run, invariant violated: {e}"))?;
-    let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
+}
 
-    let measured_ns =
-        if setup.duration_ns == 0 { stats.now_ns.saturating_sub(warmup_end).max(1) } else { setup.duration_ns };
-    let seconds = measured_ns as f64 / 1e9;
-    let mut series = Vec::new();
-    if timeseries {
-        let step = setup.timeseries_ns;
-        let buckets = (setup.warmup_ns + measured_ns).div_ceil(step) as usize;
-        let mut counts = vec![0u64; buckets];
-        for &t in &tally.completions {
-            counts[((t / step) as usize).min(buckets - 1)] += 1;
-        }
-        series = counts
-            .into_iter()
-            .enumerate()
-            .map(|(i, n)| TimePoint {
-                t_us: (i as u64 * step) as f64 / 1e3,
-                operations: n,
-                throughput_mops: round3(n as f64 / (step as f64 / 1e9) / 1e6),
-            })
-            .collect();
-    }
-    let all: Vec<u64> = tally.latencies.values().flatten().copied().collect();
-    let overall = op_metrics(all, seconds);
-    let ops = overall.operations.max(1) as f64;
-    let per_op = tally.latencies.into_iter().map(|(k, v)| (k.to_string(), op_metrics(v, seconds))).collect();
-    let elapsed = (stats.now_ns - baseline.now_ns).max(1) as f64;
-    let mns = setup.memory_nodes as usize;
-    let busy = |f: fn(&dmkit_sim::NodeStats) -> u64| {
-        (0..mns).map(|n| (f(&stats.nodes[n]) - f(&baseline.nodes[n])) as f64).sum::<f64>() / mns as f64 / elapsed
+/// Throughput as `mean ± half-width` (Mops/s).
+pub fn mean_ci(mean: f64, ci95: f64) -> String {
+    format!("{mean:.3} ± {ci95:.3}")
+}
+
+/// What a run's measurement says in words: steady, or why not.
+pub fn verdict(r: &RunResult) -> String {
+    let window = match r.measurement {
+        Measurement::Steady { .. } => "steady state",
+        Measurement::Fixed { .. } => "fixed window",
     };
-    let verbs_per_op = VerbKind::ALL
-        .iter()
-        .filter(|k| tally.cost.verbs_of(**k).count > 0)
-        .map(|k| (k.name().to_string(), round3(tally.cost.verbs_of(*k).count as f64 / ops)))
-        .collect();
-    let cache_bytes = nodes.iter().map(|n| K::node_state_bytes(n) as f64).sum::<f64>() / nodes.len() as f64;
-    let hits = tally.counters.events.get("cache_hit").copied();
-    let misses = tally.counters.events.get("cache_miss").copied();
-    let rdwc = rdwc_ratios(&node_counters::<K>(&nodes), &counters_at_start);
-    Ok(RunResult {
-        round_trips_per_op: round3(tally.cost.round_trips as f64 / ops),
-        bytes_read_per_op: round3(tally.cost.bytes_read() as f64 / ops),
-        bytes_written_per_op: round3(tally.cost.bytes_written() as f64 / ops),
-        read_amplification: round3(tally.cost.bytes_read() as f64 / tally.useful_bytes.max(1) as f64),
-        verbs_per_op,
-        mn_iops_utilisation: round3(busy(|n| n.nic_busy_ns)),
-        mn_bandwidth_utilisation: round3(busy(|n| n.link_out_busy_ns)),
-        cache_bytes_per_cn: round3(cache_bytes),
-        // An index that counts either event has a cache; one never counted is absent.
-        cache_hit_ratio: match (hits.unwrap_or(0), misses.unwrap_or(0)) {
-            (h, m) if h + m > 0 => Some(round3(h as f64 / (h + m) as f64)),
-            _ => None,
-        },
-        remote_bytes_used: report.remote_bytes,
-        // Remote bytes beyond the items' own key and value bytes (metadata and empty space),
-        // per item.
-        metadata_bytes_per_item: (report.items > 0)
-            .then(|| round3((report.remote_bytes as f64 / report.items as f64 - item_bytes).max(0.0))),
-        load_factor: report.capacity_items.filter(|&c| c > 0).map(|c| round3(report.items as f64 / c as f64)),
-        retries_per_op: round3(tally.counters.retries as f64 / ops),
-        lock_failures: tally.counters.lock_failures,
-        cas_failures: tally.counters.cas_failures,
-        rdwc,
-        errors: tally.errors,
-        index_counters: tally
-            .counters
-            .events
-            .iter()
-            .map(|(k, v)| (k.to_string(), *v))
-            .chain(K::server_counters(options, &sim).into_iter().map(|(k, v)| (k.to_string(), v)))
-            .collect(),
-        timeseries: series,
-        history: record.then_some(tally.history),
-        sim_steps: stats.steps,
-        ..RunResult::measured(
-            K::NAME,
-            names,
-            setup.profile.name.clone(),
-            setup,
-            (clients, keys),
-            measured_ns,
-            (overall, per_op),
+    if r.steady {
+        format!(
+            "{window}: {:.1} ms warm-up, {:.1} ms measured in {} batches",
+            r.warmup_ns as f64 / 1e6,
+            r.measured_ns as f64 / 1e6,
+            r.batches
         )
-    })
-}
-
-struct Done;
-
-impl OpSource for Done {
-    fn next_op(&mut self) -> Option<Task> {
-        None
+    } else {
+        let why: Vec<&str> = r.unsteady_reasons.iter().map(|u| u.describe()).collect();
+        let cap = match r.measurement {
+            Measurement::Steady { max_duration_ns, .. } => {
+                format!(" at the cap of {:.0} ms", max_duration_ns as f64 / 1e6)
+            }
+            Measurement::Fixed { .. } => String::new(),
+        };
+        format!("NOT STEADY{cap}: {}", why.join("; "))
     }
 }
 
-/// A one-line-per-run table.
+/// A one-line-per-run table, throughput as mean ± 95% half-width, then a line for each run
+/// that did not converge.
 pub fn table(results: &[RunResult]) -> String {
     let mut out = format!(
-        "{:<10} {:<10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}\n",
-        "index", "workload", "clients", "Mops/s", "p50 ns", "p99 ns", "p999 ns", "RTT/op", "rd B/op", "wr B/op"
+        "{:<10} {:<10} {:>7} {:>19} {:>7} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}\n",
+        "index",
+        "workload",
+        "clients",
+        "Mops/s (95% CI)",
+        "steady",
+        "p50 ns",
+        "p99 ns",
+        "p999 ns",
+        "RTT/op",
+        "rd B/op",
+        "wr B/op"
     );
     for r in results {
         out.push_str(&format!(
-            "{:<10} {:<10} {:>7} {:>9.3} {:>9} {:>9} {:>9} {:>7.2} {:>9.1} {:>9.1}\n",
+            "{:<10} {:<10} {:>7} {:>19} {:>7} {:>9} {:>9} {:>9} {:>7.2} {:>9.1} {:>9.1}\n",
             r.index,
             r.workload,
             r.clients,
-            r.throughput_mops,
+            mean_ci(r.throughput_mops, r.throughput_mops_ci95),
+            if r.steady { "yes" } else { "NO" },
             r.latency_ns_p50,
             r.latency_ns_p99,
             r.latency_ns_p999,
@@ -593,6 +424,16 @@ pub fn table(results: &[RunResult]) -> String {
             r.bytes_read_per_op,
             r.bytes_written_per_op
         ));
+    }
+    for (i, r) in results.iter().enumerate() {
+        if !r.steady || results.len() == 1 {
+            let who = if results.len() == 1 {
+                String::new()
+            } else {
+                format!("run {} ({} {}): ", i + 1, r.index, r.workload)
+            };
+            out.push_str(&format!("{who}{}\n", verdict(r)));
+        }
     }
     out
 }
@@ -710,32 +551,127 @@ pub fn index_names() -> Vec<&'static str> {
 /// Runs a request: builds the workload and the index's named configuration, then
 /// [`run_index`]. Errors are one line (bad index, config or workload).
 pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
+    run_request_with(req, &RunContext::alone())
+}
+
+/// [`run_request`] sharing its sweep's image and showing progress.
+pub fn run_request_with(req: &RunRequest, ctx: &RunContext<'_>) -> Result<RunResult, String> {
+    dispatch(req, Run { ctx })
+}
+
+/// What a request asks of its index once the index is named and its options built: run it
+/// ([`run_request`]), load it only (`dmkit bench-load`), or name its image (sweeps).
+pub trait IndexVisitor {
+    type Out;
+    fn visit<K: IndexKind>(
+        self,
+        req: &RunRequest,
+        options: &K::Options,
+        names: (&str, &str),
+        work: Work,
+    ) -> Result<Self::Out, String>;
+}
+
+/// A request's workload: the items to load and each client's operations, built on demand.
+#[allow(missing_debug_implementations)] // the shared state holds atomics not worth printing
+pub struct Work {
+    pub spec: crate::workload::WorkloadSpec,
+    pub items: crate::workload::LoadItems,
+    shared: crate::workload::SharedState,
+}
+
+impl Work {
+    /// Every client's operation source.
+    pub fn sources(&self, req: &RunRequest) -> Vec<Box<dyn OpSource>> {
+        (0..req.setup.clients())
+            .map(|c| {
+                let source: Box<dyn OpSource> =
+                    Box::new(WorkloadSource::new(self.spec.stream(req.setup.seed, c, &self.shared)));
+                match req.ops_per_client {
+                    // Warm-up operations come first: a client that finishes its quota early stops.
+                    Some(n) => Box::new(Limited { inner: source, left: n }) as Box<dyn OpSource>,
+                    None => source,
+                }
+            })
+            .collect()
+    }
+}
+
+struct Run<'a, 'b> {
+    ctx: &'a RunContext<'b>,
+}
+
+impl IndexVisitor for Run<'_, '_> {
+    type Out = RunResult;
+    fn visit<K: IndexKind>(
+        self,
+        req: &RunRequest,
+        options: &K::Options,
+        names: (&str, &str),
+        work: Work,
+    ) -> Result<RunResult, String> {
+        let sources = work.sources(req);
+        run_index::<K>(&req.setup, options, names, work.items, sources, self.ctx)
+    }
+}
+
+struct KeyOnly;
+
+impl IndexVisitor for KeyOnly {
+    type Out = String;
+    fn visit<K: IndexKind>(
+        self,
+        req: &RunRequest,
+        options: &K::Options,
+        _names: (&str, &str),
+        work: Work,
+    ) -> Result<String, String> {
+        Ok(crate::runner::image_key::<K>(&req.setup, options, &work.items))
+    }
+}
+
+/// The key of the image a request loads: requests with equal keys load the same state and
+/// may share it. `None` on hardware (each run loads its cluster) and for bad requests (their
+/// run reports the error).
+pub fn image_key(req: &RunRequest) -> Option<String> {
+    if req.setup.cluster.is_some() {
+        return None;
+    }
+    dispatch(req, KeyOnly).ok()
+}
+
+/// Runs every request on up to `threads` cores, loading each distinct state once (see
+/// [`crate::sweep`]); results in request order.
+pub fn run_requests(requests: &[RunRequest], threads: usize, label: &str) -> Vec<Result<RunResult, String>> {
+    let keys: Vec<Option<String>> = requests.iter().map(image_key).collect();
+    crate::sweep::run_points_shared(
+        requests,
+        &keys,
+        threads,
+        label,
+        |r| format!("{} {} {} clients", r.index, r.workload, r.setup.clients()),
+        |r, slot, progress| run_request_with(r, &RunContext { image: slot, progress }),
+    )
+}
+
+/// Builds a request's workload and its index's named configuration, then hands both to `v`.
+/// Errors are one line (bad index, config or workload).
+pub fn dispatch<V: IndexVisitor>(req: &RunRequest, v: V) -> Result<V::Out, String> {
     use crate::workload::{SharedState, WorkloadSpec, load_items};
     if req.keys == 0 {
         return Err("--keys must be positive".into());
     }
     let mut spec = WorkloadSpec::from_name(&req.workload, req.keys).map_err(|e| e.to_string())?;
     shape_workload(&mut spec, req)?;
-    // Every workload starts from `keys` loaded items; LOAD then inserts fresh keys beyond them
-    // (the papers' LOAD: SMART and CHIME preload 5 M keys, then insert).
-    let items: Vec<(Vec<u8>, Vec<u8>)> = load_items(&spec).collect();
     // On hardware each compute-node process generates its own clients' operations: the
     // processes split the fresh key numbers between them so that no key is inserted twice.
     let shared = match &req.setup.cluster {
         Some(c) => SharedState::strided(spec.record_count, c.compute_node as u64, req.setup.compute_nodes as u64),
         None => SharedState::for_spec(&spec),
     };
-    let clients = req.setup.clients();
-    let sources: Vec<Box<dyn OpSource>> = (0..clients)
-        .map(|c| {
-            let source: Box<dyn OpSource> = Box::new(WorkloadSource::new(spec.stream(req.setup.seed, c, &shared)));
-            match req.ops_per_client {
-                // Warm-up operations come first: a client that finishes its quota early stops.
-                Some(n) => Box::new(Limited { inner: source, left: n }) as Box<dyn OpSource>,
-                None => source,
-            }
-        })
-        .collect();
+    // Every workload starts from `keys` loaded items; LOAD then inserts fresh keys beyond them
+    // (the papers' LOAD: SMART and CHIME preload 5 M keys, then insert).
+    let work = Work { items: load_items(&spec), spec: spec.clone(), shared };
     let needs_scans = spec.mix.scan > 0.0;
     match req.index.as_str() {
         "example" => {
@@ -762,7 +698,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
                 memory_nodes: req.setup.memory_nodes,
                 ..ExampleOptions::default()
             };
-            run_index::<Example>(&req.setup, &options, (&req.config, &spec.name), items, sources)
+            v.visit::<Example>(req, &options, (&req.config, &spec.name), work)
         }
         "cluster" => {
             use dmkit_indexes::cluster::{Cluster, ClusterOptions};
@@ -782,7 +718,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
                 memory_nodes: req.setup.memory_nodes,
                 ..ClusterOptions::default()
             };
-            run_index::<Cluster>(&req.setup, &options, (&req.config, &spec.name), items, sources)
+            v.visit::<Cluster>(req, &options, (&req.config, &spec.name), work)
         }
         "race" => {
             use dmkit_indexes::race::{Race, RaceOptions};
@@ -808,7 +744,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
                 paper,
                 ..RaceOptions::default()
             };
-            run_index::<Race>(&req.setup, &options, (&req.config, &spec.name), items, sources)
+            v.visit::<Race>(req, &options, (&req.config, &spec.name), work)
         }
         "sherman" if req.config.ends_with("-ool") => {
             // Values out of line (`dmkit_indexes::indirect`): the tree maps keys to 8-byte block
@@ -823,7 +759,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             }
             inner.validate().map_err(|e| format!("index sherman, configuration {}: {e}", req.config))?;
             let options = IndirectOptions::new(inner, spec.value_bytes as u32, req.setup.memory_nodes);
-            run_index::<Indirect<Sherman>>(&req.setup, &options, (&req.config, &spec.name), items, sources)
+            v.visit::<Indirect<Sherman>>(req, &options, (&req.config, &spec.name), work)
         }
         "sherman" => {
             use dmkit_indexes::sherman::{Sherman, ShermanOptions};
@@ -835,7 +771,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
                 options.cache_bytes = bytes;
             }
             options.validate().map_err(|e| format!("index sherman, configuration {config}: {e}"))?;
-            run_index::<Sherman>(&req.setup, &options, (config, &spec.name), items, sources)
+            v.visit::<Sherman>(req, &options, (config, &spec.name), work)
         }
         "smart" | "art" => {
             use dmkit_indexes::smart::SmartOptions;
@@ -855,9 +791,9 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             options.validate().map_err(|e| format!("index {index}, configuration {config}: {e}"))?;
             if index == "art" {
                 let options = dmkit_indexes::art::ArtOptions(options);
-                run_index::<dmkit_indexes::art::Art>(&req.setup, &options, (config, &spec.name), items, sources)
+                v.visit::<dmkit_indexes::art::Art>(req, &options, (config, &spec.name), work)
             } else {
-                run_index::<dmkit_indexes::smart::Smart>(&req.setup, &options, (config, &spec.name), items, sources)
+                v.visit::<dmkit_indexes::smart::Smart>(req, &options, (config, &spec.name), work)
             }
         }
         "chime" => {
@@ -870,7 +806,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
                 options.cache_bytes = bytes;
             }
             options.validate().map_err(|e| format!("index chime, configuration {config}: {e}"))?;
-            run_index::<Chime>(&req.setup, &options, (config, &spec.name), items, sources)
+            v.visit::<Chime>(req, &options, (config, &spec.name), work)
         }
         "dolphin" => {
             use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
@@ -889,7 +825,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
                 options.cache_bytes = bytes;
             }
             options.validate().map_err(|e| format!("index dolphin, configuration {config}: {e}"))?;
-            run_index::<Dolphin>(&req.setup, &options, (config, &spec.name), items, sources)
+            v.visit::<Dolphin>(req, &options, (config, &spec.name), work)
         }
         "clover" => {
             use dmkit_indexes::clover::{Clover, CloverOptions};
@@ -908,7 +844,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
                 ..CloverOptions::default()
             };
             options.validate().map_err(|e| format!("index clover: {e}"))?;
-            run_index::<Clover>(&req.setup, &options, (&req.config, &spec.name), items, sources)
+            v.visit::<Clover>(req, &options, (&req.config, &spec.name), work)
         }
         "hstore" => {
             use dmkit_indexes::hstore::{HStore, HStoreOptions};
@@ -923,7 +859,7 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
             options.max_key_bytes = spec.key_format.key_bytes().max(1) as u32;
             options.max_value_bytes = spec.value_bytes as u32;
             options.validate().map_err(|e| format!("index hstore, configuration {config}: {e}"))?;
-            run_index::<HStore>(&req.setup, &options, (config, &spec.name), items, sources)
+            v.visit::<HStore>(req, &options, (config, &spec.name), work)
         }
         other => Err(format!("unknown index '{other}' (known: {})", index_names().join(", "))),
     }
@@ -932,11 +868,11 @@ pub fn run_request(req: &RunRequest) -> Result<RunResult, String> {
 /// CSV of results: a header and one line per run, the scalar fields of the schema.
 pub fn csv(results: &[RunResult]) -> String {
     let mut out = String::from(
-        "index,config,workload,profile,clients,keys,seed,throughput_mops,latency_ns_p50,latency_ns_p90,latency_ns_p99,latency_ns_p999,round_trips_per_op,bytes_read_per_op,bytes_written_per_op,read_amplification,mn_iops_utilisation,mn_bandwidth_utilisation,cache_bytes_per_cn,remote_bytes_used,retries_per_op,lock_failures,cas_failures\n",
+        "index,config,workload,profile,clients,keys,seed,throughput_mops,throughput_mops_ci95,steady,unsteady_reasons,warmup_ns,measured_ns,batches,batch_mops,latency_ns_p50,latency_ns_p90,latency_ns_p99,latency_ns_p999,round_trips_per_op,bytes_read_per_op,bytes_written_per_op,read_amplification,mn_iops_utilisation,mn_bandwidth_utilisation,cache_bytes_per_cn,remote_bytes_used,retries_per_op,lock_failures,cas_failures\n",
     );
     for r in results {
         out.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             r.index,
             r.config,
             r.workload,
@@ -945,6 +881,13 @@ pub fn csv(results: &[RunResult]) -> String {
             r.keys,
             r.seed,
             r.throughput_mops,
+            r.throughput_mops_ci95,
+            r.steady,
+            r.unsteady_reasons.iter().map(|u| format!("{u:?}")).collect::<Vec<_>>().join(";"),
+            r.warmup_ns,
+            r.measured_ns,
+            r.batches,
+            r.batch_mops.iter().map(f64::to_string).collect::<Vec<_>>().join(";"),
             r.latency_ns_p50,
             r.latency_ns_p90,
             r.latency_ns_p99,
@@ -1008,10 +951,22 @@ pub struct RunFile {
     pub coroutines: u32,
     #[serde(default = "default_load")]
     pub load: String,
-    #[serde(default = "default_warmup")]
-    pub warmup_us: u64,
-    #[serde(default = "default_duration")]
-    pub duration_us: u64,
+    /// With `duration_us`: the fixed warm-up (default 100). Without: the least warm-up of a
+    /// steady-state run (default 0; MSER-5 finds the rest).
+    #[serde(default)]
+    pub warmup_us: Option<u64>,
+    /// A fixed measured window instead of running to steady state.
+    #[serde(default)]
+    pub duration_us: Option<u64>,
+    /// Steady state: the 95% interval's half-width relative to the mean (default 0.02).
+    #[serde(default)]
+    pub precision: Option<f64>,
+    /// Steady state: the cap on simulated time, warm-up included (default 400,000).
+    #[serde(default)]
+    pub max_duration_us: Option<u64>,
+    /// Tick of the throughput series the window is judged on (default 10).
+    #[serde(default)]
+    pub tick_us: Option<u64>,
     #[serde(default = "one_u64")]
     pub seed: u64,
     /// Throughput time series interval (0: off).
@@ -1079,17 +1034,40 @@ fn one_u32() -> u32 {
 fn default_load() -> String {
     "bulk".into()
 }
-fn default_warmup() -> u64 {
-    100
-}
-fn default_duration() -> u64 {
-    1000
-}
 fn one_u64() -> u64 {
     1
 }
 
 impl RunFile {
+    /// The measured window this file asks for: a fixed one with `duration_us` (or an operation
+    /// count per client), else steady state. Errors are one line, in the flags' words.
+    pub fn window(&self) -> Result<crate::measure::Window, String> {
+        use crate::measure::{MAX_DURATION_NS, PRECISION, Window};
+        let fixed = self.duration_us.is_some() || self.ops_per_client.is_some();
+        if fixed && (self.precision.is_some() || self.max_duration_us.is_some()) {
+            return Err("--precision and --max-duration-us are for steady-state runs; \
+                        --duration-us (or --ops-per-client) fixes the window"
+                .into());
+        }
+        let window = if fixed {
+            Window::Fixed {
+                warmup_ns: self.warmup_us.unwrap_or(100) * 1000,
+                duration_ns: match self.ops_per_client {
+                    Some(_) => None,
+                    None => self.duration_us.map(|d| d * 1000),
+                },
+            }
+        } else {
+            Window::Steady {
+                precision: self.precision.unwrap_or(PRECISION),
+                max_duration_ns: self.max_duration_us.map_or(MAX_DURATION_NS, |d| d.saturating_mul(1000)),
+                min_warmup_ns: self.warmup_us.unwrap_or(0) * 1000,
+            }
+        };
+        window.validate()?;
+        Ok(window)
+    }
+
     /// Parses a run file; errors are one line.
     pub fn parse(text: &str) -> Result<RunFile, String> {
         toml::from_str(text).map_err(|e| format!("bad run file: {}", e.message().replace('\n', " ")))
@@ -1161,6 +1139,11 @@ impl RunFile {
                 if p.compute_nodes == 0 || p.memory_nodes == 0 || p.threads_per_cn == 0 || p.coroutines == 0 {
                     return Err("compute_nodes, memory_nodes, threads_per_cn and coroutines must be positive".into());
                 }
+                let window = p.window()?;
+                let tick_ns = p.tick_us.unwrap_or(crate::measure::TICK_NS / 1000) * 1000;
+                if tick_ns == 0 {
+                    return Err("--tick-us must be positive".into());
+                }
                 Ok(RunRequest {
                     index: p.index,
                     config: p.config,
@@ -1179,8 +1162,8 @@ impl RunFile {
                         threads_per_cn: p.threads_per_cn,
                         coroutines: p.coroutines,
                         load,
-                        warmup_ns: p.warmup_us * 1000,
-                        duration_ns: if p.ops_per_client.is_some() { 0 } else { p.duration_us * 1000 },
+                        window,
+                        tick_ns,
                         seed: p.seed,
                         timeseries_ns: p.timeseries_us * 1000,
                         record_history: false,

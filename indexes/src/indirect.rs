@@ -182,6 +182,11 @@ impl<K: IndexKind> IndexKind for Indirect<K> {
         IndirectNode { inner: Arc::new(K::node_state(&o.inner, caps)), chunks }
     }
 
+    fn inherit(node: &Self::NodeState, loader: &Self::NodeState) {
+        K::inherit(&node.inner, &loader.inner);
+        node.chunks.inherit(&loader.chunks);
+    }
+
     fn node_state_bytes(n: &Self::NodeState) -> u64 {
         K::node_state_bytes(&n.inner) + n.chunks.bytes()
     }

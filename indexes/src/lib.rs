@@ -286,6 +286,16 @@ pub trait IndexKind: 'static {
         Ok(())
     }
 
+    /// Hands compute node 0 of a run what the loader's compute node holds that outlives the
+    /// load — its chunk allocator's reservations, free blocks and current chunk — so that blocks
+    /// of loaded items are freed and reused there, as when one simulation loads and runs (runs
+    /// start from a loaded image with fresh compute nodes). `loader` is shared by every run from
+    /// one image and only read. Indexes whose compute-node state holds nothing of the kind keep
+    /// the default.
+    fn inherit(node: &Self::NodeState, loader: &Self::NodeState) {
+        let _ = (node, loader);
+    }
+
     /// A compute node's own counters (RDWC windows, cache entries...), summed over nodes by
     /// reports. Indexes without any keep the default.
     fn node_counters(node: &Self::NodeState) -> BTreeMap<&'static str, u64> {

@@ -102,6 +102,18 @@ pub trait Service<C: ServerCtx>: Send + Sync + 'static {
         let _ = (ctx, index);
         async {}
     }
+
+    /// A copy of the service's state, to start another run from a loaded image (the
+    /// simulator's `Image`: a sweep loads an index once and forks it per point). Called only
+    /// when the node is quiescent: no request in flight, every worker waiting for work. The
+    /// copy must behave exactly as this service would from here on. `None` (the default) says
+    /// the service cannot be copied: a sweep then loads afresh for every point.
+    fn fork(&self) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        None
+    }
 }
 
 /// Where an index's services run: the simulator, or a hardware server-node process. `factory`

@@ -75,8 +75,23 @@ struct ServiceInstance {
     state: Arc<dyn std::any::Any + Send + Sync>,
 }
 
+/// A copy of a service's state (an `S`, type-erased), as an [`Image`] keeps it.
+type ForkedState = Arc<dyn std::any::Any + Send + Sync>;
+/// Copies a running instance's state (`None` if its service cannot).
+type SnapshotFn = Box<dyn Fn(&ServiceInstance) -> Option<ForkedState>>;
+/// A running instance from a copied state.
+type ResumeFn = Box<dyn Fn(&ForkedState) -> Option<ServiceInstance>>;
+
 struct ServiceEntry {
     factory: Box<dyn Fn() -> ServiceInstance>,
+    /// A copy of the running instance's state, if its service can be copied (`Service::fork`).
+    snapshot: SnapshotFn,
+    /// A running instance from a copy, copied again so that the image it came from stays
+    /// intact for the next run.
+    resume: ResumeFn,
+    /// The state the first start resumes from (a restored image) instead of the factory's; a
+    /// restart after a crash starts from the factory, as a crash loses the state.
+    initial: Option<ForkedState>,
     current: Option<ServiceInstance>,
 }
 
@@ -105,6 +120,11 @@ impl Service<SimClient> for AllocatorService {
             Ok(r) => self.state.lock().unwrap_or_else(|e| e.into_inner()).handle(r).encode(),
             Err(e) => dmkit_rdma::alloc::AllocResponse::Rejected(e.to_string()).encode(),
         }
+    }
+
+    fn fork(&self) -> Option<Self> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        Some(AllocatorService { state: Mutex::new(state), handler_ns: self.handler_ns })
     }
 }
 
@@ -205,7 +225,16 @@ impl Sim {
             .borrow_mut()
             .add_service(node, id)
             .map_err(|_| ConfigError(format!("{node} is not a memory or server node: services run there")))?;
-        let entry = ServiceEntry { factory: Box::new(move || erase(factory())), current: None };
+        let entry = ServiceEntry {
+            factory: Box::new(move || erase(factory())),
+            snapshot: Box::new(|instance| {
+                let state = instance.state.clone().downcast::<S>().ok()?;
+                Some(Arc::new(state.fork()?) as ForkedState)
+            }),
+            resume: Box::new(|state| state.downcast_ref::<S>()?.fork().map(erase)),
+            initial: None,
+            current: None,
+        };
         self.services.insert((node.0, id), entry);
         if self.started {
             self.start_service(node, id);
@@ -215,7 +244,10 @@ impl Sim {
 
     fn start_service(&mut self, node: NodeId, id: u16) {
         let entry = self.services.get_mut(&(node.0, id)).expect("registered");
-        let instance = (entry.factory)();
+        let instance = match entry.initial.take() {
+            Some(state) => (entry.resume)(&state).expect("an image holds only states its service can copy"),
+            None => (entry.factory)(),
+        };
         let (workers, run_worker) = (instance.workers, instance.run_worker.clone());
         entry.current = Some(instance);
         for index in 0..workers {
@@ -518,9 +550,125 @@ impl Sim {
         self.core.borrow_mut().poke(addr, data)
     }
 
+    /// The state of every memory and server node — host and device memory, and the state of
+    /// each service — to start other runs from (see [`Image`]). The simulation must be
+    /// quiescent: every task finished (service workers may wait for work), nothing in flight,
+    /// every node up, and every service able to copy its state (`Service::fork`); otherwise
+    /// the error says which condition failed.
+    pub fn image(&self) -> Result<Image, String> {
+        if self.live_tasks > 0 {
+            return Err(format!("{} tasks are still running", self.live_tasks));
+        }
+        let core = self.core.borrow();
+        if core.in_flight() > 0 {
+            return Err(format!("{} verbs or calls are in flight", core.in_flight()));
+        }
+        let topology = core.cfg.topology;
+        let nodes = core.node_memories()?;
+        let mut services = BTreeMap::new();
+        for (&(node, id), entry) in &self.services {
+            let state = match (&entry.current, &entry.initial) {
+                (Some(instance), _) => (entry.snapshot)(instance),
+                // Never started: the restored copy, or a fresh instance.
+                (None, Some(state)) => Some(state.clone()),
+                (None, None) => (entry.snapshot)(&(entry.factory)()),
+            };
+            let state = state.ok_or_else(|| format!("service {id} on node {node} cannot copy its state"))?;
+            services.insert((node, id), state);
+        }
+        Ok(Image {
+            memory_nodes: topology.memory_nodes,
+            server_nodes: topology.server_nodes,
+            host_memory_bytes: core.cfg.profile.host_memory_bytes,
+            nodes,
+            services,
+        })
+    }
+
+    /// Starts this simulation from `image` instead of empty nodes: its memories are copied in,
+    /// and each service starts from a copy of the image's state for it instead of its factory's
+    /// fresh one (a later crash and restart still starts afresh). Call it before the first run,
+    /// after registering the same services on the same memory and server nodes as the imaged
+    /// simulation had (compute nodes and clients may differ).
+    pub fn restore(&mut self, image: &Image) -> Result<(), ConfigError> {
+        if self.started {
+            return Err(ConfigError("an image is restored before the run starts".into()));
+        }
+        let mut core = self.core.borrow_mut();
+        let t = core.cfg.topology;
+        if (t.memory_nodes, t.server_nodes) != (image.memory_nodes, image.server_nodes) {
+            return Err(ConfigError(format!(
+                "the image has {} memory and {} server nodes; this simulation has {} and {}",
+                image.memory_nodes, image.server_nodes, t.memory_nodes, t.server_nodes
+            )));
+        }
+        if core.cfg.profile.host_memory_bytes != image.host_memory_bytes {
+            return Err(ConfigError("the image was taken with another host memory size".into()));
+        }
+        let registered: Vec<(u16, u16)> = self.services.keys().copied().collect();
+        let imaged: Vec<(u16, u16)> = image.services.keys().copied().collect();
+        if registered != imaged {
+            return Err(ConfigError(format!(
+                "the image has services {imaged:?} (node, id); this simulation registered {registered:?}"
+            )));
+        }
+        core.set_node_memories(&image.nodes);
+        drop(core);
+        for (key, state) in &image.services {
+            self.services.get_mut(key).expect("compared above").initial = Some(state.clone());
+        }
+        Ok(())
+    }
+
     /// The trace lines recorded so far (with `SimConfig::trace`), one per executed step.
     pub fn take_trace(&mut self) -> Vec<String> {
         self.core.borrow_mut().trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+}
+
+/// The memories and service states of a simulation's memory and server nodes at a quiescent
+/// moment ([`Sim::image`]), to start other simulations from ([`Sim::restore`]): a sweep loads
+/// an index once and runs each point from a copy (DESIGN.md §5a, "load once"). Compute-node
+/// state is not in it: each run opens the index afresh and warms its caches. `Send + Sync`,
+/// so points on several threads share one.
+#[derive(Clone)]
+pub struct Image {
+    memory_nodes: u16,
+    server_nodes: u16,
+    host_memory_bytes: u64,
+    /// Per memory or server node: host and device memory.
+    nodes: Vec<(crate::SparseMemory, crate::SparseMemory)>,
+    /// Per (node, service id): the service's copied state.
+    services: BTreeMap<(u16, u16), ForkedState>,
+}
+
+impl fmt::Debug for Image {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Image({} memory nodes, {} server nodes, {} non-zero bytes, services {:?})",
+            self.memory_nodes,
+            self.server_nodes,
+            self.nonzero_bytes(),
+            self.services.keys().collect::<Vec<_>>()
+        )
+    }
+}
+
+impl Image {
+    /// Non-zero bytes of every node's memories.
+    pub fn nonzero_bytes(&self) -> u64 {
+        self.nodes.iter().map(|(h, d)| h.nonzero_line_bytes() + d.nonzero_line_bytes()).sum()
+    }
+
+    /// Host heap bytes the image's memories occupy.
+    pub fn host_bytes(&self) -> u64 {
+        self.nodes.iter().map(|(h, d)| h.host_bytes() + d.host_bytes()).sum()
+    }
+
+    /// Whether two images hold the same memory contents (service states are not compared).
+    pub fn same_memory(&self, other: &Image) -> bool {
+        self.nodes == other.nodes
     }
 }
 

@@ -31,7 +31,7 @@ mod stats;
 pub use config::{
     ClientCrash, ConfigError, ExtraDelay, Faults, MemoryModel, NodeCrash, SimConfig, Slowdown, Tearing, Topology,
 };
-pub use exec::{Sim, SimClient, SimError, Sleep, TaskOutput};
+pub use exec::{Image, Sim, SimClient, SimError, Sleep, TaskOutput};
 pub use memory::{LINE_BYTES, SparseMemory};
 pub use profile::{Basis, Profile, ProfileError};
 pub use sched::{Actor, Chooser, EarliestChooser, RandomChooser, StepClass, StepInfo};

@@ -15,7 +15,7 @@ const PAGE_BYTES: u64 = (LINE_BYTES * PAGE_LINES) as u64;
 
 type Line = [u8; LINE_BYTES];
 
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Page {
     present: u64,
     lines: Box<[Line]>,
@@ -50,7 +50,7 @@ impl Hasher for PageHasher {
 pub(crate) type FixedMap<K, V> = HashMap<K, V, BuildHasherDefault<PageHasher>>;
 
 /// One region (host or device memory) of one node.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SparseMemory {
     pages: FixedMap<u64, Page>,
     nonzero_lines: u64,

@@ -85,6 +85,10 @@ impl IndexKind for Art {
         smart::node_state(o, caps)
     }
 
+    fn inherit(node: &SmartNode, loader: &SmartNode) {
+        node.chunks.inherit(&loader.chunks);
+    }
+
     fn node_state_bytes(n: &SmartNode) -> u64 {
         smart::node_state_bytes(n)
     }

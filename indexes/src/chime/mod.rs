@@ -246,6 +246,10 @@ impl IndexKind for Chime {
         }
     }
 
+    fn inherit(node: &ChimeNode, loader: &ChimeNode) {
+        node.chunks.inherit(&loader.chunks);
+    }
+
     fn node_state_bytes(n: &ChimeNode) -> u64 {
         n.cache.stats().bytes + n.hotspot.bytes() + n.rdwc.bytes() + n.chunks.bytes()
     }

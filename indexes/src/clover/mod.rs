@@ -164,6 +164,15 @@ pub struct MetadataServer {
 /// `[0]` unknown, `[1][shortcut offset u64]` known, `[2][shortcut offset u64]` registered now,
 /// `[3][message]` refused.
 impl<C: ServerCtx> Service<C> for MetadataServer {
+    /// A copy for another run from a loaded image: the key directory and the bump pointer.
+    fn fork(&self) -> Option<MetadataServer> {
+        Some(MetadataServer {
+            o: self.o.clone(),
+            keys: Mutex::new(lock(&self.keys).clone()),
+            next_slot: Mutex::new(*lock(&self.next_slot)),
+        })
+    }
+
     async fn handle(self: Arc<Self>, ctx: C, request: Vec<u8>) -> Vec<u8> {
         let bad = |m: &str| [&[3u8][..], m.as_bytes()].concat();
         let Some((&tag, rest)) = request.split_first() else { return bad("empty request") };
@@ -435,6 +444,10 @@ impl IndexKind for Clover {
     fn node_state(o: &CloverOptions, _caps: &Caps) -> CloverNode {
         let chunks = LocalChunkAllocator::paged(o.memory_nodes, o.chunk_bytes);
         CloverNode { chunks, shortcuts: Mutex::new(BTreeMap::new()) }
+    }
+
+    fn inherit(node: &CloverNode, loader: &CloverNode) {
+        node.chunks.inherit(&loader.chunks);
     }
 
     fn node_state_bytes(n: &CloverNode) -> u64 {

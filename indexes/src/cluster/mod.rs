@@ -307,6 +307,10 @@ impl IndexKind for Cluster {
         ClusterNode { superblock: Mutex::new(None), chunks }
     }
 
+    fn inherit(node: &ClusterNode, loader: &ClusterNode) {
+        node.chunks.inherit(&loader.chunks);
+    }
+
     fn node_state_bytes(node: &ClusterNode) -> u64 {
         node.bytes()
     }

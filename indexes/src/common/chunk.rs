@@ -253,7 +253,7 @@ struct Reserved {
 }
 
 /// The state for one memory node, behind that node's lock.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct NodeChunks {
     node: NodeId,
     /// `None` only before the first chunk: a retired chunk is replaced by a spare or stays
@@ -548,6 +548,19 @@ impl LocalChunkAllocator {
         drop(node);
         self.reserved_bytes.fetch_add(bytes, Ordering::Relaxed);
         Ok(addr)
+    }
+
+    /// Becomes a copy of `from`: its chunks, free blocks and the rest of its current chunk
+    /// (a run's compute node taking over what the loader's reserved, so that blocks of loaded
+    /// items can be freed and reused here). Call it on a fresh allocator, before any use.
+    pub fn inherit(&self, from: &LocalChunkAllocator) {
+        assert_eq!(self.nodes.len(), from.nodes.len(), "allocators of the same memory nodes");
+        for (mine, theirs) in self.nodes.iter().zip(&from.nodes) {
+            let copy = lock(theirs).clone();
+            *lock(mine) = copy;
+        }
+        self.cursor.store(from.cursor.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.reserved_bytes.store(from.reserved_bytes.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Whether `addr` lies in a chunk this allocator reserved (a block another compute node

@@ -50,14 +50,19 @@ pub struct CachedNode<N> {
     pub node: N,
     /// What the entry is charged against the budget.
     bytes: u64,
+    /// The entry's place in the eviction queue: unique per queued record, so that a record
+    /// is live exactly when the map still holds the entry it was queued for.
+    queued: u64,
 }
 
 #[derive(Debug)]
 struct CacheState<N> {
     /// Per level (index = level), copies keyed by highest fence.
     levels: Vec<BTreeMap<Vec<u8>, Arc<CachedNode<N>>>>,
-    /// Insertion order, for eviction: (level, highest fence, address).
-    fifo: VecDeque<(u8, Vec<u8>, RemoteAddr)>,
+    /// Insertion order, for eviction: (level, highest fence, the entry's `queued` number).
+    fifo: VecDeque<(u8, Vec<u8>, u64)>,
+    /// The next `queued` number.
+    next_queued: u64,
     bytes: u64,
     hits: u64,
     misses: u64,
@@ -70,6 +75,7 @@ impl<N> Default for CacheState<N> {
         CacheState {
             levels: Vec::new(),
             fifo: VecDeque::new(),
+            next_queued: 0,
             bytes: 0,
             hits: 0,
             misses: 0,
@@ -129,33 +135,37 @@ impl<N: RangeNode> IndexCache<N> {
         if s.levels.len() <= level as usize {
             s.levels.resize_with(level as usize + 1, BTreeMap::new);
         }
-        let entry = Arc::new(CachedNode { addr, node: node.clone(), bytes });
-        let replaced = s.levels[level as usize].insert(highest.clone(), entry);
-        s.bytes += bytes;
-        match replaced {
-            // A fresher copy of the same node keeps its place in the eviction queue.
-            Some(old) if old.addr == addr => s.bytes -= old.bytes,
-            Some(old) => {
-                s.bytes -= old.bytes;
-                s.fifo.push_back((level, highest, addr));
-            }
-            None => s.fifo.push_back((level, highest, addr)),
+        // A fresher copy of the same node keeps its place in the eviction queue; any other
+        // entry gets a new record (and the replaced entry's record goes stale).
+        let kept = s.levels[level as usize].get(&highest).filter(|old| old.addr == addr).map(|old| old.queued);
+        let queued = kept.unwrap_or_else(|| {
+            let q = s.next_queued;
+            s.next_queued += 1;
+            s.fifo.push_back((level, highest.clone(), q));
+            q
+        });
+        let entry = Arc::new(CachedNode { addr, node: node.clone(), bytes, queued });
+        if let Some(old) = s.levels[level as usize].insert(highest, entry) {
+            s.bytes -= old.bytes;
         }
+        s.bytes += bytes;
         while s.bytes > self.budget {
-            let Some((lv, highest, at)) = s.fifo.pop_front() else { break };
-            // Skip queue records of copies replaced since.
-            let current = s.levels[lv as usize].get(&highest).map(|e| e.addr);
-            if current == Some(at) {
+            let Some((lv, highest, q)) = s.fifo.pop_front() else { break };
+            // Skip records of entries replaced or invalidated since.
+            if s.levels[lv as usize].get(&highest).is_some_and(|e| e.queued == q) {
                 let gone = s.levels[lv as usize].remove(&highest).expect("present");
                 s.bytes -= gone.bytes;
                 s.evictions += 1;
             }
         }
-        // Keep the queue from growing without bound with replaced records.
+        // Drop stale records once they outnumber the live ones: every live entry has exactly
+        // one record, so after this the queue holds the live entries only, and the cost is
+        // amortised over at least as many insertions as the queue is long.
         let live: usize = s.levels.iter().map(BTreeMap::len).sum();
         if s.fifo.len() > 2 * live + 64 {
             let CacheState { levels, fifo, .. } = &mut *s;
-            fifo.retain(|(lv, h, at)| levels[*lv as usize].get(h).is_some_and(|e| e.addr == *at));
+            fifo.retain(|(lv, h, q)| levels[*lv as usize].get(h).is_some_and(|e| e.queued == *q));
+            debug_assert_eq!(fifo.len(), live, "one record per live entry");
         }
     }
 

@@ -302,6 +302,10 @@ impl IndexKind for Dolphin {
         }
     }
 
+    fn inherit(node: &DolphinNode, loader: &DolphinNode) {
+        node.chunks.inherit(&loader.chunks);
+    }
+
     fn node_state_bytes(n: &DolphinNode) -> u64 {
         n.cache.stats().bytes + n.chunks.bytes() + n.rdwc.bytes()
     }

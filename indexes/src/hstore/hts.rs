@@ -39,7 +39,7 @@ struct Pending {
     enqueued_ns: u64,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Shared {
     state: ServerState,
     incarnation: u64,
@@ -792,6 +792,25 @@ fn first_empty(g: &Geometry, off: u64, words: &[u64; 8]) -> Option<u64> {
 }
 
 impl<C: ServerCtx> Service<C> for Hts {
+    /// A copy for another run from a loaded image: the table lives in the node's memory (in the
+    /// image); this is the server's bookkeeping. Refused unless quiescent (no batch in flight,
+    /// no write logged and unshipped, no commit query waiting). Counters start at zero.
+    fn fork(&self) -> Option<Hts> {
+        let shared = lock(&self.shared).clone();
+        let quiet = !shared.in_batch.iter().any(|&b| b)
+            && shared.commit_waiters.iter().all(BTreeMap::is_empty)
+            && self.logs.iter().all(Queue::is_empty);
+        quiet.then(|| Hts {
+            o: self.o.clone(),
+            g: self.g,
+            shared: Mutex::new(shared),
+            logs: self.logs.iter().map(|_| Queue::new()).collect(),
+            serving: self.serving.iter().map(|_| Notify::new()).collect(),
+            idle: Notify::new(),
+            counters: ServerCounters::default(),
+        })
+    }
+
     async fn handle(self: Arc<Self>, ctx: C, request: Vec<u8>) -> Vec<u8> {
         let reply = match Request::decode(&request) {
             Ok(Request::Status) => {

@@ -495,6 +495,10 @@ impl IndexKind for HStore {
         }
     }
 
+    fn inherit(node: &HStoreNode, loader: &HStoreNode) {
+        node.chunks.inherit(&loader.chunks);
+    }
+
     fn node_state_bytes(n: &HStoreNode) -> u64 {
         n.chunks.bytes() + lock(&n.quarantine).blocks.len() as u64 * 24
     }

@@ -89,7 +89,7 @@ struct Partition {
     work: Notify,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Shared {
     state: ServerState,
     init_ns: u64,
@@ -673,6 +673,39 @@ fn apply_entry(list: &mut SkipList, e: &Entry) -> (Option<Value>, Visits) {
 }
 
 impl<C: ServerCtx> Service<C> for Sls {
+    /// A copy for another run from a loaded image: the skiplists and the bookkeeping. Refused
+    /// unless quiescent (every partition's log applied, no task queued). Counters start at
+    /// zero.
+    fn fork(&self) -> Option<Sls> {
+        let _appending = lock(&self.appending);
+        let mut parts = Vec::with_capacity(self.parts.len());
+        for partition in &self.parts {
+            let p = lock(&partition.part);
+            if !p.log.is_empty() || !p.tasks.is_empty() {
+                return None;
+            }
+            parts.push(Partition {
+                part: Mutex::new(Part {
+                    log: VecDeque::new(),
+                    appended: p.appended,
+                    applied: p.applied,
+                    tasks: VecDeque::new(),
+                    list: p.list.clone(),
+                    applied_max: p.applied_max.clone(),
+                }),
+                work: Notify::new(),
+            });
+        }
+        Some(Sls {
+            o: self.o.clone(),
+            g: self.g,
+            shared: Mutex::new(lock(&self.shared).clone()),
+            parts,
+            appending: Mutex::new(()),
+            counters: ServerCounters::default(),
+        })
+    }
+
     async fn handle(self: Arc<Self>, ctx: C, request: Vec<u8>) -> Vec<u8> {
         let reply = match Request::decode(&request) {
             Ok(Request::Status) => {

@@ -333,6 +333,10 @@ impl IndexKind for Race {
         RaceNode { dir: Mutex::new(Directory::default()), chunks }
     }
 
+    fn inherit(node: &RaceNode, loader: &RaceNode) {
+        node.chunks.inherit(&loader.chunks);
+    }
+
     fn node_state_bytes(n: &RaceNode) -> u64 {
         let d = lock(&n.dir);
         (8 + 8 * d.entries.len()) as u64 + n.chunks.bytes()

@@ -248,6 +248,10 @@ impl IndexKind for Sherman {
         }
     }
 
+    fn inherit(node: &ShermanNode, loader: &ShermanNode) {
+        node.chunks.inherit(&loader.chunks);
+    }
+
     fn node_state_bytes(n: &ShermanNode) -> u64 {
         n.cache.stats().bytes + n.local_locks.as_ref().map_or(0, |t| t.bytes()) + n.rdwc.bytes() + n.chunks.bytes()
     }

@@ -321,6 +321,10 @@ impl IndexKind for Smart {
         node_state(o, caps)
     }
 
+    fn inherit(node: &SmartNode, loader: &SmartNode) {
+        node.chunks.inherit(&loader.chunks);
+    }
+
     fn node_state_bytes(n: &SmartNode) -> u64 {
         node_state_bytes(n)
     }

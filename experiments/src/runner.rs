@@ -1,0 +1,634 @@
+//! The simulator runner: load an index once into an image, then run points from it.
+//!
+//! A run has two halves. **Loading** ([`load`]) builds a simulation of the memory and server
+//! nodes, creates the index and bulk-loads the items with one client (the index's own insert
+//! logic, no simulated time), and keeps the result as a [`dmkit_sim::Image`]: every node's
+//! memory and every service's state. **A point** ([`run_loaded`]) starts a fresh simulation with
+//! the point's compute nodes from a copy of the image, opens the index on every compute node
+//! with fresh state (caches, local lock tables, chunk caches), warms the caches outside time,
+//! and measures its clients by the steady-state method of [`crate::measure`].
+//!
+//! Every run goes through an image, whether or not its sweep shares one, so a point forked from
+//! a shared image is the same run as one loaded for it alone (`a_forked_point_is_the_freshly_loaded_point`).
+//! What is shared between points: the memory and server nodes' state after loading. What is
+//! fresh per point: the simulator (time, NIC queues, random streams from the point's seed), the
+//! compute nodes and their index state, the clients. Client 0 stays reserved for the loader, as
+//! the image's services may know it (HStore's servers keep each client's last write): the
+//! measured clients are numbered from 1, as they were when one simulation loaded and ran.
+
+use crate::measure::{Decision, Estimate, Monitor, Window};
+use crate::run::{OpMetrics, OpSource, RunResult, RunSetup, TimePoint, op_metrics, round3, useful_bytes};
+use crate::workload::LoadItems;
+use dmkit_indexes::spec::{self, Outcome};
+use dmkit_indexes::{Counters, IndexKind};
+use dmkit_sim::{ClientStats, Image, Sim, SimConfig, Topology, VerbKind};
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::{Arc, OnceLock};
+
+/// Items loaded per simulator call, so that a long load reports progress.
+const LOAD_CHUNK: usize = 20_000;
+
+/// Progress of a run, for a bar or a log line.
+pub trait Progress: Sync {
+    /// `done` of `total` keys loaded.
+    fn loading(&self, done: u64, total: u64);
+    /// The measured phase has reached `sim_ns` of simulated time; `status` says how far it is
+    /// from converging.
+    fn measuring(&self, sim_ns: u64, status: &str);
+}
+
+/// Progress nobody watches.
+#[derive(Debug)]
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn loading(&self, _: u64, _: u64) {}
+    fn measuring(&self, _: u64, _: &str) {}
+}
+
+/// An index loaded into a simulator image.
+pub struct Loaded {
+    /// Everything that determined the loaded state (index, options, items, topology, seed):
+    /// a point runs from this image only if its own key is the same.
+    pub key: String,
+    pub image: Image,
+    /// The loader's compute-node state (an `Arc<K::NodeState>`): compute node 0 of each run
+    /// inherits its allocator ([`IndexKind::inherit`]).
+    pub loader: Arc<dyn std::any::Any + Send + Sync>,
+    pub keys: u64,
+    /// Mean bytes of a loaded key plus its value.
+    pub item_bytes: f64,
+    /// Wall-clock seconds the load took.
+    pub load_wall_s: f64,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Loaded({} keys, {:?})", self.keys, self.image)
+    }
+}
+
+/// A slot for a shared image: the first point that needs it loads it, later ones wait.
+pub type ImageSlot = Arc<OnceLock<Result<Arc<Loaded>, String>>>;
+
+/// The simulation a run needs for `options` with `compute_nodes` compute nodes.
+fn sim_config<K: IndexKind>(setup: &RunSetup, options: &K::Options, compute_nodes: u16) -> SimConfig {
+    let servers = K::servers(options);
+    SimConfig {
+        profile: setup.profile.clone(),
+        topology: Topology {
+            memory_nodes: setup.memory_nodes,
+            compute_nodes,
+            server_nodes: servers.nodes,
+            server_threads: servers.rpc_threads.max(1),
+            server_workers_share_cores: servers.workers_share_cores,
+            ..Topology::default()
+        },
+        seed: setup.seed,
+        ..SimConfig::default()
+    }
+}
+
+/// The key of the image `load` would build: every input of the loaded state (the items are a
+/// pure function of their generator's state, which their `Debug` shows).
+pub fn image_key<K: IndexKind>(setup: &RunSetup, options: &K::Options, items: &LoadItems) -> String {
+    format!(
+        "v1|{}|{options:?}|mn={}|load={:?}|seed={}|profile={:?}|items={items:?}",
+        K::NAME,
+        setup.memory_nodes,
+        setup.load,
+        setup.seed,
+        setup.profile
+    )
+}
+
+/// Creates index `K` and loads `items` with one client on one compute node; returns the image.
+pub fn load<K: IndexKind>(
+    setup: &RunSetup,
+    options: &K::Options,
+    items: LoadItems,
+    progress: &dyn Progress,
+) -> Result<Loaded, String> {
+    let started = std::time::Instant::now();
+    let keys = items.len() as u64;
+    let key = image_key::<K>(setup, options, &items);
+    let mut item_bytes_total = 0u64;
+    let mut sim = Sim::new(sim_config::<K>(setup, options, 1)).map_err(|e| e.to_string())?;
+    K::install(options, &mut sim).map_err(|e| format!("starting the index's services: {e}"))?;
+    let node = Arc::new(K::node_state(options, sim.caps()));
+    let loader_state: Arc<dyn std::any::Any + Send + Sync> = node.clone();
+    sim.set_instant(setup.load == crate::run::LoadMethod::Bulk);
+    let loader = sim.add_client(0).map_err(|e| e.to_string())?;
+    let created = {
+        let (c, o) = (loader.clone(), options.clone());
+        sim.spawn_output(&loader, async move { K::create(&o, &c).await })
+    };
+    sim.run().map_err(|e| e.to_string())?;
+    created.take().map_err(|e| format!("creating the index: {e}"))?;
+    let mut handle = Some(K::open(options, node, loader.clone()));
+    let mut items = items.into_iter();
+    let mut done = 0u64;
+    progress.loading(0, keys);
+    loop {
+        let chunk: Vec<(Vec<u8>, Vec<u8>)> = items.by_ref().take(LOAD_CHUNK).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        item_bytes_total += chunk.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
+        let n = chunk.len() as u64;
+        let mut h = handle.take().expect("the loader's handle is back after every chunk");
+        let out = sim.spawn_output(&loader, async move {
+            let r = dmkit_indexes::bulk::load(&mut h, chunk).await;
+            (h, r)
+        });
+        sim.run().map_err(|e| e.to_string())?;
+        let (h, r) = out.take();
+        r.map_err(|e| format!("loading: {e}"))?;
+        handle = Some(h);
+        done += n;
+        progress.loading(done, keys);
+    }
+    drop(handle);
+    let image = sim.image().map_err(|e| format!("imaging the loaded index: {e}"))?;
+    let item_bytes = item_bytes_total as f64 / keys.max(1) as f64;
+    Ok(Loaded { key, image, loader: loader_state, keys, item_bytes, load_wall_s: started.elapsed().as_secs_f64() })
+}
+
+/// What one tick of the series accumulates besides its operation count.
+#[derive(Clone, Copy, Default)]
+struct TickCost {
+    cost: ClientStats,
+    useful_bytes: u64,
+    retries: u64,
+    lock_failures: u64,
+    cas_failures: u64,
+}
+
+/// What the measured clients record.
+#[derive(Default)]
+struct Tally {
+    history: dmkit_verify::history::History,
+    /// Operations completed per tick (the series the window is judged on).
+    ticks: Vec<u64>,
+    costs: Vec<TickCost>,
+    /// Per operation name: latency and completion tick of every operation.
+    latencies: BTreeMap<&'static str, (Vec<u64>, Vec<u32>)>,
+    errors: Vec<(u32, String)>,
+    /// Completion times (ns from the start) of every operation, if a time series was asked for.
+    completions: Vec<u64>,
+    counters: Counters,
+}
+
+/// Compute-node counters ([`IndexKind::node_counters`]) summed over nodes.
+fn node_counters<K: IndexKind>(nodes: &[Arc<K::NodeState>]) -> BTreeMap<&'static str, u64> {
+    let mut sum = BTreeMap::new();
+    for n in nodes {
+        for (k, v) in K::node_counters(n) {
+            *sum.entry(k).or_default() += v;
+        }
+    }
+    sum
+}
+
+/// The RDWC counters of a window and the delegation and combining ratios (of all searches and
+/// all writes), if the index has RDWC counters.
+fn rdwc_ratios(
+    end: &BTreeMap<&'static str, u64>,
+    start: &BTreeMap<&'static str, u64>,
+) -> Option<BTreeMap<String, f64>> {
+    let get = |k: &str| end.get(k).copied().unwrap_or(0) - start.get(k).copied().unwrap_or(0);
+    if !end.keys().any(|k| k.starts_with("rdwc_")) {
+        return None;
+    }
+    let mut out: BTreeMap<String, f64> =
+        end.keys().filter(|k| k.starts_with("rdwc_")).map(|k| (k.to_string(), get(k) as f64)).collect();
+    let reads = get("rdwc_reads_led") + get("rdwc_reads_delegated") + get("rdwc_reads_bypassed");
+    let writes = get("rdwc_writes_led") + get("rdwc_writes_combined") + get("rdwc_writes_bypassed");
+    out.insert("read_delegation_ratio".into(), round3(get("rdwc_reads_delegated") as f64 / reads.max(1) as f64));
+    out.insert("write_combining_ratio".into(), round3(get("rdwc_writes_combined") as f64 / writes.max(1) as f64));
+    Some(out)
+}
+
+/// NIC busy time summed over memory nodes, and the RDWC counters, at a tick boundary.
+struct Snapshot {
+    nic_busy_ns: u64,
+    link_out_busy_ns: u64,
+    rdwc: BTreeMap<&'static str, u64>,
+}
+
+fn snapshot<K: IndexKind>(sim: &Sim, memory_nodes: u16, nodes: &[Arc<K::NodeState>]) -> Snapshot {
+    let stats = sim.stats();
+    let mns = &stats.nodes[..memory_nodes as usize];
+    let mut rdwc = node_counters::<K>(nodes);
+    rdwc.retain(|k, _| k.starts_with("rdwc_"));
+    Snapshot {
+        nic_busy_ns: mns.iter().map(|n| n.nic_busy_ns).sum(),
+        link_out_busy_ns: mns.iter().map(|n| n.link_out_busy_ns).sum(),
+        rdwc,
+    }
+}
+
+/// The mean of per-batch 99th percentiles and its 95% half-width (the batch-quantile interval
+/// of the tail; see `RunResult::latency_ns_p99_ci95`).
+fn batch_p99_ci(latencies: &BTreeMap<&'static str, (Vec<u64>, Vec<u32>)>, e: &Estimate) -> f64 {
+    let k = e.batch_operations.len();
+    if k < 2 || e.batch_ticks == 0 {
+        return 0.0;
+    }
+    let mut per_batch: Vec<Vec<u64>> = vec![Vec::new(); k];
+    // The batches end with the measured phase (a fixed window may start before them).
+    let to = e.warmup_ticks + e.measured_ticks;
+    let from = to - k * e.batch_ticks;
+    for (lat, ticks) in latencies.values() {
+        for (&l, &t) in lat.iter().zip(ticks) {
+            let t = t as usize;
+            if (from..to).contains(&t) {
+                per_batch[(t - from) / e.batch_ticks].push(l);
+            }
+        }
+    }
+    let p99: Vec<f64> = per_batch
+        .into_iter()
+        .filter(|b| !b.is_empty())
+        .map(|mut b| {
+            b.sort_unstable();
+            crate::perftest::percentile(&b, 0.99) as f64
+        })
+        .collect();
+    if p99.len() < 2 {
+        return 0.0;
+    }
+    let n = p99.len() as f64;
+    let mean = p99.iter().sum::<f64>() / n;
+    let var = p99.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
+    crate::measure::t_975(p99.len() - 1) * (var / n).sqrt()
+}
+
+/// Runs `sources` (one per client) against the loaded index: a fresh simulation from a copy
+/// of the image, fresh compute nodes, warm caches, the measured clients. `names` = (index
+/// config name, workload name); `preload` is the history of the loaded items, when a history
+/// is recorded.
+pub fn run_loaded<K: IndexKind>(
+    setup: &RunSetup,
+    options: &K::Options,
+    names: (&str, &str),
+    loaded: &Loaded,
+    mut sources: Vec<Box<dyn OpSource>>,
+    preload: Vec<dmkit_verify::history::Record>,
+    progress: &dyn Progress,
+) -> Result<RunResult, String> {
+    let clients = setup.clients();
+    if clients == 0 || sources.len() != clients as usize {
+        return Err(format!("{} operation sources for {clients} clients", sources.len()));
+    }
+    setup.window.validate()?;
+    let servers = K::servers(options);
+    let mut sim = Sim::new(sim_config::<K>(setup, options, setup.compute_nodes)).map_err(|e| e.to_string())?;
+    K::install(options, &mut sim).map_err(|e| format!("starting the index's services: {e}"))?;
+    sim.restore(&loaded.image).map_err(|e| e.to_string())?;
+    // Client 0 is the loader's (module doc).
+    let _loader = sim.add_client(0).map_err(|e| e.to_string())?;
+    let caps = sim.caps().clone();
+    let nodes: Vec<Arc<K::NodeState>> =
+        (0..setup.compute_nodes).map(|_| Arc::new(K::node_state(options, &caps))).collect();
+    let loader_state =
+        loaded.loader.clone().downcast::<K::NodeState>().map_err(|_| "internal: an image of another index")?;
+    K::inherit(&nodes[0], &loader_state);
+    // Warm every compute node's caches outside time: the papers measure after tens of seconds
+    // of warm-up, which a bandwidth-bound index would need minutes of simulation to reach.
+    for node in &nodes {
+        K::warm(options, node, &sim).map_err(|e| format!("warming the caches: {e}"))?;
+    }
+    let start = sim.now_ns();
+    for c in &setup.server_crashes {
+        if c.server >= servers.nodes {
+            return Err(format!(
+                "index {} has {} server nodes; cannot crash server {}",
+                K::NAME,
+                servers.nodes,
+                c.server
+            ));
+        }
+        sim.add_node_crash(dmkit_sim::NodeCrash {
+            node: setup.memory_nodes + c.server,
+            at_ns: start + c.at_ns.max(1),
+            restart_at_ns: c.restart_at_ns.map(|r| start + r),
+        })
+        .map_err(|e| e.to_string())?;
+    }
+    let tick_ns = setup.tick_ns;
+    // Clients start no operation at or after `end` (set when the monitor stops the run).
+    let end = Rc::new(Cell::new(match setup.window {
+        Window::Fixed { warmup_ns, duration_ns: Some(d) } => start + warmup_ns + d,
+        _ => u64::MAX,
+    }));
+    let running = Rc::new(Cell::new(0usize));
+    let timeseries = setup.timeseries_ns > 0;
+    let record = setup.record_history;
+    let tally = Rc::new(RefCell::new(Tally::default()));
+    tally.borrow_mut().history.records = preload;
+    let mut index = 0usize;
+    for cn in 0..setup.compute_nodes {
+        for _ in 0..setup.threads_per_cn {
+            let first = sim.add_client(cn).map_err(|e| e.to_string())?;
+            let mut thread = vec![first.clone()];
+            for _ in 1..setup.coroutines {
+                thread.push(sim.add_coroutine(&first));
+            }
+            for client in thread {
+                let mut source = std::mem::replace(&mut sources[index], Box::new(Done));
+                index += 1;
+                let mut handle = K::open(options, nodes[cn as usize].clone(), client.clone());
+                let (c, tally, end, running) = (client.clone(), tally.clone(), end.clone(), running.clone());
+                running.set(running.get() + 1);
+                sim.spawn(&client, async move {
+                    use dmkit_indexes::Index;
+                    while c.now_ns() < end.get() {
+                        let Some(task) = source.next_op() else { break };
+                        let (t0, s0) = (c.now_ns(), c.stats());
+                        let k0 = handle.counters();
+                        let k0 = (k0.retries, k0.lock_failures, k0.cas_failures);
+                        let mut outcomes = Vec::with_capacity(task.ops.len());
+                        for op in &task.ops {
+                            let invoke = c.logical_time();
+                            let outcome = spec::apply(&mut handle, op).await;
+                            if record {
+                                tally.borrow_mut().history.records.push(dmkit_verify::history::Record {
+                                    client: c.id(),
+                                    op: op.clone(),
+                                    outcome: outcome.clone(),
+                                    invoke,
+                                    respond: Some(c.logical_time()),
+                                });
+                            }
+                            let failed = matches!(outcome, Outcome::Failed(_));
+                            outcomes.push(outcome);
+                            if failed {
+                                break;
+                            }
+                        }
+                        let t1 = c.now_ns();
+                        if t1 > end.get() {
+                            // Completed after the run was stopped: not measured.
+                            continue;
+                        }
+                        let tick = ((t1 - start) / tick_ns) as usize;
+                        let k1 = handle.counters();
+                        let mut t = tally.borrow_mut();
+                        if timeseries {
+                            t.completions.push(t1 - start);
+                        }
+                        if t.ticks.len() <= tick {
+                            t.ticks.resize(tick + 1, 0);
+                            t.costs.resize(tick + 1, TickCost::default());
+                        }
+                        t.ticks[tick] += 1;
+                        let cost = &mut t.costs[tick];
+                        cost.cost.add(&c.stats().since(&s0));
+                        cost.retries += k1.retries - k0.0;
+                        cost.lock_failures += k1.lock_failures - k0.1;
+                        cost.cas_failures += k1.cas_failures - k0.2;
+                        for (op, outcome) in task.ops.iter().zip(&outcomes) {
+                            cost.useful_bytes += useful_bytes(op, outcome);
+                        }
+                        for outcome in &outcomes {
+                            if let Outcome::Failed(e) = outcome {
+                                t.errors.push((tick as u32, e.to_string()));
+                            }
+                        }
+                        let lat = t.latencies.entry(task.name).or_default();
+                        lat.0.push(t1 - t0);
+                        lat.1.push(tick as u32);
+                    }
+                    tally.borrow_mut().counters.merge(handle.counters());
+                    running.set(running.get() - 1);
+                });
+            }
+        }
+    }
+
+    // Advance tick by tick, snapshotting the NICs at each boundary; the monitor decides at its
+    // checks whether the run goes on.
+    let mut monitor = Monitor::new(setup.window, tick_ns);
+    let mut snapshots = vec![snapshot::<K>(&sim, setup.memory_nodes, &nodes)];
+    let mut now = 0u64;
+    let mut last_report = std::time::Instant::now();
+    let mut status = String::from("warming up");
+    let estimate = loop {
+        let target = monitor.next_check_ns();
+        let mut ended = false;
+        while now < target {
+            now += tick_ns;
+            sim.run_until(start + now).map_err(|e| e.to_string())?;
+            snapshots.push(snapshot::<K>(&sim, setup.memory_nodes, &nodes));
+            if running.get() == 0 {
+                ended = true;
+                break;
+            }
+            if last_report.elapsed().as_millis() >= 200 {
+                progress.measuring(now, &status);
+                last_report = std::time::Instant::now();
+            }
+        }
+        let decision = monitor.check(&tally.borrow().ticks, now, ended);
+        match decision {
+            Decision::RunUntil { interim, .. } => {
+                if let Some(e) = interim {
+                    status = describe_progress(&e);
+                }
+            }
+            Decision::Stop(e) => break e,
+        }
+    };
+    // Stop the clients and let the operations in flight finish (they are not measured).
+    end.set(end.get().min(start + now));
+    sim.run().map_err(|e| e.to_string())?;
+    progress.measuring(now, "done");
+    let stats = sim.stats();
+    let report = K::check_invariants(options, &sim).map_err(|e| format!("after the run, invariant violated: {e}"))?;
+    let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
+
+    let (from, to) = (estimate.warmup_ticks, estimate.warmup_ticks + estimate.measured_ticks);
+    let measured_ns = (estimate.measured_ticks as u64 * tick_ns).max(1);
+    let seconds = measured_ns as f64 / 1e9;
+    let in_window = |t: &u32| (from..to).contains(&(*t as usize));
+    let mut cost = TickCost::default();
+    for c in tally.costs.get(from..to.min(tally.costs.len())).unwrap_or(&[]) {
+        cost.cost.add(&c.cost);
+        cost.useful_bytes += c.useful_bytes;
+        cost.retries += c.retries;
+        cost.lock_failures += c.lock_failures;
+        cost.cas_failures += c.cas_failures;
+    }
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    for (t, e) in &tally.errors {
+        if in_window(t) {
+            *errors.entry(e.clone()).or_default() += 1;
+        }
+    }
+    let p99_ci = batch_p99_ci(&tally.latencies, &estimate);
+    let window_samples = |(lat, ticks): &(Vec<u64>, Vec<u32>)| -> Vec<u64> {
+        lat.iter().zip(ticks).filter(|(_, t)| in_window(t)).map(|(l, _)| *l).collect()
+    };
+    let per_op: BTreeMap<String, OpMetrics> =
+        tally.latencies.iter().map(|(k, v)| (k.to_string(), op_metrics(window_samples(v), seconds))).collect();
+    let all: Vec<u64> = tally.latencies.values().flat_map(window_samples).collect();
+    let mut overall = op_metrics(all, seconds);
+    let ops = overall.operations.max(1) as f64;
+    let ns_per_tick = tick_ns as f64;
+    let mops = |per_tick: f64| per_tick / ns_per_tick * 1e3;
+    overall.throughput_mops = round3(mops(estimate.mean));
+    let (s0, s1) = (&snapshots[from.min(snapshots.len() - 1)], &snapshots[to.min(snapshots.len() - 1)]);
+    let busy = |a: u64, b: u64| (b - a) as f64 / setup.memory_nodes as f64 / measured_ns as f64;
+    let mut series = Vec::new();
+    if timeseries {
+        let step = setup.timeseries_ns;
+        let buckets = now.div_ceil(step).max(1) as usize;
+        let mut counts = vec![0u64; buckets];
+        for &t in &tally.completions {
+            counts[((t / step) as usize).min(buckets - 1)] += 1;
+        }
+        series = counts
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| TimePoint {
+                t_us: (i as u64 * step) as f64 / 1e3,
+                operations: n,
+                throughput_mops: round3(n as f64 / (step as f64 / 1e9) / 1e6),
+            })
+            .collect();
+    }
+    let verbs_per_op = VerbKind::ALL
+        .iter()
+        .filter(|k| cost.cost.verbs_of(**k).count > 0)
+        .map(|k| (k.name().to_string(), round3(cost.cost.verbs_of(*k).count as f64 / ops)))
+        .collect();
+    let cache_bytes = nodes.iter().map(|n| K::node_state_bytes(n) as f64).sum::<f64>() / nodes.len() as f64;
+    let hits = tally.counters.events.get("cache_hit").copied();
+    let misses = tally.counters.events.get("cache_miss").copied();
+    let batch_ns = estimate.batch_ticks as u64 * tick_ns;
+    Ok(RunResult {
+        throughput_mops_ci95: round3(mops(estimate.ci95)),
+        steady: estimate.steady(),
+        unsteady_reasons: estimate.unsteady.clone(),
+        measurement: crate::run::Measurement::of(&setup.window),
+        warmup_ns: estimate.warmup_ticks as u64 * tick_ns,
+        measured_ns,
+        batches: estimate.batch_operations.len(),
+        batch_ns,
+        batch_mops: estimate
+            .batch_operations
+            .iter()
+            .map(|&o| round3(o as f64 / batch_ns.max(1) as f64 * 1e3))
+            .collect(),
+        trend_t: round3(estimate.slope_t),
+        von_neumann_z: round3(estimate.von_neumann_z),
+        latency_ns_p99_ci95: p99_ci.round() as u64,
+        round_trips_per_op: round3(cost.cost.round_trips as f64 / ops),
+        bytes_read_per_op: round3(cost.cost.bytes_read() as f64 / ops),
+        bytes_written_per_op: round3(cost.cost.bytes_written() as f64 / ops),
+        read_amplification: round3(cost.cost.bytes_read() as f64 / cost.useful_bytes.max(1) as f64),
+        verbs_per_op,
+        mn_iops_utilisation: round3(busy(s0.nic_busy_ns, s1.nic_busy_ns)),
+        mn_bandwidth_utilisation: round3(busy(s0.link_out_busy_ns, s1.link_out_busy_ns)),
+        cache_bytes_per_cn: round3(cache_bytes),
+        // An index that counts either event has a cache; one never counted is absent.
+        cache_hit_ratio: match (hits.unwrap_or(0), misses.unwrap_or(0)) {
+            (h, m) if h + m > 0 => Some(round3(h as f64 / (h + m) as f64)),
+            _ => None,
+        },
+        remote_bytes_used: report.remote_bytes,
+        // Remote bytes beyond the items' own key and value bytes (metadata and empty space),
+        // per item.
+        metadata_bytes_per_item: (report.items > 0)
+            .then(|| round3((report.remote_bytes as f64 / report.items as f64 - loaded.item_bytes).max(0.0))),
+        load_factor: report.capacity_items.filter(|&c| c > 0).map(|c| round3(report.items as f64 / c as f64)),
+        retries_per_op: round3(cost.retries as f64 / ops),
+        lock_failures: cost.lock_failures,
+        cas_failures: cost.cas_failures,
+        rdwc: rdwc_ratios(&s1.rdwc, &s0.rdwc),
+        errors,
+        index_counters: tally
+            .counters
+            .events
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .chain(K::server_counters(options, &sim).into_iter().map(|(k, v)| (k.to_string(), v)))
+            .collect(),
+        timeseries: series,
+        history: record.then_some(tally.history),
+        sim_steps: stats.steps,
+        trace_hash: stats.trace_hash,
+        ..RunResult::measured(
+            K::NAME,
+            names,
+            setup.profile.name.clone(),
+            setup,
+            (clients, loaded.keys),
+            measured_ns,
+            (overall, per_op),
+        )
+    })
+}
+
+/// Loads (or takes the shared image from `slot`) and runs one point.
+#[allow(clippy::too_many_arguments)]
+pub fn run_index<K: IndexKind>(
+    setup: &RunSetup,
+    options: &K::Options,
+    names: (&str, &str),
+    items: LoadItems,
+    sources: Vec<Box<dyn OpSource>>,
+    slot: Option<&ImageSlot>,
+    progress: &dyn Progress,
+) -> Result<RunResult, String> {
+    let preload: Vec<dmkit_verify::history::Record> = if setup.record_history {
+        // A recorded history starts with the loaded keys, as inserts completed at time 0, so
+        // that a checker knows the initial contents.
+        items
+            .clone()
+            .map(|(k, v)| dmkit_verify::history::Record {
+                client: u32::MAX,
+                op: dmkit_indexes::spec::Op::Insert { key: k, value: v },
+                outcome: Outcome::Existed(false),
+                invoke: 0,
+                respond: Some(0),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let loaded = match slot {
+        Some(slot) => {
+            let key = image_key::<K>(setup, options, &items);
+            let loaded = slot.get_or_init(|| load::<K>(setup, options, items, progress).map(Arc::new)).clone()?;
+            if loaded.key != key {
+                return Err(format!(
+                    "internal: a point was given the image of another load ({} instead of {key})",
+                    loaded.key
+                ));
+            }
+            loaded
+        }
+        None => Arc::new(load::<K>(setup, options, items, progress)?),
+    };
+    run_loaded::<K>(setup, options, names, &loaded, sources, preload, progress)
+}
+
+/// A one-line account of where a run stands, for progress.
+fn describe_progress(e: &Estimate) -> String {
+    if e.unsteady.contains(&crate::measure::Unsteady::WarmingUp) {
+        return "warming up".into();
+    }
+    format!("±{:.1}%{}", e.relative_ci() * 100.0, if e.trend { ", trending" } else { "" })
+}
+
+struct Done;
+
+impl OpSource for Done {
+    fn next_op(&mut self) -> Option<crate::run::Task> {
+        None
+    }
+}

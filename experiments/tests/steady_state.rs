@@ -1,0 +1,93 @@
+//! The runner's measurement and its load-once: steady state by default, a fixed window on
+//! request, and a point forked from a shared image is the point loaded for it alone.
+
+use dmkit_experiments::run::{RunContext, RunFile, RunRequest, RunResult, run_request, run_request_with};
+use dmkit_experiments::runner::{ImageSlot, Quiet};
+use std::sync::{Arc, OnceLock};
+
+fn requests(toml: &str) -> Vec<RunRequest> {
+    RunFile::parse(toml).unwrap().requests().unwrap()
+}
+
+fn json(r: &RunResult) -> serde_json::Value {
+    serde_json::to_value(r).unwrap()
+}
+
+#[test]
+fn a_forked_point_is_the_freshly_loaded_point() {
+    // Two points of one sweep share a load; the second, run from the image the first used
+    // (and ran on), equals the second run alone with a load of its own, bit for bit.
+    for index in ["example", "sherman", "hstore"] {
+        let points = requests(&format!(
+            "index = \"{index}\"\nworkload = \"a\"\nkeys = 3000\ncompute_nodes = 2\nthreads_per_cn = 2\n\
+             duration_us = 300\nwarmup_us = 50\n[sweep]\nthreads_per_cn = [1, 2]\n"
+        ));
+        let (a, b) = (&points[0], &points[1]);
+        assert_eq!(dmkit_experiments::run::image_key(a), dmkit_experiments::run::image_key(b));
+        let slot: ImageSlot = Arc::new(OnceLock::new());
+        let ctx = RunContext { image: Some(&slot), progress: &Quiet };
+        let first = run_request_with(a, &ctx).unwrap();
+        let forked = run_request_with(b, &ctx).unwrap();
+        let alone = run_request(b).unwrap();
+        assert_eq!(json(&forked), json(&alone), "{index}: the forked point differs from the fresh one");
+        assert_ne!(first.trace_hash, forked.trace_hash, "{index}: two different points");
+        assert!(forked.operations > 0);
+    }
+}
+
+#[test]
+fn points_that_load_differently_have_different_images() {
+    let points = requests(
+        "index = \"example\"\nkeys = 1000\ncompute_nodes = 1\nthreads_per_cn = 1\n\
+         [sweep]\nseed = [1, 2]\nkeys = [1000, 2000]\n",
+    );
+    let keys: Vec<_> = points.iter().map(dmkit_experiments::run::image_key).collect();
+    for i in 0..keys.len() {
+        for j in 0..i {
+            assert_ne!(keys[i], keys[j], "points {j} and {i}");
+        }
+    }
+}
+
+#[test]
+fn a_run_is_steady_by_default_and_says_so() {
+    let r =
+        run_request(&requests("index = \"example\"\nkeys = 5000\ncompute_nodes = 2\nthreads_per_cn = 4\n")[0]).unwrap();
+    assert!(r.steady, "{:?}", r.unsteady_reasons);
+    assert!(r.throughput_mops_ci95 > 0.0 && r.throughput_mops_ci95 <= 0.02 * r.throughput_mops);
+    assert_eq!(r.batch_mops.len(), r.batches);
+    assert!(r.batches >= 10);
+    assert_eq!(r.measured_ns, r.batches as u64 * r.batch_ns);
+    assert!(r.warmup_ns + r.measured_ns >= 10_000_000, "no run stops before its first check at 10 ms");
+    let mean = r.batch_mops.iter().sum::<f64>() / r.batches as f64;
+    assert!((mean - r.throughput_mops).abs() <= 0.002 * r.throughput_mops + 0.001, "{mean} vs {}", r.throughput_mops);
+    // The operations counted are those of the measured phase.
+    let expected = r.throughput_mops * r.measured_ns as f64 / 1e3;
+    assert!((r.operations as f64 - expected).abs() <= 0.01 * expected, "{} vs {expected}", r.operations);
+}
+
+#[test]
+fn a_fixed_window_measures_exactly_it() {
+    let r = run_request(
+        &requests("index = \"example\"\nkeys = 5000\ncompute_nodes = 2\nthreads_per_cn = 4\nwarmup_us = 100\nduration_us = 400\n")[0],
+    )
+    .unwrap();
+    assert_eq!((r.warmup_ns, r.measured_ns), (100_000, 400_000));
+    assert!(r.throughput_mops_ci95 > 0.0, "a fixed window still has its interval");
+}
+
+#[test]
+fn a_run_that_cannot_converge_says_why() {
+    // 1 client and a 20 ms cap: too few operations for ±0.1%.
+    let r = run_request(
+        &requests(
+            "index = \"example\"\nkeys = 1000\ncompute_nodes = 1\nthreads_per_cn = 1\nprecision = 0.0001\nmax_duration_us = 20000\n",
+        )[0],
+    )
+    .unwrap();
+    assert!(!r.steady);
+    assert!(!r.unsteady_reasons.is_empty());
+    assert!(r.warmup_ns + r.measured_ns <= 20_000_000);
+    let line = dmkit_experiments::run::verdict(&r);
+    assert!(line.starts_with("NOT STEADY at the cap of 20 ms"), "{line}");
+}
