@@ -6,6 +6,9 @@ use dmkit_experiments::sweep;
 use dmkit_sim::Profile;
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// dmkit: indexes on disaggregated memory, in a deterministic RDMA simulator and on hardware.
 #[derive(Parser, Debug)]
 #[command(name = "dmkit", version, about)]

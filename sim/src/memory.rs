@@ -49,6 +49,13 @@ impl Hasher for PageHasher {
 
 pub(crate) type FixedMap<K, V> = HashMap<K, V, BuildHasherDefault<PageHasher>>;
 
+/// Whether every byte is zero, eight at a time (stopping at the first non-zero word).
+fn is_zero(bytes: &[u8]) -> bool {
+    let words = bytes.chunks_exact(8);
+    let rest = words.remainder();
+    words.into_iter().all(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")) == 0) && rest.iter().all(|&b| b == 0)
+}
+
 /// One region (host or device memory) of one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SparseMemory {
@@ -89,12 +96,31 @@ impl SparseMemory {
         let mut done = 0usize;
         while done < out.len() {
             let at = offset + done as u64;
-            let in_line = (at % LINE_BYTES as u64) as usize;
-            let n = (LINE_BYTES - in_line).min(out.len() - done);
+            let in_page = (at % PAGE_BYTES) as usize;
+            let n = (PAGE_BYTES as usize - in_page).min(out.len() - done);
             let dst = &mut out[done..done + n];
-            match self.line(at) {
-                Some(line) => dst.copy_from_slice(&line[in_line..in_line + n]),
+            match self.pages.get(&(at / PAGE_BYTES)) {
                 None => dst.fill(0),
+                Some(page) => {
+                    // One page look-up; stored lines' slots advance with the presence bits.
+                    let first = in_page / LINE_BYTES;
+                    let mut slot = (page.present & ((1u64 << first) - 1)).count_ones() as usize;
+                    let mut copied = 0usize;
+                    let mut l = first;
+                    while copied < n {
+                        let in_line = (in_page + copied) % LINE_BYTES;
+                        let m = (LINE_BYTES - in_line).min(n - copied);
+                        let d = &mut dst[copied..copied + m];
+                        if page.present & (1u64 << l) != 0 {
+                            d.copy_from_slice(&page.lines[slot][in_line..in_line + m]);
+                            slot += 1;
+                        } else {
+                            d.fill(0);
+                        }
+                        copied += m;
+                        l += 1;
+                    }
+                }
             }
             done += n;
         }
@@ -105,9 +131,9 @@ impl SparseMemory {
         let mut done = 0usize;
         while done < data.len() {
             let at = offset + done as u64;
-            let in_line = (at % LINE_BYTES as u64) as usize;
-            let n = (LINE_BYTES - in_line).min(data.len() - done);
-            self.write_in_line(at, in_line, &data[done..done + n]);
+            let in_page = (at % PAGE_BYTES) as usize;
+            let n = (PAGE_BYTES as usize - in_page).min(data.len() - done);
+            self.write_in_page(at / PAGE_BYTES, in_page, &data[done..done + n]);
             done += n;
         }
     }
@@ -122,54 +148,74 @@ impl SparseMemory {
         self.write(offset, &value.to_le_bytes());
     }
 
-    fn line(&self, at: u64) -> Option<&Line> {
-        let page = self.pages.get(&(at / PAGE_BYTES))?;
-        let slot = page.slot(((at % PAGE_BYTES) / LINE_BYTES as u64) as usize)?;
-        Some(&page.lines[slot])
-    }
-
-    fn write_in_line(&mut self, at: u64, in_line: usize, data: &[u8]) {
-        let page_no = at / PAGE_BYTES;
-        let line_no = ((at % PAGE_BYTES) / LINE_BYTES as u64) as usize;
-        let bit = 1u64 << line_no;
-        let zero = data.iter().all(|&b| b == 0);
-        let Some(page) = self.pages.get_mut(&page_no) else {
-            if zero {
+    /// Stores `data` at byte `in_page` of page `page_no` (it does not cross the page): in place
+    /// when every line it touches is stored and stays non-zero, else by rebuilding the page's
+    /// line array once (not once per new line, as a large WRITE into a fresh page would).
+    fn write_in_page(&mut self, page_no: u64, in_page: usize, data: &[u8]) {
+        let first = in_page / LINE_BYTES;
+        let last = (in_page + data.len() - 1) / LINE_BYTES;
+        let range: u64 =
+            if last - first + 1 == PAGE_LINES { u64::MAX } else { ((1u64 << (last - first + 1)) - 1) << first };
+        // The part of `data` that falls in line `l`, and where in the line it goes.
+        let part = |l: usize| {
+            let lo = (l * LINE_BYTES).max(in_page);
+            let hi = ((l + 1) * LINE_BYTES).min(in_page + data.len());
+            (lo - l * LINE_BYTES, &data[lo - in_page..hi - in_page])
+        };
+        let present = self.pages.get(&page_no).map_or(0, |p| p.present);
+        // In place when the lines the range lacks only get zeros (they stay unstored).
+        let absent = range & !present;
+        let in_place = (first..=last).all(|l| absent & (1u64 << l) == 0 || is_zero(part(l).1));
+        if in_place && present & range != 0 {
+            let page = self.pages.get_mut(&page_no).expect("present");
+            let mut emptied = false;
+            let mut slot = (present & ((1u64 << first) - 1)).count_ones() as usize;
+            for l in first..=last {
+                if present & (1u64 << l) == 0 {
+                    continue;
+                }
+                let (at, bytes) = part(l);
+                let line = &mut page.lines[slot];
+                line[at..at + bytes.len()].copy_from_slice(bytes);
+                // Non-zero bytes written keep the line; only zeros can empty it.
+                emptied |= is_zero(bytes) && is_zero(line);
+                slot += 1;
+            }
+            if !emptied {
                 return;
             }
-            let mut line = [0u8; LINE_BYTES];
-            line[in_line..in_line + data.len()].copy_from_slice(data);
-            self.pages.insert(page_no, Page { present: bit, lines: Box::new([line]) });
-            self.nonzero_lines += 1;
+        } else if in_place {
+            // Zeros over unstored lines: nothing to do.
             return;
-        };
-        let slot = (page.present & (bit - 1)).count_ones() as usize;
-        if page.present & bit != 0 {
-            let line = &mut page.lines[slot];
-            line[in_line..in_line + data.len()].copy_from_slice(data);
-            if zero && line.iter().all(|&b| b == 0) {
-                // The line became all zero: drop it so memory tracks non-zero bytes only.
-                page.present &= !bit;
-                self.nonzero_lines -= 1;
-                if page.present == 0 {
-                    self.pages.remove(&page_no);
-                } else {
-                    let mut lines = Vec::with_capacity(page.lines.len() - 1);
-                    lines.extend_from_slice(&page.lines[..slot]);
-                    lines.extend_from_slice(&page.lines[slot + 1..]);
-                    page.lines = lines.into_boxed_slice();
+        }
+        // Rebuild: every stored line outside the range as it is, every line in the range with
+        // the new bytes over it, and no line that is all zero.
+        let old = self.pages.remove(&page_no);
+        let candidates = present | range;
+        let mut lines: Vec<Line> = Vec::with_capacity(candidates.count_ones() as usize);
+        let mut kept = 0u64;
+        for l in 0..PAGE_LINES {
+            let bit = 1u64 << l;
+            if candidates & bit == 0 {
+                continue;
+            }
+            let mut line = match &old {
+                Some(p) if p.present & bit != 0 => p.lines[p.slot(l).expect("present")],
+                _ => [0u8; LINE_BYTES],
+            };
+            if range & bit != 0 {
+                let (at, bytes) = part(l);
+                line[at..at + bytes.len()].copy_from_slice(bytes);
+                if is_zero(bytes) && is_zero(&line) {
+                    continue;
                 }
             }
-        } else if !zero {
-            let mut line = [0u8; LINE_BYTES];
-            line[in_line..in_line + data.len()].copy_from_slice(data);
-            let mut lines = Vec::with_capacity(page.lines.len() + 1);
-            lines.extend_from_slice(&page.lines[..slot]);
             lines.push(line);
-            lines.extend_from_slice(&page.lines[slot..]);
-            page.lines = lines.into_boxed_slice();
-            page.present |= bit;
-            self.nonzero_lines += 1;
+            kept |= bit;
+        }
+        self.nonzero_lines = self.nonzero_lines + kept.count_ones() as u64 - present.count_ones() as u64;
+        if kept != 0 {
+            self.pages.insert(page_no, Page { present: kept, lines: lines.into_boxed_slice() });
         }
     }
 }
@@ -207,6 +253,30 @@ mod tests {
         // Writing zeros to fresh memory allocates nothing.
         m.write(1 << 30, &[0; 4096]);
         assert_eq!(m.host_bytes(), m.pages.capacity() as u64 * (std::mem::size_of::<(u64, Page)>() as u64 + 1));
+    }
+
+    #[test]
+    fn writes_match_a_flat_model() {
+        // Random writes (some of zeros) over a few pages, against a plain byte array.
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let mut m = SparseMemory::new();
+        let mut flat = vec![0u8; 3 * PAGE_BYTES as usize];
+        for _ in 0..5000 {
+            let at = rng.random_range(0..flat.len() - 1);
+            let len = rng.random_range(1..=(flat.len() - at).min(700));
+            let zeros = rng.random_bool(0.3);
+            let data: Vec<u8> = (0..len).map(|_| if zeros { 0 } else { rng.random_range(0..4) }).collect();
+            m.write(at as u64, &data);
+            flat[at..at + len].copy_from_slice(&data);
+        }
+        let mut out = vec![0u8; flat.len()];
+        m.read(0, &mut out);
+        assert_eq!(out, flat);
+        let nonzero = flat.chunks(LINE_BYTES).filter(|l| l.iter().any(|&b| b != 0)).count() as u64;
+        assert_eq!(m.nonzero_lines(), nonzero);
+        let stored: u64 = m.pages.values().map(|p| p.lines.len() as u64).sum();
+        assert_eq!(stored, nonzero, "no zero line is stored");
     }
 
     #[test]

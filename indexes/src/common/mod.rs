@@ -4,6 +4,7 @@
 //!   structure here imports them from it and from nowhere else, so loom can check it.
 //! - [`chunk`]: the local chunk allocator — remote memory fetched in large chunks from the
 //!   memory nodes' allocator service and carved into small blocks without a round trip.
+//! - [`bytes`]: short byte strings kept inline (decoded keys and values without allocations).
 //! - [`batch`]: doorbell batches that span memory nodes (one per node, in flight together).
 //! - [`bounds`]: whether a key lies within a scan's start and end bounds.
 //! - [`change`]: a write's change to its key, and folding a combined batch of them.
@@ -19,6 +20,7 @@
 
 pub mod batch;
 pub mod bounds;
+pub mod bytes;
 pub mod change;
 pub mod chunk;
 pub mod hocl;

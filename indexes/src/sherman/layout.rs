@@ -41,6 +41,7 @@
 //!   whatever the order the lines are sampled in (up to 16 writes of one slot during one READ:
 //!   4-bit versions, digest §8 D13).
 
+use crate::common::bytes::SmallBytes;
 use dmkit_rdma::RemoteAddr;
 
 /// Offset of the version byte (bookend front version / NV).
@@ -82,8 +83,8 @@ pub struct Geometry {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Slot {
     pub occupied: bool,
-    pub key: Vec<u8>,
-    pub value: Vec<u8>,
+    pub key: SmallBytes,
+    pub value: SmallBytes,
     /// Bookend: the f nibble; cache-line: EV.
     pub version: u8,
     /// Bookend: f != r (the slot was read across a write). Never set in cache-line mode, where
@@ -427,6 +428,7 @@ impl Geometry {
             slots: Vec::new(),
         };
         if level == 0 {
+            node.slots.reserve_exact(self.leaf_span);
             for i in 0..self.leaf_span {
                 let s = &b[self.slot_at(i)..self.slot_at(i) + self.slot_bytes()];
                 let meta = s[self.slot_bytes() - 1];
@@ -437,8 +439,12 @@ impl Geometry {
                 let occupied = meta & OCCUPIED != 0;
                 node.slots.push(Slot {
                     occupied,
-                    key: if occupied { s[1..1 + k].to_vec() } else { Vec::new() },
-                    value: if occupied { s[1 + k..1 + k + self.value_bytes].to_vec() } else { Vec::new() },
+                    key: if occupied { SmallBytes::from(&s[1..1 + k]) } else { SmallBytes::new() },
+                    value: if occupied {
+                        SmallBytes::from(&s[1 + k..1 + k + self.value_bytes])
+                    } else {
+                        SmallBytes::new()
+                    },
                     version: f,
                     torn: check && self.versioning == Versioning::Bookend && f != meta & 0x0F,
                 });
@@ -536,8 +542,8 @@ mod tests {
         for i in [0, 3, 7] {
             n.slots[i] = Slot {
                 occupied: true,
-                key: (i as u64 * 10).to_be_bytes().to_vec(),
-                value: vec![i as u8; g.value_bytes],
+                key: (i as u64 * 10).to_be_bytes().to_vec().into(),
+                value: vec![i as u8; g.value_bytes].into(),
                 version: 3,
                 torn: false,
             };
@@ -577,7 +583,7 @@ mod tests {
         split.bump(g.versioning);
         split.slots[7] = Slot::default();
         let mut slot = old.clone();
-        slot.slots[3].value = vec![0xAB; 8];
+        slot.slots[3].value = vec![0xAB; 8].into();
         slot.slots[3].bump();
         let a = g.encode(&old);
         for new in [g.encode(&split), g.encode(&slot)] {
@@ -606,7 +612,7 @@ mod tests {
         let mut mixed = b.clone();
         mixed[192..256].copy_from_slice(&a[192..256]);
         let n = g.decode(&mixed).expect("bookend check passes");
-        assert!(n.slots.iter().all(|s| !s.occupied || s.key != 0u64.to_be_bytes()), "key 0 vanished");
+        assert!(n.slots.iter().all(|s| !s.occupied || *s.key != 0u64.to_be_bytes()), "key 0 vanished");
     }
 
     #[test]
@@ -618,7 +624,8 @@ mod tests {
         let old = leaf(&g);
         for i in 0..g.leaf_span {
             let mut new = old.clone();
-            new.slots[i] = Slot { occupied: true, key: vec![1; 8], value: vec![2; 8], version: 5, torn: false };
+            new.slots[i] =
+                Slot { occupied: true, key: vec![1; 8].into(), value: vec![2; 8].into(), version: 5, torn: false };
             let (at, bytes) = g.slot_write(&g.encode(&new), i);
             let mut image = g.encode(&old);
             image[at..at + bytes.len()].copy_from_slice(&bytes);

@@ -619,7 +619,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         let slot = match (found, &after) {
             _ if before == after => return self.unlock(held, None, true).await,
             (Some(i), Some(v)) => {
-                n.slots[i].value = v.clone();
+                n.slots[i].value = v.into();
                 i
             }
             (Some(i), None) => {
@@ -632,8 +632,8 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                     return Err(IndexError::Corrupt(format!("leaf at {addr} is full between operations")));
                 };
                 n.slots[i].occupied = true;
-                n.slots[i].key = key.to_vec();
-                n.slots[i].value = v.clone();
+                n.slots[i].key = key.into();
+                n.slots[i].value = v.into();
                 i
             }
             (None, None) => unreachable!("before != after"),
@@ -659,7 +659,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         live.sort_by(|a, b| a.key.cmp(&b.key));
         let keep = live.len() / 2;
         let moved: Vec<Slot> = live.split_off(keep);
-        let sep = moved[0].key.clone();
+        let sep = moved[0].key.to_vec();
         let (sibling_at, held) = self.alloc_locked(held).await?;
         let mut sibling = self.g.empty_leaf(sep.clone(), n.highest.clone());
         sibling.sibling = n.sibling;
@@ -871,8 +871,8 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = n
                 .slots
                 .iter()
-                .filter(|s| s.occupied && s.key >= cursor && in_bounds(&s.key, start, end))
-                .map(|s| (s.key.clone(), s.value.clone()))
+                .filter(|s| s.occupied && *s.key >= *cursor && in_bounds(&s.key, start, end))
+                .map(|s| (s.key.to_vec(), s.value.to_vec()))
                 .collect();
             pairs.sort();
             for p in pairs {
@@ -933,7 +933,7 @@ impl<C: Client + Clone + 'static> Combined for ShermanHandle<C> {
                             torn_slot = true;
                             continue;
                         }
-                        hit = Some(s.value.clone());
+                        hit = Some(s.value.to_vec());
                     }
                 }
                 if torn_slot && self.o.torn_slot_reread {
@@ -966,7 +966,7 @@ impl<C: Client + Clone + 'static> Combined for ShermanHandle<C> {
             None => changes,
         };
         let found = n.slots.iter().position(|s| s.occupied && s.key == key);
-        let before = found.map(|i| n.slots[i].value.clone());
+        let before = found.map(|i| n.slots[i].value.to_vec());
         let (state, results) = crate::common::change::fold(before.clone(), &changes);
         let outcome = self.apply(addr, held, &mut n, key, found, before, state, &path).await;
         let replies: Vec<Result<bool, IndexError>> = match &outcome {
