@@ -25,6 +25,8 @@ enum Command {
     Check(CheckArgs),
     /// Run one experiment: load an index, warm up, measure; print the metric schema.
     Run(RunArgs),
+    /// Join the result files of a sweep's shards (`dmkit run FILE --shard K/N`) in point order.
+    Merge(MergeArgs),
     /// Plot results (JSON lines from `dmkit run --out`) as SVG and PNG.
     Plot(PlotArgs),
     /// Reproduce a paper's figures: run their sweeps and set our numbers beside the paper's.
@@ -303,7 +305,8 @@ struct FillArgs {
 
 #[derive(Args, Debug)]
 struct ReproduceArgs {
-    /// Paper (a folder of figure files).
+    /// Paper (a folder of figure files), or `all`: every paper's figures and a fidelity summary
+    /// (results/fidelity.md and .json).
     paper: String,
     /// One figure (default: all of the paper's).
     figure: Option<String>,
@@ -313,9 +316,13 @@ struct ReproduceArgs {
     /// Folder of figure files.
     #[arg(long, default_value = dmkit_experiments::reproduce::FIGURES_DIR)]
     figures: std::path::PathBuf,
-    /// Output folder (default: results/PAPER/FIGURE).
+    /// Output folder (default: results/PAPER/FIGURE; with `all`, results/).
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+    /// Exit with 1 when a number falls outside its figure's tolerance or is missing (without
+    /// it, `reproduce` exits 0 whenever it ran: the report says what matched).
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Args, Debug)]
@@ -446,6 +453,20 @@ struct RunArgs {
     /// Also write result.jsonl and result.csv into this directory.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+    /// With a run file: run only shard K of N (1 <= K <= N), every N-th point of the sweep
+    /// from point K in file order; join the shards' result.jsonl with `dmkit merge`.
+    #[arg(long, requires = "file")]
+    shard: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct MergeArgs {
+    /// result.jsonl files of the shards of one sweep (`dmkit run FILE --shard K/N --out DIR`).
+    #[arg(required = true)]
+    results: Vec<std::path::PathBuf>,
+    /// Where to write the joined result.jsonl and result.csv.
+    #[arg(long)]
+    out: std::path::PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -575,6 +596,7 @@ fn main() -> ExitCode {
         Command::Check(args) => run_check(args),
         Command::Run(args) => run_run(args).map(|()| ExitCode::SUCCESS),
         Command::Plot(args) => run_plot(args).map(|()| ExitCode::SUCCESS),
+        Command::Merge(args) => run_merge(args).map(|()| ExitCode::SUCCESS),
         Command::Reproduce(args) => run_reproduce(args),
         Command::MemoryNode(a) => run_memory_node(a).map(|()| ExitCode::SUCCESS),
         Command::ServerNode(a) => run_server_node(a).map(|()| ExitCode::SUCCESS),
@@ -608,10 +630,15 @@ fn main() -> ExitCode {
 
 fn run_run(a: RunArgs) -> Result<(), String> {
     use dmkit_experiments::run::{self, RunFile, RunRequest};
+    // A run file's points are numbered in file order, under a digest of the file's settings.
+    let mut sweep_of: Option<(String, usize)> = None;
     let requests: Vec<RunRequest> = match &a.file {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            RunFile::parse(&text)?.requests()?
+            let file = RunFile::parse(&text)?;
+            let requests = file.requests()?;
+            sweep_of = Some((file.digest(), requests.len()));
+            requests
         }
         None => {
             // The flags are a run file without a sweep: one path turns both into requests.
@@ -668,6 +695,16 @@ fn run_run(a: RunArgs) -> Result<(), String> {
     if a.export_history.is_some() && a.file.is_some() {
         return Err("--export-history takes one run, not a run file".into());
     }
+    let (shard, shards) = match &a.shard {
+        None => (1, 1),
+        Some(text) => run::parse_shard(text)?,
+    };
+    let numbered: Vec<(usize, RunRequest)> =
+        requests.into_iter().enumerate().filter(|(i, _)| i % shards == shard - 1).collect();
+    if numbered.is_empty() {
+        return Err(format!("shard {shard}/{shards} has no points (the sweep has fewer than {shard})"));
+    }
+    let (points, requests): (Vec<usize>, Vec<RunRequest>) = numbered.into_iter().unzip();
     #[cfg_attr(not(feature = "connectx"), allow(unused_mut))]
     let mut requests = requests;
     let threads = match (a.backend.as_str(), &a.cluster) {
@@ -694,7 +731,12 @@ fn run_run(a: RunArgs) -> Result<(), String> {
     };
     // Independent runs go on every core; results come back in file order.
     let results = run::run_requests(&requests, threads, "dmkit run");
-    let results: Vec<_> = results.into_iter().collect::<Result<_, _>>()?;
+    let mut results: Vec<_> = results.into_iter().collect::<Result<_, _>>()?;
+    if let Some((digest, total)) = &sweep_of {
+        for (r, &p) in results.iter_mut().zip(&points) {
+            (r.sweep, r.point, r.points) = (Some(digest.clone()), Some(p), Some(*total));
+        }
+    }
     let lines: Vec<String> =
         results.iter().map(serde_json::to_string).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     match a.format {
@@ -780,6 +822,28 @@ fn run_bench_load(a: BenchLoadArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn run_merge(a: MergeArgs) -> Result<(), String> {
+    use dmkit_experiments::run;
+    let mut results = Vec::new();
+    for path in &a.results {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let r: run::RunResult = serde_json::from_str(line)
+                .map_err(|e| format!("{} line {}: not a dmkit result: {e}", path.display(), i + 1))?;
+            results.push((path.clone(), r));
+        }
+    }
+    let merged = run::merge(results)?;
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
+    let lines: Vec<String> =
+        merged.iter().map(serde_json::to_string).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    std::fs::write(a.out.join("result.jsonl"), lines.iter().map(|l| format!("{l}\n")).collect::<String>())
+        .map_err(|e| e.to_string())?;
+    std::fs::write(a.out.join("result.csv"), run::csv(&merged)).map_err(|e| e.to_string())?;
+    eprintln!("merged {} points into {}/result.jsonl and result.csv", merged.len(), a.out.display());
+    Ok(())
+}
+
 fn run_plot(a: PlotArgs) -> Result<(), String> {
     use dmkit_experiments::plot::{self, PlotSpec};
     let text = std::fs::read_to_string(&a.results).map_err(|e| format!("cannot read {}: {e}", a.results.display()))?;
@@ -814,21 +878,56 @@ fn run_plot(a: PlotArgs) -> Result<(), String> {
 
 fn run_reproduce(a: ReproduceArgs) -> Result<ExitCode, String> {
     use dmkit_experiments::reproduce::{self, Figure};
-    let files = reproduce::figure_files(&a.figures, &a.paper, a.figure.as_deref())?;
-    let mut outside = 0;
-    for file in files {
-        let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-        let figure = Figure::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-        let out = a
-            .out
-            .clone()
-            .unwrap_or_else(|| std::path::PathBuf::from("results").join(&figure.paper).join(&figure.figure));
-        let (report, failures) = reproduce::reproduce(&figure, &a.scale, &out, sweep::default_threads())?;
-        print!("{report}");
-        eprintln!("wrote {}", out.display());
-        outside += failures;
+    let all = a.paper == "all";
+    if all && a.figure.is_some() {
+        return Err("reproduce all takes no figure name".into());
     }
-    Ok(if outside == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    let papers = if all { reproduce::papers(&a.figures)? } else { vec![a.paper.clone()] };
+    // Every figure file is read and checked before the first run starts.
+    let mut figures = Vec::new();
+    for paper in &papers {
+        for file in reproduce::figure_files(&a.figures, paper, if all { None } else { a.figure.as_deref() })? {
+            let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+            let figure = Figure::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+            if a.scale != "reduced" && a.scale != "full" {
+                return Err(format!("--scale must be reduced or full, got '{}'", a.scale));
+            }
+            figures.push(figure);
+        }
+    }
+    let root = a.out.clone().unwrap_or_else(|| std::path::PathBuf::from("results"));
+    let started = std::time::Instant::now();
+    let mut outside = 0;
+    let mut outcomes = Vec::new();
+    for (i, figure) in figures.iter().enumerate() {
+        let out = match (&a.out, all) {
+            (Some(o), false) if figures.len() == 1 => o.clone(),
+            _ => root.join(&figure.paper).join(&figure.figure),
+        };
+        eprintln!("dmkit: figure {}/{}: {} {} ...", i + 1, figures.len(), figure.paper, figure.figure);
+        let outcome = reproduce::reproduce_figure(figure, &a.scale, &out, sweep::default_threads())?;
+        print!("{}", outcome.report);
+        eprintln!("wrote {} ({:.0} s)", out.display(), outcome.wall_s);
+        outside += outcome.failures;
+        outcomes.push((format!("{} {}", figure.paper, figure.figure), outcome));
+    }
+    if all {
+        let (md, json) = reproduce::fidelity(&outcomes, &a.scale);
+        std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+        std::fs::write(root.join("fidelity.md"), &md).map_err(|e| e.to_string())?;
+        let json = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
+        std::fs::write(root.join("fidelity.json"), json).map_err(|e| e.to_string())?;
+        print!("{md}");
+        eprintln!(
+            "wrote {} and fidelity.json ({:.1} min in all)",
+            root.join("fidelity.md").display(),
+            started.elapsed().as_secs_f64() / 60.0
+        );
+    }
+    if outside > 0 {
+        eprintln!("{outside} numbers outside their tolerance or missing (see the reports)");
+    }
+    Ok(if outside > 0 && a.strict { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 fn run_check(a: CheckArgs) -> Result<ExitCode, String> {

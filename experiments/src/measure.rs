@@ -107,7 +107,7 @@ impl Window {
 }
 
 /// Why a run is not steady.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Unsteady {
     /// MSER-5 still places the warm-up's end in the second half of the series.

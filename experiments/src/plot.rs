@@ -162,3 +162,271 @@ pub fn plot(rows: &[Value], spec: &PlotSpec, out: &Path) -> Result<(), String> {
     draw(BitMapBackend::new(&png, (960, 640)).into_drawing_area(), spec, &data)?;
     Ok(())
 }
+
+/// One curve of a panel: its legend name and its points `(x, y, x half-width)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Curve {
+    pub name: String,
+    pub points: Vec<(f64, f64, f64)>,
+}
+
+/// One chart of a figure: a title, its curves, and the paper's numbers as vertical marks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Panel {
+    pub title: String,
+    pub curves: Vec<Curve>,
+    pub marks: Vec<(String, f64)>,
+}
+
+/// The label of a system in a legend: the index, and its configuration when that says more.
+fn system_label(row: &Value, fields: &[String]) -> String {
+    let get = |f: &str| field_label(row, f);
+    let mut parts = Vec::new();
+    for f in fields {
+        match f.as_str() {
+            "index" => parts.push(get("index")),
+            "config" => {
+                let (c, i) = (get("config"), get("index"));
+                if c != i && c != "default" && c != "-" {
+                    parts.push(format!("({c})"));
+                }
+            }
+            "workload" | "clients" => {}
+            other => parts.push(format!("{other}={}", get(other))),
+        }
+    }
+    if parts.is_empty() { get("index") } else { parts.join(" ") }
+}
+
+/// The panels of a figure's throughput–latency plot: one per workload, one curve per system
+/// (points in the order of their client counts, with the throughput's 95% error bar), p99
+/// latency in µs, and the paper's published throughputs as marks.
+pub fn figure_panels(figure: &crate::reproduce::Figure, rows: &[Value]) -> Vec<Panel> {
+    let series = &figure.compare.series;
+    let mut workloads: Vec<String> = Vec::new();
+    for r in rows {
+        let w = field_label(r, "workload");
+        if !workloads.contains(&w) {
+            workloads.push(w);
+        }
+    }
+    let by_workload = series.iter().any(|s| s == "workload") && workloads.len() > 1;
+    let panel_names: Vec<String> = if by_workload { workloads } else { vec![String::new()] };
+    panel_names
+        .iter()
+        .map(|w| {
+            let mut groups: BTreeMap<String, Vec<(f64, f64, f64, f64)>> = BTreeMap::new();
+            for r in rows.iter().filter(|r| !by_workload || field_label(r, "workload") == *w) {
+                let (Some(x), Some(y)) = (field_f64(r, "throughput_mops"), field_f64(r, "latency_ns_p99")) else {
+                    continue;
+                };
+                let err = field_f64(r, "throughput_mops_ci95").unwrap_or(0.0);
+                let order = field_f64(r, "clients").unwrap_or(0.0);
+                groups.entry(system_label(r, series)).or_default().push((order, x, y / 1e3, err));
+            }
+            let curves = groups
+                .into_iter()
+                .map(|(name, mut pts)| {
+                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    Curve { name, points: pts.into_iter().map(|(_, x, y, e)| (x, y, e)).collect() }
+                })
+                .collect();
+            let marks = figure
+                .published
+                .iter()
+                .filter(|p| p.metric.is_none() && figure.compare.metric == "throughput_mops")
+                .filter(|p| !by_workload || p.series.get("workload").is_none_or(|pw| pw == w))
+                .filter_map(|p| {
+                    let c = p.claim().ok()?;
+                    let label =
+                        p.series.iter().filter(|(k, _)| *k != "workload").map(|(_, v)| v.as_str()).collect::<Vec<_>>();
+                    Some((format!("paper: {}", label.join(" ")), c.middle_value()))
+                })
+                .collect();
+            Panel { title: if w.is_empty() { figure.title.clone() } else { w.clone() }, curves, marks }
+        })
+        .collect()
+}
+
+/// The throughput series of every run: one panel per workload, one line per run (its batches'
+/// throughput over simulated time), so a reader sees each run settle, or not.
+pub fn timeseries_panels(rows: &[Value]) -> Vec<Panel> {
+    let mut panels: Vec<Panel> = Vec::new();
+    for r in rows {
+        let Some(batches) = r.get("batch_mops").and_then(Value::as_array) else { continue };
+        let (warmup, batch) = (field_f64(r, "warmup_ns").unwrap_or(0.0), field_f64(r, "batch_ns").unwrap_or(0.0));
+        if batches.is_empty() || batch <= 0.0 {
+            continue;
+        }
+        let w = field_label(r, "workload");
+        let points = batches
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| Some(((warmup + (i as f64 + 0.5) * batch) / 1e6, v.as_f64()?, 0.0)))
+            .collect();
+        let name = format!(
+            "{} {} clients{}",
+            system_label(r, &["index".into(), "config".into()]),
+            field_label(r, "clients"),
+            if r.get("steady").and_then(Value::as_bool) == Some(false) { " (not steady)" } else { "" }
+        );
+        match panels.iter_mut().find(|p| p.title == w) {
+            Some(p) => p.curves.push(Curve { name, points }),
+            None => panels.push(Panel { title: w, curves: vec![Curve { name, points }], marks: Vec::new() }),
+        }
+    }
+    panels
+}
+
+fn draw_panels<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    panels: &[Panel],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root.titled(title, ("sans-serif", 22)).map_err(err)?;
+    let cols = panels.len().clamp(1, 3);
+    let rows = panels.len().div_ceil(cols).max(1);
+    let areas = root.split_evenly((rows, cols));
+    // One colour per legend name across panels.
+    let mut names: Vec<&str> = Vec::new();
+    for p in panels {
+        for c in &p.curves {
+            if !names.contains(&c.name.as_str()) {
+                names.push(&c.name);
+            }
+        }
+    }
+    for (panel, area) in panels.iter().zip(areas) {
+        let (mut x_max, mut y_max) = (0f64, 0f64);
+        for c in &panel.curves {
+            for &(x, y, e) in &c.points {
+                x_max = x_max.max(x + e);
+                y_max = y_max.max(y);
+            }
+        }
+        for (_, x) in &panel.marks {
+            x_max = x_max.max(*x);
+        }
+        let (x_max, y_max) = ((x_max * 1.08).max(1e-9), (y_max * 1.08).max(1e-9));
+        let mut chart = ChartBuilder::on(&area)
+            .caption(&panel.title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+            .map_err(err)?;
+        let fmt = |max: f64| move |v: &f64| if max > 100.0 { format!("{v:.0}") } else { format!("{v:.1}") };
+        let (x_fmt, y_fmt) = (fmt(x_max), fmt(y_max));
+        chart
+            .configure_mesh()
+            .x_label_formatter(&x_fmt)
+            .y_label_formatter(&y_fmt)
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .axis_desc_style(("sans-serif", 14))
+            .label_style(("sans-serif", 12))
+            .draw()
+            .map_err(err)?;
+        for c in &panel.curves {
+            let i = names.iter().position(|n| *n == c.name).unwrap_or(0);
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(c.points.iter().map(|p| (p.0, p.1)), color.stroke_width(2)))
+                .map_err(err)?
+                .label(c.name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            chart.draw_series(c.points.iter().map(|&(x, y, _)| Circle::new((x, y), 3, color.filled()))).map_err(err)?;
+            chart
+                .draw_series(
+                    c.points
+                        .iter()
+                        .filter(|p| p.2 > 0.0)
+                        .map(|&(x, y, e)| ErrorBar::new_horizontal(y, x - e, x, x + e, color.stroke_width(1), 8)),
+                )
+                .map_err(err)?;
+        }
+        for (i, (label, x)) in panel.marks.iter().enumerate() {
+            let style = BLACK.mix(0.6).stroke_width(1);
+            let dashes: Vec<(f64, f64)> =
+                (0..40).flat_map(|k| [(*x, y_max * k as f64 / 40.0), (*x, y_max * (k as f64 + 0.5) / 40.0)]).collect();
+            chart.draw_series(dashes.chunks(2).map(|seg| PathElement::new(seg.to_vec(), style))).map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    label.clone(),
+                    (*x, y_max * (0.95 - 0.06 * i as f64)),
+                    ("sans-serif", 12).into_font(),
+                )))
+                .map_err(err)?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 12))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(err)?;
+    }
+    root.present().map_err(err)
+}
+
+/// Writes `<out>.svg` and `<out>.png` of `panels`.
+pub fn plot_panels(panels: &[Panel], title: &str, axes: (&str, &str), out: &Path) -> Result<(), String> {
+    register_font();
+    if panels.is_empty() {
+        return Err("nothing to plot".into());
+    }
+    let cols = panels.len().clamp(1, 3) as u32;
+    let rows = panels.len().div_ceil(3).max(1) as u32;
+    let size = (520 * cols + 40, 420 * rows + 40);
+    draw_panels(SVGBackend::new(&out.with_extension("svg"), size).into_drawing_area(), title, axes, panels)?;
+    draw_panels(BitMapBackend::new(&out.with_extension("png"), size).into_drawing_area(), title, axes, panels)?;
+    Ok(())
+}
+
+/// A figure's plots: `curve.{svg,png}` (throughput against p99 latency with 95% error bars, the
+/// paper's published throughputs marked) and `timeseries.{svg,png}` (every run's batches).
+/// `rows` are the judged points (seeds averaged), `raw` every run.
+pub fn figure_plots(
+    figure: &crate::reproduce::Figure,
+    rows: &[Value],
+    raw: &[Value],
+    out: &Path,
+) -> Result<(), String> {
+    let title = format!("{} {}: {}", figure.paper, figure.figure, figure.title);
+    match (&figure.compare.x, figure.compare.over.as_str()) {
+        // A quantity fitted over a scale (memory over keys): that quantity against the scale.
+        (Some(x), "extrapolate") => {
+            let spec = PlotSpec {
+                x: x.clone(),
+                y: figure.compare.metric.clone(),
+                series: figure.compare.series.clone(),
+                order_by: None,
+                title: title.clone(),
+            };
+            plot(rows, &spec, &out.join("curve"))?;
+        }
+        _ => plot_panels(
+            &figure_panels(figure, rows),
+            &title,
+            ("throughput (Mops/s)", "p99 latency (µs)"),
+            &out.join("curve"),
+        )?,
+    }
+    let series = timeseries_panels(raw);
+    if !series.is_empty() {
+        plot_panels(
+            &series,
+            &format!("{} {}: throughput of each run's batches", figure.paper, figure.figure),
+            ("simulated time (ms)", "throughput (Mops/s)"),
+            &out.join("timeseries"),
+        )?;
+    }
+    Ok(())
+}

@@ -38,13 +38,27 @@
 //! [run.full]
 //! ```
 //!
-//! Reproducing runs the sweep at the chosen scale, finds each series' comparison point, and
-//! writes `result.jsonl`, `result.csv`, the throughput–latency plot and `report.md`: the paper's
-//! numbers beside ours with their ratio and whether it is within the tolerance. A series or
-//! field the results lack is reported as missing, never as a pass.
+//! Reproducing runs the sweep at the chosen scale (each run measured to steady state unless
+//! the figure fixes its window; see [`crate::measure`]), finds each series' comparison point,
+//! and writes `result.jsonl`, `result.csv`, the throughput–latency plot with 95% error bars,
+//! the throughput time series of every run, and `report.md`: the paper's numbers beside ours,
+//! ours as mean ± 95% half-width, their ratio, whether it is within the tolerance and, for
+//! ratios, whether the paper's ranking of the two systems holds. A series or field the results
+//! lack is reported as missing, never as a pass.
+//!
+//! **Intervals.** A point's interval is its run's (`throughput_mops_ci95`, batch means). Points
+//! of a sweep over `seed` that differ in nothing else are one point: the mean over the seeds,
+//! with the seeds' own 95% interval (`t(n−1) · s/√n`). A ratio's interval is propagated from
+//! its two points' (first order: relative half-widths add in quadrature). Metrics other than
+//! throughput (counters, bytes, extrapolations) carry none.
+//!
+//! **Rankings.** A ratio the paper states above 1 says its numerator beats its denominator
+//! (below 1, the reverse); ours *holds* the ranking when it is on the same side of 1 with its
+//! interval clear of 1, is *reversed* when it is clear of 1 on the other side, and *unresolved*
+//! when its interval spans 1. A paper range that contains 1 claims no ranking.
 
 use crate::run::{RunFile, RunResult, csv};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -151,11 +165,9 @@ impl Claim {
         }
     }
 
-    fn show(self) -> String {
-        match self {
-            Claim::Value(v) => format!("{v}"),
-            Claim::Range(lo, hi) => format!("{lo}–{hi}"),
-        }
+    /// The number, or the middle of the range.
+    pub fn middle_value(self) -> f64 {
+        self.middle()
     }
 }
 
@@ -249,30 +261,40 @@ pub fn fit(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<Fit> {
 /// The comparison value of the results `sel` selects: peak, min or last of the metric, or its
 /// extrapolation.
 pub fn comparison_point(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<f64> {
-    comparison_of(rows, compare, sel, &compare.metric, None)
+    point_of(rows, compare, sel, &compare.metric, None).map(|p| p.value)
+}
+
+/// A comparison point: the value, its 95% half-width if the metric has one, and whether the
+/// run behind it was steady (if the rows say).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point {
+    pub value: f64,
+    pub ci95: Option<f64>,
+    pub steady: Option<bool>,
 }
 
 /// The comparison point of `metric` (divided by `per` of the same row, if given).
-fn comparison_of(rows: &[Value], compare: &Compare, sel: &Selector, metric: &str, per: Option<&str>) -> Option<f64> {
+fn point_of(rows: &[Value], compare: &Compare, sel: &Selector, metric: &str, per: Option<&str>) -> Option<Point> {
     if compare.over == "extrapolate" && per.is_none() && metric == compare.metric {
         let f = fit(rows, compare, sel)?;
-        return Some(f.intercept + f.slope * compare.at?);
+        return Some(Point { value: f.intercept + f.slope * compare.at?, ci95: None, steady: None });
     }
-    let values: Vec<f64> = rows
+    let points: Vec<Point> = rows
         .iter()
         .filter(|r| matches(r, sel))
         .filter_map(|r| {
             let v = field(r, metric)?.as_f64()?;
-            match per {
-                None => Some(v),
-                Some(p) => Some(v / field(r, p)?.as_f64().filter(|d| *d != 0.0)?),
-            }
+            let (value, ci95) = match per {
+                None => (v, field(r, &format!("{metric}_ci95")).and_then(Value::as_f64)),
+                Some(p) => (v / field(r, p)?.as_f64().filter(|d| *d != 0.0)?, None),
+            };
+            Some(Point { value, ci95, steady: field(r, "steady").and_then(Value::as_bool) })
         })
         .collect();
     match compare.over.as_str() {
-        "peak" => values.iter().copied().reduce(f64::max),
-        "min" => values.iter().copied().reduce(f64::min),
-        _ => values.last().copied(),
+        "peak" => points.iter().copied().reduce(|a, b| if b.value > a.value { b } else { a }),
+        "min" => points.iter().copied().reduce(|a, b| if b.value < a.value { b } else { a }),
+        _ => points.last().copied(),
     }
 }
 
@@ -280,11 +302,174 @@ fn describe(sel: &Selector) -> String {
     sel.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
 }
 
+/// Whether our ratio keeps the ranking the paper's implies (module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ranking {
+    Holds,
+    Reversed,
+    Unresolved,
+    /// The paper's number (or range) does not rank the two: it is about 1.
+    NotClaimed,
+}
+
+impl Ranking {
+    fn judge(paper: Claim, ours: f64, ci95: Option<f64>) -> Ranking {
+        let (lo, hi) = match paper {
+            Claim::Value(v) => (v, v),
+            Claim::Range(lo, hi) => (lo, hi),
+        };
+        if lo <= 1.0 && 1.0 <= hi {
+            return Ranking::NotClaimed;
+        }
+        let paper_above = lo > 1.0;
+        let h = ci95.unwrap_or(0.0);
+        if ours - h > 1.0 || ours + h < 1.0 {
+            if (ours > 1.0) == paper_above { Ranking::Holds } else { Ranking::Reversed }
+        } else {
+            Ranking::Unresolved
+        }
+    }
+
+    fn show(self) -> &'static str {
+        match self {
+            Ranking::Holds => "holds",
+            Ranking::Reversed => "**reversed**",
+            Ranking::Unresolved => "unresolved (CI spans 1)",
+            Ranking::NotClaimed => "-",
+        }
+    }
+}
+
+/// One number of a figure beside the paper's.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    pub paper: String,
+    pub figure: String,
+    /// `value` (a published number) or `ratio`.
+    pub kind: &'static str,
+    /// Which series (and metric) it is about, in words.
+    pub what: String,
+    pub paper_value: Option<f64>,
+    pub paper_range: Option<[f64; 2]>,
+    pub ours: Option<f64>,
+    pub ours_ci95: Option<f64>,
+    pub ours_over_paper: Option<f64>,
+    pub within: bool,
+    /// Whether every run behind our number was steady (`None`: the rows do not say).
+    pub steady: Option<bool>,
+    pub ranking: Option<Ranking>,
+}
+
+impl Comparison {
+    /// `mean ± half-width`, or the value alone, or `missing`.
+    pub fn ours_text(&self) -> String {
+        match (self.ours, self.ours_ci95) {
+            (Some(v), Some(h)) => format!("{v:.3} ± {h:.3}"),
+            (Some(v), None) => format!("{v:.3}"),
+            (None, _) => "missing".into(),
+        }
+    }
+
+    pub fn paper_text(&self) -> String {
+        match (self.paper_value, self.paper_range) {
+            (Some(v), _) => format!("{v}"),
+            (None, Some([lo, hi])) => format!("{lo}–{hi}"),
+            _ => "-".into(),
+        }
+    }
+}
+
+fn steady_text(s: Option<bool>) -> &'static str {
+    match s {
+        Some(true) => "yes",
+        Some(false) => "**no**",
+        None => "-",
+    }
+}
+
+/// Every comparison a figure states, judged on `rows`.
+pub fn comparisons(figure: &Figure, rows: &[Value]) -> Vec<Comparison> {
+    let mut out = Vec::new();
+    let base = |kind: &'static str, what: String, claim: Claim| {
+        let (paper_value, paper_range) = match claim {
+            Claim::Value(v) => (Some(v), None),
+            Claim::Range(lo, hi) => (None, Some([lo, hi])),
+        };
+        Comparison {
+            paper: figure.paper.clone(),
+            figure: figure.figure.clone(),
+            kind,
+            what,
+            paper_value,
+            paper_range,
+            ours: None,
+            ours_ci95: None,
+            ours_over_paper: None,
+            within: false,
+            steady: None,
+            ranking: None,
+        }
+    };
+    for p in &figure.published {
+        let claim = p.claim().expect("checked when the figure was parsed");
+        let metric = p.metric.as_deref().unwrap_or(&figure.compare.metric);
+        let what = match (&p.metric, &p.per) {
+            (None, None) => describe(&p.series),
+            (m, None) => format!("{} `{}`", describe(&p.series), m.as_deref().unwrap_or(metric)),
+            (_, Some(per)) => format!("{} `{metric}` / `{per}`", describe(&p.series)),
+        };
+        let mut c = base("value", what, claim);
+        if let Some(pt) = point_of(rows, &figure.compare, &p.series, metric, p.per.as_deref()) {
+            c.ours = Some(pt.value);
+            c.ours_ci95 = pt.ci95;
+            c.steady = pt.steady;
+            c.ours_over_paper = Some(pt.value / claim.middle());
+            c.within = claim.holds(pt.value, figure.tolerance);
+        }
+        out.push(c);
+    }
+    for r in &figure.ratio {
+        let claim = r.claim().expect("checked when the figure was parsed");
+        let mut c = base("ratio", format!("({}) / ({})", describe(&r.numerator), describe(&r.denominator)), claim);
+        let n = point_of(rows, &figure.compare, &r.numerator, &figure.compare.metric, None);
+        let d = point_of(rows, &figure.compare, &r.denominator, &figure.compare.metric, None);
+        if let (Some(n), Some(d)) = (n, d) {
+            if d.value > 0.0 {
+                let ratio = n.value / d.value;
+                let ci = match (n.ci95, d.ci95) {
+                    (Some(hn), Some(hd)) if n.value > 0.0 => {
+                        Some(ratio * ((hn / n.value).powi(2) + (hd / d.value).powi(2)).sqrt())
+                    }
+                    _ => None,
+                };
+                c.ours = Some(ratio);
+                c.ours_ci95 = ci;
+                c.steady = match (n.steady, d.steady) {
+                    (Some(a), Some(b)) => Some(a && b),
+                    (a, b) => a.or(b),
+                };
+                c.ours_over_paper = Some(ratio / claim.middle());
+                c.within = claim.holds(ratio, figure.tolerance);
+                c.ranking = Some(Ranking::judge(claim, ratio, ci));
+            }
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The markdown report: every published number and ratio beside ours. Returns the report and
 /// how many comparisons fell outside the tolerance or were missing.
 pub fn report(figure: &Figure, rows: &[Value], scale: &str) -> (String, usize) {
+    let all = comparisons(figure, rows);
+    (report_text(figure, rows, scale, &all, None), all.iter().filter(|c| !c.within).count())
+}
+
+/// The report's text for comparisons already judged; `footer` (how the figure was measured
+/// and how long it took) goes under the title.
+fn report_text(figure: &Figure, rows: &[Value], scale: &str, all: &[Comparison], footer: Option<&str>) -> String {
     let mut out = String::new();
-    let mut failures = 0;
     let _ = writeln!(out, "# {} {}: {}\n", figure.paper, figure.figure, figure.title);
     let _ = writeln!(
         out,
@@ -294,20 +479,9 @@ pub fn report(figure: &Figure, rows: &[Value], scale: &str) -> (String, usize) {
         figure.compare.metric,
         figure.tolerance * 100.0
     );
-    let mut verdict = |paper: Claim, ours: Option<f64>| match ours {
-        Some(o) => {
-            let ratio = o / paper.middle();
-            let ok = paper.holds(o, figure.tolerance);
-            if !ok {
-                failures += 1;
-            }
-            (format!("{o:.3}"), format!("{ratio:.2}"), if ok { "yes" } else { "**no**" }.to_string())
-        }
-        None => {
-            failures += 1;
-            ("missing".into(), "-".into(), "**missing**".into())
-        }
-    };
+    if let Some(f) = footer {
+        let _ = writeln!(out, "{f}\n");
+    }
     if figure.compare.over == "extrapolate" {
         let mut sels: Vec<&Selector> = figure.published.iter().map(|p| &p.series).collect();
         sels.extend(figure.ratio.iter().flat_map(|r| [&r.numerator, &r.denominator]));
@@ -347,44 +521,54 @@ pub fn report(figure: &Figure, rows: &[Value], scale: &str) -> (String, usize) {
         }
         out.push('\n');
     }
-    if !figure.published.is_empty() {
-        let _ = writeln!(out, "| series | paper | ours | ours / paper | within |\n|---|---|---|---|---|");
-        for p in &figure.published {
-            let claim = p.claim().expect("checked when the figure was parsed");
-            let metric = p.metric.as_deref().unwrap_or(&figure.compare.metric);
-            let ours = comparison_of(rows, &figure.compare, &p.series, metric, p.per.as_deref());
-            let (ours, ratio, ok) = verdict(claim, ours);
-            let what = match (&p.metric, &p.per) {
-                (None, None) => String::new(),
-                (m, None) => format!(" `{}`", m.as_deref().unwrap_or(metric)),
-                (_, Some(per)) => format!(" `{metric}` / `{per}`"),
-            };
-            let _ = writeln!(out, "| {}{what} | {} | {ours} | {ratio} | {ok} |", describe(&p.series), claim.show());
-        }
-        out.push('\n');
-    }
-    if !figure.ratio.is_empty() {
-        let _ = writeln!(out, "| ratio | paper | ours | ours / paper | within |\n|---|---|---|---|---|");
-        for r in &figure.ratio {
-            let n = comparison_point(rows, &figure.compare, &r.numerator);
-            let d = comparison_point(rows, &figure.compare, &r.denominator);
-            let ours = match (n, d) {
-                (Some(n), Some(d)) if d > 0.0 => Some(n / d),
-                _ => None,
-            };
-            let claim = r.claim().expect("checked when the figure was parsed");
-            let (ours, ratio, ok) = verdict(claim, ours);
+    let ratio_of = |c: &Comparison| c.ours_over_paper.map_or("-".into(), |r| format!("{r:.2}"));
+    let within = |c: &Comparison| match (c.ours, c.within) {
+        (None, _) => "**missing**",
+        (_, true) => "yes",
+        (_, false) => "**no**",
+    };
+    let values: Vec<&Comparison> = all.iter().filter(|c| c.kind == "value").collect();
+    if !values.is_empty() {
+        let _ = writeln!(
+            out,
+            "| series | paper | ours (95% CI) | ours / paper | within | steady |\n|---|---|---|---|---|---|"
+        );
+        for c in values {
             let _ = writeln!(
                 out,
-                "| ({}) / ({}) | {} | {ours} | {ratio} | {ok} |",
-                describe(&r.numerator),
-                describe(&r.denominator),
-                claim.show()
+                "| {} | {} | {} | {} | {} | {} |",
+                c.what,
+                c.paper_text(),
+                c.ours_text(),
+                ratio_of(c),
+                within(c),
+                steady_text(c.steady)
             );
         }
         out.push('\n');
     }
-    (out, failures)
+    let ratios: Vec<&Comparison> = all.iter().filter(|c| c.kind == "ratio").collect();
+    if !ratios.is_empty() {
+        let _ = writeln!(
+            out,
+            "| ratio | paper | ours (95% CI) | ours / paper | within | ranking | steady |\n|---|---|---|---|---|---|---|"
+        );
+        for c in ratios {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                c.what,
+                c.paper_text(),
+                c.ours_text(),
+                ratio_of(c),
+                within(c),
+                c.ranking.map_or("-", Ranking::show),
+                steady_text(c.steady)
+            );
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// Figure files of `paper` under `figures` (all, or the one named `figure`), sorted.
@@ -412,9 +596,83 @@ pub fn figure_files(figures: &Path, paper: &str, figure: Option<&str>) -> Result
     Ok(files)
 }
 
+/// What reproducing one figure gave.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub report: String,
+    pub comparisons: Vec<Comparison>,
+    /// Comparisons outside the tolerance or missing.
+    pub failures: usize,
+    pub runs: usize,
+    /// Runs (after averaging over seeds, points) that did not converge.
+    pub unsteady_runs: usize,
+    pub wall_s: f64,
+}
+
+/// Points of a sweep over `seed` that differ in nothing else, averaged (module doc): the mean
+/// of each numeric metric over the seeds, throughput's 95% interval from the seeds' spread,
+/// `seeds` and the per-seed throughputs added, `steady` only if every seed's run was.
+pub fn aggregate_seeds(requests: &[crate::run::RunRequest], rows: &[Value]) -> Vec<Value> {
+    let key = |r: &crate::run::RunRequest| {
+        let mut r = r.clone();
+        r.setup.seed = 0;
+        format!("{r:?}")
+    };
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, r) in requests.iter().enumerate() {
+        let k = key(r);
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((k, vec![i])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, members)| {
+            if members.len() == 1 {
+                return rows[members[0]].clone();
+            }
+            let n = members.len() as f64;
+            let mut out = rows[members[0]].clone();
+            let numbers = [
+                "throughput_mops",
+                "latency_ns_p50",
+                "latency_ns_p90",
+                "latency_ns_p99",
+                "latency_ns_p999",
+                "round_trips_per_op",
+                "bytes_read_per_op",
+                "bytes_written_per_op",
+                "cache_bytes_per_cn",
+            ];
+            for f in numbers {
+                let vals: Vec<f64> = members.iter().filter_map(|&m| rows[m].get(f)?.as_f64()).collect();
+                if vals.len() == members.len() {
+                    out[f] = serde_json::json!(vals.iter().sum::<f64>() / n);
+                }
+            }
+            let tput: Vec<f64> = members.iter().filter_map(|&m| rows[m]["throughput_mops"].as_f64()).collect();
+            let mean = tput.iter().sum::<f64>() / n;
+            let var = tput.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
+            out["throughput_mops_ci95"] =
+                serde_json::json!(crate::measure::t_975(members.len() - 1) * (var / n).sqrt());
+            out["seeds"] = serde_json::json!(members.len());
+            out["seed_throughputs_mops"] = serde_json::json!(tput);
+            out["steady"] = serde_json::json!(members.iter().all(|&m| rows[m]["steady"].as_bool().unwrap_or(true)));
+            out
+        })
+        .collect()
+}
+
 /// Runs one figure at `scale` and writes its outputs into `out`; returns the report and the
 /// number of comparisons outside the tolerance.
 pub fn reproduce(figure: &Figure, scale: &str, out: &Path, threads: usize) -> Result<(String, usize), String> {
+    reproduce_figure(figure, scale, out, threads).map(|o| (o.report, o.failures))
+}
+
+/// Runs one figure at `scale`, writes its outputs into `out`, and judges it.
+pub fn reproduce_figure(figure: &Figure, scale: &str, out: &Path, threads: usize) -> Result<Outcome, String> {
+    let started = std::time::Instant::now();
     let run = match scale {
         "reduced" => &figure.run.reduced,
         "full" => figure.run.full.as_ref().ok_or("this figure has no full-scale run")?,
@@ -427,19 +685,132 @@ pub fn reproduce(figure: &Figure, scale: &str, out: &Path, threads: usize) -> Re
             .collect::<Result<_, _>>()?;
     let lines: Vec<String> =
         results.iter().map(serde_json::to_string).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
-    let rows: Vec<Value> =
+    let raw: Vec<Value> =
         lines.iter().map(|l| serde_json::from_str(l)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let rows = aggregate_seeds(&requests, &raw);
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     std::fs::write(out.join("result.jsonl"), lines.iter().map(|l| format!("{l}\n")).collect::<String>())
         .map_err(|e| e.to_string())?;
     std::fs::write(out.join("result.csv"), csv(&results)).map_err(|e| e.to_string())?;
-    let spec = crate::plot::PlotSpec {
-        series: figure.compare.series.clone(),
-        title: figure.title.clone(),
-        ..crate::plot::PlotSpec::throughput_latency()
+    let comparisons = comparisons(figure, &rows);
+    crate::plot::figure_plots(figure, &rows, &raw, out)?;
+    let unsteady: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.steady)
+        .map(|(i, r)| {
+            format!("run {} ({} {} {} clients): {}", i + 1, r.index, r.workload, r.clients, crate::run::verdict(r))
+        })
+        .collect();
+    let wall_s = started.elapsed().as_secs_f64();
+    let measured = match &results.first().map(|r| r.measurement.clone()) {
+        Some(crate::run::Measurement::Steady { precision, max_duration_ns }) => format!(
+            "to steady state (95% interval within ±{:.0}%, no trend; capped at {:.0} ms simulated)",
+            precision * 100.0,
+            *max_duration_ns as f64 / 1e6
+        ),
+        Some(crate::run::Measurement::Fixed { warmup_ns, duration_ns }) => match duration_ns {
+            Some(d) => format!(
+                "over a fixed window ({:.1} ms after {:.1} ms of warm-up; this figure's metric is not a steady-state rate)",
+                *d as f64 / 1e6,
+                *warmup_ns as f64 / 1e6
+            ),
+            None => "over every operation of a fixed count per client".into(),
+        },
+        None => "-".into(),
     };
-    crate::plot::plot(&rows, &spec, &out.join("curve"))?;
-    let (text, failures) = report(figure, &rows, scale);
+    let seeds = rows.iter().filter_map(|r| r.get("seeds")).count();
+    let mut footer = format!(
+        "Measured {measured}: {} runs{}, {} steady, {} not. The figure took {:.0} s on {threads} threads.",
+        results.len(),
+        if seeds > 0 { format!(" ({} points averaged over seeds)", rows.len()) } else { String::new() },
+        results.len() - unsteady.len(),
+        unsteady.len(),
+        wall_s
+    );
+    for u in &unsteady {
+        footer.push_str(&format!("\n- {u}"));
+    }
+    let text = report_text(figure, &rows, scale, &comparisons, Some(&footer));
     std::fs::write(out.join("report.md"), &text).map_err(|e| e.to_string())?;
-    Ok((text, failures))
+    let failures = comparisons.iter().filter(|c| !c.within).count();
+    Ok(Outcome { report: text, comparisons, failures, runs: results.len(), unsteady_runs: unsteady.len(), wall_s })
+}
+
+/// Papers with figure files under `figures`, sorted.
+pub fn papers(figures: &Path) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = std::fs::read_dir(figures)
+        .map_err(|e| format!("cannot read {}: {e}", figures.display()))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The fidelity summary of every figure reproduced: markdown and JSON.
+pub fn fidelity(outcomes: &[(String, Outcome)], scale: &str) -> (String, Value) {
+    let mut md = String::new();
+    let all: Vec<&Comparison> = outcomes.iter().flat_map(|(_, o)| &o.comparisons).collect();
+    let within = all.iter().filter(|c| c.within).count();
+    let ratios: Vec<&&Comparison> = all.iter().filter(|c| c.kind == "ratio").collect();
+    let ranked: Vec<&&&Comparison> =
+        ratios.iter().filter(|c| c.ranking.is_some_and(|r| r != Ranking::NotClaimed)).collect();
+    let holds = ranked.iter().filter(|c| c.ranking == Some(Ranking::Holds)).count();
+    let reversed = ranked.iter().filter(|c| c.ranking == Some(Ranking::Reversed)).count();
+    let wall: f64 = outcomes.iter().map(|(_, o)| o.wall_s).sum();
+    let runs: usize = outcomes.iter().map(|(_, o)| o.runs).sum();
+    let unsteady: usize = outcomes.iter().map(|(_, o)| o.unsteady_runs).sum();
+    let _ = writeln!(md, "# Fidelity summary ({scale} scale)\n");
+    let _ = writeln!(
+        md,
+        "{} figures, {runs} runs ({unsteady} not steady), {:.0} min. {within} of {} numbers within their \
+         figure's tolerance; of {} rankings the papers state, {holds} hold, {reversed} are reversed, {} unresolved.\n",
+        outcomes.len(),
+        wall / 60.0,
+        all.len(),
+        ranked.len(),
+        ranked.len() - holds - reversed
+    );
+    let _ = writeln!(
+        md,
+        "| figure | what | paper | ours (95% CI) | ours / paper | within | ranking | steady |\n|---|---|---|---|---|---|---|---|"
+    );
+    for c in &all {
+        let _ = writeln!(
+            md,
+            "| {} {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.paper,
+            c.figure,
+            c.what,
+            c.paper_text(),
+            c.ours_text(),
+            c.ours_over_paper.map_or("-".into(), |r| format!("{r:.2}")),
+            match (c.ours, c.within) {
+                (None, _) => "**missing**",
+                (_, true) => "yes",
+                (_, false) => "**no**",
+            },
+            c.ranking.map_or("-", Ranking::show),
+            steady_text(c.steady)
+        );
+    }
+    md.push('\n');
+    let _ = writeln!(md, "| figure | runs | not steady | wall s |\n|---|---|---|---|");
+    for (name, o) in outcomes {
+        let _ = writeln!(md, "| {name} | {} | {} | {:.0} |", o.runs, o.unsteady_runs, o.wall_s);
+    }
+    let json = serde_json::json!({
+        "scale": scale,
+        "figures": outcomes.iter().map(|(n, o)| serde_json::json!({
+            "figure": n, "runs": o.runs, "unsteady_runs": o.unsteady_runs, "wall_s": o.wall_s,
+            "failures": o.failures,
+        })).collect::<Vec<_>>(),
+        "comparisons": all,
+        "within": within,
+        "total": all.len(),
+        "rankings": { "stated": ranked.len(), "hold": holds, "reversed": reversed },
+    });
+    (md, json)
 }

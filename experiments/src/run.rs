@@ -87,7 +87,7 @@ impl RunSetup {
 }
 
 /// Latency and throughput of one kind of operation, or of all.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
 pub struct OpMetrics {
     pub operations: u64,
     pub throughput_mops: f64,
@@ -99,7 +99,7 @@ pub struct OpMetrics {
 }
 
 /// The metric schema (DESIGN.md §5): one JSON object per run.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
 pub struct RunResult {
     pub index: String,
     pub config: String,
@@ -173,7 +173,7 @@ pub struct RunResult {
     /// Index-specific counters.
     pub index_counters: BTreeMap<String, u64>,
     /// Throughput per interval from the start of the warm-up, when asked for.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeseries: Vec<TimePoint>,
     /// Every operation the clients ran, with logical invoke and respond times, when asked for
     /// (JSON lines in the format of `dmkit_verify::history`; not part of the JSON object).
@@ -184,8 +184,16 @@ pub struct RunResult {
     /// The simulator's hash of every step of the run (equal for equal seeds and configs).
     pub trace_hash: u64,
     /// The server node crashed during the run, if any (`crash_server`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crashed_server: Option<u16>,
+    /// The run file this run is a point of (a digest of its settings) and the point's place in
+    /// it, so that `dmkit merge` can join the shards of one sweep and refuse others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub points: Option<usize>,
 }
 
 impl RunResult {
@@ -255,12 +263,15 @@ impl RunResult {
             sim_steps: 0,
             trace_hash: 0,
             crashed_server: setup.server_crashes.first().map(|c| c.server),
+            sweep: None,
+            point: None,
+            points: None,
         }
     }
 }
 
 /// Operations completed in one interval of a throughput time series.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
 pub struct TimePoint {
     /// Start of the interval, from the start of the warm-up.
     pub t_us: f64,
@@ -269,7 +280,7 @@ pub struct TimePoint {
 }
 
 /// How a run's measured phase was chosen (the `--precision` or the fixed window).
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
 #[serde(tag = "mode", rename_all = "kebab-case")]
 pub enum Measurement {
     /// Until steady to `precision` (relative half-width), or until `max_duration_ns`.
@@ -1038,7 +1049,60 @@ fn one_u64() -> u64 {
     1
 }
 
+/// `K/N` of `--shard`: shard K (1-based) of N.
+pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("--shard '{text}': expected K/N with 1 <= K <= N, e.g. 2/8");
+    let (k, n) = text.split_once('/').ok_or_else(bad)?;
+    let (k, n): (usize, usize) = (k.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if k == 0 || n == 0 || k > n {
+        return Err(bad());
+    }
+    Ok((k, n))
+}
+
+/// Joins the results of a sweep's shards in point order: every result must come from the same
+/// run file (its digest), no point twice, and none missing. Errors are one line.
+pub fn merge(results: Vec<(std::path::PathBuf, RunResult)>) -> Result<Vec<RunResult>, String> {
+    let Some((first_path, first)) = results.first() else { return Err("no results to merge".into()) };
+    let (Some(sweep), Some(total)) = (first.sweep.clone(), first.points) else {
+        return Err(format!("{}: results without a sweep digest (from dmkit run FILE)", first_path.display()));
+    };
+    let mut by_point: Vec<Option<RunResult>> = vec![None; total];
+    for (path, r) in results {
+        if r.sweep.as_deref() != Some(sweep.as_str()) || r.points != Some(total) {
+            return Err(format!(
+                "{} holds results of another sweep ({} rather than {sweep}): merge the shards of one run file",
+                path.display(),
+                r.sweep.as_deref().unwrap_or("none")
+            ));
+        }
+        let p =
+            r.point.filter(|&p| p < total).ok_or_else(|| format!("{}: a result without its point", path.display()))?;
+        if by_point[p].is_some() {
+            return Err(format!("point {} appears twice ({} among them)", p + 1, path.display()));
+        }
+        by_point[p] = Some(r);
+    }
+    let missing: Vec<String> =
+        by_point.iter().enumerate().filter(|(_, r)| r.is_none()).map(|(i, _)| (i + 1).to_string()).collect();
+    if !missing.is_empty() {
+        return Err(format!("points {} of {total} are missing: merge every shard", missing.join(", ")));
+    }
+    Ok(by_point.into_iter().map(|r| r.expect("checked")).collect())
+}
+
 impl RunFile {
+    /// A digest of every setting of the file (sweep included): shards of one file share it.
+    pub fn digest(&self) -> String {
+        let text = format!("{self:?}");
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for b in text.bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        format!("{h:016x}")
+    }
+
     /// The measured window this file asks for: a fixed one with `duration_us` (or an operation
     /// count per client), else steady state. Errors are one line, in the flags' words.
     pub fn window(&self) -> Result<crate::measure::Window, String> {

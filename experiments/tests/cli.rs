@@ -490,3 +490,92 @@ fn fill_reports_the_load_factor_at_the_first_failure() {
     assert!(drtm.load_factor > 0.8, "{drtm:?}");
     assert!(fill(&req("sherman", 8, 128)).unwrap_err().contains("race and cluster"));
 }
+
+#[test]
+fn shards_of_a_sweep_merge_into_the_whole_sweep() {
+    let dir = std::env::temp_dir().join(format!("dmkit-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("sweep.toml");
+    std::fs::write(
+        &file,
+        "index = \"example\"\nkeys = 2000\ncompute_nodes = 1\nduration_us = 200\n[sweep]\nthreads_per_cn = [1, 2, 3]\nworkload = [\"a\", \"c\"]\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let whole = dir.join("whole");
+    assert!(dmkit(&["run", f, "--out", whole.to_str().unwrap()]).status.success());
+    let mut parts = Vec::new();
+    for k in 1..=4 {
+        let out = dir.join(format!("shard{k}"));
+        let o = dmkit(&["run", f, "--shard", &format!("{k}/4"), "--out", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        parts.push(out.join("result.jsonl"));
+    }
+    let merged = dir.join("merged");
+    let mut args: Vec<String> = vec!["merge".into(), "--out".into(), merged.to_str().unwrap().into()];
+    // Shards in any order.
+    args.extend(parts.iter().rev().map(|p| p.to_str().unwrap().to_string()));
+    let o = dmkit(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
+    assert_eq!(read(&merged.join("result.jsonl")), read(&whole.join("result.jsonl")), "the merged sweep is the sweep");
+    assert_eq!(read(&merged.join("result.csv")), read(&whole.join("result.csv")));
+    // A missing shard, a shard twice, and a shard of another sweep are refused.
+    let m = merged.to_str().unwrap();
+    let p: Vec<&str> = parts.iter().map(|p| p.to_str().unwrap()).collect();
+    assert_one_line_error(&["merge", "--out", m, p[0], p[1], p[2]], "missing");
+    assert_one_line_error(&["merge", "--out", m, p[0], p[0], p[1], p[2], p[3]], "twice");
+    let other = dir.join("other.toml");
+    std::fs::write(&other, read(&file).replace("keys = 2000", "keys = 3000")).unwrap();
+    let o = dir.join("other");
+    assert!(dmkit(&["run", other.to_str().unwrap(), "--shard", "1/4", "--out", o.to_str().unwrap()]).status.success());
+    let other_part = o.join("result.jsonl");
+    assert_one_line_error(&["merge", "--out", m, other_part.to_str().unwrap(), p[1], p[2], p[3]], "another sweep");
+    for bad in ["0/4", "5/4", "2", "a/b"] {
+        assert_one_line_error(&["run", f, "--shard", bad], "--shard");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_measurement_settings_are_one_line() {
+    let base = ["run", "--index", "example", "--keys", "1000"];
+    for (extra, needle) in [
+        (&["--precision", "0"][..], "--precision"),
+        (&["--precision", "1.5"][..], "--precision"),
+        (&["--max-duration-us", "5000", "--warmup-us", "8000"][..], "warm-up"),
+        (&["--max-duration-us", "100"][..], "first convergence check"),
+        (&["--duration-us", "0"][..], "--duration-us"),
+        (&["--tick-us", "0"][..], "--tick-us"),
+        (&["--precision", "0.05", "--duration-us", "100"][..], "--duration-us"),
+    ] {
+        assert_one_line_error(&[&base[..], extra].concat(), needle);
+    }
+}
+
+#[test]
+fn the_table_says_how_each_run_was_measured() {
+    let out = dmkit(&["run", "--index", "example", "--keys", "2000", "--compute-nodes", "1", "--threads-per-cn", "2"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains(" ± "), "throughput as mean ± half-width:\n{text}");
+    assert!(text.contains("steady state:"), "{text}");
+    let capped = dmkit(&[
+        "run",
+        "--index",
+        "example",
+        "--keys",
+        "2000",
+        "--compute-nodes",
+        "1",
+        "--threads-per-cn",
+        "1",
+        "--precision",
+        "0.0001",
+        "--max-duration-us",
+        "10000",
+    ]);
+    let text = String::from_utf8(capped.stdout).unwrap();
+    assert!(capped.status.success(), "a run that did not converge is not an error");
+    assert!(text.contains("NOT STEADY at the cap of 10 ms"), "{text}");
+}

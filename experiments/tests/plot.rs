@@ -36,3 +36,44 @@ fn svg_and_png_are_written() {
     assert!(png.len() > 10_000, "a drawn image, not an empty one ({} bytes)", png.len());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A figure's plot: a panel per workload, a curve per system (not per system and workload),
+/// latency in µs, the throughput's interval as an error bar, and the paper's number marked.
+#[test]
+fn figure_panels_have_one_curve_per_system_and_the_papers_marks() {
+    let figure = dmkit_experiments::reproduce::Figure::parse(
+        r#"
+paper = "test"
+figure = "f"
+title = "t"
+source = "s"
+tolerance = 0.2
+[compare]
+metric = "throughput_mops"
+over = "peak"
+series = ["index", "config", "workload"]
+[[published]]
+series = { index = "example", workload = "ycsb-c" }
+value = 3.0
+[run.reduced]
+index = "example"
+"#,
+    )
+    .unwrap();
+    let mut rows = rows();
+    for r in &mut rows {
+        r["throughput_mops_ci95"] = json!(0.25);
+    }
+    let panels = plot::figure_panels(&figure, &rows);
+    assert_eq!(panels.iter().map(|p| p.title.as_str()).collect::<Vec<_>>(), ["ycsb-a", "ycsb-c"]);
+    assert_eq!(panels[0].curves.len(), 1);
+    assert_eq!(panels[0].curves[0].name, "example", "the legend names the system, not the run");
+    assert_eq!(panels[0].curves[0].points, vec![(2.0, 4.8, 0.25), (10.0, 18.0, 0.25)], "µs, with the error bar");
+    assert!(panels[0].marks.is_empty());
+    assert_eq!(panels[1].marks, vec![("paper: example".to_string(), 3.0)]);
+    let dir = std::env::temp_dir().join(format!("dmkit-panels-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    plot::plot_panels(&panels, "t", ("x", "y"), &dir.join("p")).unwrap();
+    assert!(std::fs::read_to_string(dir.join("p.svg")).unwrap().contains("paper: example"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

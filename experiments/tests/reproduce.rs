@@ -200,3 +200,78 @@ fn every_shipped_figure_file_is_valid() {
     }
     assert!(count >= 1, "no figure files under {}", root.display());
 }
+
+/// Ours carries its interval, a ratio's is propagated from its two points', and the ranking is
+/// judged against 1 with that interval.
+#[test]
+fn intervals_and_rankings_are_reported() {
+    let figure = Figure::parse(FIGURE).unwrap();
+    let rows = vec![
+        json!({"index": "example", "workload": "ycsb-a", "clients": 64, "throughput_mops": 10.0, "throughput_mops_ci95": 0.3, "steady": true}),
+        json!({"index": "example", "workload": "ycsb-c", "clients": 64, "throughput_mops": 12.5, "throughput_mops_ci95": 0.4, "steady": false}),
+    ];
+    let all = reproduce::comparisons(&figure, &rows);
+    let a = &all[0];
+    assert_eq!((a.ours, a.ours_ci95, a.steady), (Some(10.0), Some(0.3), Some(true)));
+    let ratio = all.iter().find(|c| c.kind == "ratio").unwrap();
+    let expected = 1.25 * ((0.4f64 / 12.5).powi(2) + (0.3f64 / 10.0).powi(2)).sqrt();
+    assert!((ratio.ours_ci95.unwrap() - expected).abs() < 1e-12);
+    assert_eq!(ratio.steady, Some(false), "a ratio is steady only if both its points are");
+    assert_eq!(ratio.ranking, Some(reproduce::Ranking::Holds), "1.25 ± 0.05 is clear of 1, as the paper's 1.2");
+    let (text, _) = report(&figure, &rows, "reduced");
+    assert!(text.contains("| 1.2 | 1.250 ± 0.055 | 1.04 | yes | holds | **no** |"), "{text}");
+    // The same ratio with a wide interval is unresolved; below 1, reversed.
+    let mut wide = rows.clone();
+    wide[1]["throughput_mops_ci95"] = json!(4.0);
+    let r = reproduce::comparisons(&figure, &wide).into_iter().find(|c| c.kind == "ratio").unwrap();
+    assert_eq!(r.ranking, Some(reproduce::Ranking::Unresolved));
+    let mut below = rows.clone();
+    below[1]["throughput_mops"] = json!(8.0);
+    let r = reproduce::comparisons(&figure, &below).into_iter().find(|c| c.kind == "ratio").unwrap();
+    assert_eq!(r.ranking, Some(reproduce::Ranking::Reversed));
+}
+
+/// Runs that differ only in their seed become one point: the mean and the seeds' interval.
+#[test]
+fn seeds_are_aggregated_into_mean_and_interval() {
+    let requests = dmkit_experiments::run::RunFile::parse(
+        "index = \"example\"\nkeys = 1000\n[sweep]\nworkload = [\"a\", \"c\"]\nseed = [1, 2, 3]\n",
+    )
+    .unwrap()
+    .requests()
+    .unwrap();
+    let tput = [10.0, 11.0, 12.0, 5.0, 5.0, 5.0];
+    let rows: Vec<serde_json::Value> = (0..6)
+        .map(|i| {
+            let workload = if i < 3 { "ycsb-a" } else { "ycsb-c" };
+            json!({"index": "example", "workload": workload, "throughput_mops": tput[i],
+                   "throughput_mops_ci95": 0.1, "steady": i != 4})
+        })
+        .collect();
+    let points = reproduce::aggregate_seeds(&requests, &rows);
+    assert_eq!(points.len(), 2);
+    assert_eq!(points[0]["throughput_mops"], 11.0);
+    assert_eq!(points[0]["seeds"], 3);
+    // s = 1 over 3 seeds: t(2) = 4.3027, half-width 4.3027 / sqrt(3).
+    let h = points[0]["throughput_mops_ci95"].as_f64().unwrap();
+    assert!((h - 4.3027 / 3f64.sqrt()).abs() < 1e-9, "{h}");
+    assert_eq!(points[1]["steady"], false, "one seed's run was not steady");
+}
+
+#[test]
+fn the_fidelity_summary_counts_every_number_and_ranking() {
+    let figure = Figure::parse(FIGURE).unwrap();
+    let outcome = reproduce::Outcome {
+        report: String::new(),
+        comparisons: reproduce::comparisons(&figure, &rows()),
+        failures: 2,
+        runs: 4,
+        unsteady_runs: 1,
+        wall_s: 60.0,
+    };
+    let (md, json) = reproduce::fidelity(&[("test ycsb".into(), outcome)], "reduced");
+    assert!(md.contains("2 of 4 numbers within their figure's tolerance"), "{md}");
+    assert!(md.contains("of 1 rankings the papers state, 1 hold"), "{md}");
+    assert_eq!(json["total"], 4);
+    assert_eq!(json["comparisons"].as_array().unwrap().len(), 4);
+}
