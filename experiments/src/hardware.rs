@@ -522,7 +522,10 @@ pub fn run_index<K: IndexKind>(
     let metadata_bytes_per_item =
         (report.items > 0).then(|| round3((report.remote_bytes as f64 / report.items as f64 - item_bytes).max(0.0)));
     let batch_ns = estimate.batch_ticks as u64 * setup.tick_ns;
+    let (series_mops, series_bin_ns) = crate::run::coarse_series(&clock.series(), setup.tick_ns);
     Ok(RunResult {
+        series_mops,
+        series_bin_ns,
         throughput_mops_ci95: mops(estimate.ci95),
         steady: estimate.steady(),
         unsteady_reasons: estimate.unsteady.clone(),

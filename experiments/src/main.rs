@@ -319,6 +319,10 @@ struct ReproduceArgs {
     /// Output folder (default: results/PAPER/FIGURE; with `all`, results/).
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+    /// Judge the results an earlier run left in the output folders again (report, plots,
+    /// fidelity summary) instead of running.
+    #[arg(long)]
+    rejudge: bool,
     /// Exit with 1 when a number falls outside its figure's tolerance or is missing (without
     /// it, `reproduce` exits 0 whenever it ran: the report says what matched).
     #[arg(long)]
@@ -905,7 +909,7 @@ fn run_reproduce(a: ReproduceArgs) -> Result<ExitCode, String> {
             _ => root.join(&figure.paper).join(&figure.figure),
         };
         eprintln!("dmkit: figure {}/{}: {} {} ...", i + 1, figures.len(), figure.paper, figure.figure);
-        let outcome = reproduce::reproduce_figure(figure, &a.scale, &out, sweep::default_threads())?;
+        let outcome = reproduce::judge_figure(figure, &a.scale, &out, sweep::default_threads(), a.rejudge)?;
         print!("{}", outcome.report);
         eprintln!("wrote {} ({:.0} s)", out.display(), outcome.wall_s);
         outside += outcome.failures;

@@ -7,6 +7,7 @@
 //! Text is drawn with the bundled DejaVu Sans (`experiments/fonts`), so PNGs need no system fonts.
 
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -238,9 +239,13 @@ pub fn figure_panels(figure: &crate::reproduce::Figure, rows: &[Value]) -> Vec<P
                 .filter(|p| !by_workload || p.series.get("workload").is_none_or(|pw| pw == w))
                 .filter_map(|p| {
                     let c = p.claim().ok()?;
-                    let label =
-                        p.series.iter().filter(|(k, _)| *k != "workload").map(|(_, v)| v.as_str()).collect::<Vec<_>>();
-                    Some((format!("paper: {}", label.join(" ")), c.middle_value()))
+                    let mut label: Vec<&str> = Vec::new();
+                    for (k, v) in &p.series {
+                        if k != "workload" && !label.contains(&v.as_str()) {
+                            label.push(v);
+                        }
+                    }
+                    Some((format!("paper: {} {}", label.join(" "), c.middle_value()), c.middle_value()))
                 })
                 .collect();
             Panel { title: if w.is_empty() { figure.title.clone() } else { w.clone() }, curves, marks }
@@ -248,21 +253,21 @@ pub fn figure_panels(figure: &crate::reproduce::Figure, rows: &[Value]) -> Vec<P
         .collect()
 }
 
-/// The throughput series of every run: one panel per workload, one line per run (its batches'
-/// throughput over simulated time), so a reader sees each run settle, or not.
+/// The throughput series of every run: one panel per workload, one line per run (its
+/// throughput over simulated time, warm-up included), so a reader sees each run settle, or not.
 pub fn timeseries_panels(rows: &[Value]) -> Vec<Panel> {
     let mut panels: Vec<Panel> = Vec::new();
     for r in rows {
-        let Some(batches) = r.get("batch_mops").and_then(Value::as_array) else { continue };
-        let (warmup, batch) = (field_f64(r, "warmup_ns").unwrap_or(0.0), field_f64(r, "batch_ns").unwrap_or(0.0));
-        if batches.is_empty() || batch <= 0.0 {
+        let Some(bins) = r.get("series_mops").and_then(Value::as_array) else { continue };
+        let bin = field_f64(r, "series_bin_ns").unwrap_or(0.0);
+        if bins.is_empty() || bin <= 0.0 {
             continue;
         }
         let w = field_label(r, "workload");
-        let points = batches
+        let points = bins
             .iter()
             .enumerate()
-            .filter_map(|(i, v)| Some(((warmup + (i as f64 + 0.5) * batch) / 1e6, v.as_f64()?, 0.0)))
+            .filter_map(|(i, v)| Some(((i as f64 + 0.5) * bin / 1e6, v.as_f64()?, 0.0)))
             .collect();
         let name = format!(
             "{} {} clients{}",
@@ -303,6 +308,35 @@ where
         }
     }
     for (panel, area) in panels.iter().zip(areas) {
+        // Latencies that span more than 20x (a collapsing system beside healthy ones) are
+        // drawn on a log scale, as log10 of the value with the value on the axis.
+        let ys = panel.curves.iter().flat_map(|c| c.points.iter().map(|p| p.1)).filter(|y| *y > 0.0);
+        let (lo, hi) = ys.fold((f64::MAX, 0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+        let log = hi > 0.0 && hi / lo > 20.0 && y_desc.contains("latency");
+        let owned: Panel;
+        let panel = if log {
+            owned = Panel {
+                title: panel.title.clone(),
+                curves: panel
+                    .curves
+                    .iter()
+                    .map(|c| Curve {
+                        name: c.name.clone(),
+                        points: c
+                            .points
+                            .iter()
+                            .map(|&(x, y, e)| (x, y.max(lo).log10() - lo.log10() + 0.1, e))
+                            .collect(),
+                    })
+                    .collect(),
+                marks: panel.marks.clone(),
+            };
+            &owned
+        } else {
+            panel
+        };
+        let shift = if log { lo.log10() - 0.1 } else { 0.0 };
+        let y_desc = if log { format!("{y_desc}, log scale") } else { y_desc.to_string() };
         let (mut x_max, mut y_max) = (0f64, 0f64);
         for c in &panel.curves {
             for &(x, y, e) in &c.points {
@@ -322,13 +356,29 @@ where
             .build_cartesian_2d(0f64..x_max, 0f64..y_max)
             .map_err(err)?;
         let fmt = |max: f64| move |v: &f64| if max > 100.0 { format!("{v:.0}") } else { format!("{v:.1}") };
-        let (x_fmt, y_fmt) = (fmt(x_max), fmt(y_max));
+        let x_fmt = fmt(x_max);
+        let y_fmt = move |v: &f64| {
+            if log {
+                // Three significant digits.
+                let real = 10f64.powf(v + shift);
+                let digits = (2 - real.log10().floor() as i32).max(0) as usize;
+                let rounded = format!("{real:.digits$}");
+                if real >= 1000.0 {
+                    let p = 10f64.powi(real.log10().floor() as i32 - 2);
+                    format!("{:.0}", (real / p).round() * p)
+                } else {
+                    rounded
+                }
+            } else {
+                fmt(y_max)(v)
+            }
+        };
         chart
             .configure_mesh()
             .x_label_formatter(&x_fmt)
             .y_label_formatter(&y_fmt)
             .x_desc(x_desc)
-            .y_desc(y_desc)
+            .y_desc(y_desc.as_str())
             .axis_desc_style(("sans-serif", 14))
             .label_style(("sans-serif", 12))
             .draw()
@@ -341,7 +391,12 @@ where
                 .map_err(err)?
                 .label(c.name.as_str())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-            chart.draw_series(c.points.iter().map(|&(x, y, _)| Circle::new((x, y), 3, color.filled()))).map_err(err)?;
+            // Markers where there are few points (a sweep), none on a dense time series.
+            if c.points.len() <= 30 {
+                chart
+                    .draw_series(c.points.iter().map(|&(x, y, _)| Circle::new((x, y), 3, color.filled())))
+                    .map_err(err)?;
+            }
             chart
                 .draw_series(
                     c.points
@@ -356,13 +411,11 @@ where
             let dashes: Vec<(f64, f64)> =
                 (0..40).flat_map(|k| [(*x, y_max * k as f64 / 40.0), (*x, y_max * (k as f64 + 0.5) / 40.0)]).collect();
             chart.draw_series(dashes.chunks(2).map(|seg| PathElement::new(seg.to_vec(), style))).map_err(err)?;
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    label.clone(),
-                    (*x, y_max * (0.95 - 0.06 * i as f64)),
-                    ("sans-serif", 12).into_font(),
-                )))
-                .map_err(err)?;
+            // The label on the side of the line with room for it.
+            let h = if *x > x_max / 2.0 { HPos::Right } else { HPos::Left };
+            let font = ("sans-serif", 12).into_font().color(&BLACK).pos(Pos::new(h, VPos::Top));
+            let at = (*x, y_max * (0.97 - 0.06 * i as f64));
+            chart.draw_series(std::iter::once(Text::new(format!(" {label} "), at, font))).map_err(err)?;
         }
         chart
             .configure_series_labels()
@@ -423,7 +476,7 @@ pub fn figure_plots(
     if !series.is_empty() {
         plot_panels(
             &series,
-            &format!("{} {}: throughput of each run's batches", figure.paper, figure.figure),
+            &format!("{} {}: each run's throughput over time, warm-up included", figure.paper, figure.figure),
             ("simulated time (ms)", "throughput (Mops/s)"),
             &out.join("timeseries"),
         )?;

@@ -672,6 +672,19 @@ pub fn reproduce(figure: &Figure, scale: &str, out: &Path, threads: usize) -> Re
 
 /// Runs one figure at `scale`, writes its outputs into `out`, and judges it.
 pub fn reproduce_figure(figure: &Figure, scale: &str, out: &Path, threads: usize) -> Result<Outcome, String> {
+    judge_figure(figure, scale, out, threads, false)
+}
+
+/// [`reproduce_figure`], or with `rejudge` the same report and plots from the results an
+/// earlier run left in `out/result.jsonl` (after a change to the report or the figure's
+/// numbers, without running again).
+pub fn judge_figure(
+    figure: &Figure,
+    scale: &str,
+    out: &Path,
+    threads: usize,
+    rejudge: bool,
+) -> Result<Outcome, String> {
     let started = std::time::Instant::now();
     let run = match scale {
         "reduced" => &figure.run.reduced,
@@ -679,10 +692,29 @@ pub fn reproduce_figure(figure: &Figure, scale: &str, out: &Path, threads: usize
         other => return Err(format!("--scale must be reduced or full, got '{other}'")),
     };
     let requests = run.requests()?;
-    let results: Vec<RunResult> =
+    let results: Vec<RunResult> = if rejudge {
+        let path = out.join("result.jsonl");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {} (run the figure first): {e}", path.display()))?;
+        let results: Vec<RunResult> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).map_err(|e| format!("{}: {e}", path.display())))
+            .collect::<Result<_, _>>()?;
+        if results.len() != requests.len() {
+            return Err(format!(
+                "{} holds {} results and the figure has {} runs: run it again",
+                path.display(),
+                results.len(),
+                requests.len()
+            ));
+        }
+        results
+    } else {
         crate::run::run_requests(&requests, threads, &format!("{} {}", figure.paper, figure.figure))
             .into_iter()
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, _>>()?
+    };
     let lines: Vec<String> =
         results.iter().map(serde_json::to_string).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     let raw: Vec<Value> =
@@ -702,7 +734,18 @@ pub fn reproduce_figure(figure: &Figure, scale: &str, out: &Path, threads: usize
             format!("run {} ({} {} {} clients): {}", i + 1, r.index, r.workload, r.clients, crate::run::verdict(r))
         })
         .collect();
-    let wall_s = started.elapsed().as_secs_f64();
+    let wall_s = if rejudge {
+        // The time the runs took, as the earlier report said it (not this re-judging).
+        std::fs::read_to_string(out.join("report.md"))
+            .ok()
+            .and_then(|t| {
+                let at = t.find("The figure took ")? + "The figure took ".len();
+                t[at..].split(' ').next()?.parse().ok()
+            })
+            .unwrap_or(0.0)
+    } else {
+        started.elapsed().as_secs_f64()
+    };
     let measured = match &results.first().map(|r| r.measurement.clone()) {
         Some(crate::run::Measurement::Steady { precision, max_duration_ns }) => format!(
             "to steady state (95% interval within ±{:.0}%, no trend; capped at {:.0} ms simulated)",

@@ -135,6 +135,12 @@ pub struct RunResult {
     pub batches: usize,
     pub batch_ns: u64,
     pub batch_mops: Vec<f64>,
+    /// The whole run's throughput, warm-up included, in at most 100 equal bins of
+    /// `series_bin_ns` from the start: the series to look at before believing the mean.
+    #[serde(default)]
+    pub series_mops: Vec<f64>,
+    #[serde(default)]
+    pub series_bin_ns: u64,
     /// The trend test's t statistic and von Neumann's independence statistic (standardised).
     pub trend_t: f64,
     pub von_neumann_z: f64,
@@ -232,6 +238,8 @@ impl RunResult {
             batches: 0,
             batch_ns: 0,
             batch_mops: Vec::new(),
+            series_mops: Vec::new(),
+            series_bin_ns: 0,
             trend_t: 0.0,
             von_neumann_z: 0.0,
             latency_ns_p99_ci95: 0,
@@ -277,6 +285,21 @@ pub struct TimePoint {
     pub t_us: f64,
     pub operations: u64,
     pub throughput_mops: f64,
+}
+
+/// A tick series (operations per `tick_ns`) as throughput in at most 100 equal bins: the
+/// throughputs and the bin length.
+pub fn coarse_series(ticks: &[u64], tick_ns: u64) -> (Vec<f64>, u64) {
+    if ticks.is_empty() || tick_ns == 0 {
+        return (Vec::new(), 0);
+    }
+    let per_bin = ticks.len().div_ceil(100);
+    let bin_ns = per_bin as u64 * tick_ns;
+    let series = ticks
+        .chunks(per_bin)
+        .map(|c| round3(c.iter().sum::<u64>() as f64 / (c.len() as u64 * tick_ns) as f64 * 1e3))
+        .collect();
+    (series, bin_ns)
 }
 
 /// How a run's measured phase was chosen (the `--precision` or the fixed window).
