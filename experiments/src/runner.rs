@@ -509,7 +509,10 @@ pub fn run_loaded<K: IndexKind>(
     let hits = tally.counters.events.get("cache_hit").copied();
     let misses = tally.counters.events.get("cache_miss").copied();
     let batch_ns = estimate.batch_ticks as u64 * tick_ns;
-    let (series_mops, series_bin_ns) = crate::run::coarse_series(&tally.ticks[..(now / tick_ns) as usize], tick_ns);
+    // The series to the end of the run (trailing ticks without a completion are zeros).
+    let mut whole = tally.ticks.clone();
+    whole.resize((now / tick_ns) as usize, 0);
+    let (series_mops, series_bin_ns) = crate::run::coarse_series(&whole, tick_ns);
     Ok(RunResult {
         series_mops,
         series_bin_ns,

@@ -91,3 +91,21 @@ fn a_run_that_cannot_converge_says_why() {
     let line = dmkit_experiments::run::verdict(&r);
     assert!(line.starts_with("NOT STEADY at the cap of 20 ms"), "{line}");
 }
+
+#[test]
+fn runs_whose_last_ticks_complete_nothing_are_measured() {
+    // One client whose operations take longer than a 1 us tick: many ticks, the last ones of
+    // some windows among them, see no completion (HStore's scans did this, and the series was
+    // cut at the last completion).
+    for duration in 100..108 {
+        let r = run_request(
+            &requests(&format!(
+                "index = \"example\"\nkeys = 1000\ncompute_nodes = 1\nthreads_per_cn = 1\ntick_us = 1\n\
+                 warmup_us = 10\nduration_us = {duration}\n"
+            ))[0],
+        )
+        .unwrap();
+        assert_eq!(r.measured_ns, duration * 1000);
+        assert_eq!(r.series_mops.len(), (duration as usize + 10).div_ceil((duration as usize + 10).div_ceil(100)));
+    }
+}
