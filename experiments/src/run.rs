@@ -684,7 +684,26 @@ pub fn run_requests(requests: &[RunRequest], threads: usize, label: &str) -> Vec
         threads,
         label,
         |r| format!("{} {} {} clients", r.index, r.workload, r.setup.clients()),
-        |r, slot, progress| run_request_with(r, &RunContext { image: slot, progress }),
+        |r, slot, progress| {
+            // A panic is a bug; it fails its point with a message rather than the whole sweep.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run_request_with(r, &RunContext { image: slot, progress })
+            }))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                Err(format!(
+                    "{} {} with {} clients panicked (a bug in dmkit; seed {}): {what}",
+                    r.index,
+                    r.workload,
+                    r.setup.clients(),
+                    r.setup.seed
+                ))
+            })
+        },
     )
 }
 
