@@ -114,9 +114,11 @@ pub struct RunResult {
     pub seed: u64,
     /// The measured phase's length (the same as `measured_ns`; kept for older readers).
     pub duration_ns: u64,
-    /// Operations completed in the measured phase.
+    /// Operations completed without error in the measured phase (failed ones are in
+    /// `errors`, and in no throughput, latency or per-operation cost).
     pub operations: u64,
-    /// Mean throughput over the measured phase (the mean of the batch means).
+    /// Mean throughput of successful operations over the measured phase (the mean of the
+    /// batch means).
     pub throughput_mops: f64,
     /// Half-width of the 95% confidence interval of `throughput_mops` (batch means; DESIGN.md
     /// §5a and `measure`).

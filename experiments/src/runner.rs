@@ -377,6 +377,18 @@ pub fn run_loaded<K: IndexKind>(
                         let tick = ((t1 - start) / tick_ns) as usize;
                         let k1 = handle.counters();
                         let mut t = tally.borrow_mut();
+                        // A failed operation is counted in `errors`, not in throughput, latency
+                        // or the per-operation costs: a table that is full answers fast.
+                        let mut failed = false;
+                        for outcome in &outcomes {
+                            if let Outcome::Failed(e) = outcome {
+                                t.errors.push((tick as u32, e.to_string()));
+                                failed = true;
+                            }
+                        }
+                        if failed {
+                            continue;
+                        }
                         if timeseries {
                             t.completions.push(t1 - start);
                         }
@@ -392,11 +404,6 @@ pub fn run_loaded<K: IndexKind>(
                         cost.cas_failures += k1.cas_failures - k0.2;
                         for (op, outcome) in task.ops.iter().zip(&outcomes) {
                             cost.useful_bytes += useful_bytes(op, outcome);
-                        }
-                        for outcome in &outcomes {
-                            if let Outcome::Failed(e) = outcome {
-                                t.errors.push((tick as u32, e.to_string()));
-                            }
                         }
                         let lat = t.latencies.entry(task.name).or_default();
                         lat.0.push(t1 - t0);

@@ -70,10 +70,10 @@ index = "example"
     assert_eq!(panels[0].curves[0].name, "example", "the legend names the system, not the run");
     assert_eq!(panels[0].curves[0].points, vec![(2.0, 4.8, 0.25), (10.0, 18.0, 0.25)], "µs, with the error bar");
     assert!(panels[0].marks.is_empty());
-    assert_eq!(panels[1].marks, vec![("paper: example".to_string(), 3.0)]);
+    assert_eq!(panels[1].marks, vec![("paper: example 3".to_string(), 3.0)]);
     let dir = std::env::temp_dir().join(format!("dmkit-panels-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     plot::plot_panels(&panels, "t", ("x", "y"), &dir.join("p")).unwrap();
-    assert!(std::fs::read_to_string(dir.join("p.svg")).unwrap().contains("paper: example"));
+    assert!(std::fs::read_to_string(dir.join("p.svg")).unwrap().contains("paper: example 3"));
     std::fs::remove_dir_all(&dir).unwrap();
 }

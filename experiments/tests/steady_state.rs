@@ -109,3 +109,20 @@ fn runs_whose_last_ticks_complete_nothing_are_measured() {
         assert_eq!(r.series_mops.len(), (duration as usize + 10).div_ceil((duration as usize + 10).div_ceil(100)));
     }
 }
+
+#[test]
+fn failed_operations_are_errors_not_throughput() {
+    // DrTM cluster hashing does not grow: LOAD fills its table within the window, and every
+    // insert after that fails fast. Those are errors, not operations.
+    let r = run_request(
+        &requests(
+            "index = \"cluster\"\nworkload = \"load\"\nkeys = 100\ncompute_nodes = 1\nthreads_per_cn = 4\n\
+             warmup_us = 0\nduration_us = 2000\n",
+        )[0],
+    )
+    .unwrap();
+    let failed: u64 = r.errors.values().sum();
+    assert!(failed > 100, "{:?}", r.errors);
+    // Counted with the failures, the operations could never be fewer than them.
+    assert!(r.operations < failed, "{} operations beside {failed} failures", r.operations);
+}
