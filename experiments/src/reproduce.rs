@@ -302,6 +302,34 @@ fn describe(sel: &Selector) -> String {
     sel.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
 }
 
+/// A selector in few words: the index, its configuration where it says more, the workload,
+/// then any other field as `name=value` (`smart ycsb-a`, `sherman sherman-smart ycsb-a`).
+fn short(sel: &Selector) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(i) = sel.get("index") {
+        parts.push(i.clone());
+    }
+    if let Some(c) = sel.get("config") {
+        if sel.get("index") != Some(c) {
+            parts.push(c.clone());
+        }
+    }
+    if let Some(w) = sel.get("workload") {
+        parts.push(w.clone());
+    }
+    for (k, v) in sel {
+        if !["index", "config", "workload"].contains(&k.as_str()) {
+            parts.push(format!("{k}={v}"));
+        }
+    }
+    parts.join(" ")
+}
+
+/// A number as a table shows it: three decimals, or four significant digits when large.
+fn number(v: f64) -> String {
+    if v.abs() >= 1e5 { format!("{v:.3e}") } else { format!("{v:.3}") }
+}
+
 /// Whether our ratio keeps the ranking the paper's implies (module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -365,14 +393,16 @@ impl Comparison {
     /// `mean ± half-width`, or the value alone, or `missing`.
     pub fn ours_text(&self) -> String {
         match (self.ours, self.ours_ci95) {
+            (Some(v), Some(h)) if v.abs() >= 1e5 => format!("{} ± {}", number(v), number(h)),
             (Some(v), Some(h)) => format!("{v:.3} ± {h:.3}"),
-            (Some(v), None) => format!("{v:.3}"),
+            (Some(v), None) => number(v),
             (None, _) => "missing".into(),
         }
     }
 
     pub fn paper_text(&self) -> String {
         match (self.paper_value, self.paper_range) {
+            (Some(v), _) if v.abs() >= 1e5 => number(v),
             (Some(v), _) => format!("{v}"),
             (None, Some([lo, hi])) => format!("{lo}–{hi}"),
             _ => "-".into(),
@@ -415,9 +445,9 @@ pub fn comparisons(figure: &Figure, rows: &[Value]) -> Vec<Comparison> {
         let claim = p.claim().expect("checked when the figure was parsed");
         let metric = p.metric.as_deref().unwrap_or(&figure.compare.metric);
         let what = match (&p.metric, &p.per) {
-            (None, None) => describe(&p.series),
-            (m, None) => format!("{} `{}`", describe(&p.series), m.as_deref().unwrap_or(metric)),
-            (_, Some(per)) => format!("{} `{metric}` / `{per}`", describe(&p.series)),
+            (None, None) => short(&p.series),
+            (m, None) => format!("{} `{}`", short(&p.series), m.as_deref().unwrap_or(metric)),
+            (_, Some(per)) => format!("{} `{metric}` / `{per}`", short(&p.series)),
         };
         let mut c = base("value", what, claim);
         if let Some(pt) = point_of(rows, &figure.compare, &p.series, metric, p.per.as_deref()) {
@@ -431,7 +461,7 @@ pub fn comparisons(figure: &Figure, rows: &[Value]) -> Vec<Comparison> {
     }
     for r in &figure.ratio {
         let claim = r.claim().expect("checked when the figure was parsed");
-        let mut c = base("ratio", format!("({}) / ({})", describe(&r.numerator), describe(&r.denominator)), claim);
+        let mut c = base("ratio", format!("{} / {}", short(&r.numerator), short(&r.denominator)), claim);
         let n = point_of(rows, &figure.compare, &r.numerator, &figure.compare.metric, None);
         let d = point_of(rows, &figure.compare, &r.denominator, &figure.compare.metric, None);
         if let (Some(n), Some(d)) = (n, d) {
