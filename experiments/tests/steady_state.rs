@@ -126,3 +126,19 @@ fn failed_operations_are_errors_not_throughput() {
     // Counted with the failures, the operations could never be fewer than them.
     assert!(r.operations < failed, "{} operations beside {failed} failures", r.operations);
 }
+
+#[test]
+fn caches_warm_from_the_image_before_the_run_starts() {
+    // Clover warms every key's shortcut from its metadata server's state: in a run started
+    // from an image that state is the image's, before any service runs. A cold cache would
+    // ask the metadata server for every key on its first GET.
+    let r = run_request(
+        &requests(
+            "index = \"clover\"\nworkload = \"c\"\nkeys = 2000\nkey_bytes = 16\nvalue_bytes = 32\n\
+             compute_nodes = 1\nthreads_per_cn = 4\nduration_us = 500\n",
+        )[0],
+    )
+    .unwrap();
+    assert!(r.operations > 100);
+    assert_eq!(r.index_counters.get("ms_lookup"), None, "{:?}", r.index_counters);
+}

@@ -998,7 +998,13 @@ impl dmkit_rdma::MemoryView for Sim {
     }
 
     fn service_state(&self, node: NodeId, service: u16) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
-        Some(self.services.get(&(node.0, service))?.current.as_ref()?.state.clone())
+        let entry = self.services.get(&(node.0, service))?;
+        match &entry.current {
+            Some(instance) => Some(instance.state.clone()),
+            // Not started yet: the state a restored image will start it from (an index warms
+            // its caches from it before the run).
+            None => entry.initial.clone(),
+        }
     }
 }
 
