@@ -640,8 +640,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         };
         n.slots[slot].bump();
         if n.live() < self.g.leaf_span {
-            let image = self.g.encode(n);
-            let (at, bytes) = self.g.slot_write(&image, slot);
+            let (at, bytes) = self.g.slot_write_of(n, slot);
             return self.unlock(held, Some((addr.add(at as u64), bytes)), true).await;
         }
         self.split_leaf(addr, held, n, path).await
