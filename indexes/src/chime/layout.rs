@@ -84,13 +84,30 @@ fn line_payload(k: usize) -> usize {
     LINE + PAYLOAD * (k - 1)
 }
 
+/// The runs of `[d0, d1)` that are contiguous in the encoding too (one per line): each
+/// `(d, len)` is decoded bytes `d..d + len` at encoded `pos_of(d)..`. Copying runs, not bytes,
+/// took encoding and decoding out of CHIME's load profile.
+fn runs(d0: usize, d1: usize) -> impl Iterator<Item = (usize, usize)> {
+    let mut d = d0;
+    std::iter::from_fn(move || {
+        if d >= d1 {
+            return None;
+        }
+        let line_end = if d < LINE { LINE } else { line_payload(2 + (d - LINE) / PAYLOAD) };
+        let run = (d, line_end.min(d1) - d);
+        d += run.1;
+        Some(run)
+    })
+}
+
 /// Encodes `decoded[d0..d1)` into the encoded bytes `raw_of(d0)..raw_of(d1)`.
 /// `object_start(d)` is the decoded offset of the version byte of the object holding `d`.
 pub fn encode(decoded: &[u8], d0: usize, d1: usize, object_start: &dyn Fn(usize) -> usize) -> Vec<u8> {
     let (r0, r1) = (raw_of(d0), raw_of(d1));
     let mut out = vec![0u8; r1 - r0];
-    for d in d0..d1 {
-        out[pos_of(d) - r0] = decoded[d];
+    for (d, len) in runs(d0, d1) {
+        let p = pos_of(d) - r0;
+        out[p..p + len].copy_from_slice(&decoded[d..d + len]);
     }
     for k in r0.div_ceil(LINE).max(1)..r1.div_ceil(LINE) {
         out[k * LINE - r0] = decoded[object_start(line_payload(k))];
@@ -111,8 +128,9 @@ pub fn decode(
 ) -> Result<(), Torn> {
     let r0 = raw_of(d0);
     debug_assert_eq!(raw.len(), raw_of(d1) - r0);
-    for d in d0..d1 {
-        out[d] = raw[pos_of(d) - r0];
+    for (d, len) in runs(d0, d1) {
+        let p = pos_of(d) - r0;
+        out[d..d + len].copy_from_slice(&raw[p..p + len]);
     }
     if check {
         for k in r0.div_ceil(LINE).max(1)..raw_of(d1).div_ceil(LINE) {
@@ -253,15 +271,25 @@ impl LeafLayout {
     }
 
     /// The replicas that lie inside decoded range `[d0, d1)`.
-    pub fn replicas_in(&self, d0: usize, d1: usize) -> Vec<usize> {
-        self.replicas().into_iter().filter(|&r| r >= d0 && r + self.replica_bytes() <= d1).collect()
+    pub fn replicas_in(&self, d0: usize, d1: usize) -> impl Iterator<Item = usize> {
+        let (groups, gb, rb) =
+            (if self.replicated { self.span.div_ceil(self.hood) } else { 1 }, self.group_bytes(), self.replica_bytes());
+        (0..groups).map(move |g| g * gb).filter(move |&r| r >= d0 && r + rb <= d1)
     }
 
-    /// Version bytes of every object that starts inside `[d0, d1)`.
-    pub fn versions_in(&self, image: &[u8], d0: usize, d1: usize) -> impl Iterator<Item = u8> {
-        let reps = self.replicas_in(d0, d1).into_iter().map(|r| image[r]).collect::<Vec<_>>();
-        let ents = (0..self.span).map(|i| self.entry_at(i)).filter(move |&e| e >= d0 && e < d1).map(|e| image[e]);
-        reps.into_iter().chain(ents.collect::<Vec<_>>())
+    /// Version bytes of every object that starts inside `[d0, d1)`: replicas, then entries.
+    /// Visits only the entries in range (every read checks them; scanning all entries and
+    /// collecting was a tenth of loading CHIME).
+    pub fn versions_in<'a>(&'a self, image: &'a [u8], d0: usize, d1: usize) -> impl Iterator<Item = u8> + 'a {
+        // Entry offsets grow with the index: the first entry at or after d0 by bisection.
+        let (mut lo, mut hi) = (0, self.span);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.entry_at(mid) < d0 { lo = mid + 1 } else { hi = mid }
+        }
+        let reps = self.replicas_in(d0, d1).map(|r| image[r]);
+        let ents = (lo..self.span).map(|i| self.entry_at(i)).take_while(move |&e| e < d1).map(|e| image[e]);
+        reps.chain(ents)
     }
 
     /// An empty leaf: every entry null, versions 0, `valid`, the given sibling and fences.
@@ -718,6 +746,51 @@ mod tests {
         }
         let unrep = LeafLayout { replicated: false, fences: true, ..l };
         assert_eq!(unrep.replica_bytes(), 26);
+    }
+
+    #[test]
+    fn encoding_places_every_byte_at_its_position() {
+        let decoded: Vec<u8> = (0..400).map(|d| (d % 253) as u8 + 1).collect();
+        let obj = |d: usize| d / 19 * 19;
+        for d0 in [0, 1, 63, 64, 65, 126, 127, 128, 200] {
+            for d1 in [d0, d0 + 1, 64, 127, 190, 191, 300, 400].into_iter().filter(|&d1| d1 >= d0) {
+                let (r0, raw) = (raw_of(d0), encode(&decoded, d0, d1, &obj));
+                for d in d0..d1 {
+                    assert_eq!(raw[pos_of(d) - r0], decoded[d], "[{d0}, {d1}) byte {d}");
+                }
+                let mut back = vec![0u8; 400];
+                decode(&raw, d0, d1, &mut back, &obj, true).unwrap();
+                assert_eq!(back[d0..d1], decoded[d0..d1], "[{d0}, {d1})");
+            }
+        }
+    }
+
+    #[test]
+    fn versions_in_are_the_objects_starting_in_range() {
+        for l in [
+            chime(),
+            LeafLayout { replicated: false, fences: true, ..chime() },
+            LeafLayout { span: 12, hood: 5, ..chime() },
+        ] {
+            let mut img = vec![0u8; l.decoded_bytes()];
+            for (d, b) in img.iter_mut().enumerate() {
+                *b = (d % 251) as u8;
+            }
+            let n = l.decoded_bytes();
+            for (d0, d1) in
+                [(0, n), (0, 1), (1, n), (l.entry_at(3), l.entry_at(9)), (l.entry_at(3) + 1, l.entry_at(9) + 1), (5, 5)]
+            {
+                // The reference: every replica that fits, then every entry that starts in range.
+                let mut want: Vec<u8> = l
+                    .replicas()
+                    .into_iter()
+                    .filter(|&r| r >= d0 && r + l.replica_bytes() <= d1)
+                    .map(|r| img[r])
+                    .collect();
+                want.extend((0..l.span).map(|i| l.entry_at(i)).filter(|&e| e >= d0 && e < d1).map(|e| img[e]));
+                assert_eq!(l.versions_in(&img, d0, d1).collect::<Vec<_>>(), want, "{l:?} [{d0}, {d1})");
+            }
+        }
     }
 
     #[test]

@@ -512,7 +512,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             ranges.push(l.seg_range(a, l.span));
             ranges.push(l.seg_range(0, a + n - l.span));
         }
-        if !ranges.iter().any(|r| !l.replicas_in(r.0, r.1).is_empty()) {
+        if !ranges.iter().any(|r| l.replicas_in(r.0, r.1).next().is_some()) {
             ranges.push((0, l.replica_bytes()));
         }
         let batch = ranges
@@ -533,7 +533,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     return Ok(Err(Torn));
                 }
             }
-            replica = replica.or(l.replicas_in(d0, d1).first().copied());
+            replica = replica.or(l.replicas_in(d0, d1).next());
         }
         self.ctx.charge_cpu(CpuWork::CopyByte, ranges.iter().map(|r| (r.1 - r.0) as u64).sum()).await;
         Ok(Ok(replica.expect("every read holds a replica or the header")))
