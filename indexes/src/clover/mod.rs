@@ -25,13 +25,13 @@
 //! to 64 bytes; `next` is `[units:8 | addr:48]` (0: the tail); flag bit 1 marks a tombstone.
 
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
+use crate::common::hash::FixedHashMap;
 use crate::common::primitive::{Mutex, lock};
 use crate::hstore::layout::{decode_block_word, encode_block_word};
 use crate::smart::layout::crc64;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, Servers};
 use dmkit_rdma::service::{ServerCtx, Service, ServiceHost};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, VerbsError};
-use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -155,7 +155,7 @@ fn decode(b: &[u8]) -> Option<Version> {
 #[derive(Debug)]
 pub struct MetadataServer {
     o: CloverOptions,
-    keys: Mutex<BTreeMap<Vec<u8>, u64>>,
+    keys: Mutex<FixedHashMap<Vec<u8>, u64>>,
     /// Shortcut slots handed out.
     next_slot: Mutex<u64>,
 }
@@ -226,7 +226,7 @@ impl<C: ServerCtx> Service<C> for MetadataServer {
 #[derive(Debug)]
 pub struct CloverNode {
     chunks: LocalChunkAllocator,
-    shortcuts: Mutex<BTreeMap<Vec<u8>, u64>>,
+    shortcuts: Mutex<FixedHashMap<Vec<u8>, u64>>,
 }
 
 #[derive(Debug)]
@@ -432,7 +432,7 @@ impl IndexKind for Clover {
         let o2 = o.clone();
         host.add_service(o.ms_node(), MS_SERVICE, move || MetadataServer {
             o: o2.clone(),
-            keys: Mutex::new(BTreeMap::new()),
+            keys: Mutex::new(FixedHashMap::default()),
             next_slot: Mutex::new(0),
         })
     }
@@ -443,7 +443,7 @@ impl IndexKind for Clover {
 
     fn node_state(o: &CloverOptions, _caps: &Caps) -> CloverNode {
         let chunks = LocalChunkAllocator::paged(o.memory_nodes, o.chunk_bytes);
-        CloverNode { chunks, shortcuts: Mutex::new(BTreeMap::new()) }
+        CloverNode { chunks, shortcuts: Mutex::new(FixedHashMap::default()) }
     }
 
     fn inherit(node: &CloverNode, loader: &CloverNode) {

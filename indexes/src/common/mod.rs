@@ -5,6 +5,7 @@
 //! - [`chunk`]: the local chunk allocator — remote memory fetched in large chunks from the
 //!   memory nodes' allocator service and carved into small blocks without a round trip.
 //! - [`bytes`]: short byte strings kept inline (decoded keys and values without allocations).
+//! - [`hash`]: a deterministic hasher for host-side maps.
 //! - [`batch`]: doorbell batches that span memory nodes (one per node, in flight together).
 //! - [`bounds`]: whether a key lies within a scan's start and end bounds.
 //! - [`change`]: a write's change to its key, and folding a combined batch of them.
@@ -23,6 +24,7 @@ pub mod bounds;
 pub mod bytes;
 pub mod change;
 pub mod chunk;
+pub mod hash;
 pub mod hocl;
 pub mod primitive;
 pub mod range_cache;

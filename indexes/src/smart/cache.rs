@@ -16,10 +16,11 @@
 //! goes (the artifact's rule).
 
 use super::layout::Slot;
+use crate::common::hash::{FixedHashMap, Fnv};
 use crate::common::primitive::{Mutex, lock};
 use dmkit_rdma::RemoteAddr;
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
+use std::hash::Hasher;
 use std::sync::Arc;
 
 /// A cached internal node: the slots of its type as read, where they live, the key position
@@ -104,30 +105,12 @@ impl CacheEntry {
 
 pub use crate::common::CacheStats;
 
-/// FNV-1a: deterministic and enough for short prefixes.
-#[derive(Default)]
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
 /// Entries are keyed by the hash of their prefix (an entry holds its prefix, and a lookup
 /// compares it: two prefixes with one hash share a place, the later replacing the earlier), so
 /// the host pays one small allocation per entry beyond its slots, not three.
 #[derive(Debug, Default)]
 struct State {
-    map: HashMap<u64, CacheEntry, BuildHasherDefault<Fnv>>,
+    map: FixedHashMap<u64, CacheEntry>,
     /// Entries per prefix length, so a lookup probes only lengths that exist.
     lengths: Vec<u32>,
     /// Insertion order: (prefix hash, entry identity).
