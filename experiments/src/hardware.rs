@@ -533,11 +533,7 @@ pub fn run_index<K: IndexKind>(
         measured_ns,
         batches: estimate.batch_operations.len(),
         batch_ns,
-        batch_mops: estimate
-            .batch_operations
-            .iter()
-            .map(|&o| round3(o as f64 / batch_ns.max(1) as f64 * 1e3))
-            .collect(),
+        batch_mops: estimate.batch_mops(batch_ns),
         trend_t: round3(estimate.slope_t),
         von_neumann_z: round3(estimate.von_neumann_z),
         cache_bytes_per_cn: K::node_state_bytes(&node) as f64,

@@ -180,6 +180,11 @@ pub struct Estimate {
 }
 
 impl Estimate {
+    /// Each batch's throughput in Mops/s (three decimals), for batches of `batch_ns`.
+    pub fn batch_mops(&self, batch_ns: u64) -> Vec<f64> {
+        self.batch_operations.iter().map(|&o| crate::run::round3(o as f64 / batch_ns.max(1) as f64 * 1e3)).collect()
+    }
+
     pub fn steady(&self) -> bool {
         self.unsteady.is_empty()
     }

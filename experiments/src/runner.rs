@@ -531,11 +531,7 @@ pub fn run_loaded<K: IndexKind>(
         measured_ns,
         batches: estimate.batch_operations.len(),
         batch_ns,
-        batch_mops: estimate
-            .batch_operations
-            .iter()
-            .map(|&o| round3(o as f64 / batch_ns.max(1) as f64 * 1e3))
-            .collect(),
+        batch_mops: estimate.batch_mops(batch_ns),
         trend_t: round3(estimate.slope_t),
         von_neumann_z: round3(estimate.von_neumann_z),
         latency_ns_p99_ci95: p99_ci.round() as u64,
