@@ -600,29 +600,29 @@ fn run_thread<K: IndexKind>(
                     }
                 }
                 let t1 = clock.now_ns();
-                let failed = outcomes.iter().any(|o| matches!(o, Outcome::Failed(_)));
-                if t1 <= clock.end_ns.load(Ordering::Relaxed) && failed {
-                    // Counted in `errors`, not in throughput or latency (as in the simulator).
-                    let tick = (t1 / clock.tick_ns) as u32;
-                    let mut t = tally.borrow_mut();
-                    for outcome in &outcomes {
-                        if let Outcome::Failed(e) = outcome {
-                            t.errors.push((tick, e.to_string()));
-                        }
-                    }
-                } else if t1 <= clock.end_ns.load(Ordering::Relaxed) {
+                if t1 <= clock.end_ns.load(Ordering::Relaxed) {
                     let tick = (t1 / clock.tick_ns) as usize;
-                    {
-                        let mut series = ticks.lock().unwrap_or_else(|e| e.into_inner());
-                        if series.len() <= tick {
-                            series.resize(tick + 1, 0);
+                    if outcomes.iter().any(|o| matches!(o, Outcome::Failed(_))) {
+                        // Counted in `errors`, not in throughput or latency (as in the simulator).
+                        let mut t = tally.borrow_mut();
+                        for outcome in &outcomes {
+                            if let Outcome::Failed(e) = outcome {
+                                t.errors.push((tick as u32, e.to_string()));
+                            }
                         }
-                        series[tick] += 1;
+                    } else {
+                        {
+                            let mut series = ticks.lock().unwrap_or_else(|e| e.into_inner());
+                            if series.len() <= tick {
+                                series.resize(tick + 1, 0);
+                            }
+                            series[tick] += 1;
+                        }
+                        let mut t = tally.borrow_mut();
+                        let lat = t.latencies.entry(task.name).or_default();
+                        lat.0.push(t1 - t0);
+                        lat.1.push(tick as u32);
                     }
-                    let mut t = tally.borrow_mut();
-                    let lat = t.latencies.entry(task.name).or_default();
-                    lat.0.push(t1 - t0);
-                    lat.1.push(tick as u32);
                 }
                 // Let the thread's other coroutines and the completion queue run.
                 c.yield_now().await;

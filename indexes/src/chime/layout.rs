@@ -221,11 +221,12 @@ impl LeafLayout {
 
     /// Decoded offsets of the replicas.
     pub fn replicas(&self) -> Vec<usize> {
-        if self.replicated {
-            (0..self.span.div_ceil(self.hood)).map(|g| g * self.group_bytes()).collect()
-        } else {
-            vec![0]
-        }
+        self.replica_offsets().collect()
+    }
+
+    fn replica_offsets(&self) -> impl Iterator<Item = usize> {
+        let (groups, gb) = (if self.replicated { self.span.div_ceil(self.hood) } else { 1 }, self.group_bytes());
+        (0..groups).map(move |g| g * gb)
     }
 
     pub fn decoded_bytes(&self) -> usize {
@@ -272,9 +273,8 @@ impl LeafLayout {
 
     /// The replicas that lie inside decoded range `[d0, d1)`.
     pub fn replicas_in(&self, d0: usize, d1: usize) -> impl Iterator<Item = usize> {
-        let (groups, gb, rb) =
-            (if self.replicated { self.span.div_ceil(self.hood) } else { 1 }, self.group_bytes(), self.replica_bytes());
-        (0..groups).map(move |g| g * gb).filter(move |&r| r >= d0 && r + rb <= d1)
+        let rb = self.replica_bytes();
+        self.replica_offsets().filter(move |&r| r >= d0 && r + rb <= d1)
     }
 
     /// Version bytes of every object that starts inside `[d0, d1)`: replicas, then entries.

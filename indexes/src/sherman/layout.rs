@@ -367,18 +367,15 @@ impl Geometry {
         let (from, to) = self.phys_range(at, at + sb);
         let bytes = match self.versioning {
             Versioning::Bookend => slot,
-            // Physical byte p is a line-version byte at the start of every line after the
-            // first; the one before a slot byte carries the slot's version (its first byte).
-            Versioning::CacheLine => (from..to)
-                .map(|p| {
-                    if p >= LINE && p % LINE == 0 {
-                        slot[0]
-                    } else {
-                        let logical = if p < LINE { p } else { LINE + (p / LINE - 1) * (LINE - 1) + p % LINE - 1 };
-                        slot[logical - at]
-                    }
-                })
-                .collect(),
+            // Every byte of the range that holds no slot byte is a line-version byte, and
+            // carries the slot's version (its first byte).
+            Versioning::CacheLine => {
+                let mut out = vec![slot[0]; to - from];
+                for (d, &b) in slot.iter().enumerate() {
+                    out[self.phys(at + d) - from] = b;
+                }
+                out
+            }
         };
         (from, bytes)
     }
