@@ -31,6 +31,10 @@ enum Command {
     Plot(PlotArgs),
     /// Reproduce a paper's figures: run their sweeps and set our numbers beside the paper's.
     Reproduce(ReproduceArgs),
+    /// Judge a history file (JSON lines, dmkit_verify::history's format) for linearizability:
+    /// exit 0 clean, 1 not linearizable (the minimal conflicting operations are printed),
+    /// 3 inconclusive (a key's search hit its bound), 2 bad input.
+    CheckHistory(CheckHistoryArgs),
     /// Measure loading: wall time per index and key count, each load in a process of its own.
     BenchLoad(BenchLoadArgs),
     /// Fill a hash table (race, cluster) with unique keys until an insert fails; print its load factor.
@@ -431,6 +435,11 @@ struct RunArgs {
     /// linearizability checker (format: dmkit_verify::history).
     #[arg(long)]
     export_history: Option<std::path::PathBuf>,
+    /// Judge the history of the whole run (one run only; the loaded keys are its initial
+    /// contents) for linearizability: exit 1 with the minimal conflicting operations if it is
+    /// not linearizable, 3 if the check is inconclusive.
+    #[arg(long)]
+    check: bool,
     /// Add a throughput time series with this interval (microseconds) to the JSON.
     #[arg(long, default_value_t = 0, conflicts_with = "file")]
     timeseries_us: u64,
@@ -471,6 +480,20 @@ struct MergeArgs {
     /// Where to write the joined result.jsonl and result.csv.
     #[arg(long)]
     out: std::path::PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct CheckHistoryArgs {
+    /// The history: JSON lines, one operation per line (`dmkit run --export-history` writes it).
+    file: std::path::PathBuf,
+    /// Whether the index supports scans: `auto` takes a scan that failed as unsupported to mean
+    /// a hash index, `yes` and `no` decide (a successful scan on an index without them, or an
+    /// unsupported one on an index with them, is a violation).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "yes", "no"])]
+    scans: String,
+    /// Configurations one key's search may explore before the verdict is inconclusive.
+    #[arg(long, default_value_t = dmkit_verify::linearizability::DEFAULT_MAX_STATES_PER_KEY)]
+    max_states_per_key: u64,
 }
 
 #[derive(Args, Debug)]
@@ -598,7 +621,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Perftest(args) => run_perftest(args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => run_check(args),
-        Command::Run(args) => run_run(args).map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => run_run(args),
+        Command::CheckHistory(args) => run_check_history(args),
         Command::Plot(args) => run_plot(args).map(|()| ExitCode::SUCCESS),
         Command::Merge(args) => run_merge(args).map(|()| ExitCode::SUCCESS),
         Command::Reproduce(args) => run_reproduce(args),
@@ -632,7 +656,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_run(a: RunArgs) -> Result<(), String> {
+fn run_run(a: RunArgs) -> Result<ExitCode, String> {
     use dmkit_experiments::run::{self, RunFile, RunRequest};
     // A run file's points are numbered in file order, under a digest of the file's settings.
     let mut sweep_of: Option<(String, usize)> = None;
@@ -691,13 +715,13 @@ fn run_run(a: RunArgs) -> Result<(), String> {
             };
             let mut requests = file.requests()?;
             for r in &mut requests {
-                r.setup.record_history = a.export_history.is_some();
+                r.setup.record_history = a.export_history.is_some() || a.check;
             }
             requests
         }
     };
-    if a.export_history.is_some() && a.file.is_some() {
-        return Err("--export-history takes one run, not a run file".into());
+    if (a.export_history.is_some() || a.check) && a.file.is_some() {
+        return Err("--export-history and --check take one run, not a run file".into());
     }
     let (shard, shards) = match &a.shard {
         None => (1, 1),
@@ -751,6 +775,12 @@ fn run_run(a: RunArgs) -> Result<(), String> {
         std::fs::write(path, history.to_json_lines()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         eprintln!("history of {} operations written to {}", history.records.len(), path.display());
     }
+    let mut code = ExitCode::SUCCESS;
+    if a.check {
+        let r = results.first().ok_or("no run to check")?;
+        let history = r.history.as_ref().ok_or("internal: the run recorded no history")?;
+        code = judge_history(history, r.supports_scan, &Default::default());
+    }
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let jsonl: String = lines.iter().map(|l| format!("{l}\n")).collect();
@@ -758,7 +788,70 @@ fn run_run(a: RunArgs) -> Result<(), String> {
         std::fs::write(dir.join("result.csv"), run::csv(&results)).map_err(|e| e.to_string())?;
         eprintln!("wrote {}/result.jsonl and result.csv", dir.display());
     }
-    Ok(())
+    Ok(code)
+}
+
+/// Judges `history` and prints the verdict: exit 0 clean, 1 not linearizable, 3 inconclusive.
+fn judge_history(
+    history: &dmkit_verify::history::History,
+    scans_supported: bool,
+    options: &dmkit_verify::linearizability::CheckOptions,
+) -> ExitCode {
+    let started = std::time::Instant::now();
+    let verdict = dmkit_verify::linearizability::check_with(history, scans_supported, options);
+    let took = started.elapsed().as_secs_f64();
+    let n = history.records.len();
+    match verdict {
+        Ok(report) => {
+            println!(
+                "history: {n} operations, {} keys: linearizable ({} judged, {} constrained nothing; {} \
+                 configurations, at most {} on one key; {took:.1} s)",
+                report.keys_checked,
+                report.operations_checked,
+                report.operations_skipped,
+                report.states_explored,
+                report.max_states_one_key
+            );
+            if report.ambiguous_program_order > 0 {
+                println!(
+                    "  note: at {} instants two clients each returned and invoked on one key, so program order \
+                     there was not imposed (judged concurrent; see dmkit_verify::history)",
+                    report.ambiguous_program_order
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(v) if v.is_inconclusive() => {
+            println!("history: {n} operations: INCONCLUSIVE ({took:.1} s)\n{v}");
+            ExitCode::from(3)
+        }
+        Err(v) => {
+            println!("history: {n} operations: NOT LINEARIZABLE ({took:.1} s)\n{v}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run_check_history(a: CheckHistoryArgs) -> Result<ExitCode, String> {
+    use dmkit_indexes::IndexError;
+    use dmkit_indexes::spec::{Op, Outcome};
+    let text = std::fs::read_to_string(&a.file).map_err(|e| format!("cannot read {}: {e}", a.file.display()))?;
+    let history =
+        dmkit_verify::history::History::from_json_lines(&text).map_err(|e| format!("{}: {e}", a.file.display()))?;
+    let scans_supported = match a.scans.as_str() {
+        "yes" => true,
+        "no" => false,
+        _ => !history.records.iter().any(|r| {
+            matches!((&r.op, &r.outcome), (Op::Scan { .. }, Outcome::Failed(IndexError::Unsupported(what)))
+                if *what != dmkit_verify::linearizability::RECORDED_NO_OP)
+        }),
+    };
+    if a.max_states_per_key == 0 {
+        return Err("--max-states-per-key must be at least 1".into());
+    }
+    let options =
+        dmkit_verify::linearizability::CheckOptions { max_states_per_key: a.max_states_per_key, ..Default::default() };
+    Ok(judge_history(&history, scans_supported, &options))
 }
 
 fn run_bench_load(a: BenchLoadArgs) -> Result<(), String> {

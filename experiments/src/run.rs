@@ -187,6 +187,9 @@ pub struct RunResult {
     /// (JSON lines in the format of `dmkit_verify::history`; not part of the JSON object).
     #[serde(skip)]
     pub history: Option<dmkit_verify::history::History>,
+    /// Whether the index supports scans (how its history's scans are judged).
+    #[serde(skip)]
+    pub supports_scan: bool,
     /// Simulator steps of the whole run.
     pub sim_steps: u64,
     /// The simulator's hash of every step of the run (equal for equal seeds and configs).
@@ -270,6 +273,7 @@ impl RunResult {
             index_counters: BTreeMap::new(),
             timeseries: Vec::new(),
             history: None,
+            supports_scan: true,
             sim_steps: 0,
             trace_hash: 0,
             crashed_server: setup.server_crashes.first().map(|c| c.server),

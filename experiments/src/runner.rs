@@ -352,7 +352,7 @@ pub fn run_loaded<K: IndexKind>(
                         let k0 = (k0.retries, k0.lock_failures, k0.cas_failures);
                         let mut outcomes = Vec::with_capacity(task.ops.len());
                         for op in &task.ops {
-                            let invoke = c.logical_time();
+                            let invoke = c.history_stamp();
                             let outcome = spec::apply(&mut handle, op).await;
                             if record {
                                 tally.borrow_mut().history.records.push(dmkit_verify::history::Record {
@@ -360,7 +360,7 @@ pub fn run_loaded<K: IndexKind>(
                                     op: op.clone(),
                                     outcome: outcome.clone(),
                                     invoke,
-                                    respond: Some(c.logical_time()),
+                                    respond: Some(c.history_stamp()),
                                 });
                             }
                             let failed = matches!(outcome, Outcome::Failed(_));
@@ -568,6 +568,7 @@ pub fn run_loaded<K: IndexKind>(
             .collect(),
         timeseries: series,
         history: record.then_some(tally.history),
+        supports_scan: K::SUPPORTS_SCAN,
         sim_steps: stats.steps,
         trace_hash: stats.trace_hash,
         ..RunResult::measured(

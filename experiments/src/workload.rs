@@ -982,6 +982,26 @@ impl WorkloadSpec {
             spec.scan_length = ScanLength { min: 100, max: 100 };
             Ok(spec)
         };
+        // Mixes that delete, so that histories of long runs exercise every operation (YCSB has
+        // none): `crud` is a uniform quarter each of search, insert, update and delete;
+        // `delete-heavy` is 40% delete, 30% insert, 20% search, 10% update over scrambled
+        // Zipfian keys, so hot keys are deleted and re-created while others read them.
+        match lower.as_str() {
+            "crud" => {
+                let mix = Mix { read: 0.25, insert: 0.25, update: 0.25, delete: 0.25, ..Mix::default() };
+                let mut spec = WorkloadSpec::custom("crud", mix, Distribution::Uniform, record_count);
+                spec.key_format = KeyFormat::Integer { order: KeyOrder::Hashed };
+                return Ok(spec);
+            }
+            "delete-heavy" => {
+                let mix = Mix { read: 0.2, insert: 0.3, update: 0.1, delete: 0.4, ..Mix::default() };
+                let zipf = Distribution::ScrambledZipfian { theta: YCSB_ZIPFIAN_CONSTANT };
+                let mut spec = WorkloadSpec::custom("delete-heavy", mix, zipf, record_count);
+                spec.key_format = KeyFormat::Integer { order: KeyOrder::Hashed };
+                return Ok(spec);
+            }
+            _ => {}
+        }
         match lower.as_str() {
             "db-put" => return db("db-put", Mix { update: 1.0, ..Mix::default() }, KeyOrder::Hashed),
             "db-get" => return db("db-get", Mix { read: 1.0, ..Mix::default() }, KeyOrder::Hashed),
@@ -996,7 +1016,8 @@ impl WorkloadSpec {
         match (chars.next(), chars.next()) {
             (Some(c), None) => WorkloadSpec::ycsb(c, record_count),
             _ => spec_error(format!(
-                "unknown workload `{name}` (expected a, b, c, d, e, f, load, db-put, db-get or db-scan)"
+                "unknown workload `{name}` (expected a, b, c, d, e, f, load, crud, delete-heavy, db-put, db-get or \
+                 db-scan)"
             )),
         }
     }

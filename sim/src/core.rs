@@ -387,6 +387,8 @@ pub(crate) struct Core {
     split_rmw: bool,
     qp_actors: bool,
     pub(crate) steps: u64,
+    /// Events stamped for histories so far (see `SimClient::history_stamp`).
+    pub(crate) stamps: u64,
     /// Bulk-load mode: verbs, calls and CPU cost no time (see `Sim::set_instant`).
     pub(crate) instant: bool,
     verbs_posted: u64,
@@ -474,6 +476,7 @@ impl Core {
             qp_actors: cfg.qp_actors,
             split_rmw: (chosen || tearing) && !cfg.memory_model.rmw_atomic_with_writes,
             steps: 0,
+            stamps: 0,
             instant: false,
             verbs_posted: 0,
             batches_posted: 0,

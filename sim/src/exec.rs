@@ -729,11 +729,24 @@ impl SimClient {
         self.core.borrow().clients[self.id as usize].stats
     }
 
-    /// Steps executed so far: a logical clock for histories. Every step advances it, so an
-    /// operation that returned before another was invoked has a smaller value at its return
-    /// than the other at its invocation, in timed and chooser runs alike.
+    /// Steps executed so far. Several tasks run between two steps (every ready task is polled),
+    /// so two events in one step share a value: not a clock for histories, use
+    /// [`SimClient::history_stamp`] there.
     pub fn logical_time(&self) -> u64 {
         self.core.borrow().steps
+    }
+
+    /// A fresh position in the run's one total order of recorded events: every call returns a
+    /// larger value than every call before it, in any client. The simulator runs its tasks one
+    /// at a time on one thread, so this order is the order in which the events happened, and
+    /// an operation stamped as responded before another was stamped as invoked really had
+    /// returned before the other began — program order (a client's next operation after its
+    /// previous one) included, which a step count cannot show: a client's response and its
+    /// next invocation happen in the same poll, so in the same step.
+    pub fn history_stamp(&self) -> u64 {
+        let mut core = self.core.borrow_mut();
+        core.stamps += 1;
+        core.stamps
     }
 
     /// The client's own random stream, derived from the run's seed and the client id. Never

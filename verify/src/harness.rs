@@ -304,7 +304,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
                 let mut audited = false;
                 while !ops.is_empty() {
                     let op = ops.remove(0);
-                    let invoke = c.logical_time();
+                    let invoke = c.history_stamp();
                     // Record the invocation first: a crash leaves it indeterminate.
                     let at = {
                         let mut h = history.borrow_mut();
@@ -318,7 +318,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
                         h.records.len() - 1
                     };
                     let outcome = spec::apply(&mut handle, &op).await;
-                    let respond = c.logical_time();
+                    let respond = c.history_stamp();
                     let mut h = history.borrow_mut();
                     h.records[at].outcome = outcome;
                     h.records[at].respond = Some(respond);

@@ -1,11 +1,30 @@
 //! Histories of map operations: what the checkers judge.
 //!
 //! A history is the list of operations clients ran, each with the logical time it was invoked
-//! and the logical time it returned (the simulator's step count: every step advances it, so an
-//! operation that returned before another was invoked has a smaller `respond` than the other's
-//! `invoke`). An operation that failed with an error whose effect is unknown (a node down, retries
-//! exhausted) is *indeterminate*: it may or may not have taken effect, at any time after its
-//! invocation.
+//! and the logical time it returned. An operation that failed with an error whose effect is
+//! unknown (a node down, retries exhausted) is *indeterminate*: it may or may not have taken
+//! effect, at any time after its invocation.
+//!
+//! ## The timing rule
+//!
+//! - `a` precedes `b` (so `b` must see `a`'s effect) iff `a.respond < b.invoke`; equal times
+//!   mean "order unknown" and the two are concurrent;
+//! - **program order**: a client runs one operation at a time, so its operations must not
+//!   overlap (`a.respond <= b.invoke` for its consecutive operations, or the history is
+//!   malformed), and a client's operation that returned precedes its next one *even at equal
+//!   times*; among a client's operations with equal times, the order of the records is the
+//!   program order. Give each concurrent caller (thread, coroutine) its own client id. The
+//!   checker imposes this exactly unless two clients each return and invoke at one instant on
+//!   one key, which no order of the events can express; such instants stay concurrent and are
+//!   counted (`CheckReport::ambiguous_program_order`).
+//!
+//! dmkit's own histories never need the tie rule: the simulator stamps every invocation and
+//! response with [`SimClient::history_stamp`](dmkit_sim::SimClient::history_stamp), a counter
+//! that orders all events of a run as they happened (one thread runs every task), so stamps are
+//! distinct and a response stamped before an invocation really came first. (Stamping with the
+//! simulator's step count, as dmkit did before, gave a client's response and its next invocation
+//! the same time — they happen in one poll — and so let the checker reorder a client's own
+//! operations.)
 //!
 //! ## JSON lines format
 //!
@@ -19,16 +38,26 @@
 //! {"client":2,"invoke":9,"respond":95,"op":"delete","key":"6b01","result":{"existed":true}}
 //! {"client":4,"invoke":5,"respond":80,"op":"scan","start":{"included":"6b00"},"end":"unbounded","limit":10,
 //!  "result":{"pairs":[["6b01","ff00"]]}}
-//! {"client":5,"invoke":5,"respond":null,"op":"delete","key":"6b01","result":{"failed":"node 0 is down"}}
 //! ```
 //!
-//! `start`/`end` are `"unbounded"`, `{"included": hex}` or `{"excluded": hex}`. A `respond` of
-//! `null` marks an indeterminate operation; so does a `failed` result whose error may have left an
-//! effect (see [`effect_unknown`]). Errors that certainly changed nothing (a key too long, a full
-//! bucket, an unsupported scan) are determinate no-ops.
+//! `start`/`end` are `"unbounded"`, `{"included": hex}` or `{"excluded": hex}`. A `respond` and
+//! `result` of `null` mark an operation still in flight when the history ended (it never
+//! returned: indeterminate, no result). A `failed` result carries the error's text, whether its
+//! effect is unknown (see [`effect_unknown`]; if so the operation is indeterminate) and its kind
+//! (`error`: `limit`, `full`, `unsupported`, `retries`, `verbs`); errors that certainly changed
+//! nothing (a key too long, a full bucket, an unsupported scan) are determinate no-ops. A
+//! `corrupt` result is the index reporting that it found its own structure broken: a violation,
+//! whatever the rest of the history:
+//!
+//! ```text
+//! {"client":6,"invoke":40,"respond":null,"op":"insert","key":"6b02","value":"ff01","result":null}
+//! {"client":7,"invoke":41,"respond":77,"op":"search","key":"6b02","result":{"corrupt":"leaf 0x40 has a bad checksum"}}
+//! {"client":5,"invoke":5,"respond":80,"op":"delete","key":"6b01","result":{"failed":"node 0 is down","effect_unknown":true,"error":"verbs"}}
+//! ```
 
 use dmkit_indexes::IndexError;
 use dmkit_indexes::spec::{Op, Outcome};
+use dmkit_rdma::VerbsError;
 use serde_json::{Value, json};
 use std::ops::Bound;
 
@@ -63,6 +92,26 @@ pub fn effect_unknown(e: &IndexError) -> bool {
         | IndexError::Full
         | IndexError::Unsupported(_) => false,
         IndexError::RetriesExhausted { .. } | IndexError::Corrupt(_) | IndexError::Verbs(_) => true,
+    }
+}
+
+/// The error a parsed operation that never returned carries (it is indeterminate; no result).
+const IN_FLIGHT: &str = "in flight when the history ended: no result";
+
+/// The kind of an error, as the JSON lines format names it.
+fn error_kind(e: &IndexError) -> &'static str {
+    match e {
+        IndexError::KeyTooShort { .. }
+        | IndexError::KeyTooLong { .. }
+        | IndexError::ValueTooLong { .. }
+        | IndexError::ValueTooShort { .. }
+        | IndexError::ReservedKey(_)
+        | IndexError::ReservedValue(_) => "limit",
+        IndexError::Full => "full",
+        IndexError::Unsupported(_) => "unsupported",
+        IndexError::RetriesExhausted { .. } => "retries",
+        IndexError::Corrupt(_) => "corrupt",
+        IndexError::Verbs(_) => "verbs",
     }
 }
 
@@ -132,8 +181,13 @@ impl Record {
             Outcome::Scanned(pairs) => {
                 json!({ "pairs": pairs.iter().map(|(k, v)| json!([hex(k), hex(v)])).collect::<Vec<_>>() })
             }
-            Outcome::Failed(e) => json!({ "failed": e.to_string(), "effect_unknown": effect_unknown(e) }),
+            Outcome::Failed(IndexError::Corrupt(what)) => json!({ "corrupt": what }),
+            Outcome::Failed(e) => {
+                json!({ "failed": e.to_string(), "effect_unknown": effect_unknown(e), "error": error_kind(e) })
+            }
         };
+        // An operation that never returned has no result, only its invocation.
+        let result = if self.respond.is_none() { Value::Null } else { result };
         m.insert("result".into(), result);
         o
     }
@@ -159,7 +213,18 @@ impl Record {
             other => return Err(format!("unknown op '{other}'")),
         };
         let result = field("result")?;
-        let outcome = if let Some(f) = result.get("found") {
+        let respond = match field("respond")? {
+            Value::Null => None,
+            r => Some(r.as_u64().ok_or("'respond' must be a number or null")?),
+        };
+        let outcome = if result.is_null() {
+            if respond.is_some() {
+                return Err("a null result needs a null respond (an operation that never returned)".into());
+            }
+            Outcome::Failed(IndexError::Verbs(VerbsError::Protocol(IN_FLIGHT.into())))
+        } else if let Some(what) = result.get("corrupt") {
+            Outcome::Failed(IndexError::Corrupt(what.as_str().unwrap_or("corrupt").to_string()))
+        } else if let Some(f) = result.get("found") {
             Outcome::Found(match f {
                 Value::Null => None,
                 Value::String(s) => Some(unhex(s)?),
@@ -180,8 +245,12 @@ impl Record {
         } else if let Some(f) = result.get("failed") {
             let msg = f.as_str().unwrap_or("failed").to_string();
             let unknown = result.get("effect_unknown").and_then(Value::as_bool).unwrap_or(true);
-            // The error's kind is not kept; keep whether its effect is known.
-            Outcome::Failed(if unknown { IndexError::Corrupt(msg) } else { IndexError::Unsupported("recorded no-op") })
+            // The error itself is not rebuilt: its kind decides how it is judged.
+            Outcome::Failed(match result.get("error").and_then(Value::as_str) {
+                Some("unsupported") => IndexError::Unsupported("operation (as recorded)"),
+                _ if unknown => IndexError::Verbs(VerbsError::Protocol(format!("as recorded: {msg}"))),
+                _ => IndexError::Unsupported(crate::linearizability::RECORDED_NO_OP),
+            })
         } else {
             return Err("unknown result".into());
         };
@@ -190,10 +259,7 @@ impl Record {
             op,
             outcome,
             invoke: field("invoke")?.as_u64().ok_or("'invoke' must be a number")?,
-            respond: match field("respond")? {
-                Value::Null => None,
-                r => Some(r.as_u64().ok_or("'respond' must be a number or null")?),
-            },
+            respond,
         })
     }
 }

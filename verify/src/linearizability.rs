@@ -21,6 +21,14 @@
 //! most `limit` of them. A successful scan when `scans_supported == false` is a violation, and so
 //! is a scan that failed with `Unsupported` when `scans_supported == true`.
 //!
+//! ## Real-time and program order
+//!
+//! `a` precedes `b` iff `a.respond < b.invoke`, or `a` and `b` belong to one client and `a` is
+//! its earlier operation (equal times included): see the timing rule in
+//! [`crate::history`]. A client with two operations in flight at once is a
+//! [`ViolationKind::MalformedRecord`]. Program order at equal times is imposed per key by
+//! re-timing the key's events (`enforce_program_order`) before the search.
+//!
 //! ## Records that constrain nothing, and indeterminate ones
 //!
 //! A record that failed with an error whose effect is certainly none (a limit, `Full`,
@@ -86,9 +94,10 @@ use std::ops::Bound;
 /// an eighth of a byte per operation in the window of concurrent operations).
 pub const DEFAULT_MAX_STATES_PER_KEY: u64 = 1_000_000;
 
-/// The message [`History::from_json_lines`] gives every determinate failure (the error's kind
-/// is not kept in the JSON lines format); it is not a real `Unsupported`.
-const RECORDED_NO_OP: &str = "recorded no-op";
+/// The message [`History::from_json_lines`] gives a determinate failure other than an
+/// unsupported operation (the format keeps the error's kind and text, not the error): a no-op,
+/// not a real `Unsupported`.
+pub const RECORDED_NO_OP: &str = "recorded no-op";
 
 /// How to check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,6 +129,12 @@ pub struct CheckReport {
     pub states_explored: u64,
     /// The most configurations one key needed.
     pub max_states_one_key: u64,
+    /// Instants (per key) at which two or more clients each returned one operation and invoked
+    /// their next, so program order could not be imposed without also ordering one client's
+    /// operation before another's that shared the instant: those pairs were judged concurrent
+    /// (see [`enforce_program_order`]). Always 0 for dmkit's own histories, whose stamps are
+    /// distinct.
+    pub ambiguous_program_order: usize,
 }
 
 /// What kind of failure a [`Violation`] reports.
@@ -133,6 +148,8 @@ pub enum ViolationKind {
     ScanSupport,
     /// A record makes no sense (a result of the wrong type, a response before its invocation).
     MalformedRecord,
+    /// The index itself reported its structure corrupt (an `IndexError::Corrupt` result).
+    IndexReportedCorruption,
     /// Not a violation: a key's search exceeded its state bound, so nothing was decided.
     Inconclusive,
 }
@@ -144,6 +161,7 @@ impl fmt::Display for ViolationKind {
             ViolationKind::ScanShape => "malformed scan result",
             ViolationKind::ScanSupport => "scan support mismatch",
             ViolationKind::MalformedRecord => "malformed record",
+            ViolationKind::IndexReportedCorruption => "the index reported corruption",
             ViolationKind::Inconclusive => "inconclusive",
         })
     }
@@ -207,6 +225,7 @@ pub fn check_with<'h>(
     for (index, record) in records.iter().enumerate() {
         check_record(records, index, record, scans_supported)?;
     }
+    check_clients_sequential(records)?;
 
     // Every key the history mentions: the scans' absent-observations range over these.
     let mut universe: BTreeSet<&'h [u8]> = options.initial.keys().map(Vec::as_slice).collect();
@@ -269,7 +288,8 @@ pub fn check_with<'h>(
     }
 
     let mut inconclusive = None;
-    for (&key, key_history) in &keys {
+    for (&key, key_history) in &mut keys {
+        report.ambiguous_program_order += enforce_program_order(&mut key_history.ops, records);
         let ops = key_history.compile(options.initial.get(key).map(Vec::as_slice));
         report.keys_checked += 1;
         report.observations_checked += ops.ops.len();
@@ -335,6 +355,119 @@ pub fn check_with<'h>(
     }
 }
 
+/// Every client runs one operation at a time: sorted by invocation, each of its operations
+/// returned no later than its next was invoked (an operation that never returned is its last).
+fn check_clients_sequential(records: &[Record]) -> Result<(), Violation> {
+    let mut order: Vec<usize> = (0..records.len()).collect();
+    let respond = |i: usize| records[i].respond.unwrap_or(INFINITY);
+    order.sort_by_key(|&i| (records[i].client, records[i].invoke, respond(i), i));
+    for pair in order.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if records[a].client == records[b].client && respond(a) > records[b].invoke {
+            return Err(Violation {
+                kind: ViolationKind::MalformedRecord,
+                key: None,
+                message: format!(
+                    "client {} invoked an operation while its previous one was still in flight \
+                     (a client runs one operation at a time: give each concurrent caller its own client id)",
+                    records[a].client
+                ),
+                operations: vec![a, b],
+                details: vec![describe(a, &records[a], None), describe(b, &records[b], None)],
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Re-times one key's operations so that a client's operation that returned precedes its next
+/// one even when the history gives the response and the next invocation the same time, and
+/// returns the number of instants where that could not be done soundly.
+///
+/// Equal times mean "order unknown", so events of different clients at one instant stay
+/// concurrent. Within an instant `t`, the new order is: the invocations of other clients, then
+/// the one client whose response and next invocation both fall at `t` (its events in program
+/// order), then the responses of other clients. Each other client's events at `t` thus stay
+/// concurrent with everything at `t` (an invocation before every response), and the linked
+/// client's are ordered among themselves. With two linked clients at one instant no such order
+/// exists (each one's response would have to precede its own invocation and follow the other's:
+/// a cycle), so the instant is left as it was — judged concurrent, which can only miss a
+/// violation, never invent one — and counted. The re-timing preserves every strict order of the
+/// history (`a.respond < b.invoke` stays true), so a verdict on the new times is a verdict on
+/// the history with program order added.
+fn enforce_program_order(ops: &mut [KeyOp<&[u8]>], records: &[Record]) -> usize {
+    // Each operation's position in its client's program order (on this key): by invocation,
+    // then by the recorded response (an indeterminate operation that returned an error returned
+    // before its client's next operation, whatever its effect), then as recorded.
+    let mut by_client: Vec<usize> = (0..ops.len()).collect();
+    by_client.sort_by_key(|&i| {
+        let r = &records[ops[i].record];
+        (r.client, r.invoke, r.respond.unwrap_or(INFINITY), ops[i].record)
+    });
+    let mut position = vec![0u64; ops.len()];
+    for (rank, &i) in by_client.iter().enumerate() {
+        position[i] = rank as u64;
+    }
+    // Events: (time, response?, op). Indeterminate responses stay at infinity.
+    let mut events: Vec<(u64, bool, usize)> = Vec::with_capacity(2 * ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        events.push((op.invoke, false, i));
+        if op.respond != INFINITY {
+            events.push((op.respond, true, i));
+        }
+    }
+    events.sort_unstable();
+    let mut ambiguous = 0;
+    // (time, slot, order within the slot) per event; then dense ranks.
+    let mut keyed: Vec<((u64, u8, u64), bool, usize)> = Vec::with_capacity(events.len());
+    let mut at = 0;
+    while at < events.len() {
+        let t = events[at].0;
+        let end = at + events[at..].partition_point(|e| e.0 == t);
+        let instant = &events[at..end];
+        // A client is linked at `t` if it returned one operation and invoked another here.
+        let mut linked: Option<u32> = None;
+        let mut links = 0;
+        let mut clients: Vec<u32> = instant.iter().map(|e| records[ops[e.2].record].client).collect();
+        clients.sort_unstable();
+        clients.dedup();
+        for &c in &clients {
+            let mine = || instant.iter().filter(|e| records[ops[e.2].record].client == c);
+            let returned: Vec<usize> = mine().filter(|e| e.1).map(|e| e.2).collect();
+            if mine().any(|e| !e.1 && returned.iter().any(|&r| r != e.2)) {
+                linked = Some(c);
+                links += 1;
+            }
+        }
+        if links > 1 {
+            ambiguous += 1;
+            linked = None;
+        }
+        for &(_, response, i) in instant {
+            let key = match linked {
+                Some(c) if records[ops[i].record].client == c => (t, 1, 2 * position[i] + response as u64),
+                _ => (t, if response { 2 } else { 0 }, 0),
+            };
+            keyed.push((key, response, i));
+        }
+        at = end;
+    }
+    keyed.sort_unstable_by_key(|e| e.0);
+    let mut rank = 0u64;
+    for j in 0..keyed.len() {
+        if j > 0 && keyed[j].0 != keyed[j - 1].0 {
+            rank += 1;
+        }
+        let (_, response, i) = keyed[j];
+        if response {
+            ops[i].respond = rank;
+        } else {
+            ops[i].invoke = rank;
+        }
+    }
+    ambiguous
+}
+
 /// The register's state for "absent", and the response time of indeterminate operations.
 const ABSENT: u32 = u32::MAX;
 const INFINITY: u64 = u64::MAX;
@@ -367,6 +500,9 @@ fn check_record(records: &[Record], index: usize, record: &Record, scans_support
             None,
             format!("responded at {respond}, before it was invoked"),
         ));
+    }
+    if let Outcome::Failed(IndexError::Corrupt(what)) = &record.outcome {
+        return Err(fail(ViolationKind::IndexReportedCorruption, None, what.clone()));
     }
     let well_typed = matches!(
         (&record.op, &record.outcome),

@@ -217,7 +217,7 @@ fn rejects_two_deletes_that_both_removed_the_key() {
 
 #[test]
 fn accepts_non_atomic_scan_that_is_fine_per_key() {
-    let setup = || vec![insert(1, (0, 1), 1, 1, false), insert(1, (2, 3), 2, 1, false), insert(1, (2, 3), 3, 1, false)];
+    let setup = || vec![insert(1, (0, 1), 1, 1, false), insert(4, (2, 3), 2, 1, false), insert(5, (2, 3), 3, 1, false)];
     // k1 before its write, k2 after its (later) write: no single instant, but per key fine; k3
     // was deleted during the scan and is missing.
     let mut records = setup();
@@ -240,12 +240,12 @@ fn accepts_non_atomic_scan_that_is_fine_per_key() {
 
 #[test]
 fn accepts_scan_cut_at_its_limit() {
-    let mut records: Vec<Record> = (1..=5).map(|k| insert(1, (0, 1), k, k, false)).collect();
+    let mut records: Vec<Record> = (1..=5).map(|k| insert(10 + k as u32, (0, 1), k, k, false)).collect();
     records.push(scan(2, (2, 3), 0, 9, 2, &[(1, 1), (2, 2)]));
     records.push(scan(2, (4, 5), 2, 9, 1, &[(2, 2)]));
     records.push(scan(2, (6, 7), 0, 9, 0, &[]));
     records.push(scan(2, (8, 9), 4, 4, 3, &[]));
-    records.push(scan(2, (8, 9), 5, 3, 3, &[]));
+    records.push(scan(2, (10, 11), 5, 3, 3, &[]));
     accepts(records);
 }
 
@@ -272,7 +272,7 @@ fn accepts_unsupported_scans_on_a_hash_index() {
 fn report_counts_keys_operations_and_states() {
     let h = history(vec![
         insert(1, (0, 1), 1, 1, false),
-        insert(1, (0, 1), 2, 1, false),
+        insert(4, (0, 1), 2, 1, false),
         scan(2, (2, 3), 0, 9, 10, &[(1, 1), (2, 1)]),
         pending(search(3, (4, 5), 3, None)),
     ]);
@@ -444,7 +444,7 @@ fn rejects_scan_returning_a_value_never_written() {
     rejects_at(
         vec![
             insert(1, (0, 1), 1, 1, false),
-            insert(1, (0, 1), 2, 2, false),
+            insert(4, (0, 1), 2, 2, false),
             scan(2, (2, 3), 0, 9, 10, &[(1, 1), (2, 7)]),
         ],
         2,
@@ -592,7 +592,8 @@ fn sequential_history(ops: &[(Gen, u64, u64, Fate)]) -> History {
         };
         let t = 1000 + 10 * i as u64;
         let respond = if matches!(fate, Fate::Pending) { None } else { Some(t + 5 + after) };
-        records.push(Record { client: i as u32 % 7, op, outcome, invoke: t - before, respond });
+        // Widened intervals overlap, so each operation has its own client (a client is sequential).
+        records.push(Record { client: i as u32, op, outcome, invoke: t - before, respond });
     }
     History { records }
 }
@@ -626,7 +627,7 @@ proptest! {
             .collect();
         let at = if searches.is_empty() {
             let t = 2000 + 10 * h.records.len() as u64;
-            h.records.push(Record { client: 0, op: Op::Search { key: int_key(0) }, outcome: Outcome::Found(None), invoke: t, respond: Some(t + 1) });
+            h.records.push(Record { client: 1_000, op: Op::Search { key: int_key(0) }, outcome: Outcome::Found(None), invoke: t, respond: Some(t + 1) });
             h.records.len() - 1
         } else {
             searches[pick.index(searches.len())]
@@ -749,6 +750,197 @@ proptest! {
                     Op::Scan { .. } => false,
                 };
                 prop_assert!(core.iter().all(on_key), "{}", v);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- program order
+
+/// The four cores the cross-check found accepted while the harness stamped a client's next
+/// invocation with its previous response's step: each needs "a client's operation that returned
+/// precedes its next one" to be rejected, and each is accepted (correctly: equal times are
+/// concurrent) when the touching operations belong to different clients.
+#[test]
+fn a_clients_next_operation_follows_its_previous_one_at_equal_times() {
+    // Read your own insert (smart and art, `no-reverse-check`).
+    let own = |c: u32| vec![insert(2, (141, 267), 1, 1, false), search(c, (267, 302), 1, None)];
+    rejects_at(own(2), 1, &[0, 1]);
+    accepts(own(3));
+
+    // Lost update (clover, `trust-shortcut`): preloaded, then two upserts by one client.
+    let lost = |c: u32| {
+        vec![
+            insert(u32::MAX, (0, 0), 1, 0, false),
+            insert(2, (134, 176), 1, 4, true),
+            insert(c, (176, 226), 1, 5, true),
+            search(0, (236, 244), 1, Some(4)),
+        ]
+    };
+    rejects_at(lost(2), 1, &[0, 1, 2, 3]);
+    accepts(lost(3));
+
+    // A stale read hidden by the reader's next operation (smart, `no-reverse-check`).
+    let hidden = |c: u32| {
+        vec![insert(0, (296, 345), 1, 1, false), search(2, (347, 359), 1, None), delete(c, (359, 424), 1, true)]
+    };
+    rejects_at(hidden(2), 1, &[0, 1]);
+    accepts(hidden(3));
+
+    // A scan that sees a write its own next search does not (hstore, `no-commit-wait`).
+    let scanned = |c: u32| {
+        vec![
+            insert(0, (280, 400), 1, 1, false),
+            scan(1, (290, 345), 0, 9, 10, &[(1, 1)]),
+            search(c, (345, 379), 1, None),
+        ]
+    };
+    rejects_at(scanned(1), 1, &[0, 1, 2]);
+    accepts(scanned(3));
+}
+
+#[test]
+fn program_order_at_an_instant_shared_by_two_touching_clients_is_counted_not_guessed() {
+    // Clients 1 and 2 both return and invoke at 10: no order of the four events keeps each
+    // client's own order without ordering one client's operation before the other's, so the
+    // instant is judged concurrent (sound) and reported.
+    let h = history(vec![
+        insert(1, (0, 10), 1, 1, false),
+        search(1, (10, 20), 1, None),
+        insert(2, (0, 10), 1, 2, true),
+        search(2, (10, 20), 1, Some(2)),
+    ]);
+    let report = check(&h, true).expect("concurrent at the shared instant, so a linearization exists");
+    assert_eq!(report.ambiguous_program_order, 1);
+    // One linked client at an instant is exact.
+    let h =
+        history(vec![insert(1, (0, 10), 1, 1, false), search(1, (10, 20), 1, Some(1)), search(2, (5, 10), 1, None)]);
+    assert_eq!(check(&h, true).unwrap().ambiguous_program_order, 0);
+}
+
+#[test]
+fn a_client_with_two_operations_in_flight_is_malformed() {
+    let v = check(&history(vec![insert(1, (0, 10), 1, 1, false), search(1, (5, 20), 1, Some(1))]), true).unwrap_err();
+    assert_eq!((v.kind, v.operations.clone()), (ViolationKind::MalformedRecord, vec![0, 1]), "{v}");
+    // An operation that never returned is its client's last.
+    let v = check(&history(vec![pending(insert(1, (0, 10), 1, 1, false)), search(1, (15, 20), 1, None)]), true)
+        .unwrap_err();
+    assert_eq!(v.kind, ViolationKind::MalformedRecord, "{v}");
+}
+
+/// Brute force with program order: an operation may go next unless a remaining determinate
+/// operation returned before it was invoked or comes before it in its client's order.
+fn brute_force_program_order(records: &[Record]) -> bool {
+    type Seen = std::collections::HashSet<(Vec<bool>, Vec<(Vec<u8>, Vec<u8>)>)>;
+    // Records are in program order within a client (the generator pushes them so).
+    fn before(records: &[&Record], a: usize, b: usize) -> bool {
+        let (ra, rb) = (records[a], records[b]);
+        ra.respond.is_some_and(|t| t < rb.invoke) || (ra.client == rb.client && a < b)
+    }
+    fn go(records: &[&Record], left: &mut Vec<bool>, model: &SpecMap, failed: &mut Seen) -> bool {
+        let contents = |m: &SpecMap| m.scan(Bound::Unbounded, Bound::Unbounded, usize::MAX);
+        let pending: Vec<usize> = (0..records.len()).filter(|&i| left[i]).collect();
+        if pending.iter().all(|&i| records[i].indeterminate()) {
+            return true;
+        }
+        if failed.contains(&(left.clone(), contents(model))) {
+            return false;
+        }
+        for &i in &pending {
+            let r = records[i];
+            if pending.iter().any(|&j| j != i && !records[j].indeterminate() && before(records, j, i)) {
+                continue;
+            }
+            let mut next = model.clone();
+            let outcome = next.apply(&r.op, true);
+            if !r.indeterminate() && outcome != r.outcome {
+                continue;
+            }
+            left[i] = false;
+            let found = go(records, left, &next, failed) || (r.indeterminate() && go(records, left, model, failed));
+            left[i] = true;
+            if found {
+                return true;
+            }
+        }
+        failed.insert((left.clone(), contents(model)));
+        false
+    }
+    let records: Vec<&Record> =
+        records.iter().filter(|r| !matches!(r.outcome, Outcome::Failed(_)) || r.indeterminate()).collect();
+    let mut left = vec![true; records.len()];
+    go(&records, &mut left, &SpecMap::new(), &mut Seen::new())
+}
+
+/// Clients that run their operations back to back (each invoked at its previous one's
+/// response), short intervals so that instants are shared; effects at points inside the
+/// intervals in point order (a client's own ties in its order), then perhaps one result changed.
+fn back_to_back_history(ops: &[(u8, u8, u8, u64, u64, u8)], corrupt: Option<(proptest::sample::Index, u8)>) -> History {
+    let mut clock = [0u64, 1, 2];
+    let mut intervals = Vec::new();
+    for (seq, &(client, _, _, len, frac, _)) in ops.iter().enumerate() {
+        let c = client as usize % clock.len();
+        let invoke = clock[c];
+        clock[c] += len;
+        intervals.push((c as u32, invoke, invoke + len, invoke + frac % (len + 1), seq));
+    }
+    let mut by_point: Vec<usize> = (0..ops.len()).collect();
+    by_point.sort_by_key(|&i| (intervals[i].3, intervals[i].4));
+    let mut model = SpecMap::new();
+    let mut records: Vec<Option<Record>> = vec![None; ops.len()];
+    for i in by_point {
+        let (_, kind, v, _, _, fate) = ops[i];
+        let (client, invoke, respond, _, _) = intervals[i];
+        let (key, value) = (vec![0], vec![v]);
+        let op = match kind % 4 {
+            0 => Op::Search { key },
+            1 => Op::Insert { key, value },
+            2 => Op::Update { key, value },
+            _ => Op::Delete { key },
+        };
+        // fate 7: a write that failed with its effect unknown and did not happen.
+        let outcome = if fate == 7 && kind % 4 != 0 {
+            Outcome::Failed(IndexError::RetriesExhausted { op: "w", retries: 1 })
+        } else {
+            model.apply(&op, true)
+        };
+        records[i] = Some(Record { client, op, outcome, invoke, respond: Some(respond) });
+    }
+    let mut records: Vec<Record> = records.into_iter().map(Option::unwrap).collect();
+    if let Some((at, flip)) = corrupt {
+        let r = &mut records[at.index(ops.len())];
+        r.outcome = match &r.outcome {
+            Outcome::Found(_) => Outcome::Found((flip % 4 != 0).then(|| vec![flip % 4])),
+            Outcome::Existed(e) => Outcome::Existed(!e),
+            other => other.clone(),
+        };
+    }
+    History { records }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(proptest_cases()))]
+
+    /// On one key (where the comparison is exact), with program order: the checker agrees with
+    /// brute force whenever it reports no ambiguous instant, and never rejects what brute force
+    /// accepts.
+    #[test]
+    fn agrees_with_brute_force_on_back_to_back_clients(
+        ops in proptest::collection::vec((0..3u8, 0..4u8, 1..4u8, 0..4u64, 0..8u64, 0..8u8), 1..13),
+        corrupt in proptest::option::of((any::<proptest::sample::Index>(), 0..8u8)),
+    ) {
+        let h = back_to_back_history(&ops, corrupt);
+        let expected = brute_force_program_order(&h.records);
+        match check(&h, true) {
+            Ok(report) => prop_assert!(
+                expected || report.ambiguous_program_order > 0,
+                "accepted a non-linearizable history:\n{}", h.to_json_lines()
+            ),
+            Err(v) => {
+                prop_assert!(!expected, "rejected a linearizable history:\n{v}\n{}", h.to_json_lines());
+                prop_assert_eq!(v.kind, ViolationKind::NotLinearizable);
+                let core: Vec<Record> = v.operations.iter().map(|&i| h.records[i].clone()).collect();
+                prop_assert!(!brute_force_program_order(&core), "the reported core is linearizable:\n{v}");
             }
         }
     }
