@@ -109,7 +109,9 @@ pub struct Tearing {
 
 /// A memory or server node stops at `at_ns` (its memory, its services' state and its threads'
 /// tasks are lost) and, if `restart_at_ns` is set, comes back empty then, with its services
-/// created afresh.
+/// created afresh. Verbs and calls carry the incarnation they were posted to: one posted before
+/// the crash that reaches the node after the restart completes in error (`NodeDown`), as on
+/// hardware, where the crash breaks the queue pair; it never touches the new incarnation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeCrash {
     pub node: u16,

@@ -770,7 +770,9 @@ impl Core {
                 kind,
                 arrive_ps: NOT_ISSUED,
                 exec_ps: 0,
-                node_epoch: 0,
+                // The incarnation the verb's queue pair is connected to: a verb posted before a
+                // crash never executes on the restarted node (module doc, faults).
+                node_epoch: self.nodes.get(r.addr.node().0 as usize).map_or(0, |n| n.epoch),
                 phase: Phase::InTransit,
                 units_left: 0,
                 next_unit: 0,
@@ -1060,7 +1062,10 @@ impl Core {
         debug_assert_eq!(head, Some(v), "verbs reach the responder in QP order");
         q.head_scheduled = false;
         self.schedule_qp_head(qp);
-        if !self.nodes[node].up {
+        if !self.nodes[node].up || self.nodes[node].epoch != self.verbs[v].node_epoch {
+            // Down, or restarted since the verb was posted: on hardware the queue pair broke
+            // with the crash, so the verb completes in error instead of reaching the new
+            // incarnation's memory.
             self.fail_verb_now(v);
             return;
         }
@@ -1068,7 +1073,6 @@ impl Core {
         if self.instant {
             let verb = &mut self.verbs[v];
             verb.exec_ps = now_ps;
-            verb.node_epoch = self.nodes[node].epoch;
             verb.phase = Phase::Waiting;
             self.qps[qp as usize].at_responder.push_back(v);
             if self.may_start(v) {
@@ -1104,10 +1108,8 @@ impl Core {
             (Kind::Read, false) => n.pcie.serve(t, c.pcie_ps(len)) + c.pcie_read_latency_ps,
             (Kind::Write, false) => n.pcie.serve(t, c.pcie_ps(len)) + c.pcie_write_latency_ps,
         };
-        let epoch = n.epoch;
         let verb = &mut self.verbs[v];
         verb.exec_ps = exec_ps;
-        verb.node_epoch = epoch;
         verb.phase = Phase::Waiting;
         self.qps[qp as usize].at_responder.push_back(v);
         if self.may_start(v) {
@@ -1217,7 +1219,7 @@ impl Core {
         }
     }
 
-    /// True if the verb's node crashed (or crashed and restarted) since the verb arrived.
+    /// True if the verb's node crashed (or crashed and restarted) since the verb was posted.
     fn node_lost(&self, v: u32) -> bool {
         let verb = &self.verbs[v];
         let n = &self.nodes[verb.addr.node().0 as usize];
@@ -1463,7 +1465,8 @@ impl Core {
             node,
             service,
             request,
-            node_epoch: 0,
+            // As for verbs: a call posted to one incarnation is never served by the next.
+            node_epoch: self.nodes.get(node.0 as usize).map_or(0, |n| n.epoch),
             handler: None,
             posted_ps,
             waiter: None,
@@ -1509,7 +1512,7 @@ impl Core {
     fn rpc_arrive(&mut self, r: u32) {
         let node = self.rpcs[r].node;
         let n = node.0 as usize;
-        if !self.nodes[n].up {
+        if !self.nodes[n].up || self.nodes[n].epoch != self.rpcs[r].node_epoch {
             self.rpc_fail(r, VerbsError::NodeDown(node));
             return;
         }
@@ -1523,7 +1526,6 @@ impl Core {
             self.nics[n].in_link.serve(now_ps, rx);
         }
         self.nodes[n].stats.wire_bytes_in += bytes;
-        self.rpcs[r].node_epoch = self.nodes[n].epoch;
         let service = self.rpcs[r].service;
         if !self.nodes[n].services.contains(&service) {
             // Answered by the receiving thread without running a handler.
