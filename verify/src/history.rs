@@ -334,10 +334,43 @@ mod tests {
                 },
             ],
         };
-        assert_eq!(History::from_json_lines(&h.to_json_lines()), Ok(h.clone()));
+        let parsed = History::from_json_lines(&h.to_json_lines()).unwrap();
+        assert_eq!(parsed.records[..4], h.records[..4]);
+        // An operation in flight keeps no result: it reads back as indeterminate, not as the
+        // placeholder its recorder held.
+        assert!(h.to_json_lines().lines().nth(4).unwrap().contains("\"result\":null"));
+        assert_eq!((parsed.records[4].respond, parsed.records[4].op.clone()), (None, h.records[4].op.clone()));
+        assert!(parsed.records[4].indeterminate());
         assert!(h.records[4].indeterminate());
         assert!(!h.records[0].indeterminate());
         let err = History::from_json_lines("{\"client\":1}\n{oops").unwrap_err();
         assert!(err.starts_with("line 1:"), "{err}");
+    }
+
+    #[test]
+    fn errors_keep_their_kind_and_corruption_is_its_own_result() {
+        let rec = |outcome: Outcome| Record {
+            client: 1,
+            op: Op::Search { key: vec![1] },
+            outcome,
+            invoke: 1,
+            respond: Some(2),
+        };
+        let round = |r: &Record| Record::from_json(&r.to_json()).unwrap();
+        let corrupt = round(&rec(Outcome::Failed(IndexError::Corrupt("bad leaf".into()))));
+        assert_eq!(corrupt.outcome, Outcome::Failed(IndexError::Corrupt("bad leaf".into())));
+        let v = crate::linearizability::check(&History { records: vec![corrupt] }, true).unwrap_err();
+        assert_eq!(v.kind, crate::linearizability::ViolationKind::IndexReportedCorruption, "{v}");
+        let down = round(&rec(Outcome::Failed(IndexError::Verbs(VerbsError::NodeDown(dmkit_rdma::NodeId(0))))));
+        assert!(down.indeterminate() && !matches!(down.outcome, Outcome::Failed(IndexError::Corrupt(_))));
+        let unsupported = round(&rec(Outcome::Failed(IndexError::Unsupported("scan"))));
+        assert!(matches!(unsupported.outcome, Outcome::Failed(IndexError::Unsupported(w))
+            if w != crate::linearizability::RECORDED_NO_OP));
+        let full = round(&rec(Outcome::Failed(IndexError::Full)));
+        assert!(!full.indeterminate());
+        // A result with a response but no result is malformed input.
+        let mut line = rec(Outcome::Found(None)).to_json();
+        line["result"] = Value::Null;
+        assert!(Record::from_json(&line).is_err());
     }
 }
