@@ -634,3 +634,20 @@ fn the_table_says_how_each_run_was_measured() {
     assert!(capped.status.success(), "a run that did not converge is not an error");
     assert!(text.contains("NOT STEADY at the cap of 10 ms"), "{text}");
 }
+
+/// The four kinds of conflict a step-count clock hid (verify/tests/histories, cut from
+/// planted-bug runs that were judged clean): `check-history` rejects each, exit 1.
+#[test]
+fn check_history_rejects_the_program_order_cores() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../verify/tests/histories");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let out = dmkit(&["check-history", path.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{}: {text}", path.display());
+        assert!(text.contains("NOT LINEARIZABLE"), "{text}");
+        seen += 1;
+    }
+    assert_eq!(seen, 4);
+}
