@@ -645,43 +645,7 @@ proptest! {
 /// an operation may go next if no remaining determinate operation returned before it was
 /// invoked; an indeterminate one may also be left out, and returns whatever the model says.
 fn brute_force(records: &[Record]) -> bool {
-    type Seen = std::collections::HashSet<(Vec<bool>, Vec<(Vec<u8>, Vec<u8>)>)>;
-    fn go(records: &[&Record], left: &mut Vec<bool>, model: &SpecMap, failed: &mut Seen) -> bool {
-        let contents = |m: &SpecMap| m.scan(Bound::Unbounded, Bound::Unbounded, usize::MAX);
-        let pending: Vec<usize> = (0..records.len()).filter(|&i| left[i]).collect();
-        if pending.iter().all(|&i| records[i].indeterminate()) {
-            return true;
-        }
-        if failed.contains(&(left.clone(), contents(model))) {
-            return false;
-        }
-        for &i in &pending {
-            let r = records[i];
-            let blocked = pending
-                .iter()
-                .any(|&j| j != i && !records[j].indeterminate() && records[j].respond.is_some_and(|t| t < r.invoke));
-            if blocked {
-                continue;
-            }
-            let mut next = model.clone();
-            let outcome = next.apply(&r.op, true);
-            if !r.indeterminate() && outcome != r.outcome {
-                continue;
-            }
-            left[i] = false;
-            let found = go(records, left, &next, failed) || (r.indeterminate() && go(records, left, model, failed));
-            left[i] = true;
-            if found {
-                return true;
-            }
-        }
-        failed.insert((left.clone(), contents(model)));
-        false
-    }
-    let records: Vec<&Record> =
-        records.iter().filter(|r| !matches!(r.outcome, Outcome::Failed(_)) || r.indeterminate()).collect();
-    let mut left = vec![true; records.len()];
-    go(&records, &mut left, &SpecMap::new(), &mut Seen::new())
+    brute_force_with(records, false)
 }
 
 /// A small concurrent history: each operation takes effect at a point inside its interval, in
@@ -828,16 +792,16 @@ fn a_client_with_two_operations_in_flight_is_malformed() {
     assert_eq!(v.kind, ViolationKind::MalformedRecord, "{v}");
 }
 
-/// Brute force with program order: an operation may go next unless a remaining determinate
-/// operation returned before it was invoked or comes before it in its client's order.
-fn brute_force_program_order(records: &[Record]) -> bool {
+/// Brute force: an operation may go next unless a remaining determinate operation returned
+/// before it was invoked or, with `program_order`, comes before it in its client's order.
+fn brute_force_with(records: &[Record], program_order: bool) -> bool {
     type Seen = std::collections::HashSet<(Vec<bool>, Vec<(Vec<u8>, Vec<u8>)>)>;
     // Records are in program order within a client (the generator pushes them so).
-    fn before(records: &[&Record], a: usize, b: usize) -> bool {
+    fn before(records: &[&Record], a: usize, b: usize, program_order: bool) -> bool {
         let (ra, rb) = (records[a], records[b]);
-        ra.respond.is_some_and(|t| t < rb.invoke) || (ra.client == rb.client && a < b)
+        ra.respond.is_some_and(|t| t < rb.invoke) || (program_order && ra.client == rb.client && a < b)
     }
-    fn go(records: &[&Record], left: &mut Vec<bool>, model: &SpecMap, failed: &mut Seen) -> bool {
+    fn go(records: &[&Record], po: bool, left: &mut Vec<bool>, model: &SpecMap, failed: &mut Seen) -> bool {
         let contents = |m: &SpecMap| m.scan(Bound::Unbounded, Bound::Unbounded, usize::MAX);
         let pending: Vec<usize> = (0..records.len()).filter(|&i| left[i]).collect();
         if pending.iter().all(|&i| records[i].indeterminate()) {
@@ -848,7 +812,7 @@ fn brute_force_program_order(records: &[Record]) -> bool {
         }
         for &i in &pending {
             let r = records[i];
-            if pending.iter().any(|&j| j != i && !records[j].indeterminate() && before(records, j, i)) {
+            if pending.iter().any(|&j| j != i && !records[j].indeterminate() && before(records, j, i, po)) {
                 continue;
             }
             let mut next = model.clone();
@@ -857,7 +821,8 @@ fn brute_force_program_order(records: &[Record]) -> bool {
                 continue;
             }
             left[i] = false;
-            let found = go(records, left, &next, failed) || (r.indeterminate() && go(records, left, model, failed));
+            let found =
+                go(records, po, left, &next, failed) || (r.indeterminate() && go(records, po, left, model, failed));
             left[i] = true;
             if found {
                 return true;
@@ -869,7 +834,7 @@ fn brute_force_program_order(records: &[Record]) -> bool {
     let records: Vec<&Record> =
         records.iter().filter(|r| !matches!(r.outcome, Outcome::Failed(_)) || r.indeterminate()).collect();
     let mut left = vec![true; records.len()];
-    go(&records, &mut left, &SpecMap::new(), &mut Seen::new())
+    go(&records, program_order, &mut left, &SpecMap::new(), &mut Seen::new())
 }
 
 /// Clients that run their operations back to back (each invoked at its previous one's
@@ -930,7 +895,7 @@ proptest! {
         corrupt in proptest::option::of((any::<proptest::sample::Index>(), 0..8u8)),
     ) {
         let h = back_to_back_history(&ops, corrupt);
-        let expected = brute_force_program_order(&h.records);
+        let expected = brute_force_with(&h.records, true);
         match check(&h, true) {
             Ok(report) => prop_assert!(
                 expected || report.ambiguous_program_order > 0,
@@ -940,7 +905,7 @@ proptest! {
                 prop_assert!(!expected, "rejected a linearizable history:\n{v}\n{}", h.to_json_lines());
                 prop_assert_eq!(v.kind, ViolationKind::NotLinearizable);
                 let core: Vec<Record> = v.operations.iter().map(|&i| h.records[i].clone()).collect();
-                prop_assert!(!brute_force_program_order(&core), "the reported core is linearizable:\n{v}");
+                prop_assert!(!brute_force_with(&core, true), "the reported core is linearizable:\n{v}");
             }
         }
     }
