@@ -6,7 +6,10 @@
 # client half in rdma/tests/rxe.rs, TESTS below); HStore, its two servers as `dmkit server-node`
 # processes, with writes, GETs and scans from compute processes; huge pages (a memory node
 # with --hugepages serving Sherman, HStore's server nodes with --hugepages, and both refused
-# while the kernel has too few free huge pages); and bad server-node input.
+# while the kernel has too few free huge pages); and bad server-node input. Every index's
+# history is judged: each memory-node-only index under `run --check` (crud mix, deletes
+# included), the two-compute-process runs' and HStore's per-process histories together with
+# `dmkit check-history`.
 #
 #   rxe-e2e.sh DMKIT TESTS       # TESTS: the rxe test binary
 set -euo pipefail
@@ -68,6 +71,27 @@ for index in example sherman; do
     echo "e2e: $index ok"
 done
 
+# Every index without server nodes, judged: the crud mix (a quarter each of search, insert,
+# update and delete), every operation stamped from the cluster-wide FAA clock on memory node 0,
+# and the whole history checked for linearizability (`--check`).
+for index in example sherman smart art chime race cluster dolphin; do
+    start_memory_node
+    set +e
+    out=$("$dmkit" run --backend rdma --cluster "$scratch/cluster.toml" --index "$index" --workload crud --keys 1000 \
+        --compute-nodes 1 --memory-nodes 1 --threads-per-cn 2 --coroutines 4 --ops-per-client 100 --warmup-us 0 \
+        --check 2>&1)
+    rc=$?
+    set -e
+    stop_memory_node
+    verdict=$(echo "$out" | grep '^history:' || true)
+    echo "e2e: $index judged on Soft-RoCE: ${verdict:-no verdict}"
+    if [ "$rc" -ne 0 ] || ! echo "$verdict" | grep -q ': linearizable'; then
+        echo "e2e: $index: exit $rc: $(echo "$out" | tail -n 12)"
+        exit 1
+    fi
+done
+echo "e2e: every index's hardware history is linearizable"
+
 # Huge pages. This VM's kernel starts with none: --hugepages is refused in one line, exit 2,
 # saying how many pages to configure.
 hugepages=/proc/sys/vm/nr_hugepages
@@ -123,7 +147,7 @@ done
 two() {
     "$dmkit" run --backend rdma --cluster "$scratch/cn$1.toml" --index "$2" --workload "$3" --keys 3000 \
         --compute-nodes 2 --memory-nodes 1 --threads-per-cn 1 --coroutines 4 --ops-per-client 200 --warmup-us 0 \
-        --format json >"$scratch/out$1.json"
+        --export-history "$scratch/history$1.jsonl" --format json >"$scratch/out$1.json"
 }
 both() {
     start_memory_node
@@ -140,6 +164,12 @@ both() {
 }
 both sherman a
 echo "e2e: two compute nodes ok"
+# Their histories, stamped from one clock, judged together (and each alone is refused as
+# incomplete by `run --check`, so only the pair is a history).
+"$dmkit" check-history "$scratch/history0.jsonl" "$scratch/history1.jsonl"
+both sherman crud
+"$dmkit" check-history "$scratch/history0.jsonl" "$scratch/history1.jsonl"
+echo "e2e: two compute processes' histories are linearizable together"
 # Inserts from both processes: each takes every other fresh key number, so the table ends with
 # the 3000 loaded keys and 1600 new ones (load factor 4600 / (1500 buckets x 16 slots)), where
 # numbering per process would insert each fresh key twice (3800 keys, 0.158).
@@ -242,7 +272,8 @@ hstore() {
     local runs=()
     for cn in $(seq 0 $((cns - 1))); do
         "$dmkit" run --backend rdma --cluster "$scratch/hstore-cn$cn.toml" "${flags[@]}" --memory-nodes 1 \
-            --ops-per-client "$ops" --warmup-us 0 --format json >"$scratch/hstore$cn.json" 2>"$scratch/hstore$cn.log" &
+            --ops-per-client "$ops" --warmup-us 0 --export-history "$scratch/hstore-history$cn.jsonl" \
+            --format json >"$scratch/hstore$cn.json" 2>"$scratch/hstore$cn.log" &
         runs+=($!)
     done
     local failed=0
@@ -266,6 +297,7 @@ hstore() {
         exit 1
     fi
     local want=$((ops * 4))
+    local histories=()
     for cn in $(seq 0 $((cns - 1))); do
         local out
         out=$(cat "$scratch/hstore$cn.json")
@@ -282,6 +314,7 @@ hstore() {
             echo "e2e: hstore $config $workload: the invariant walk read nothing"
             exit 1
         fi
+        histories+=("$scratch/hstore-history$cn.jsonl")
         for op in "${@:5}"; do
             if ! echo "$out" | grep -q "\"$op\":{\"operations\":[1-9]"; then
                 echo "e2e: hstore $config $workload: compute node $cn ran no $op"
@@ -289,6 +322,12 @@ hstore() {
             fi
         done
     done
+    local verdict
+    if ! verdict=$("$dmkit" check-history "${histories[@]}"); then
+        echo "e2e: hstore $config $workload: the history is not clean: $verdict"
+        exit 1
+    fi
+    echo "e2e: hstore $config $workload: $(echo "$verdict" | head -n 1)"
 }
 # Two server nodes of 16 MiB: 16 huge pages.
 echo 16 >"$hugepages"

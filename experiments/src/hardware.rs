@@ -22,6 +22,23 @@
 //! key number from its own id (`SharedState::strided`), so no key is inserted twice. After the run the index's invariant walk reads the memory nodes through
 //! queue pairs of its own ([`HardwareView`]), as the simulator's walk reads its memory.
 //! Verb-level costs (round trips, bytes, NIC utilisation) are the simulator's and read 0 here.
+//!
+//! ## Histories on hardware
+//!
+//! With `--export-history` or `--check`, every operation is stamped at its invocation and at its
+//! response from one cluster-wide clock: an FAA of 1 on the word at [`HISTORY_CLOCK`] (memory
+//! node 0, host offset 2048, inside the reserved first MiB that no index uses below 4096), the
+//! stamp being the old value + 1. The memory node's NIC executes the FAAs one at a time, so the
+//! stamps are distinct and totally ordered; an invocation stamp is taken (its FAA completed)
+//! before the operation's first verb is posted, and a response stamp is taken after its last
+//! completion, so if `a`'s response stamp is below `b`'s invocation stamp, `a` really returned
+//! before `b` began, in any process: the history's order is real time's. Program order holds
+//! because a client stamps its next invocation after its previous response. The cost: two
+//! same-address FAAs per operation, which the NIC serialises (a ConnectX-6 does about 2 M of
+//! them per second on one host address): a recorded run measures the checker's clock as much
+//! as the index, so its throughput is not a result. Compute node 0's history begins with the
+//! loaded items (inserts at time 0); with several compute nodes each process exports its own
+//! clients' operations, and `dmkit check-history` judges the files together.
 
 use crate::cluster::{ClusterConfig, ServerRole};
 use crate::measure::{Decision, Estimate, Monitor, Window};
@@ -43,6 +60,14 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// The cluster-wide clock of recorded histories (module doc).
+pub const HISTORY_CLOCK: RemoteAddr = RemoteAddr::host(NodeId(0), 2048);
+
+/// A fresh stamp of the cluster-wide history clock.
+async fn history_stamp<C: Verbs>(c: &C) -> Result<u64, VerbsError> {
+    c.faa(HISTORY_CLOCK, 1).await.map(|old| old + 1)
+}
 
 /// Bytes of the compute thread's registered staging arena.
 const STAGING_BYTES: usize = 16 << 20;
@@ -304,6 +329,10 @@ struct Tally {
     latencies: BTreeMap<&'static str, (Vec<u64>, Vec<u32>)>,
     errors: Vec<(u32, String)>,
     counters: dmkit_indexes::Counters,
+    /// The clients' operations, stamped (module doc), when a history is recorded.
+    history: Vec<dmkit_verify::history::Record>,
+    /// Why the history clock could not be read, if it could not.
+    clock_error: Option<String>,
 }
 
 /// The measurement a process's threads share: each thread's operations per tick (its own lock,
@@ -414,6 +443,21 @@ pub fn run_index<K: IndexKind>(
     let (loader_cq, loader_conns) = (cqs.pop().expect("the loader's"), per_thread.pop().expect("the loader's"));
     let cn = NodeId(cluster.compute_node);
     let keys = items.len() as u64;
+    // Compute node 0's history starts with the loaded items, as inserts completed at time 0.
+    let preload: Vec<dmkit_verify::history::Record> = if setup.record_history && cn_index == 0 {
+        items
+            .iter()
+            .map(|(k, v)| dmkit_verify::history::Record {
+                client: u32::MAX,
+                op: spec::Op::Insert { key: k.clone(), value: v.clone() },
+                outcome: Outcome::Existed(false),
+                invoke: 0,
+                respond: Some(0),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let item_bytes = items.iter().map(|(k, v)| (k.len() + v.len()) as f64).sum::<f64>() / (keys.max(1) as f64);
     let node = {
         let exec = Executor::new(nic.clone(), loader_cq, loader_conns, cn, threads as u32, setup.seed, STAGING_BYTES)
@@ -488,9 +532,13 @@ pub fn run_index<K: IndexKind>(
     });
     // Every compute node has finished before anyone walks the index.
     barrier(&mut control, 2, parties).map_err(|e| format!("waiting for the other compute nodes: {e}"))?;
-    let mut tally = Tally::default();
+    let mut tally = Tally { history: preload, ..Tally::default() };
     for t in tallies {
         let t = t?;
+        if let Some(e) = t.clock_error {
+            return Err(format!("reading the history clock on memory node 0: {e}"));
+        }
+        tally.history.extend(t.history);
         for (name, (l, ticks)) in t.latencies {
             let e = tally.latencies.entry(name).or_default();
             e.0.extend(l);
@@ -545,6 +593,8 @@ pub fn run_index<K: IndexKind>(
         cas_failures: tally.counters.cas_failures,
         errors,
         index_counters: tally.counters.events.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        history: setup.record_history.then(|| dmkit_verify::history::History { records: tally.history }),
+        supports_scan: K::SUPPORTS_SCAN,
         // Verb-level costs and NIC utilisation are the simulator's: they stay 0 here.
         ..RunResult::measured(
             K::NAME,
@@ -585,14 +635,46 @@ fn run_thread<K: IndexKind>(
         let c = exec.client(id, k as u32);
         let mut handle = K::open(options, node.clone(), c.clone());
         let (tally, clock) = (tally.clone(), clock.clone());
+        let record = setup.record_history;
         exec.spawn(async move {
             let ticks = &clock.ticks[thread as usize];
-            while clock.now_ns() < clock.end_ns.load(Ordering::Relaxed) {
+            'run: while clock.now_ns() < clock.end_ns.load(Ordering::Relaxed) {
                 let Some(task) = source.next_op() else { break };
                 let t0 = clock.now_ns();
                 let mut outcomes = Vec::with_capacity(task.ops.len());
                 for op in &task.ops {
+                    let invoke = match record {
+                        false => 0,
+                        true => match history_stamp(&c).await {
+                            Ok(t) => t,
+                            Err(e) => {
+                                tally.borrow_mut().clock_error = Some(e.to_string());
+                                break 'run;
+                            }
+                        },
+                    };
                     let outcome = spec::apply(&mut handle, op).await;
+                    if record {
+                        // A response that cannot be stamped leaves the operation in flight
+                        // (indeterminate), and the run fails with the clock's error.
+                        let respond = match history_stamp(&c).await {
+                            Ok(t) => Some(t),
+                            Err(e) => {
+                                tally.borrow_mut().clock_error = Some(e.to_string());
+                                None
+                            }
+                        };
+                        tally.borrow_mut().history.push(dmkit_verify::history::Record {
+                            client: id,
+                            op: op.clone(),
+                            outcome: outcome.clone(),
+                            invoke,
+                            respond,
+                        });
+                        if respond.is_none() {
+                            break 'run;
+                        }
+                    }
                     let failed = matches!(outcome, Outcome::Failed(_));
                     outcomes.push(outcome);
                     if failed {

@@ -485,7 +485,10 @@ struct MergeArgs {
 #[derive(Args, Debug)]
 struct CheckHistoryArgs {
     /// The history: JSON lines, one operation per line (`dmkit run --export-history` writes it).
-    file: std::path::PathBuf,
+    /// Several files are judged as one history (the compute processes of one hardware run,
+    /// each of which exports its own clients' operations).
+    #[arg(required = true)]
+    files: Vec<std::path::PathBuf>,
     /// Whether the index supports scans: `auto` takes a scan that failed as unsupported to mean
     /// a hash index, `yes` and `no` decide (a successful scan on an index without them, or an
     /// unsupported one on an index with them, is a violation).
@@ -723,6 +726,11 @@ fn run_run(a: RunArgs) -> Result<ExitCode, String> {
     if (a.export_history.is_some() || a.check) && a.file.is_some() {
         return Err("--export-history and --check take one run, not a run file".into());
     }
+    if a.check && a.backend == "rdma" && a.compute_nodes > 1 {
+        return Err("--check on --backend rdma judges one process's clients, which with several compute nodes is \
+                    part of the history: --export-history in each process, then dmkit check-history FILE..."
+            .into());
+    }
     let (shard, shards) = match &a.shard {
         None => (1, 1),
         Some(text) => run::parse_shard(text)?,
@@ -835,9 +843,13 @@ fn judge_history(
 fn run_check_history(a: CheckHistoryArgs) -> Result<ExitCode, String> {
     use dmkit_indexes::IndexError;
     use dmkit_indexes::spec::{Op, Outcome};
-    let text = std::fs::read_to_string(&a.file).map_err(|e| format!("cannot read {}: {e}", a.file.display()))?;
-    let history =
-        dmkit_verify::history::History::from_json_lines(&text).map_err(|e| format!("{}: {e}", a.file.display()))?;
+    let mut history = dmkit_verify::history::History::default();
+    for file in &a.files {
+        let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let part =
+            dmkit_verify::history::History::from_json_lines(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        history.records.extend(part.records);
+    }
     let scans_supported = match a.scans.as_str() {
         "yes" => true,
         "no" => false,

@@ -651,3 +651,15 @@ fn check_history_rejects_the_program_order_cores() {
     }
     assert_eq!(seen, 4);
 }
+
+/// `--check` on hardware with several compute processes would judge a part of the history:
+/// refused, pointing at the per-process export and `check-history`.
+#[test]
+fn run_check_on_several_hardware_processes_is_refused() {
+    assert_one_line_error(
+        &["run", "--index", "example", "--backend", "rdma", "--compute-nodes", "2", "--check"],
+        "check-history",
+    );
+    assert_one_line_error(&["check-history"], "required");
+    assert_one_line_error(&["check-history", "/nonexistent/h.jsonl"], "cannot read");
+}
