@@ -341,6 +341,28 @@ hstore hstore e 1 10 scan
 hstore faithful-sync e 1 10 scan
 echo "e2e: HStore's two server-node processes serve writes, GETs and scans from compute processes"
 
+# Clover: its metadata server as a `dmkit server-node` process (node 1), the crud mix judged.
+clover=(--index clover --workload crud --keys 1000 --compute-nodes 1 --threads-per-cn 2 --coroutines 4)
+start_memory_node
+"$dmkit" server-node --listen 127.0.0.1:7481 --size 64MiB --token vm-token --node 1 \
+    --cluster "$scratch/servers.toml" "${clover[@]}" &
+sn=$!
+wait_port 7481
+set +e
+out=$("$dmkit" run --backend rdma --cluster "$scratch/servers.toml" "${clover[@]}" --memory-nodes 1 \
+    --ops-per-client 100 --warmup-us 0 --check 2>&1)
+rc=$?
+set -e
+kill -TERM "$sn"
+wait "$sn"
+stop_memory_node
+verdict=$(echo "$out" | grep '^history:' || true)
+echo "e2e: clover judged on Soft-RoCE: ${verdict:-no verdict}"
+if [ "$rc" -ne 0 ] || ! echo "$verdict" | grep -q ': linearizable'; then
+    echo "e2e: clover: exit $rc: $(echo "$out" | tail -n 12)"
+    exit 1
+fi
+
 # Bad input is one line and exit 2 (huge pages: none are left configured).
 echo 0 >"$hugepages"
 expect_refusal() {
