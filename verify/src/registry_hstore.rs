@@ -115,6 +115,23 @@ impl Checked for HStore {
                 },
                 hstore_checking_options(),
             ),
+            // One chain (a head bucket and the pool's one overflow bucket, two slots each) for
+            // six keys under a write-heavy mix with deletes: the chain fills and empties, and a
+            // batch may carry an upsert answered `Full` ahead of another that takes a slot.
+            // Failed before the HTS counted a new bucket's slots only once it was reserved: the
+            // upsert after one refused a bucket went out with no slot to take, and the SLS
+            // inserted what the HTS could not (found with `dmkit run --workload delete-heavy`).
+            (
+                Preset {
+                    name: "full",
+                    keys: 6,
+                    preload: 3,
+                    mix: Mix { search: 15, insert: 45, update: 10, delete: 30, scan: 0 },
+                    required_counters: &["hts_full", "batch_shared", "hts_overflow_buckets"],
+                    ..base.clone()
+                },
+                HStoreOptions { buckets: 1, hts_workers: 1, pool_buckets: 1, ..hstore_checking_options() },
+            ),
             (
                 Preset {
                     name: "pair",

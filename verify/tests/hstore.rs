@@ -124,6 +124,9 @@ mod explored {
             ("crash-hts", Mode::Random),
             ("crash-sls", Mode::Random),
             ("pair", Mode::Dfs { preemptions: 2 }),
+            // A spent pool: `dmkit check --preset full` failed at its ninth random schedule when
+            // the HTS counted a bucket's slots before reserving it (see the module doc).
+            ("full", Mode::Random),
         ] {
             check_index(&scenario(preset, None, None), mode, 3, budget(), u64::MAX).assert_clean(
                 &format!("{preset} {mode:?}"),

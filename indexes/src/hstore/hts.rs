@@ -425,12 +425,10 @@ impl Hts {
     async fn ship<'a, C: ServerCtx>(&self, ctx: &'a C, w: usize, mut batch: Vec<Pending>) -> Option<Shipped<'a>> {
         let taken_ns = ctx.now_ns();
         let mut verify: BTreeMap<u64, usize> = BTreeMap::new();
-        let mut needs = Vec::with_capacity(batch.len());
+        // Each entry's chain and its empty slots, before the batch.
+        let mut chains = Vec::with_capacity(batch.len());
         // Blocks each entry's fingerprint matches, before the batch.
         let mut candidates: Vec<Vec<u64>> = Vec::with_capacity(batch.len());
-        // Empty slots per chain as the batch's upserts use them up (each taken to be an insert:
-        // a bucket is reserved for every upsert that might not find a slot).
-        let mut empties: BTreeMap<u64, usize> = BTreeMap::new();
         let pipelined = self.o.planted("pipelined-sync");
         for p in &batch {
             let pl = self.g.place(&p.entry.key);
@@ -460,17 +458,7 @@ impl Hts {
                 }
             }
             candidates.push(mine);
-            // Pipelined (the plant), an earlier batch may still fill this chain: every upsert
-            // reserves a bucket, so the plant shows its ordering bug, not a reservation one.
-            let left = empties.entry(pl.bucket).or_insert(if pipelined { 0 } else { empty });
-            let need = p.entry.op == WriteOp::Upsert && *left == 0;
-            if p.entry.op == WriteOp::Upsert {
-                *left = if need { self.g.slots - 1 } else { *left - 1 };
-                if pipelined {
-                    *left = 0;
-                }
-            }
-            needs.push(need);
+            chains.push((pl.bucket, empty));
         }
         let verifying = !self.o.planted("fp-only");
         // Reserve overflow buckets. An upsert that cannot have one is full before shipping,
@@ -481,8 +469,21 @@ impl Hts {
             let mut reserved = 0;
             let mut kept: Vec<Pending> = Vec::with_capacity(batch.len());
             let mut full = Vec::new();
-            for ((p, need), mine) in batch.drain(..).zip(needs).zip(candidates) {
-                if need {
+            // Empty slots per chain as the kept upserts use them up (each taken to be an
+            // insert). A new bucket's slots count only once it is reserved: an upsert answered
+            // `Full` adds none, or the chain's next upserts would go out with no slot to take
+            // (the SLS would insert them, the HTS fail to: S9). A kept upsert of a present key
+            // takes no slot; if an entry before it in the batch deletes the key, that delete
+            // frees one.
+            let mut empties: BTreeMap<u64, usize> = BTreeMap::new();
+            for ((p, (bucket, empty)), mine) in batch.drain(..).zip(chains).zip(candidates) {
+                // Pipelined (the plant), an earlier batch may still fill this chain: every
+                // upsert reserves a bucket, so the plant shows its ordering bug, not a
+                // reservation one.
+                let left = empties.entry(bucket).or_insert(if pipelined { 0 } else { empty });
+                if p.entry.op == WriteOp::Upsert && *left > 0 {
+                    *left -= 1;
+                } else if p.entry.op == WriteOp::Upsert {
                     let room = {
                         let mut s = lock(&self.shared);
                         let room = s.pool_next[w] + s.pool_reserved[w] < self.g.pool_buckets;
@@ -493,6 +494,9 @@ impl Hts {
                     };
                     if room {
                         reserved += 1;
+                        if !pipelined {
+                            *left = self.g.slots - 1;
+                        }
                     } else {
                         if verifying && known.is_empty() && !verify.is_empty() {
                             known = self.read_keys(ctx, &verify).await;

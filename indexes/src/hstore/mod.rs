@@ -57,6 +57,14 @@
 //! sees an empty bucket, which linearizes before the insert that is linking it (an earlier
 //! version had the plant; the checker ran clean on it for 20 s and it was dropped).
 //!
+//! **A spent pool (found by `dmkit run --workload delete-heavy`).** A batch's upserts are
+//! planned before its overflow buckets are reserved, and the plan counted a new bucket's slots
+//! as soon as an upsert needed one: with the pool spent, that upsert was answered `Full`, and
+//! the chain's next upsert in the batch went out counting on a slot that did not exist, so the
+//! SLS inserted it and the HTS could not (S9; its client saw corruption). Slots are now counted
+//! as entries are kept, a new bucket's only once it is reserved; the `full` checker preset
+//! (one chain, a one-bucket pool) found the old rule at its ninth schedule.
+//!
 //! ## Recovery
 //!
 //! A server that restarts (the simulator's crash-stop) comes back empty. It asks its peer's
