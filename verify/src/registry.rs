@@ -433,6 +433,22 @@ impl Checked for Race {
                 },
                 RaceOptions { slots: 1, initial_depth: 0, ..race_options(2) },
             ),
+            // "default" with 2-slot buckets (24 bytes): some buckets' headers and slots sit in
+            // different cache lines, so a READ of one bucket can see its header and its slots at
+            // different times while a split moves the bucket. Twice the keys, more preloaded:
+            // with 8 keys a key's two combined buckets (8 slots) never fill, so nothing splits.
+            (
+                Preset {
+                    name: "default-2slot",
+                    keys: 16,
+                    preload: 9,
+                    mix: Mix { search: 35, insert: 40, update: 15, delete: 10, scan: 0 },
+                    required_counters: &["split", "item_moved", "directory_doubling", "search_on_resize", "split_wait"],
+                    step_limit: 1_000_000,
+                    ..basic.clone()
+                },
+                RaceOptions { slots: 2, initial_depth: 0, ..race_options(2) },
+            ),
             // Two subtables of 1-slot buckets and more keys: splits of a subtable shallower than
             // the directory (several entries re-pointed, no doubling) as well as doublings.
             (

@@ -118,6 +118,7 @@ mod explored {
         for (preset, mode) in [
             ("default", Mode::Random),
             ("default", Mode::Pct { depth: 3 }),
+            ("default-2slot", Mode::Pct { depth: 3 }),
             ("deep", Mode::Random),
             ("basic", Mode::Random),
             ("same-key", Mode::Random),
@@ -168,6 +169,24 @@ mod explored {
                 "{bug}"
             );
         }
+    }
+
+    /// 2-slot buckets (24 bytes) put some headers and slots in different cache lines. Without
+    /// the fenced header re-read, a search that reads a bucket's header before the split's CAS
+    /// and its slot after the move misses a preloaded key: PCT finds it at schedule 13,511 of
+    /// seed 1 (bounded, so the test does not depend on the machine's speed), and it replays.
+    #[test]
+    fn the_header_recheck_is_needed() {
+        let planted = scenario("default-2slot", None, Some("no-header-recheck"));
+        let check = check_index(&planted, Mode::Pct { depth: 3 }, 1, Duration::from_secs(600), 20_000);
+        let f = check
+            .exploration
+            .failure
+            .unwrap_or_else(|| panic!("not found in {} schedules", check.exploration.schedules));
+        assert!(f.message.contains("not linearizable"), "{}", f.message);
+        assert_eq!(explore::replay(&planted, f.variant, &f.choices), Err(f.message.clone()));
+        // The same schedule with the re-read runs clean.
+        assert_eq!(explore::replay(&scenario("default-2slot", None, None), f.variant, &f.choices), Ok(()));
     }
 
     /// Digest K1: the paper zeroes and reuses a block as soon as its pointer leaves the slot,

@@ -60,6 +60,22 @@
 //! buckets there if inserts took bucket `b`'s, D16), clears the old slot, and if that clear
 //! fails takes the copy back and moves whatever the slot holds now.
 //!
+//! ## Buckets that span cache lines
+//!
+//! The paper's bucket (K = 7, 64 bytes, 64-byte aligned) is one cache line, so one READ sees
+//! its header and slots at one instant. Other K accepted by the options (K = 2: 24-byte
+//! buckets) leave some buckets with the header in one line and slots in the next, and a READ
+//! samples its lines in any order. A search whose cached entry predates the split's step 3 could then see a bucket's header before
+//! the split's CAS of step 4 (old depth: the stale-bucket check passes) and its slot after the
+//! move cleared it (the copy already in T, which the search does not read): a present key
+//! missed (found by PCT in the `default-2slot` preset, schedule 13,511 of seed 1; a write's
+//! `find` and an insert's look-up read views the same way). Fix: the READ of the two combined
+//! buckets is followed, in the same batch, by a fenced 8-byte READ of the header of each bucket
+//! that spans lines, and the view takes that header. Fenced, it samples after every slot of
+//! the bucket READs, so a header that still admits the key proves no slot of its bucket had
+//! moved when it was read. No extra round trip; nothing is added when buckets do not span
+//! lines (K = 1, 3, 7). Plant `no-header-recheck` removes it.
+//!
 //! ## Operations (digest §3; K = 7, a 64-B KV block, cache hit)
 //!
 //! - **search**: `READ cb1 ‖ READ cb2` (one batch), then the KV blocks of every
@@ -241,7 +257,7 @@ impl RaceOptions {
     }
 }
 
-const PLANTS: [PlantedBug; 5] = [
+const PLANTS: [PlantedBug; 6] = [
     PlantedBug {
         name: "no-freeze",
         description: "a split copies an item to the new subtable without freezing its slot: a write that lands between the copy and the clear is lost, or leaves a stale copy in the new subtable",
@@ -261,6 +277,10 @@ const PLANTS: [PlantedBug; 5] = [
     PlantedBug {
         name: "no-resize-check",
         description: "paper-insert: an insert skips Algorithm 1's header check after its CAS: a split's step 1 between its READ and its CAS leaves the item behind in the old subtable",
+    },
+    PlantedBug {
+        name: "no-header-recheck",
+        description: "a bucket READ takes the header of a bucket that spans cache lines from the same READ as its slots: it can see the header before a split's CAS and the slots after the move, and a search misses a present key",
     },
 ];
 
@@ -370,7 +390,16 @@ fn empty_subtable(g: &Geometry, h: Header) -> Vec<u8> {
     b
 }
 
-/// The two combined buckets of a key as read: four physical buckets.
+/// Whether bucket `b` of the subtable at `st` has its header and some of its slots in different
+/// 64-byte cache lines (a READ of the bucket may then sample them at different times).
+fn straddles(g: &Geometry, st: RemoteAddr, b: usize) -> bool {
+    const LINE: u64 = 64;
+    let at = st.offset() + g.bucket_at(b) as u64;
+    at / LINE != (at + g.bucket_bytes() as u64 - 1) / LINE
+}
+
+/// The two combined buckets of a key as read: four physical buckets. Each bucket's header was
+/// sampled no earlier than any of its slots (see [`RaceHandle::read_view_after`]).
 struct View {
     subtable: RemoteAddr,
     /// (physical bucket, header, slot words), in physical order per combined bucket.
@@ -470,21 +499,40 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     ) -> Result<(View, Vec<dmkit_rdma::Response>), IndexError> {
         let g = self.g;
         let firsts = kh.idx.map(|a| g.combined_first(a));
+        // Buckets whose header shares no cache line with some of its slots: their headers are
+        // read again after the slots (below).
+        let torn: Vec<usize> = if self.planted("no-header-recheck") {
+            Vec::new()
+        } else {
+            let mut t: Vec<usize> = firsts.iter().flat_map(|&b| [b, b + 1]).filter(|&b| straddles(&g, st, b)).collect();
+            t.sort_unstable();
+            t.dedup();
+            t
+        };
         let n_pre = pre.len();
         let mut reqs = pre;
         reqs.extend(firsts.iter().map(|&b| Request::read_len(st.add(g.bucket_at(b) as u64), 2 * g.bucket_bytes())));
+        // Fenced: sampled after both bucket READs have completed, so after every slot they saw.
+        reqs.extend(torn.iter().map(|&b| Request::read_len(st.add(g.bucket_at(b) as u64), 8).fenced()));
         reqs.extend(extra);
         let mut resp = post_per_node(&self.ctx, reqs).await?;
-        let reads: Vec<dmkit_rdma::Response> = resp.drain(n_pre..n_pre + 2).collect();
+        let reads: Vec<dmkit_rdma::Response> = resp.drain(n_pre..n_pre + 2 + torn.len()).collect();
         resp.truncate(n_pre);
+        let mut reads = reads.into_iter();
         let mut buckets = Vec::with_capacity(4);
-        for (first, r) in firsts.iter().zip(reads) {
+        for (first, r) in firsts.iter().zip(reads.by_ref().take(2)) {
             let buf = r.into_buf()?;
             for half in 0..2 {
                 let at = half * g.bucket_bytes();
                 let header = Header::decode(buf.u64_at(at));
                 let slots = (0..g.slots).map(|s| buf.u64_at(at + 8 + 8 * s)).collect();
                 buckets.push((first + half, header, slots));
+            }
+        }
+        for (b, r) in torn.iter().zip(reads) {
+            let header = Header::decode(r.into_buf()?.u64_at(0));
+            for x in buckets.iter_mut().filter(|x| x.0 == *b) {
+                x.1 = header;
             }
         }
         Ok((View { subtable: st, buckets }, resp))
