@@ -160,10 +160,27 @@ mod explored {
     /// trusts a table incarnation it has not seen complete can read a bucket of the table a
     /// restarted HTS is still rebuilding and miss a present key. Confirming a new incarnation
     /// with a fenced batch closes it (the crash-hts preset runs clean in the test above).
+    ///
+    /// Ignored, and open: this was found (random, within 50 000 schedules) only through a READ
+    /// posted before the crash that executed on the restarted HTS's half-built table, which the
+    /// simulator no longer allows (3dca65a: a verb posted to one incarnation never reaches the
+    /// next, as on hardware). What remains is a GET posted during the rebuild whose two READs
+    /// straddle the ready word's write; 50 000 PCT schedules with frequent probes and each QP
+    /// its own actor (below) do not reach it. Until a scenario does, this protection has no
+    /// test that shows the checker catching its removal.
     #[test]
+    #[ignore = "the plant is no longer reached: see the doc comment"]
     fn a_new_table_is_confirmed_with_a_fence() {
-        let message =
-            found("no-ready-fence", &scenario("crash-hts", None, Some("no-ready-fence")), Mode::Random, 50_000);
+        // Clients probe the restarted HTS often, so that GETs are posted while it rebuilds its
+        // table (a verb posted before the crash fails since 3dca65a, so only these can see the
+        // half-built table), and each queue pair is its own actor.
+        let plant = |p| {
+            let mut s = scenario("crash-hts", None, p);
+            s.options.down_probe_ns = 2_000;
+            s.qp_actors = true;
+            s
+        };
+        let message = found("no-ready-fence", &plant(Some("no-ready-fence")), Mode::Pct { depth: 3 }, 50_000);
         assert!(message.contains("not linearizable"), "{message}");
     }
 
