@@ -445,16 +445,7 @@ pub fn run_index<K: IndexKind>(
     let keys = items.len() as u64;
     // Compute node 0's history starts with the loaded items, as inserts completed at time 0.
     let preload: Vec<dmkit_verify::history::Record> = if setup.record_history && cn_index == 0 {
-        items
-            .iter()
-            .map(|(k, v)| dmkit_verify::history::Record {
-                client: u32::MAX,
-                op: spec::Op::Insert { key: k.clone(), value: v.clone() },
-                outcome: Outcome::Existed(false),
-                invoke: 0,
-                respond: Some(0),
-            })
-            .collect()
+        items.iter().map(|(k, v)| dmkit_verify::history::Record::preloaded(k.clone(), v.clone())).collect()
     } else {
         Vec::new()
     };
@@ -593,7 +584,7 @@ pub fn run_index<K: IndexKind>(
         cas_failures: tally.counters.cas_failures,
         errors,
         index_counters: tally.counters.events.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-        history: setup.record_history.then(|| dmkit_verify::history::History { records: tally.history }),
+        history: setup.record_history.then_some(dmkit_verify::history::History { records: tally.history }),
         supports_scan: K::SUPPORTS_SCAN,
         // Verb-level costs and NIC utilisation are the simulator's: they stay 0 here.
         ..RunResult::measured(

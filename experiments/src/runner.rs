@@ -597,16 +597,7 @@ pub fn run_index<K: IndexKind>(
     let preload: Vec<dmkit_verify::history::Record> = if setup.record_history {
         // A recorded history starts with the loaded keys, as inserts completed at time 0, so
         // that a checker knows the initial contents.
-        items
-            .clone()
-            .map(|(k, v)| dmkit_verify::history::Record {
-                client: u32::MAX,
-                op: dmkit_indexes::spec::Op::Insert { key: k, value: v },
-                outcome: Outcome::Existed(false),
-                invoke: 0,
-                respond: Some(0),
-            })
-            .collect()
+        items.clone().map(|(k, v)| dmkit_verify::history::Record::preloaded(k, v)).collect()
     } else {
         Vec::new()
     };

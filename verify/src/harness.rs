@@ -257,16 +257,10 @@ impl<K: Checked> Scenario for IndexScenario<K> {
         // The preloaded keys, as completed inserts before time 0 of the history.
         let mut history = History::default();
         for k in 0..preload {
-            history.records.push(Record {
-                client: u32::MAX,
-                op: Op::Insert {
-                    key: (self.preset.key_of)(k),
-                    value: value_of(u32::MAX, k as u32, self.preset.value_bytes),
-                },
-                outcome: spec::Outcome::Existed(false),
-                invoke: 0,
-                respond: Some(0),
-            });
+            history.records.push(Record::preloaded(
+                (self.preset.key_of)(k),
+                value_of(u32::MAX, k as u32, self.preset.value_bytes),
+            ));
         }
         for c in &self.faults.node_crashes {
             let now = sim.now_ns();

@@ -74,6 +74,18 @@ pub struct Record {
 }
 
 impl Record {
+    /// A loaded item as the history's initial contents: an insert by no client (`u32::MAX`),
+    /// completed at time 0, before every stamped event.
+    pub fn preloaded(key: Vec<u8>, value: Vec<u8>) -> Record {
+        Record {
+            client: u32::MAX,
+            op: Op::Insert { key, value },
+            outcome: Outcome::Existed(false),
+            invoke: 0,
+            respond: Some(0),
+        }
+    }
+
     /// True if the operation may or may not have taken effect.
     pub fn indeterminate(&self) -> bool {
         self.respond.is_none() || matches!(&self.outcome, Outcome::Failed(e) if effect_unknown(e))

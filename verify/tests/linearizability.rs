@@ -679,15 +679,20 @@ fn concurrent_history(
         records[i] = Some(Record { client: i as u32, op, outcome, invoke, respond });
     }
     let mut records: Vec<Record> = records.into_iter().map(Option::unwrap).collect();
+    corrupt_one(&mut records, corrupt);
+    History { records }
+}
+
+/// Changes one result, if asked: a search's value, or an `existed`.
+fn corrupt_one(records: &mut [Record], corrupt: Option<(proptest::sample::Index, u8)>) {
     if let Some((at, flip)) = corrupt {
-        let r = &mut records[at.index(ops.len())];
+        let r = &mut records[at.index(records.len())];
         r.outcome = match &r.outcome {
             Outcome::Found(_) => Outcome::Found((flip % 4 != 0).then(|| vec![flip % 4])),
             Outcome::Existed(e) => Outcome::Existed(!e),
             other => other.clone(),
         };
     }
-    History { records }
 }
 
 proptest! {
@@ -872,14 +877,7 @@ fn back_to_back_history(ops: &[(u8, u8, u8, u64, u64, u8)], corrupt: Option<(pro
         records[i] = Some(Record { client, op, outcome, invoke, respond: Some(respond) });
     }
     let mut records: Vec<Record> = records.into_iter().map(Option::unwrap).collect();
-    if let Some((at, flip)) = corrupt {
-        let r = &mut records[at.index(ops.len())];
-        r.outcome = match &r.outcome {
-            Outcome::Found(_) => Outcome::Found((flip % 4 != 0).then(|| vec![flip % 4])),
-            Outcome::Existed(e) => Outcome::Existed(!e),
-            other => other.clone(),
-        };
-    }
+    corrupt_one(&mut records, corrupt);
     History { records }
 }
 
