@@ -74,6 +74,16 @@ done
 # Every index without server nodes, judged: the crud mix (a quarter each of search, insert,
 # update and delete), every operation stamped from the cluster-wide FAA clock on memory node 0,
 # and the whole history checked for linearizability (`--check`).
+# judged INDEX OUTPUT STATUS: a `run --check` exited 0 and said its history is linearizable.
+judged() {
+    local verdict
+    verdict=$(echo "$2" | grep '^history:' || true)
+    echo "e2e: $1 judged on Soft-RoCE: ${verdict:-no verdict}"
+    if [ "$3" -ne 0 ] || ! echo "$verdict" | grep -q ': linearizable'; then
+        echo "e2e: $1: exit $3: $(echo "$2" | tail -n 12)"
+        exit 1
+    fi
+}
 for index in example sherman smart art chime race cluster dolphin; do
     start_memory_node
     set +e
@@ -83,12 +93,7 @@ for index in example sherman smart art chime race cluster dolphin; do
     rc=$?
     set -e
     stop_memory_node
-    verdict=$(echo "$out" | grep '^history:' || true)
-    echo "e2e: $index judged on Soft-RoCE: ${verdict:-no verdict}"
-    if [ "$rc" -ne 0 ] || ! echo "$verdict" | grep -q ': linearizable'; then
-        echo "e2e: $index: exit $rc: $(echo "$out" | tail -n 12)"
-        exit 1
-    fi
+    judged "$index" "$out" "$rc"
 done
 echo "e2e: every index's hardware history is linearizable"
 
@@ -356,12 +361,7 @@ set -e
 kill -TERM "$sn"
 wait "$sn"
 stop_memory_node
-verdict=$(echo "$out" | grep '^history:' || true)
-echo "e2e: clover judged on Soft-RoCE: ${verdict:-no verdict}"
-if [ "$rc" -ne 0 ] || ! echo "$verdict" | grep -q ': linearizable'; then
-    echo "e2e: clover: exit $rc: $(echo "$out" | tail -n 12)"
-    exit 1
-fi
+judged clover "$out" "$rc"
 
 # Bad input is one line and exit 2 (huge pages: none are left configured).
 echo 0 >"$hugepages"

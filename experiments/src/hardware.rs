@@ -635,9 +635,9 @@ fn run_thread<K: IndexKind>(
                 let mut outcomes = Vec::with_capacity(task.ops.len());
                 for op in &task.ops {
                     let invoke = match record {
-                        false => 0,
+                        false => None,
                         true => match history_stamp(&c).await {
-                            Ok(t) => t,
+                            Ok(t) => Some(t),
                             Err(e) => {
                                 tally.borrow_mut().clock_error = Some(e.to_string());
                                 break 'run;
@@ -645,7 +645,7 @@ fn run_thread<K: IndexKind>(
                         },
                     };
                     let outcome = spec::apply(&mut handle, op).await;
-                    if record {
+                    if let Some(invoke) = invoke {
                         // A response that cannot be stamped leaves the operation in flight
                         // (indeterminate), and the run fails with the clock's error.
                         let respond = match history_stamp(&c).await {

@@ -352,9 +352,10 @@ pub fn run_loaded<K: IndexKind>(
                         let k0 = (k0.retries, k0.lock_failures, k0.cas_failures);
                         let mut outcomes = Vec::with_capacity(task.ops.len());
                         for op in &task.ops {
-                            let invoke = c.history_stamp();
+                            // Stamped only when recorded: the stamps are the history's clock.
+                            let invoke = record.then(|| c.history_stamp());
                             let outcome = spec::apply(&mut handle, op).await;
-                            if record {
+                            if let Some(invoke) = invoke {
                                 tally.borrow_mut().history.records.push(dmkit_verify::history::Record {
                                     client: c.id(),
                                     op: op.clone(),

@@ -771,7 +771,7 @@ impl Core {
                 arrive_ps: NOT_ISSUED,
                 exec_ps: 0,
                 // The incarnation the verb's queue pair is connected to: a verb posted before a
-                // crash never executes on the restarted node (module doc, faults).
+                // crash never executes on the restarted node (`NodeCrash`).
                 node_epoch: self.nodes.get(r.addr.node().0 as usize).map_or(0, |n| n.epoch),
                 phase: Phase::InTransit,
                 units_left: 0,
@@ -1062,7 +1062,7 @@ impl Core {
         debug_assert_eq!(head, Some(v), "verbs reach the responder in QP order");
         q.head_scheduled = false;
         self.schedule_qp_head(qp);
-        if !self.nodes[node].up || self.nodes[node].epoch != self.verbs[v].node_epoch {
+        if self.node_lost(v) {
             // Down, or restarted since the verb was posted: on hardware the queue pair broke
             // with the crash, so the verb completes in error instead of reaching the new
             // incarnation's memory.

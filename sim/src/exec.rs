@@ -729,13 +729,6 @@ impl SimClient {
         self.core.borrow().clients[self.id as usize].stats
     }
 
-    /// Steps executed so far. Several tasks run between two steps (every ready task is polled),
-    /// so two events in one step share a value: not a clock for histories, use
-    /// [`SimClient::history_stamp`] there.
-    pub fn logical_time(&self) -> u64 {
-        self.core.borrow().steps
-    }
-
     /// A fresh position in the run's one total order of recorded events: every call returns a
     /// larger value than every call before it, in any client. The simulator runs its tasks one
     /// at a time on one thread, so this order is the order in which the events happened, and

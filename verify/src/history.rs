@@ -92,19 +92,11 @@ impl Record {
     }
 }
 
-/// Whether a failed operation may still have changed the map.
+/// Whether a failed operation may still have changed the map: an error of a limit, a full
+/// structure or an unsupported operation changed nothing; retries given up, corruption and
+/// transport errors may have left an effect.
 pub fn effect_unknown(e: &IndexError) -> bool {
-    match e {
-        IndexError::KeyTooShort { .. }
-        | IndexError::KeyTooLong { .. }
-        | IndexError::ValueTooLong { .. }
-        | IndexError::ValueTooShort { .. }
-        | IndexError::ReservedKey(_)
-        | IndexError::ReservedValue(_)
-        | IndexError::Full
-        | IndexError::Unsupported(_) => false,
-        IndexError::RetriesExhausted { .. } | IndexError::Corrupt(_) | IndexError::Verbs(_) => true,
-    }
+    matches!(error_kind(e), "retries" | "corrupt" | "verbs")
 }
 
 /// The error a parsed operation that never returned carries (it is indeterminate; no result).
