@@ -21,6 +21,10 @@ pub struct LoadBench {
     /// Non-zero bytes of the loaded memory nodes, and the host bytes the image holds them in.
     pub nonzero_bytes: u64,
     pub image_host_bytes: u64,
+    /// [`dmkit_sim::Image::memory_digest`] of the loaded memory nodes: a change that only makes
+    /// loading faster must leave it as it was.
+    #[serde(default)]
+    pub memory_digest: u64,
     /// Peak resident memory of the process that loaded (VmHWM), if the system reports it.
     pub peak_rss_bytes: Option<u64>,
 }
@@ -46,6 +50,7 @@ impl IndexVisitor for LoadOnly {
             us_per_key: loaded.load_wall_s * 1e6 / loaded.keys.max(1) as f64,
             nonzero_bytes: loaded.image.nonzero_bytes(),
             image_host_bytes: loaded.image.host_bytes(),
+            memory_digest: loaded.image.memory_digest(),
             peak_rss_bytes: peak_rss_bytes(),
         })
     }
@@ -70,13 +75,13 @@ pub fn table(rows: &[LoadBench]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<9} {:<16} {:>10} {:>9} {:>8} {:>11} {:>11} {:>10}",
-        "index", "config", "keys", "load s", "us/key", "nonzero MB", "image MB", "peak MB"
+        "{:<9} {:<16} {:>10} {:>9} {:>8} {:>11} {:>11} {:>10} {:>16}",
+        "index", "config", "keys", "load s", "us/key", "nonzero MB", "image MB", "peak MB", "memory digest"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<9} {:<16} {:>10} {:>9.2} {:>8.2} {:>11.1} {:>11.1} {:>10}",
+            "{:<9} {:<16} {:>10} {:>9.2} {:>8.2} {:>11.1} {:>11.1} {:>10} {:016x}",
             r.index,
             r.config,
             r.keys,
@@ -84,7 +89,8 @@ pub fn table(rows: &[LoadBench]) -> String {
             r.us_per_key,
             r.nonzero_bytes as f64 / 1e6,
             r.image_host_bytes as f64 / 1e6,
-            r.peak_rss_bytes.map_or("-".into(), |b| format!("{:.0}", b as f64 / 1e6))
+            r.peak_rss_bytes.map_or("-".into(), |b| format!("{:.0}", b as f64 / 1e6)),
+            r.memory_digest
         );
     }
     let mut names: Vec<(&str, &str)> = rows.iter().map(|r| (r.index.as_str(), r.config.as_str())).collect();

@@ -666,6 +666,14 @@ impl Image {
         self.nodes.iter().map(|(h, d)| h.host_bytes() + d.host_bytes()).sum()
     }
 
+    /// A digest of every node's host and device memory ([`crate::SparseMemory::digest`]).
+    pub fn memory_digest(&self) -> u64 {
+        self.nodes.iter().fold(0x1_3579u64, |h, (host, dev)| {
+            let h = (h ^ host.digest()).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            (h ^ dev.digest()).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        })
+    }
+
     /// Whether two images hold the same memory contents (service states are not compared).
     pub fn same_memory(&self, other: &Image) -> bool {
         self.nodes == other.nodes

@@ -91,6 +91,28 @@ impl SparseMemory {
         self.pages.capacity() as u64 * bucket + pages * 16 + self.nonzero_line_bytes()
     }
 
+    /// A digest of the contents (FNV-1a over every non-zero line and its address, in address
+    /// order): equal memories give equal digests however they were written, so it shows that
+    /// two ways of building a state (a load before and after an optimisation) agree bit for bit.
+    pub fn digest(&self) -> u64 {
+        let mut pages: Vec<(&u64, &Page)> = self.pages.iter().collect();
+        pages.sort_unstable_by_key(|(no, _)| **no);
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        for (no, page) in pages {
+            eat(&no.to_le_bytes());
+            eat(&page.present.to_le_bytes());
+            for line in page.lines.iter() {
+                eat(line);
+            }
+        }
+        h
+    }
+
     /// Copies `out.len()` bytes starting at `offset` into `out` (zeros where nothing was written).
     pub fn read(&self, offset: u64, out: &mut [u8]) {
         let mut done = 0usize;
