@@ -1217,16 +1217,18 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         let b = img.header.branch_pos();
         let kb = kbyte(k, b);
         let cap = img.live().len();
-        let candidates: Vec<usize> =
-            img.live().iter().enumerate().filter(|(_, e)| e.is_null()).map(|(i, _)| i).chain(cap..256).collect();
-        if candidates.is_empty() {
+        // Free entries in order, then the ones behind the capacity (taken lazily: the first
+        // usually wins, and collecting up to 256 of them cost a load 5% of its time).
+        let mut candidates =
+            img.live().iter().enumerate().filter(|(_, e)| e.is_null()).map(|(i, _)| i).chain(cap..256);
+        let Some(first) = candidates.next() else {
             return Err(IndexError::Corrupt(format!("node {n} is full but has no entry for byte {kb}")));
-        }
+        };
         // The path is built and written once, for the first candidate; a later candidate only
         // rewrites its top node's reverse pointer.
-        let (top, top_at, writes) = self.build(k, v, b + 1, entry_addr(n, candidates[0]), kb).await?;
+        let (top, top_at, writes) = self.build(k, v, b + 1, entry_addr(n, first), kb).await?;
         self.write_all(&writes).await?;
-        for (tries, &j) in candidates.iter().enumerate() {
+        for (tries, j) in std::iter::once(first).chain(candidates).enumerate() {
             let slot = entry_addr(n, j);
             if tries > 0 {
                 self.ctx.write(top_at, Buf::from(slot.raw().to_le_bytes().to_vec())).await?;
