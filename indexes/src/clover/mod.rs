@@ -25,6 +25,7 @@
 //! to 64 bytes; `next` is `[units:8 | addr:48]` (0: the tail); flag bit 1 marks a tombstone.
 
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
+use crate::common::bytes::SmallBytes;
 use crate::common::hash::FixedHashMap;
 use crate::common::primitive::{Mutex, lock};
 use crate::hstore::layout::{decode_block_word, encode_block_word};
@@ -155,7 +156,9 @@ fn decode(b: &[u8]) -> Option<Version> {
 #[derive(Debug)]
 pub struct MetadataServer {
     o: CloverOptions,
-    keys: Mutex<FixedHashMap<Vec<u8>, u64>>,
+    /// Keys inline (`SmallBytes`): a lookup or a rehash of millions of keys then does not chase
+    /// a pointer per key.
+    keys: Mutex<FixedHashMap<SmallBytes, u64>>,
     /// Shortcut slots handed out.
     next_slot: Mutex<u64>,
 }
@@ -211,7 +214,7 @@ impl<C: ServerCtx> Service<C> for MetadataServer {
         let (slot, fresh) = match keys.get(key) {
             Some(&existing) => (existing, false),
             None => {
-                keys.insert(key.to_vec(), slot);
+                keys.insert(SmallBytes::from(key), slot);
                 (slot, true)
             }
         };
@@ -226,7 +229,7 @@ impl<C: ServerCtx> Service<C> for MetadataServer {
 #[derive(Debug)]
 pub struct CloverNode {
     chunks: LocalChunkAllocator,
-    shortcuts: Mutex<FixedHashMap<Vec<u8>, u64>>,
+    shortcuts: Mutex<FixedHashMap<SmallBytes, u64>>,
 }
 
 #[derive(Debug)]
@@ -270,7 +273,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         match self.ms(0, None, key).await? {
             Ms::Unknown => Ok(None),
             Ms::Known(s) | Ms::Registered(s) => {
-                lock(&self.node.shortcuts).insert(key.to_vec(), s);
+                lock(&self.node.shortcuts).insert(SmallBytes::from(key), s);
                 Ok(Some(s))
             }
         }
@@ -328,12 +331,12 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
             Some(s) => s,
             None => match self.ms(1, Some(new), key).await? {
                 Ms::Registered(s) => {
-                    lock(&self.node.shortcuts).insert(key.to_vec(), s);
+                    lock(&self.node.shortcuts).insert(SmallBytes::from(key), s);
                     self.counters.event("registered");
                     return Ok(false);
                 }
                 Ms::Known(s) => {
-                    lock(&self.node.shortcuts).insert(key.to_vec(), s);
+                    lock(&self.node.shortcuts).insert(SmallBytes::from(key), s);
                     s
                 }
                 Ms::Unknown => return Err(IndexError::Corrupt("the MS refused a registration".into())),
@@ -475,7 +478,7 @@ impl IndexKind for Clover {
                 let (at, units) = decode_block_word(w);
                 let v = decode(&read(at, (units * UNIT) as usize)?)
                     .ok_or_else(|| format!("key {key:02x?}: {at} is not a complete version"))?;
-                if v.key != key {
+                if key != v.key {
                     return Err(format!("key {key:02x?}: its chain reaches a version of {:02x?}", v.key));
                 }
                 report.remote_bytes += units * UNIT;

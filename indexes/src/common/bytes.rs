@@ -116,6 +116,13 @@ impl Ord for SmallBytes {
     }
 }
 
+/// Maps keyed by `SmallBytes` are looked up by `&[u8]` (the hash and order are the slice's).
+impl std::borrow::Borrow<[u8]> for SmallBytes {
+    fn borrow(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 impl std::hash::Hash for SmallBytes {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.as_slice().hash(state);
