@@ -104,7 +104,36 @@ impl SeedCompat for rand_chacha::ChaCha8Rng {
     }
 }
 
-criterion_group!(benches, verbs_per_second);
+/// Random 64-byte reads of a dense memory of 16 MiB (fits the host's caches) and of 1 GiB (a
+/// 10 M-key index's size): what one access to simulated memory costs the host as the index
+/// grows. Loading's cost per key grows with the key count mostly by this (README, Benchmarks).
+fn random_reads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("sparse_memory_random_read");
+    group.sample_size(10);
+    for mib in [16u64, 1024] {
+        let lines = (mib << 20) / 64;
+        let mut m = SparseMemory::new();
+        let line = [0x5au8; 64];
+        for i in 0..lines {
+            m.write(i * 64, &line);
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64_compat(5);
+        let at: Vec<u64> = (0..1u64 << 16).map(|_| rng.random_range(0..lines) * 64).collect();
+        group.throughput(Throughput::Elements(at.len() as u64));
+        group.bench_function(format!("{mib}_mib"), |b| {
+            let mut out = [0u8; 64];
+            b.iter(|| {
+                for &a in &at {
+                    m.read(a, &mut out);
+                    black_box(&out);
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, verbs_per_second, random_reads);
 
 fn main() {
     memory_ratio();
