@@ -389,34 +389,25 @@ impl Geometry {
     /// Decodes, checking versions only if `check` (the `no-version-check` planted bug decodes
     /// whatever was read).
     pub fn decode_with(&self, phys: &[u8], check: bool) -> Result<Node, Reject> {
+        Ok(self.view_with(phys, check)?.node())
+    }
+
+    /// Checks a physical image as [`Geometry::decode_with`] does (the same rejections, in the
+    /// same order) without decoding it: its header, fences, records and slots are read in place
+    /// from the returned view. A traversal that only compares a key with the fences (to move
+    /// right) or routes through one record needs no decoded [`Node`], and no copy of the image.
+    pub fn view_with<'a>(&self, phys: &'a [u8], check: bool) -> Result<View<'a>, Reject> {
         if phys.len() < self.physical_bytes() {
             return Err(Reject::Garbage(format!("image of {} bytes is short", phys.len())));
         }
-        let logical: Vec<u8> = match self.versioning {
-            Versioning::Bookend => phys[..self.logical_bytes()].to_vec(),
-            Versioning::CacheLine => {
-                let n = self.logical_bytes();
-                let mut v = Vec::with_capacity(n);
-                v.extend_from_slice(&phys[..n.min(LINE)]);
-                let mut p = LINE;
-                while v.len() < n {
-                    let take = (LINE - 1).min(n - v.len());
-                    v.extend_from_slice(&phys[p + 1..p + 1 + take]);
-                    p += LINE;
-                }
-                v
-            }
-        };
-        let b = &logical;
-        let level = b[LEVEL_AT];
-        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-        let k = self.key_bytes;
-        let version = b[VERSION_AT];
+        let v = View { g: *self, phys, check };
+        let level = v.byte(LEVEL_AT);
+        let version = v.byte(VERSION_AT);
         match self.versioning {
             _ if !check => {}
             Versioning::Bookend => {
                 let rear = if level == 0 { self.leaf_rear() } else { self.internal_rear() };
-                if b[rear] != version {
+                if phys[rear] != version {
                     return Err(Reject::Torn);
                 }
             }
@@ -426,23 +417,178 @@ impl Geometry {
                 let mut at = LINE;
                 let mut p = LINE;
                 while at < self.logical_bytes() {
-                    if phys[p] != self.object_version(b, level, at) {
+                    if phys[p] != v.object_version(level, at) {
                         return Err(Reject::Torn);
                     }
                     (at, p) = (at + LINE - 1, p + LINE);
                 }
                 if level == 0 {
                     for i in 0..self.leaf_span {
-                        if b[self.slot_at(i)] & 0x0F != version & 0x0F {
+                        if v.byte(self.slot_at(i)) & 0x0F != version & 0x0F {
                             return Err(Reject::Torn);
                         }
                     }
                 }
             }
         }
-        let last = i16::from_le_bytes([b[LAST_INDEX_AT], b[LAST_INDEX_AT + 1]]);
+        if level != 0 {
+            let last = v.last_index();
+            if last < 0 || last as usize >= self.internal_span {
+                // A torn bookend image (or an unchecked one) can show any count: read again; a
+                // checked cache-line image is consistent, so it is garbage.
+                return Err(match self.versioning {
+                    Versioning::CacheLine if check => Reject::Garbage(format!("internal node with last_index {last}")),
+                    _ => Reject::Torn,
+                });
+            }
+        }
+        Ok(v)
+    }
+
+    /// The view of an image [`Geometry::view_with`] accepted before with the same `check`,
+    /// without checking it again.
+    pub fn view_accepted<'a>(&self, phys: &'a [u8], check: bool) -> View<'a> {
+        debug_assert!(self.view_with(phys, check).is_ok(), "an accepted image");
+        View { g: *self, phys, check }
+    }
+}
+
+/// Bytes of a logical range gathered on the stack (longer ranges go to the heap).
+const GATHER: usize = 128;
+
+/// A physical node image that passed [`Geometry::view_with`]'s checks, read in place: the
+/// fields of [`Node`] without decoding (or allocating) the rest.
+#[derive(Clone, Copy, Debug)]
+pub struct View<'a> {
+    g: Geometry,
+    phys: &'a [u8],
+    /// Whether versions were checked (a bookend slot is marked torn only then).
+    check: bool,
+}
+
+impl<'a> View<'a> {
+    /// Logical byte `at`.
+    fn byte(&self, at: usize) -> u8 {
+        self.phys[self.g.phys(at)]
+    }
+
+    /// `f` of the logical bytes `[at, at + len)`: in place when they are contiguous in the
+    /// physical image (always in bookend mode; in cache-line mode unless they cross a line).
+    fn with_logical<R>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        if len == 0 {
+            return f(&[]);
+        }
+        let (from, last) = (self.g.phys(at), self.g.phys(at + len - 1));
+        if last - from == len - 1 {
+            return f(&self.phys[from..=last]);
+        }
+        let mut stack = [0u8; GATHER];
+        let mut heap = Vec::new();
+        let out: &mut [u8] = if len <= GATHER {
+            &mut stack[..len]
+        } else {
+            heap.resize(len, 0);
+            &mut heap
+        };
+        // Cache-line mode: copy line by line (a line holds 63 payload bytes after the first).
+        let mut done = 0;
+        while done < len {
+            let p = self.g.phys(at + done);
+            let in_line = LINE - p % LINE;
+            let take = in_line.min(len - done);
+            out[done..done + take].copy_from_slice(&self.phys[p..p + take]);
+            done += take;
+        }
+        f(out)
+    }
+
+    fn u64_at(&self, at: usize) -> u64 {
+        self.with_logical(at, 8, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    fn last_index(&self) -> i16 {
+        i16::from_le_bytes([self.byte(LAST_INDEX_AT), self.byte(LAST_INDEX_AT + 1)])
+    }
+
+    /// The version byte every cache-line copy of logical byte `at` must carry (see
+    /// [`Geometry::object_version`]).
+    fn object_version(&self, level: u8, at: usize) -> u8 {
+        let g = &self.g;
+        if level == 0 && at >= g.header_bytes() && at < g.leaf_rear() {
+            self.byte(g.slot_at((at - g.header_bytes()) / g.slot_bytes()))
+        } else {
+            self.byte(VERSION_AT)
+        }
+    }
+
+    pub fn level(&self) -> u8 {
+        self.byte(LEVEL_AT)
+    }
+
+    pub fn is_leaf(&self) -> bool {
+        self.level() == 0
+    }
+
+    pub fn sibling(&self) -> RemoteAddr {
+        RemoteAddr::from_raw(self.u64_at(SIBLING_AT))
+    }
+
+    /// Records of an internal node, slots of a leaf (what a search charges CPU for).
+    pub fn entries(&self) -> usize {
+        if self.is_leaf() { self.g.leaf_span } else { self.last_index() as usize + 1 }
+    }
+
+    /// `f` of the lowest fence.
+    pub fn with_lowest<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        self.with_logical(LOWEST_AT, self.g.key_bytes, f)
+    }
+
+    /// `f` of the highest fence.
+    pub fn with_highest<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        self.with_logical(LOWEST_AT + self.g.key_bytes, self.g.key_bytes, f)
+    }
+
+    /// `f` of the whole logical image: the physical one in bookend mode, else gathered without
+    /// its line-version bytes (on the stack for nodes up to [`LOGICAL_ON_STACK`] bytes).
+    pub fn with_image<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        let n = self.g.logical_bytes();
+        if self.g.versioning == Versioning::Bookend {
+            return f(&self.phys[..n]);
+        }
+        let mut stack = [0u8; LOGICAL_ON_STACK];
+        let mut heap = Vec::new();
+        let out: &mut [u8] = if n <= LOGICAL_ON_STACK {
+            &mut stack[..n]
+        } else {
+            heap.resize(n, 0);
+            &mut heap
+        };
+        // The first line holds 64 payload bytes, every later one a version byte and 63.
+        let first = n.min(LINE);
+        out[..first].copy_from_slice(&self.phys[..first]);
+        let (mut at, mut p) = (first, LINE);
+        while at < n {
+            let take = (LINE - 1).min(n - at);
+            out[at..at + take].copy_from_slice(&self.phys[p + 1..p + 1 + take]);
+            (at, p) = (at + take, p + LINE);
+        }
+        f(out)
+    }
+
+    /// The decoded node.
+    pub fn node(&self) -> Node {
+        self.with_image(|b| self.node_of(b))
+    }
+
+    /// The decoded node, from its logical image `b`.
+    fn node_of(&self, b: &[u8]) -> Node {
+        let g = &self.g;
+        let k = g.key_bytes;
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let level = b[LEVEL_AT];
+        let version = b[VERSION_AT];
         let mut node = Node {
-            version: if self.versioning == Versioning::CacheLine { version & 0x0F } else { version },
+            version: if g.versioning == Versioning::CacheLine { version & 0x0F } else { version },
             leftmost: RemoteAddr::from_raw(u64_at(LEFTMOST_AT)),
             sibling: RemoteAddr::from_raw(u64_at(SIBLING_AT)),
             level,
@@ -452,11 +598,11 @@ impl Geometry {
             slots: Vec::new(),
         };
         if level == 0 {
-            node.slots.reserve_exact(self.leaf_span);
-            for i in 0..self.leaf_span {
-                let s = &b[self.slot_at(i)..self.slot_at(i) + self.slot_bytes()];
-                let meta = s[self.slot_bytes() - 1];
-                let f = match self.versioning {
+            let sb = g.slot_bytes();
+            node.slots.reserve_exact(g.leaf_span);
+            for s in b[g.header_bytes()..g.leaf_rear()].chunks_exact(sb) {
+                let meta = s[sb - 1];
+                let f = match g.versioning {
                     Versioning::Bookend => s[0] & 0x0F,
                     Versioning::CacheLine => s[0] >> 4,
                 };
@@ -465,31 +611,178 @@ impl Geometry {
                     occupied,
                     key: if occupied { SmallBytes::from(&s[1..1 + k]) } else { SmallBytes::new() },
                     value: if occupied {
-                        SmallBytes::from(&s[1 + k..1 + k + self.value_bytes])
+                        SmallBytes::from(&s[1 + k..1 + k + g.value_bytes])
                     } else {
                         SmallBytes::new()
                     },
                     version: f,
-                    torn: check && self.versioning == Versioning::Bookend && f != meta & 0x0F,
+                    torn: self.check && g.versioning == Versioning::Bookend && f != meta & 0x0F,
                 });
             }
         } else {
-            if last < 0 || last as usize >= self.internal_span {
-                // A torn bookend image (or an unchecked one) can show any count: read again; a
-                // checked cache-line image is consistent, so it is garbage.
-                return Err(match self.versioning {
-                    Versioning::CacheLine if check => Reject::Garbage(format!("internal node with last_index {last}")),
-                    _ => Reject::Torn,
-                });
-            }
-            for i in 0..=last as usize {
-                let at = self.header_bytes() + i * self.record_bytes();
-                node.records.push((b[at..at + k].to_vec(), RemoteAddr::from_raw(u64_at(at + k))));
-            }
+            let last = i16::from_le_bytes([b[LAST_INDEX_AT], b[LAST_INDEX_AT + 1]]) as usize;
+            let rb = g.record_bytes();
+            let records = &b[g.header_bytes()..g.header_bytes() + (last + 1) * rb];
+            node.records = records
+                .chunks_exact(rb)
+                .map(|r| {
+                    (
+                        r[..k].to_vec(),
+                        RemoteAddr::from_raw(u64::from_le_bytes(r[k..k + 8].try_into().expect("8 bytes"))),
+                    )
+                })
+                .collect();
         }
-        Ok(node)
+        node
     }
 }
+
+/// A leaf read under its lock, kept as its logical image: a write finds its key and changes one
+/// slot in place, and only a split decodes the whole [`Node`] (decoding every slot of the leaf
+/// for every insert was most of a bulk load).
+///
+/// Every slot it changes is re-encoded whole, as [`Geometry::encode`] would encode the slot of
+/// the decoded node after the same change: so [`LeafImage::slot_write`] and
+/// [`LeafImage::node`] are what [`Geometry::slot_write_of`] and the decoded node give.
+#[derive(Debug)]
+pub struct LeafImage {
+    g: Geometry,
+    /// The logical image (`logical_bytes` long).
+    b: Vec<u8>,
+    /// Whether versions were checked when it was read.
+    check: bool,
+}
+
+impl LeafImage {
+    /// The leaf `view` shows, its logical image gathered into `buf` (a buffer to use again).
+    pub fn new(view: &View<'_>, mut buf: Vec<u8>) -> LeafImage {
+        debug_assert!(view.is_leaf());
+        buf.clear();
+        view.with_image(|b| buf.extend_from_slice(b));
+        LeafImage { g: view.g, b: buf, check: view.check }
+    }
+
+    /// The image's buffer, to use again.
+    pub fn into_buf(self) -> Vec<u8> {
+        self.b
+    }
+
+    fn slot(&self, i: usize) -> &[u8] {
+        let at = self.g.slot_at(i);
+        &self.b[at..at + self.g.slot_bytes()]
+    }
+
+    fn occupied(&self, i: usize) -> bool {
+        self.slot(i)[self.g.slot_bytes() - 1] & OCCUPIED != 0
+    }
+
+    /// The slot's version as decoded ([`Slot::version`]).
+    fn version(&self, i: usize) -> u8 {
+        let s0 = self.slot(i)[0];
+        match self.g.versioning {
+            Versioning::Bookend => s0 & 0x0F,
+            Versioning::CacheLine => s0 >> 4,
+        }
+    }
+
+    pub fn lowest(&self) -> &[u8] {
+        &self.b[LOWEST_AT..LOWEST_AT + self.g.key_bytes]
+    }
+
+    pub fn highest(&self) -> &[u8] {
+        let k = self.g.key_bytes;
+        &self.b[LOWEST_AT + k..LOWEST_AT + 2 * k]
+    }
+
+    pub fn sibling(&self) -> RemoteAddr {
+        RemoteAddr::from_raw(u64::from_le_bytes(self.b[SIBLING_AT..SIBLING_AT + 8].try_into().expect("8 bytes")))
+    }
+
+    /// [`Node::covers`].
+    pub fn covers(&self, key: &[u8]) -> bool {
+        self.lowest() <= key && key < self.highest()
+    }
+
+    /// Whether a slot was read torn ([`Slot::torn`] of any slot).
+    pub fn any_torn(&self) -> bool {
+        self.check
+            && self.g.versioning == Versioning::Bookend
+            && (0..self.g.leaf_span).any(|i| self.version(i) != self.slot(i)[self.g.slot_bytes() - 1] & 0x0F)
+    }
+
+    /// The first occupied slot holding `key`.
+    pub fn find(&self, key: &[u8]) -> Option<usize> {
+        let k = self.g.key_bytes;
+        (0..self.g.leaf_span).find(|&i| self.occupied(i) && &self.slot(i)[1..1 + k] == key)
+    }
+
+    /// The value of occupied slot `i`.
+    pub fn value(&self, i: usize) -> &[u8] {
+        let k = self.g.key_bytes;
+        &self.slot(i)[1 + k..1 + k + self.g.value_bytes]
+    }
+
+    /// The first free slot.
+    pub fn free(&self) -> Option<usize> {
+        (0..self.g.leaf_span).find(|&i| !self.occupied(i))
+    }
+
+    /// [`Node::live`].
+    pub fn live(&self) -> usize {
+        (0..self.g.leaf_span).filter(|&i| self.occupied(i)).count()
+    }
+
+    /// Sets slot `i` to `key` → `value` (or empties it: `None`) and bumps its version, as
+    /// changing the decoded slot, [`Slot::bump`] and encoding it do. A key or value of the
+    /// wrong size panics, as encoding it does.
+    pub fn set(&mut self, i: usize, entry: Option<(&[u8], &[u8])>) {
+        let g = self.g;
+        let (k, v) = (g.key_bytes, g.value_bytes);
+        let ver = (self.version(i) + 1) & 0x0F;
+        let nv = self.b[VERSION_AT] & 0x0F;
+        let at = g.slot_at(i);
+        let s = &mut self.b[at..at + g.slot_bytes()];
+        s[0] = match g.versioning {
+            Versioning::Bookend => ver,
+            Versioning::CacheLine => nv | ver << 4,
+        };
+        match entry {
+            Some((key, value)) => {
+                s[1..1 + k].copy_from_slice(key);
+                s[1 + k..1 + k + v].copy_from_slice(value);
+            }
+            None => s[1..1 + k + v].fill(0),
+        }
+        s[k + v + 1] = ver | if entry.is_some() { OCCUPIED } else { 0 };
+    }
+
+    /// [`Geometry::slot_write_of`] of slot `i`.
+    pub fn slot_write(&self, i: usize) -> (usize, Vec<u8>) {
+        let g = &self.g;
+        let (at, sb) = (g.slot_at(i), g.slot_bytes());
+        let slot = self.slot(i);
+        let (from, to) = g.phys_range(at, at + sb);
+        let bytes = match g.versioning {
+            Versioning::Bookend => slot.to_vec(),
+            Versioning::CacheLine => {
+                let mut out = vec![slot[0]; to - from];
+                for (d, &b) in slot.iter().enumerate() {
+                    out[g.phys(at + d) - from] = b;
+                }
+                out
+            }
+        };
+        (from, bytes)
+    }
+
+    /// The decoded node.
+    pub fn node(&self) -> Node {
+        View { g: self.g, phys: &[], check: self.check }.node_of(&self.b)
+    }
+}
+
+/// Logical images up to this size are gathered on the stack.
+const LOGICAL_ON_STACK: usize = 2048;
 
 impl Node {
     pub fn is_leaf(&self) -> bool {

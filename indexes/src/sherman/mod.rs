@@ -67,7 +67,7 @@ use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pai
 use cache::{CachedNode, IndexCache};
 pub use config::{LockPlacement, ShermanOptions};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
-use layout::{Geometry, Node, Reject, Slot};
+use layout::{Geometry, LeafImage, Node, Reject, Slot};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -192,6 +192,10 @@ pub struct ShermanHandle<C> {
     /// The lock word this client writes (client id + 1, never 0).
     me: u64,
     counters: Counters,
+    /// A READ buffer of `node_bytes` to use again (every READ overwrites all of it).
+    spare: Option<Buf>,
+    /// The buffer of the last [`LeafImage`], to use again.
+    leaf_buf: Vec<u8>,
 }
 
 impl IndexKind for Sherman {
@@ -258,7 +262,16 @@ impl IndexKind for Sherman {
 
     fn open<C: Client + Clone + 'static>(o: &ShermanOptions, node: Arc<ShermanNode>, ctx: C) -> ShermanHandle<C> {
         let me = ctx.identity().client as u64 + 1;
-        ShermanHandle { o: o.clone(), g: node.geometry, node, ctx, me, counters: Counters::default() }
+        ShermanHandle {
+            o: o.clone(),
+            g: node.geometry,
+            node,
+            ctx,
+            me,
+            counters: Counters::default(),
+            spare: None,
+            leaf_buf: Vec::new(),
+        }
     }
 
     fn check_invariants(o: &ShermanOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
@@ -323,6 +336,11 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         self.o.plants.contains(bug)
     }
 
+    /// Whether node images are checked for torn reads (not with the `no-version-check` plant).
+    fn checks_versions(&self) -> bool {
+        !self.planted("no-version-check")
+    }
+
     fn check_key(&self, key: &[u8]) -> Result<(), IndexError> {
         Sherman::limits(&self.o).check_key(key)?;
         if key.iter().all(|&b| b == 0xFF) {
@@ -346,11 +364,20 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
 
     /// READs and decodes a node, reading again while it is torn.
     async fn read_node(&mut self, addr: RemoteAddr) -> Result<Node, IndexError> {
-        let mut buf = Buf::zeroed(self.g.node_bytes);
+        let buf = self.read_image(addr).await?;
+        let n = self.g.view_accepted(&buf, self.checks_versions()).node();
+        self.spare = Some(buf);
+        Ok(n)
+    }
+
+    /// READs a node, reading again while it is torn; returns the image, checked as
+    /// [`Self::decode`] checks it (so [`Geometry::view_with`] accepts it).
+    async fn read_image(&mut self, addr: RemoteAddr) -> Result<Buf, IndexError> {
+        let mut buf = self.spare.take().unwrap_or_else(|| Buf::zeroed(self.g.node_bytes));
         for _ in 0..self.o.max_retries {
             buf = self.ctx.read(addr, buf).await?;
-            match self.decode(&buf).await {
-                Ok(n) => return Ok(n),
+            match self.check(&buf).await {
+                Ok(()) => return Ok(buf),
                 Err(Reject::Torn) => {
                     self.counters.event("torn_read");
                     self.counters.retries += 1;
@@ -359,6 +386,17 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             }
         }
         Err(self.retries_exhausted("read node"))
+    }
+
+    /// Checks an image as [`Self::decode`] does, and charges the same CPU.
+    async fn check(&self, image: &[u8]) -> Result<(), Reject> {
+        let viewed = self.g.view_with(image, self.checks_versions());
+        let entries = match &viewed {
+            Ok(v) => v.entries(),
+            Err(_) => 1,
+        };
+        self.ctx.charge_cpu(CpuWork::NodeSearchEntry, entries as u64).await;
+        viewed.map(drop)
     }
 
     async fn decode(&self, image: &[u8]) -> Result<Node, Reject> {
@@ -403,8 +441,15 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 }
             }
             for _ in 0..self.o.max_retries {
-                let n = self.read_node(p).await?;
-                if n.level <= target || !n.lowest.as_slice().le(key) {
+                let image = self.read_image(p).await?;
+                let v = self.g.view_accepted(&image, self.checks_versions());
+                // Most nodes read here are left for their sibling: compare the fences in place,
+                // and decode only the node this traversal goes down from.
+                let (level, below) = (v.level(), v.with_lowest(|lowest| key < lowest));
+                let right = v.with_highest(|highest| key >= highest);
+                let sibling = v.sibling();
+                if level <= target || below {
+                    self.spare = Some(image);
                     // A stale route (cache, or a root that moved): start again from the root.
                     if let Some(e) = from_cache.take() {
                         self.node.cache.invalidate(&e);
@@ -413,15 +458,18 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                     self.node.root.forget();
                     continue 'restart;
                 }
-                if key >= n.highest.as_slice() && !self.planted("no-sibling-chase") {
+                if right && !self.planted("no-sibling-chase") {
+                    self.spare = Some(image);
                     self.counters.event("move_right");
                     if at_root {
                         // The root split: learn the new root next time.
                         self.node.root.forget();
                     }
-                    p = n.sibling;
+                    p = sibling;
                     continue;
                 }
+                let n = v.node();
+                self.spare = Some(image);
                 at_root = false;
                 if let Some(slot) = path.get_mut(n.level as usize) {
                     *slot = Some(p);
@@ -450,7 +498,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
     /// led here is invalidated.
     fn leave_uncovered(
         &mut self,
-        n: &Node,
+        (lowest, sibling): (&[u8], RemoteAddr),
         key: &[u8],
         from_cache: &mut Option<Arc<CachedNode>>,
     ) -> Option<RemoteAddr> {
@@ -459,11 +507,11 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             self.node.cache.invalidate(e);
             self.counters.event("cache_stale");
         }
-        if key < n.lowest.as_slice() || (cached.is_some() && self.o.stale_restart) {
+        if key < lowest || (cached.is_some() && self.o.stale_restart) {
             return None;
         }
         self.counters.event("move_right");
-        Some(n.sibling)
+        Some(sibling)
     }
 
     /// Takes the lock of the node at `node` (local table first, then the lock word).
@@ -542,28 +590,33 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
     }
 
     /// Locks the leaf covering `key` and reads it; moves right (or restarts) while it does not
-    /// cover the key. Returns the leaf's address, the lock, the node and the parent path.
-    async fn lock_leaf(&mut self, key: &[u8]) -> Result<(RemoteAddr, Held, Node, Vec<Option<RemoteAddr>>), IndexError> {
+    /// cover the key. Returns the leaf's address, the lock, the leaf and the parent path.
+    async fn lock_leaf(
+        &mut self,
+        key: &[u8],
+    ) -> Result<(RemoteAddr, Held, LeafImage, Vec<Option<RemoteAddr>>), IndexError> {
         let mut use_cache = true;
         for _ in 0..self.o.max_retries {
             let Found { mut addr, mut from_cache, path } = self.find(key, 0, use_cache).await?;
             for _ in 0..self.o.max_retries {
                 let held = self.lock(addr).await?;
-                let n = match self.read_locked(addr).await {
+                let n = match self.read_locked_leaf(addr).await {
                     Ok(n) => n,
                     Err(e) => {
                         let _ = self.unlock(held, None, true).await;
                         return Err(e);
                     }
                 };
-                if n.level != 0 {
+                let Some(n) = n else {
                     self.unlock(held, None, false).await?;
                     self.node.root.forget();
                     break;
-                }
+                };
                 if !n.covers(key) && !self.planted("no-sibling-chase") {
                     self.unlock(held, None, false).await?;
-                    match self.leave_uncovered(&n, key, &mut from_cache) {
+                    let left = self.leave_uncovered((n.lowest(), n.sibling()), key, &mut from_cache);
+                    self.leaf_buf = n.into_buf();
+                    match left {
                         Some(right) => {
                             addr = right;
                             continue;
@@ -580,10 +633,38 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         Err(self.retries_exhausted("lock leaf"))
     }
 
+    /// [`Self::read_locked`] for a leaf, kept as its image (`None`: the node is not a leaf).
+    async fn read_locked_leaf(&mut self, addr: RemoteAddr) -> Result<Option<LeafImage>, IndexError> {
+        let buf = self.spare.take().unwrap_or_else(|| Buf::zeroed(self.g.node_bytes));
+        let buf = self.ctx.read(addr, buf).await?;
+        let out = match self.check(&buf).await {
+            Ok(()) => {
+                let v = self.g.view_accepted(&buf, self.checks_versions());
+                if v.is_leaf() {
+                    let leaf = LeafImage::new(&v, std::mem::take(&mut self.leaf_buf));
+                    if leaf.any_torn() {
+                        Err(IndexError::Corrupt(format!("leaf at {addr} has a torn slot under its lock")))
+                    } else {
+                        Ok(Some(leaf))
+                    }
+                } else {
+                    Ok(None)
+                }
+            }
+            Err(Reject::Torn) => Err(IndexError::Corrupt(format!("node at {addr} read torn under its lock"))),
+            Err(Reject::Garbage(why)) => Err(IndexError::Corrupt(format!("node at {addr}: {why}"))),
+        };
+        self.spare = Some(buf);
+        out
+    }
+
     /// READs a node under its lock: no writer can be changing it, so a torn image is a bug.
     async fn read_locked(&mut self, addr: RemoteAddr) -> Result<Node, IndexError> {
-        let buf = self.ctx.read(addr, Buf::zeroed(self.g.node_bytes)).await?;
-        match self.decode(&buf).await {
+        let buf = self.spare.take().unwrap_or_else(|| Buf::zeroed(self.g.node_bytes));
+        let buf = self.ctx.read(addr, buf).await?;
+        let decoded = self.decode(&buf).await;
+        self.spare = Some(buf);
+        match decoded {
             Ok(n) if n.slots.iter().any(|s| s.torn) => {
                 Err(IndexError::Corrupt(format!("leaf at {addr} has a torn slot under its lock")))
             }
@@ -609,7 +690,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         &mut self,
         addr: RemoteAddr,
         held: Held,
-        n: &mut Node,
+        n: &mut LeafImage,
         key: &[u8],
         found: Option<usize>,
         before: Option<Vec<u8>>,
@@ -618,32 +699,30 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
     ) -> Result<(), IndexError> {
         let slot = match (found, &after) {
             _ if before == after => return self.unlock(held, None, true).await,
+            // The slot found holds `key`: rewriting it with `key` changes the value only.
             (Some(i), Some(v)) => {
-                n.slots[i].value = v.into();
+                n.set(i, Some((key, v)));
                 i
             }
             (Some(i), None) => {
-                n.slots[i].occupied = false;
+                n.set(i, None);
                 i
             }
             (None, Some(v)) => {
-                let Some(i) = n.slots.iter().position(|s| !s.occupied) else {
+                let Some(i) = n.free() else {
                     self.unlock(held, None, true).await?;
                     return Err(IndexError::Corrupt(format!("leaf at {addr} is full between operations")));
                 };
-                n.slots[i].occupied = true;
-                n.slots[i].key = key.into();
-                n.slots[i].value = v.into();
+                n.set(i, Some((key, v)));
                 i
             }
             (None, None) => unreachable!("before != after"),
         };
-        n.slots[slot].bump();
         if n.live() < self.g.leaf_span {
-            let (at, bytes) = self.g.slot_write_of(n, slot);
+            let (at, bytes) = n.slot_write(slot);
             return self.unlock(held, Some((addr.add(at as u64), bytes)), true).await;
         }
-        self.split_leaf(addr, held, n, path).await
+        self.split_leaf(addr, held, &mut n.node(), path).await
     }
 
     async fn split_leaf(
@@ -914,7 +993,7 @@ impl<C: Client + Clone + 'static> Combined for ShermanHandle<C> {
                     break;
                 }
                 if !n.covers(key) && !self.planted("no-sibling-chase") {
-                    match self.leave_uncovered(&n, key, &mut from_cache) {
+                    match self.leave_uncovered((&n.lowest, n.sibling), key, &mut from_cache) {
                         Some(right) => {
                             addr = right;
                             continue;
@@ -964,10 +1043,11 @@ impl<C: Client + Clone + 'static> Combined for ShermanHandle<C> {
             Some(l) => l.close(),
             None => changes,
         };
-        let found = n.slots.iter().position(|s| s.occupied && s.key == key);
-        let before = found.map(|i| n.slots[i].value.to_vec());
+        let found = n.find(key);
+        let before = found.map(|i| n.value(i).to_vec());
         let (state, results) = crate::common::change::fold(before.clone(), &changes);
         let outcome = self.apply(addr, held, &mut n, key, found, before, state, &path).await;
+        self.leaf_buf = n.into_buf();
         let replies: Vec<Result<bool, IndexError>> = match &outcome {
             Ok(()) => results.iter().map(|&r| Ok(r)).collect(),
             Err(e) => results.iter().map(|_| Err(e.clone())).collect(),
