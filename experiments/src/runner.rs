@@ -151,7 +151,7 @@ pub fn load<K: IndexKind>(
         progress.loading(done, keys);
     }
     drop(handle);
-    let image = sim.image().map_err(|e| format!("imaging the loaded index: {e}"))?;
+    let image = sim.into_image().map_err(|e| format!("imaging the loaded index: {e}"))?;
     let item_bytes = item_bytes_total as f64 / keys.max(1) as f64;
     Ok(Loaded { key, image, loader: loader_state, keys, item_bytes, load_wall_s: started.elapsed().as_secs_f64() })
 }

@@ -1838,6 +1838,15 @@ impl Core {
             .collect()
     }
 
+    /// Moves every target node's memories out (leaving them empty): an image of a simulation
+    /// that ends.
+    pub(crate) fn take_node_memories(&mut self) -> Result<Vec<(SparseMemory, SparseMemory)>, String> {
+        if let Some(i) = self.nodes.iter().position(|n| !n.up) {
+            return Err(format!("node {i} is down"));
+        }
+        Ok(self.nodes.iter_mut().map(|n| (std::mem::take(&mut n.host), std::mem::take(&mut n.device))).collect())
+    }
+
     /// Replaces every target node's memories (an image; the caller checked the node count).
     pub(crate) fn set_node_memories(&mut self, memories: &[(SparseMemory, SparseMemory)]) {
         assert_eq!(memories.len(), self.nodes.len(), "one pair of memories per target node");

@@ -556,15 +556,25 @@ impl Sim {
     /// every node up, and every service able to copy its state (`Service::fork`); otherwise
     /// the error says which condition failed.
     pub fn image(&self) -> Result<Image, String> {
+        self.make_image(false)
+    }
+
+    /// [`Sim::image`] that moves the memories out instead of copying them, for a simulation
+    /// that ends here (a load): no second copy of every loaded byte, and no time spent on one.
+    pub fn into_image(self) -> Result<Image, String> {
+        self.make_image(true)
+    }
+
+    fn make_image(&self, take: bool) -> Result<Image, String> {
         if self.live_tasks > 0 {
             return Err(format!("{} tasks are still running", self.live_tasks));
         }
-        let core = self.core.borrow();
-        if core.in_flight() > 0 {
-            return Err(format!("{} verbs or calls are in flight", core.in_flight()));
+        if self.core.borrow().in_flight() > 0 {
+            return Err(format!("{} verbs or calls are in flight", self.core.borrow().in_flight()));
         }
+        let nodes = if take { self.core.borrow_mut().take_node_memories()? } else { self.core.borrow().node_memories()? };
+        let core = self.core.borrow();
         let topology = core.cfg.topology;
-        let nodes = core.node_memories()?;
         let mut services = BTreeMap::new();
         for (&(node, id), entry) in &self.services {
             let state = match (&entry.current, &entry.initial) {
