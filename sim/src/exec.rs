@@ -572,7 +572,8 @@ impl Sim {
         if self.core.borrow().in_flight() > 0 {
             return Err(format!("{} verbs or calls are in flight", self.core.borrow().in_flight()));
         }
-        let nodes = if take { self.core.borrow_mut().take_node_memories()? } else { self.core.borrow().node_memories()? };
+        let nodes =
+            if take { self.core.borrow_mut().take_node_memories()? } else { self.core.borrow().node_memories()? };
         let core = self.core.borrow();
         let topology = core.cfg.topology;
         let mut services = BTreeMap::new();

@@ -1219,8 +1219,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         let cap = img.live().len();
         // Free entries in order, then the ones behind the capacity (taken lazily: the first
         // usually wins, and collecting up to 256 of them cost a load 5% of its time).
-        let mut candidates =
-            img.live().iter().enumerate().filter(|(_, e)| e.is_null()).map(|(i, _)| i).chain(cap..256);
+        let mut candidates = img.live().iter().enumerate().filter(|(_, e)| e.is_null()).map(|(i, _)| i).chain(cap..256);
         let Some(first) = candidates.next() else {
             return Err(IndexError::Corrupt(format!("node {n} is full but has no entry for byte {kb}")));
         };
