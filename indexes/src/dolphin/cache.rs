@@ -18,7 +18,8 @@ use super::layout::{Entry, NodeImage, SPECIAL_POS, capacity, kbyte, prefix_of};
 use crate::common::CacheStats;
 use crate::common::primitive::{Mutex, lock};
 use dmkit_rdma::RemoteAddr;
-use std::collections::{BTreeMap, VecDeque};
+use crate::common::hash::FixedHashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// A cached node.
@@ -40,8 +41,10 @@ pub struct Hit {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// (prefix length, prefix bytes) → node.
-    map: BTreeMap<(u8, u64), Cached>,
+    /// (prefix length, prefix bytes) → node. Hashed (with a fixed hasher: nothing iterates
+    /// it in an order that matters), so a lookup's probe of up to eight prefixes does not walk
+    /// a tree each time.
+    map: FixedHashMap<(u8, u64), Cached>,
     fifo: VecDeque<(u8, u64)>,
     stats: CacheStats,
 }
