@@ -42,82 +42,79 @@ pub struct Value {
     pub units: u8,
 }
 
-/// Links kept in the node itself: with p = 1/4, 99.6% of nodes have at most four levels.
+/// Links kept in the node's search part: with p = 1/4, 99.6% of nodes have at most four
+/// levels; a taller node's other links are in [`SkipList::tall`].
 const INLINE_LINKS: usize = 4;
+/// Links of a tall node kept outside its search part.
+const TALL_LINKS: usize = MAX_LEVEL - INLINE_LINKS;
+/// Keys of at most this many bytes are wholly in their prefix: with the length, the prefix
+/// compares and matches them without reading the key.
+const PREFIX_BYTES: usize = 8;
 
-/// A node's forward links, one per level: the first [`INLINE_LINKS`] in place, so a search
-/// step reads one cache line of the node, not the node and then its link array (a skiplist
-/// step was a quarter of loading HStore, almost all of it waiting for memory).
-#[derive(Clone, Debug)]
-struct Links {
-    low: [u32; INLINE_LINKS],
-    high: Vec<u32>,
-    len: u8,
-}
-
-impl Links {
-    fn new(levels: usize) -> Links {
-        Links { low: [NIL; INLINE_LINKS], high: vec![NIL; levels.saturating_sub(INLINE_LINKS)], len: levels as u8 }
-    }
-
-    fn len(&self) -> usize {
-        self.len as usize
-    }
-
-    fn get(&self, l: usize) -> Option<u32> {
-        (l < self.len()).then(|| self[l])
-    }
-}
-
-impl std::ops::Index<usize> for Links {
-    type Output = u32;
-    fn index(&self, l: usize) -> &u32 {
-        assert!(l < self.len(), "level {l} of a node of {} levels", self.len);
-        if l < INLINE_LINKS { &self.low[l] } else { &self.high[l - INLINE_LINKS] }
-    }
-}
-
-impl std::ops::IndexMut<usize> for Links {
-    fn index_mut(&mut self, l: usize) -> &mut u32 {
-        assert!(l < self.len(), "level {l} of a node of {} levels", self.len);
-        if l < INLINE_LINKS { &mut self.low[l] } else { &mut self.high[l - INLINE_LINKS] }
-    }
-}
-
-/// The fields a search step reads come first, in one cache line.
-#[derive(Clone, Debug)]
-#[repr(C)]
-struct Node {
+/// What a search reads of a node, one cache line: its links, each with the prefix of the key
+/// it leads to, and its own key's prefix and length. A search compares the key with the
+/// prefixes in the node it stands on and loads a node only when it moves to it, so a step
+/// costs a dependent DRAM access only when it advances (a skiplist step was a quarter of
+/// loading HStore, almost all of it waiting for memory: with each node's prefix in the node
+/// itself, every compare loaded the node compared, a 104-byte node, often two lines).
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+struct Hot {
+    /// The prefix of the key each low link leads to (0 for NIL).
+    next_prefix: [u64; INLINE_LINKS],
+    next: [u32; INLINE_LINKS],
     /// The key's first 8 bytes, big-endian and zero-padded: when two prefixes differ they
     /// order the keys as bytewise comparison does, so a search step is one integer compare
     /// (comparing slices was a sixth of loading HStore).
     prefix: u64,
-    next: Links,
+    /// The node's slot in [`SkipList::tall`] if it has more than [`INLINE_LINKS`] levels.
+    tall: u32,
+    levels: u8,
+    /// The key's length, 255 for any longer key.
+    key_len: u8,
+}
+
+/// The links of a tall node above [`INLINE_LINKS`], each beside its key's prefix (one line).
+#[derive(Clone, Copy, Debug)]
+struct Tall {
+    links: [TallLink; TALL_LINKS],
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TallLink {
+    prefix: u64,
+    to: u32,
+}
+
+const TALL_NIL: Tall = Tall { links: [TallLink { prefix: 0, to: NIL }; TALL_LINKS] };
+
+/// What a search does not read: the key and the value.
+#[derive(Clone, Debug)]
+struct Cold {
     key: SmallBytes,
     value: Value,
 }
 
 fn prefix_of(key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = key.len().min(8);
+    let mut b = [0u8; PREFIX_BYTES];
+    let n = key.len().min(PREFIX_BYTES);
     b[..n].copy_from_slice(&key[..n]);
     u64::from_be_bytes(b)
 }
 
-impl Node {
-    /// Whether this node's key is at least `key` (whose prefix is `prefix`).
-    fn at_least(&self, key: &[u8], prefix: u64) -> bool {
-        match self.prefix.cmp(&prefix) {
-            std::cmp::Ordering::Equal => self.key.as_slice() >= key,
-            o => o.is_gt(),
-        }
-    }
+fn short_len(key: &[u8]) -> u8 {
+    key.len().min(u8::MAX as usize) as u8
 }
 
-/// A skiplist map from keys to blocks.
+/// A skiplist map from keys to blocks. Node `i`'s search part is `hot[i]`, its key and value
+/// `cold[i]`.
 #[derive(Clone, Debug)]
 pub struct SkipList {
-    nodes: Vec<Node>,
+    hot: Vec<Hot>,
+    cold: Vec<Cold>,
+    /// The links above [`INLINE_LINKS`] of the tall nodes, and the free slots.
+    tall: Vec<Tall>,
+    tall_free: Vec<u32>,
     free: Vec<u32>,
     level: usize,
     len: usize,
@@ -129,16 +126,21 @@ pub struct SkipList {
 impl SkipList {
     /// An empty list whose node levels come from `seed`.
     pub fn new(seed: u64) -> SkipList {
-        let head =
-            Node { prefix: 0, key: SmallBytes::new(), value: Value { addr: 0, units: 0 }, next: Links::new(MAX_LEVEL) };
-        SkipList {
-            nodes: vec![head],
+        let mut list = SkipList {
+            hot: Vec::new(),
+            cold: Vec::new(),
+            tall: Vec::new(),
+            tall_free: Vec::new(),
             free: Vec::new(),
             level: 1,
             len: 0,
             level_counts: [0; MAX_LEVEL],
             rng: ChaCha8Rng::seed_from_u64(seed),
-        }
+        };
+        let head = list.new_hot(&[], MAX_LEVEL);
+        list.hot.push(head);
+        list.cold.push(Cold { key: SmallBytes::new(), value: Value { addr: 0, units: 0 } });
+        list
     }
 
     pub fn len(&self) -> usize {
@@ -147,6 +149,87 @@ impl SkipList {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// A search part for `key` with `levels` levels, every link NIL (taking a tall slot if it
+    /// needs one).
+    fn new_hot(&mut self, key: &[u8], levels: usize) -> Hot {
+        let tall = if levels > INLINE_LINKS {
+            match self.tall_free.pop() {
+                Some(t) => {
+                    self.tall[t as usize] = TALL_NIL;
+                    t
+                }
+                None => {
+                    self.tall.push(TALL_NIL);
+                    (self.tall.len() - 1) as u32
+                }
+            }
+        } else {
+            NIL
+        };
+        Hot {
+            next_prefix: [0; INLINE_LINKS],
+            next: [NIL; INLINE_LINKS],
+            prefix: prefix_of(key),
+            tall,
+            levels: levels as u8,
+            key_len: short_len(key),
+        }
+    }
+
+    /// Node `n`'s link at level `l` (below its height) and the prefix of its target's key.
+    #[inline]
+    fn link(&self, n: u32, l: usize) -> (u32, u64) {
+        let h = &self.hot[n as usize];
+        assert!(l < h.levels as usize, "level {l} of a node of {} levels", h.levels);
+        if l < INLINE_LINKS {
+            (h.next[l], h.next_prefix[l])
+        } else {
+            let t = &self.tall[h.tall as usize].links[l - INLINE_LINKS];
+            (t.to, t.prefix)
+        }
+    }
+
+    fn next(&self, n: u32, l: usize) -> u32 {
+        self.link(n, l).0
+    }
+
+    fn set_link(&mut self, n: u32, l: usize, (to, prefix): (u32, u64)) {
+        let h = &mut self.hot[n as usize];
+        assert!(l < h.levels as usize, "level {l} of a node of {} levels", h.levels);
+        if l < INLINE_LINKS {
+            h.next[l] = to;
+            h.next_prefix[l] = prefix;
+        } else {
+            self.tall[h.tall as usize].links[l - INLINE_LINKS] = TallLink { prefix, to };
+        }
+    }
+
+    fn key(&self, n: u32) -> &[u8] {
+        self.cold[n as usize].key.as_slice()
+    }
+
+    /// Whether node `n`, whose key's prefix is `n_prefix`, holds a key of at least `key`
+    /// (whose prefix is `prefix`): the prefixes decide unless equal; then, if both keys fit
+    /// their prefixes, the shorter is the smaller. Only then is the node read.
+    #[inline]
+    fn at_least(&self, n: u32, n_prefix: u64, key: &[u8], prefix: u64) -> bool {
+        match n_prefix.cmp(&prefix) {
+            std::cmp::Ordering::Equal => {
+                let n_len = self.hot[n as usize].key_len as usize;
+                if n_len <= PREFIX_BYTES && key.len() <= PREFIX_BYTES { n_len >= key.len() } else { self.key(n) >= key }
+            }
+            o => o.is_gt(),
+        }
+    }
+
+    /// Whether node `n`, whose key's prefix is `n_prefix`, holds `key` (whose prefix is
+    /// `prefix`).
+    fn holds(&self, n: u32, n_prefix: u64, key: &[u8], prefix: u64) -> bool {
+        n_prefix == prefix
+            && self.hot[n as usize].key_len == short_len(key)
+            && (key.len() <= PREFIX_BYTES || self.key(n) == key)
     }
 
     fn random_level(&mut self) -> usize {
@@ -174,13 +257,14 @@ impl SkipList {
         let prefix = prefix_of(key);
         for l in (0..self.level).rev() {
             loop {
-                let next = self.nodes[at as usize].next[l];
+                let (next, next_prefix) = self.link(at, l);
                 if next == NIL {
                     break;
                 }
-                // Reading the next node's key is the access that may miss.
+                // Comparing with the next node's key is the visit charged (the access that may
+                // miss on the paper's skiplist; here the prefix is in `at`'s line).
                 self.visit(&mut visited, l);
-                if self.nodes[next as usize].at_least(key, prefix) {
+                if self.at_least(next, next_prefix, key, prefix) {
                     break;
                 }
                 at = next;
@@ -192,38 +276,43 @@ impl SkipList {
 
     /// The node holding `key` right after `pred`, if any.
     fn at(&self, pred: u32, key: &[u8]) -> Option<u32> {
-        let next = self.nodes[pred as usize].next[0];
-        (next != NIL && self.nodes[next as usize].key.as_slice() == key).then_some(next)
+        let (next, next_prefix) = self.link(pred, 0);
+        (next != NIL && self.holds(next, next_prefix, key, prefix_of(key))).then_some(next)
     }
 
     pub fn get(&self, key: &[u8]) -> (Option<Value>, Visits) {
         let (update, visited) = self.predecessors(key);
-        (self.at(update[0], key).map(|n| self.nodes[n as usize].value), visited)
+        (self.at(update[0], key).map(|n| self.cold[n as usize].value), visited)
     }
 
     /// Inserts or replaces; returns the old value.
     pub fn upsert(&mut self, key: &[u8], value: Value) -> (Option<Value>, Visits) {
         let (update, visited) = self.predecessors(key);
         if let Some(n) = self.at(update[0], key) {
-            return (Some(std::mem::replace(&mut self.nodes[n as usize].value, value)), visited);
+            return (Some(std::mem::replace(&mut self.cold[n as usize].value, value)), visited);
         }
         let level = self.random_level();
-        let node = Node { prefix: prefix_of(key), key: SmallBytes::from(key), value, next: Links::new(level) };
+        let hot = self.new_hot(key, level);
+        let prefix = hot.prefix;
+        let cold = Cold { key: SmallBytes::from(key), value };
         let id = match self.free.pop() {
             Some(id) => {
-                self.nodes[id as usize] = node;
+                self.hot[id as usize] = hot;
+                self.cold[id as usize] = cold;
                 id
             }
             None => {
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
+                self.hot.push(hot);
+                self.cold.push(cold);
+                (self.hot.len() - 1) as u32
             }
         };
         for (l, &pred) in update.iter().enumerate().take(level) {
             // Levels above the list's current top start at the head.
             let pred = if l < self.level { pred } else { HEAD };
-            self.nodes[id as usize].next[l] = self.nodes[pred as usize].next[l];
-            self.nodes[pred as usize].next[l] = id;
+            let after = self.link(pred, l);
+            self.set_link(id, l, after);
+            self.set_link(pred, l, (id, prefix));
         }
         self.level = self.level.max(level);
         self.len += 1;
@@ -236,7 +325,7 @@ impl SkipList {
     /// Replaces the value of a present key; returns the old value (`None`: absent, unchanged).
     pub fn update(&mut self, key: &[u8], value: Value) -> (Option<Value>, Visits) {
         let (update, visited) = self.predecessors(key);
-        let old = self.at(update[0], key).map(|n| std::mem::replace(&mut self.nodes[n as usize].value, value));
+        let old = self.at(update[0], key).map(|n| std::mem::replace(&mut self.cold[n as usize].value, value));
         (old, visited)
     }
 
@@ -244,22 +333,34 @@ impl SkipList {
     pub fn remove(&mut self, key: &[u8]) -> (Option<Value>, Visits) {
         let (update, visited) = self.predecessors(key);
         let Some(n) = self.at(update[0], key) else { return (None, visited) };
-        let levels = self.nodes[n as usize].next.len();
+        let levels = self.hot[n as usize].levels as usize;
         for (l, &pred) in update.iter().enumerate().take(levels) {
-            self.nodes[pred as usize].next[l] = self.nodes[n as usize].next[l];
+            let after = self.link(n, l);
+            self.set_link(pred, l, after);
         }
-        while self.level > 1 && self.nodes[HEAD as usize].next[self.level - 1] == NIL {
+        while self.level > 1 && self.next(HEAD, self.level - 1) == NIL {
             self.level -= 1;
         }
         for count in &mut self.level_counts[..levels] {
             *count -= 1;
         }
-        let node = &mut self.nodes[n as usize];
-        node.key = SmallBytes::new();
-        node.next = Links::new(0);
+        let hot = &mut self.hot[n as usize];
+        if hot.tall != NIL {
+            self.tall_free.push(hot.tall);
+        }
+        *hot = Hot {
+            next_prefix: [0; INLINE_LINKS],
+            next: [NIL; INLINE_LINKS],
+            prefix: 0,
+            tall: NIL,
+            levels: 0,
+            key_len: 0,
+        };
+        let value = self.cold[n as usize].value;
+        self.cold[n as usize].key = SmallBytes::new();
         self.free.push(n);
         self.len -= 1;
-        (Some(node.value), visited)
+        (Some(value), visited)
     }
 
     /// Up to `limit` entries with keys within the bounds, ascending; and the nodes visited.
@@ -269,66 +370,85 @@ impl SkipList {
             Bound::Included(k) | Bound::Excluded(k) => self.predecessors(k),
         };
         let mut out = Vec::new();
-        let mut at = self.nodes[update[0] as usize].next[0];
+        let mut at = self.next(update[0], 0);
         while at != NIL && out.len() < limit {
-            let node = &self.nodes[at as usize];
+            let key = self.key(at);
             self.visit(&mut visited, 0);
             let after_start = match start {
-                Bound::Excluded(k) => node.key.as_slice() > k,
+                Bound::Excluded(k) => key > k,
                 _ => true,
             };
             let before_end = match end {
                 Bound::Unbounded => true,
-                Bound::Included(k) => node.key.as_slice() <= k,
-                Bound::Excluded(k) => node.key.as_slice() < k,
+                Bound::Included(k) => key <= k,
+                Bound::Excluded(k) => key < k,
             };
             if !before_end {
                 break;
             }
             if after_start {
-                out.push((node.key.to_vec(), node.value));
+                out.push((key.to_vec(), self.cold[at as usize].value));
             }
-            at = node.next[0];
+            at = self.next(at, 0);
         }
         (out, visited)
     }
 
     /// Every entry, ascending.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], Value)> + '_ {
-        let mut at = self.nodes[HEAD as usize].next[0];
+        let mut at = self.next(HEAD, 0);
         std::iter::from_fn(move || {
             if at == NIL {
                 return None;
             }
-            let node = &self.nodes[at as usize];
-            at = node.next[0];
+            let node = &self.cold[at as usize];
+            at = self.next(at, 0);
             Some((node.key.as_slice(), node.value))
         })
     }
 
     /// Checks the list's shape: every level sorted and a sub-list of the one below, the count
-    /// right. For invariant walks.
+    /// right, each node's search part agreeing with its key. For invariant walks.
     pub fn check(&self) -> Result<(), String> {
-        let mut below: Option<Vec<u32>> = None;
+        // The nodes of the level below, by index.
+        let mut below: Option<Vec<bool>> = None;
         for l in 0..MAX_LEVEL {
             let mut chain = Vec::new();
-            let mut at = self.nodes[HEAD as usize].next[l];
-            while at != NIL {
-                if chain.len() > self.nodes.len() {
+            let mut at = HEAD;
+            loop {
+                let (next, next_prefix) = self.link(at, l);
+                if next == NIL {
+                    break;
+                }
+                if chain.len() > self.hot.len() {
                     return Err(format!("level {l} has a cycle"));
                 }
-                chain.push(at);
-                at = self.nodes[at as usize].next.get(l).ok_or(format!("node {at} linked above its level"))?;
+                if l >= self.hot[next as usize].levels as usize {
+                    return Err(format!("node {next} linked above its level"));
+                }
+                if next_prefix != self.hot[next as usize].prefix {
+                    return Err(format!("node {at}'s level-{l} link carries the wrong prefix"));
+                }
+                chain.push(next);
+                at = next;
             }
-            if chain.windows(2).any(|w| self.nodes[w[0] as usize].key >= self.nodes[w[1] as usize].key) {
+            if chain.windows(2).any(|w| self.key(w[0]) >= self.key(w[1])) {
                 return Err(format!("level {l} is not strictly ascending"));
             }
             if let Some(below) = &below {
-                if !chain.iter().all(|n| below.contains(n)) {
+                if !chain.iter().all(|&n| below[n as usize]) {
                     return Err(format!("level {l} has a node level {} lacks", l - 1));
                 }
-            } else if chain.len() != self.len {
-                return Err(format!("level 0 holds {} nodes, the count says {}", chain.len(), self.len));
+            } else {
+                if chain.len() != self.len {
+                    return Err(format!("level 0 holds {} nodes, the count says {}", chain.len(), self.len));
+                }
+                if let Some(&n) = chain.iter().find(|&&n| {
+                    let h = &self.hot[n as usize];
+                    h.prefix != prefix_of(self.key(n)) || h.key_len != short_len(self.key(n))
+                }) {
+                    return Err(format!("node {n}'s prefix or length disagrees with its key"));
+                }
             }
             if chain.len() as u64 != self.level_counts[l] {
                 return Err(format!("level {l} holds {} nodes, its count says {}", chain.len(), self.level_counts[l]));
@@ -336,7 +456,11 @@ impl SkipList {
             if l >= self.level && !chain.is_empty() {
                 return Err(format!("level {l} is above the top level {} but not empty", self.level));
             }
-            below = Some(chain);
+            let mut members = vec![false; self.hot.len()];
+            for &n in &chain {
+                members[n as usize] = true;
+            }
+            below = Some(members);
         }
         Ok(())
     }
@@ -407,6 +531,57 @@ mod tests {
         list.check().unwrap();
         let all: Vec<Vec<u8>> = list.iter().map(|(k, _)| k.to_vec()).collect();
         assert_eq!(all, model.keys().cloned().collect::<Vec<_>>());
+    }
+
+    /// The visits a search for `key` makes, from the keys' heights alone: the head; at each
+    /// level `l` the nodes before the key that no taller node separates from it (height
+    /// `l + 1`, none taller between them and the key); and at each level one node at or after
+    /// the key, if the level has one.
+    fn model_visits(list: &SkipList, heights: &[(Vec<u8>, usize)], key: &[u8]) -> Visits {
+        let mut v = Visits { misses: 0, hits: 1 };
+        let split = heights.partition_point(|(k, _)| k.as_slice() < key);
+        let mut tallest_between = 0;
+        for (_, h) in heights[..split].iter().rev() {
+            if *h >= tallest_between {
+                list.visit(&mut v, h - 1);
+                tallest_between = *h;
+            }
+        }
+        let tallest_after = heights[split..].iter().map(|(_, h)| *h).max().unwrap_or(0);
+        for l in 0..tallest_after.min(list.level) {
+            list.visit(&mut v, l);
+        }
+        v
+    }
+
+    #[test]
+    fn visits_follow_from_the_heights() {
+        // Past CACHED_NODES, so both kinds of visit are counted; keys of 8 bytes (decided by
+        // the prefixes) and of 12 (some compares read the keys).
+        for (len, n) in [(8usize, 70_000u64), (12, 3_000)] {
+            let mut list = SkipList::new(6);
+            let mut rng = ChaCha8Rng::seed_from_u64(len as u64);
+            let key = |rng: &mut ChaCha8Rng| -> Vec<u8> {
+                let mut k = vec![7u8; len];
+                k[len - 8..].copy_from_slice(&rng.random_range(0..4 * n).to_be_bytes());
+                k
+            };
+            for i in 0..n {
+                let k = key(&mut rng);
+                list.upsert(&k, v(i));
+            }
+            list.check().unwrap();
+            let mut heights = Vec::new();
+            let mut at = list.next(HEAD, 0);
+            while at != NIL {
+                heights.push((list.key(at).to_vec(), list.hot[at as usize].levels as usize));
+                at = list.next(at, 0);
+            }
+            for _ in 0..2000 {
+                let k = key(&mut rng);
+                assert_eq!(list.get(&k).1, model_visits(&list, &heights, &k), "key {k:02x?}");
+            }
+        }
     }
 
     #[test]
