@@ -35,6 +35,25 @@ impl SmallBytes {
     }
 }
 
+/// `a.cmp(b)`, with 8-byte keys (the common size) compared as one big-endian word rather than by
+/// a `memcmp` call: a tree routes every operation through dozens of such comparisons.
+#[inline]
+pub fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    match (<&[u8; 8]>::try_from(a), <&[u8; 8]>::try_from(b)) {
+        (Ok(a), Ok(b)) => u64::from_be_bytes(*a).cmp(&u64::from_be_bytes(*b)),
+        _ => a.cmp(b),
+    }
+}
+
+/// `a == b`, with 8-byte keys compared as one word (see [`key_cmp`]).
+#[inline]
+pub fn key_eq(a: &[u8], b: &[u8]) -> bool {
+    match (<&[u8; 8]>::try_from(a), <&[u8; 8]>::try_from(b)) {
+        (Ok(a), Ok(b)) => u64::from_ne_bytes(*a) == u64::from_ne_bytes(*b),
+        _ => a == b,
+    }
+}
+
 impl Default for SmallBytes {
     fn default() -> SmallBytes {
         SmallBytes::new()
@@ -151,6 +170,14 @@ mod tests {
             assert_eq!(matches!(a.0, Repr::Inline { .. }), len <= INLINE, "len {len}");
         }
         let (x, y) = (SmallBytes::from(&[1u8, 2][..]), SmallBytes::from(&[1u8, 2, 0][..]));
+        let words: [&[u8]; 7] =
+            [&[], &[0; 8], &[0, 0, 0, 0, 0, 0, 0, 1], &[1, 0, 0, 0, 0, 0, 0, 0], &[0xFF; 8], &[0; 9], &[1]];
+        for a in words {
+            for b in words {
+                assert_eq!(key_cmp(a, b), a.cmp(b), "{a:?} {b:?}");
+                assert_eq!(key_eq(a, b), a == b, "{a:?} {b:?}");
+            }
+        }
         assert!(x < y, "ordered as byte strings, not by their padding");
         assert_ne!(x, y);
     }

@@ -20,6 +20,7 @@
 //! catches it, and the caller then [`IndexCache::invalidate`]s the copy.
 
 use crate::common::CacheStats;
+use crate::common::bytes::SmallBytes;
 use crate::common::primitive::{Mutex, lock};
 use dmkit_rdma::RemoteAddr;
 use std::collections::{BTreeMap, VecDeque};
@@ -57,10 +58,11 @@ pub struct CachedNode<N> {
 
 #[derive(Debug)]
 struct CacheState<N> {
-    /// Per level (index = level), copies keyed by highest fence.
-    levels: Vec<BTreeMap<Vec<u8>, Arc<CachedNode<N>>>>,
+    /// Per level (index = level), copies keyed by highest fence (inline: a lookup compares
+    /// fences without a pointer to follow each).
+    levels: Vec<BTreeMap<SmallBytes, Arc<CachedNode<N>>>>,
     /// Insertion order, for eviction: (level, highest fence, the entry's `queued` number).
-    fifo: VecDeque<(u8, Vec<u8>, u64)>,
+    fifo: VecDeque<(u8, SmallBytes, u64)>,
     /// The next `queued` number.
     next_queued: u64,
     bytes: u64,
@@ -125,12 +127,19 @@ impl<N: RangeNode> IndexCache<N> {
     /// Keeps a copy of an internal node just read at `addr`, charging `charged_bytes` (the whole
     /// entry: the caller adds its own overhead) against the budget.
     pub fn insert(&self, addr: RemoteAddr, node: &N, charged_bytes: u64) {
+        if self.caches_level(node.level()) {
+            self.insert_owned(addr, node.clone(), charged_bytes);
+        }
+    }
+
+    /// [`IndexCache::insert`] of a node the caller has no more use for (no copy is made).
+    pub fn insert_owned(&self, addr: RemoteAddr, node: N, charged_bytes: u64) {
         let level = node.level();
         if !self.caches_level(level) {
             return;
         }
         let bytes = charged_bytes;
-        let highest = node.highest().to_vec();
+        let highest = SmallBytes::from(node.highest());
         let mut s = lock(&self.state);
         if s.levels.len() <= level as usize {
             s.levels.resize_with(level as usize + 1, BTreeMap::new);
@@ -144,7 +153,7 @@ impl<N: RangeNode> IndexCache<N> {
             s.fifo.push_back((level, highest.clone(), q));
             q
         });
-        let entry = Arc::new(CachedNode { addr, node: node.clone(), bytes, queued });
+        let entry = Arc::new(CachedNode { addr, node, bytes, queued });
         if let Some(old) = s.levels[level as usize].insert(highest, entry) {
             s.bytes -= old.bytes;
         }

@@ -93,14 +93,14 @@ pub fn check(o: &ShermanOptions, memory: &dyn MemoryView) -> Result<InvariantRep
                 let mut prev = n.lowest.clone();
                 next.push((n.leftmost, n.lowest.clone()));
                 for (k, child) in &n.records {
-                    if *k <= prev {
+                    if k.as_slice() <= prev.as_slice() {
                         return Err(format!("node at {at}: records out of order at {k:02x?}"));
                     }
                     if !n.covers(k) {
                         return Err(format!("node at {at}: separator {k:02x?} outside its fences"));
                     }
-                    prev = k.clone();
-                    next.push((*child, k.clone()));
+                    prev = k.to_vec();
+                    next.push((*child, k.to_vec()));
                 }
                 *report.structures.entry("internal_nodes").or_default() += 1;
             }

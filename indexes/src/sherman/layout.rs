@@ -41,7 +41,7 @@
 //!   whatever the order the lines are sampled in (up to 16 writes of one slot during one READ:
 //!   4-bit versions, digest §8 D13).
 
-use crate::common::bytes::SmallBytes;
+use crate::common::bytes::{SmallBytes, key_cmp, key_eq};
 use dmkit_rdma::RemoteAddr;
 
 /// Offset of the version byte (bookend front version / NV).
@@ -103,7 +103,8 @@ pub struct Node {
     pub lowest: Vec<u8>,
     pub highest: Vec<u8>,
     /// Internal nodes: sorted `(separator, child)`; child `i` covers `[key i, key i+1)`.
-    pub records: Vec<(Vec<u8>, RemoteAddr)>,
+    /// Separators are kept inline (a cached node routes every write: no pointer per record).
+    pub records: Vec<(SmallBytes, RemoteAddr)>,
     /// Leaves: exactly `leaf_span` slots, unsorted.
     pub slots: Vec<Slot>,
 }
@@ -309,10 +310,30 @@ impl Geometry {
     /// The version byte every cache-line copy of logical byte `at` must carry: that of the
     /// object `at` belongs to (a leaf slot, or else the header).
     fn object_version(&self, logical: &[u8], level: u8, at: usize) -> u8 {
+        self.object_version_of(&|at| logical[at], level, at)
+    }
+
+    /// Whether a cache-line image `phys` of a node at `level`, whose logical byte `at` is
+    /// `logical(at)`, has a line or slot version other than its object's (or the node's).
+    fn cache_line_torn(&self, phys: &[u8], level: u8, logical: impl Fn(usize) -> u8) -> bool {
+        let mut at = LINE;
+        let mut p = LINE;
+        while at < self.logical_bytes() {
+            if phys[p] != self.object_version_of(&logical, level, at) {
+                return true;
+            }
+            (at, p) = (at + LINE - 1, p + LINE);
+        }
+        let version = logical(VERSION_AT);
+        level == 0 && (0..self.leaf_span).any(|i| logical(self.slot_at(i)) & 0x0F != version & 0x0F)
+    }
+
+    /// [`Geometry::object_version`] of the logical image whose byte `at` is `logical(at)`.
+    fn object_version_of(&self, logical: &impl Fn(usize) -> u8, level: u8, at: usize) -> u8 {
         if level == 0 && at >= self.header_bytes() && at < self.leaf_rear() {
-            logical[self.slot_at((at - self.header_bytes()) / self.slot_bytes())]
+            logical(self.slot_at((at - self.header_bytes()) / self.slot_bytes()))
         } else {
-            logical[VERSION_AT]
+            logical(VERSION_AT)
         }
     }
 
@@ -413,21 +434,15 @@ impl Geometry {
             }
             Versioning::CacheLine => {
                 // Every line-version byte equals the version of the object it continues: line
-                // k >= 1 starts with it, followed by logical bytes from 64 + 63 (k - 1).
-                let mut at = LINE;
-                let mut p = LINE;
-                while at < self.logical_bytes() {
-                    if phys[p] != v.object_version(level, at) {
-                        return Err(Reject::Torn);
-                    }
-                    (at, p) = (at + LINE - 1, p + LINE);
-                }
-                if level == 0 {
-                    for i in 0..self.leaf_span {
-                        if v.byte(self.slot_at(i)) & 0x0F != version & 0x0F {
-                            return Err(Reject::Torn);
-                        }
-                    }
+                // k >= 1 starts with it, followed by logical bytes from 64 + 63 (k - 1). A
+                // leaf's objects are its slots: look them up in its gathered logical image.
+                let torn = if level == 0 {
+                    v.with_image(|b| self.cache_line_torn(phys, level, |at| b[at]))
+                } else {
+                    self.cache_line_torn(phys, level, |at| v.byte(at))
+                };
+                if torn {
+                    return Err(Reject::Torn);
                 }
             }
         }
@@ -508,17 +523,6 @@ impl<'a> View<'a> {
 
     fn last_index(&self) -> i16 {
         i16::from_le_bytes([self.byte(LAST_INDEX_AT), self.byte(LAST_INDEX_AT + 1)])
-    }
-
-    /// The version byte every cache-line copy of logical byte `at` must carry (see
-    /// [`Geometry::object_version`]).
-    fn object_version(&self, level: u8, at: usize) -> u8 {
-        let g = &self.g;
-        if level == 0 && at >= g.header_bytes() && at < g.leaf_rear() {
-            self.byte(g.slot_at((at - g.header_bytes()) / g.slot_bytes()))
-        } else {
-            self.byte(VERSION_AT)
-        }
     }
 
     pub fn level(&self) -> u8 {
@@ -627,7 +631,7 @@ impl<'a> View<'a> {
                 .chunks_exact(rb)
                 .map(|r| {
                     (
-                        r[..k].to_vec(),
+                        SmallBytes::from(&r[..k]),
                         RemoteAddr::from_raw(u64::from_le_bytes(r[k..k + 8].try_into().expect("8 bytes"))),
                     )
                 })
@@ -651,6 +655,8 @@ pub struct LeafImage {
     b: Vec<u8>,
     /// Whether versions were checked when it was read.
     check: bool,
+    /// Occupied slots.
+    live: usize,
 }
 
 impl LeafImage {
@@ -659,7 +665,9 @@ impl LeafImage {
         debug_assert!(view.is_leaf());
         buf.clear();
         view.with_image(|b| buf.extend_from_slice(b));
-        LeafImage { g: view.g, b: buf, check: view.check }
+        let mut leaf = LeafImage { g: view.g, b: buf, check: view.check, live: 0 };
+        leaf.live = (0..leaf.g.leaf_span).filter(|&i| leaf.occupied(i)).count();
+        leaf
     }
 
     /// The image's buffer, to use again.
@@ -713,7 +721,7 @@ impl LeafImage {
     /// The first occupied slot holding `key`.
     pub fn find(&self, key: &[u8]) -> Option<usize> {
         let k = self.g.key_bytes;
-        (0..self.g.leaf_span).find(|&i| self.occupied(i) && &self.slot(i)[1..1 + k] == key)
+        (0..self.g.leaf_span).find(|&i| self.occupied(i) && key_eq(&self.slot(i)[1..1 + k], key))
     }
 
     /// The value of occupied slot `i`.
@@ -729,7 +737,7 @@ impl LeafImage {
 
     /// [`Node::live`].
     pub fn live(&self) -> usize {
-        (0..self.g.leaf_span).filter(|&i| self.occupied(i)).count()
+        self.live
     }
 
     /// Sets slot `i` to `key` → `value` (or empties it: `None`) and bumps its version, as
@@ -739,6 +747,7 @@ impl LeafImage {
         let g = self.g;
         let (k, v) = (g.key_bytes, g.value_bytes);
         let ver = (self.version(i) + 1) & 0x0F;
+        self.live = self.live + entry.is_some() as usize - self.occupied(i) as usize;
         let nv = self.b[VERSION_AT] & 0x0F;
         let at = g.slot_at(i);
         let s = &mut self.b[at..at + g.slot_bytes()];
@@ -796,7 +805,7 @@ impl Node {
 
     /// The child of an internal node that covers `key` (which the node must cover).
     pub fn route(&self, key: &[u8]) -> RemoteAddr {
-        match self.records.iter().rposition(|(k, _)| k.as_slice() <= key) {
+        match self.records.iter().rposition(|(k, _)| key_cmp(k, key).is_le()) {
             Some(i) => self.records[i].1,
             None => self.leftmost,
         }
@@ -882,7 +891,7 @@ mod tests {
             i.slots.clear();
             i.leftmost = RemoteAddr::host(NodeId(0), 64);
             i.records = (1..g.internal_span as u64)
-                .map(|k| (k.to_be_bytes().to_vec(), RemoteAddr::host(NodeId(0), k * 64)))
+                .map(|k| (k.to_be_bytes().to_vec().into(), RemoteAddr::host(NodeId(0), k * 64)))
                 .collect();
             assert_eq!(g.decode(&g.encode(&i)).unwrap(), i);
         }

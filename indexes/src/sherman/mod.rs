@@ -474,9 +474,10 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 if let Some(slot) = path.get_mut(n.level as usize) {
                     *slot = Some(p);
                 }
-                self.node.cache.insert(p, &n, cache::charge(self.g.node_bytes as u64, &n));
-                let child = n.route(key);
-                if n.level == target + 1 {
+                let (level, child) = (n.level, n.route(key));
+                let charged = cache::charge(self.g.node_bytes as u64, &n);
+                self.node.cache.insert_owned(p, n, charged);
+                if level == target + 1 {
                     return Ok(Found { addr: child, from_cache, path });
                 }
                 p = child;
@@ -816,7 +817,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 let at = self.alloc_node().await?;
                 let mut r = self.g.empty_internal(level + 1, vec![0; self.g.key_bytes], self.g.infinity());
                 r.leftmost = root;
-                r.records = vec![(first_sep, first_child)];
+                r.records = vec![(first_sep.into(), first_child)];
                 self.ctx.write(at, Buf::from(self.g.encode(&r))).await?;
                 let old = root::pack(root, level);
                 let new = root::pack(at, level + 1);
@@ -885,7 +886,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             }
             match n.records.binary_search_by(|(k, _)| k.as_slice().cmp(sep)) {
                 Ok(i) => n.records[i].1 = child,
-                Err(i) => n.records.insert(i, (sep.to_vec(), child)),
+                Err(i) => n.records.insert(i, (sep.into(), child)),
             }
             if n.records.len() < self.g.internal_span {
                 n.bump(self.g.versioning);
@@ -895,8 +896,9 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             }
             self.counters.event("internal_split");
             let mid = n.records.len() / 2;
-            let right: Vec<(Vec<u8>, RemoteAddr)> = n.records.split_off(mid + 1);
+            let right = n.records.split_off(mid + 1);
             let (up, up_child) = n.records.pop().expect("mid record");
+            let up = up.to_vec();
             let (sibling_at, held) = self.alloc_locked(held).await?;
             let mut sibling = self.g.empty_internal(level, up.clone(), n.highest.clone());
             sibling.leftmost = up_child;
