@@ -19,7 +19,7 @@
 //! clients are answered `Blocked`.
 
 use super::layout::{self, Geometry, Slot};
-use super::wire::{Dedup, Effect, Entry, Reply, Request, SLS_SERVICE, ServerState, Timing, WriteOp};
+use super::wire::{Dedup, Effect, Entry, Reply, Request, SLS_SERVICE, ServerState, Timing, WriteOp, encode_log_sync};
 use super::{HStoreOptions, ServerCounters};
 use crate::common::batch::post_per_node;
 use crate::common::primitive::{Mutex, lock};
@@ -528,9 +528,8 @@ impl Hts {
             s.next_seq[w] += batch.len() as u64;
             (s.incarnation, first, s.committed[w])
         };
-        let entries: Vec<Entry> = batch.iter().map(|p| p.entry.clone()).collect();
-        let sync = Request::LogSync { incarnation, worker: w as u16, first_seq, committed, entries };
-        let sync: SyncCall<'a> = Box::pin(ctx.call(self.o.sls_node(), SLS_SERVICE, sync.encode()));
+        let sync = encode_log_sync(incarnation, w as u16, first_seq, committed, batch.iter().map(|p| &p.entry));
+        let sync: SyncCall<'a> = Box::pin(ctx.call(self.o.sls_node(), SLS_SERVICE, sync));
         self.counters.add("hts_log_syncs", 1);
         self.counters.add("hts_entries_shipped", batch.len() as u64);
         self.counters.set_max("hts_batch_max", batch.len() as u64);
