@@ -1027,8 +1027,11 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         let lock_off = l.lock_off() as usize;
         // Everything before the lock word, in one WRITE: the lock is changed by FAA only, and
         // (versioned format) every data line goes with its version.
-        let body =
-            |img: &LeafImage| -> Vec<Request> { vec![Request::write(leaf, img.encode(&l)[..lock_off].to_vec())] };
+        let body = |img: &LeafImage| -> Vec<Request> {
+            let mut bytes = img.encode(&l);
+            bytes.truncate(lock_off);
+            vec![Request::write(leaf, bytes)]
+        };
         match (self.o.protocol, l.format) {
             (Protocol::Hardened, LeafFormat::Versioned) => {
                 left.set_version(ver + 1);
