@@ -16,9 +16,9 @@
 
 use super::layout::{Entry, NodeImage, SPECIAL_POS, capacity, kbyte, prefix_of};
 use crate::common::CacheStats;
+use crate::common::hash::FixedHashMap;
 use crate::common::primitive::{Mutex, lock};
 use dmkit_rdma::RemoteAddr;
-use crate::common::hash::FixedHashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
