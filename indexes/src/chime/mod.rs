@@ -1112,11 +1112,12 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     fn critical_keys(&self, img: &[u8], h: usize, key: &[u8], field: &[u8]) -> Vec<Vec<u8>> {
         let l = &self.l;
         let mut out = Vec::new();
+        let mut probe = img.to_vec();
         for s in 0..l.span {
             if l.is_empty(img, s) {
                 continue;
             }
-            let mut probe = img.to_vec();
+            probe.copy_from_slice(img);
             l.clear_item(&mut probe, s);
             if hop_insert(l, &mut probe, h, key, field, l.span).is_some() {
                 out.push(l.key(img, s).to_vec());
