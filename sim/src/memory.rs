@@ -6,6 +6,7 @@
 //! hasher: no random state anywhere in the simulator.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Bytes per stored line (also the default atomicity unit).
@@ -197,13 +198,12 @@ impl SparseMemory {
             let hi = ((l + 1) * LINE_BYTES).min(in_page + data.len());
             (lo - l * LINE_BYTES, &data[lo - in_page..hi - in_page])
         };
-        if !self.pages.contains_key(&page_no) {
-            if is_zero(data) {
-                return; // zeros over an unstored page: nothing to do
-            }
-            self.pages.insert(page_no, Page { present: 0, lines: Vec::new() });
-        }
-        let page = self.pages.get_mut(&page_no).expect("present or just inserted");
+        let page = match self.pages.entry(page_no) {
+            Entry::Occupied(e) => e.into_mut(),
+            // Zeros over an unstored page: nothing to do.
+            Entry::Vacant(_) if is_zero(data) => return,
+            Entry::Vacant(e) => e.insert(Page { present: 0, lines: Vec::new() }),
+        };
         let capacity = page.lines.capacity();
         let before = page.present.count_ones();
         for l in first..=last {
