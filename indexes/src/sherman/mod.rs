@@ -39,6 +39,39 @@
 //!   absent key changes nothing.
 //! - Delete clears the slot and leaves empty leaves in place (no merge, as the artifact, B15).
 //!
+//! ## Known gap: stale cached upper levels in `sherman-fixed` (measured, not fixed)
+//!
+//! With `sherman-fixed` (the default: every internal level cached, `stale_restart = false`), move-right
+//! READs per insert grow with the tree during a load: 0.13 at 100 k keys, 0.35 at 300 k, 1.13 at 1 M
+//! (cumulative; 1.80 per insert over the last 100 k keys of 1 M), from one client bulk-loading in
+//! a hashed order (`cargo test --release -p dmkit-indexes --test sherman_move_right -- --ignored
+//! --nocapture`, `DMKIT_MR_KEYS` / `DMKIT_MR_CONFIG`; the events `move_right_internal`,
+//! `move_right_from_cache`, `move_right_leaf` and `move_right_parent` split `move_right` by where
+//! it happens, host-side tallies that charge no CPU and post no verb). All but 0.013 per insert are
+//! `move_right_internal` in traversals that began at a cached copy (`move_right_from_cache`), and
+//! (instrumented once) every one starts at a cached *level-2* copy and walks level 1. Mechanism: a
+//! leaf split the level-1 copy did not see makes the leaf check invalidate that copy and move right
+//! at the leaf (`leave_uncovered`, 0.013 per insert); the next key of that range has
+//! no level-1 copy, so `find` starts at the level-2 copy, which was cached early and
+//! is never re-read (36 cache misses in the 1 M load). It routes to a level-1 child that has split
+//! many times since; the traversal moves right through every sibling (~130 per such traversal at
+//! 1 M), caches only the last, and leaves the level-2 copy in place: a move right in `find` never
+//! invalidates `from_cache` (only `key < lowest` does). `sherman-smart` (level 1 only) and
+//! `sherman-chime` (`stale_restart`: the restart from the root re-reads and re-caches level 2) stay
+//! at ≤ 0.001 per insert. It does not explain YCSB A's throughput: A has no inserts and no splits,
+//! and `dmkit run --index sherman --config sherman-smart --workload a --keys 1000000 --clients 512
+//! --duration-us 50000` reports no `move_right` at all (12.5 Mops/s, batches 13.8 → 12.6, no 28).
+//! The artifact invalidates a stale cached entry and restarts from the root (digest §3.3, §3.5,
+//! §3.11: "the entry is invalidated and the operation restarts from the root. That traversal
+//! re-adds the fresh level-1 page"), and CHIME, which caches every level, does the same for an
+//! internal node reached from the cache: `if from_cache and (!n.valid or k ∉ [n.low, n.high)):
+//! cache.invalidate(entry); restart lookup` (chime digest §3.1). Proposed fix: in `find`, when the
+//! node read from a cached copy's route has `key ≥ highest`, invalidate that copy (and restart at
+//! the next cached level or the root, or at least cache the level-1 siblings read on the way).
+//! That changes `sherman-fixed`'s simulated traces wherever keys are inserted (`--workload load`,
+//! YCSB D and E, `--load insert`, checks), so those results and figures must be re-measured; the
+//! bulk-loaded image should not change (same nodes, only fewer READs).
+//!
 //! ## Planted bugs
 //!
 //! - `no-sibling-chase`: a reader or writer whose key is at or above a node's highest fence does
@@ -461,6 +494,12 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 if right && !self.planted("no-sibling-chase") {
                     self.spare = Some(image);
                     self.counters.event("move_right");
+                    // Host-side tallies only (no CPU charged, no verb): which traversal read
+                    // the sibling, to tell stale cached routes from concurrent splits.
+                    self.counters.event("move_right_internal");
+                    if from_cache.is_some() {
+                        self.counters.event("move_right_from_cache");
+                    }
                     if at_root {
                         // The root split: learn the new root next time.
                         self.node.root.forget();
@@ -512,6 +551,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             return None;
         }
         self.counters.event("move_right");
+        self.counters.event("move_right_leaf");
         Some(sibling)
     }
 
@@ -881,6 +921,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             if sep >= n.highest.as_slice() {
                 self.unlock(held, None, false).await?;
                 self.counters.event("move_right");
+                self.counters.event("move_right_parent");
                 addr = n.sibling;
                 continue;
             }
