@@ -382,14 +382,20 @@ impl Geometry {
     /// encoding every slot to write one).
     pub fn slot_write_of(&self, n: &Node, i: usize) -> (usize, Vec<u8>) {
         debug_assert_eq!(n.level, 0, "slots are a leaf's");
-        let (at, sb) = (self.slot_at(i), self.slot_bytes());
-        let mut slot = vec![0u8; sb];
+        let mut slot = vec![0u8; self.slot_bytes()];
         self.encode_slot_into(n, &n.slots[i], &mut slot);
-        let (from, to) = self.phys_range(at, at + sb);
+        self.slot_write_bytes(i, &slot)
+    }
+
+    /// Where slot `i`'s logical bytes `slot` go in the physical image, and the bytes to write
+    /// there: the slot itself (bookend), or the slot spread over its lines (cache-line), where
+    /// every byte of the range that holds no slot byte is a line-version byte and carries the
+    /// slot's version (its first byte).
+    fn slot_write_bytes(&self, i: usize, slot: &[u8]) -> (usize, Vec<u8>) {
+        let at = self.slot_at(i);
+        let (from, to) = self.phys_range(at, at + slot.len());
         let bytes = match self.versioning {
-            Versioning::Bookend => slot,
-            // Every byte of the range that holds no slot byte is a line-version byte, and
-            // carries the slot's version (its first byte).
+            Versioning::Bookend => slot.to_vec(),
             Versioning::CacheLine => {
                 let mut out = vec![slot[0]; to - from];
                 for (d, &b) in slot.iter().enumerate() {
@@ -767,21 +773,7 @@ impl LeafImage {
 
     /// [`Geometry::slot_write_of`] of slot `i`.
     pub fn slot_write(&self, i: usize) -> (usize, Vec<u8>) {
-        let g = &self.g;
-        let (at, sb) = (g.slot_at(i), g.slot_bytes());
-        let slot = self.slot(i);
-        let (from, to) = g.phys_range(at, at + sb);
-        let bytes = match g.versioning {
-            Versioning::Bookend => slot.to_vec(),
-            Versioning::CacheLine => {
-                let mut out = vec![slot[0]; to - from];
-                for (d, &b) in slot.iter().enumerate() {
-                    out[g.phys(at + d) - from] = b;
-                }
-                out
-            }
-        };
-        (from, bytes)
+        self.g.slot_write_bytes(i, self.slot(i))
     }
 
     /// The decoded node.
