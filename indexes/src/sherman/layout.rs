@@ -503,15 +503,21 @@ impl<'a> View<'a> {
         if last - from == len - 1 {
             return f(&self.phys[from..=last]);
         }
-        let mut stack = [0u8; GATHER];
+        self.gather::<GATHER, R>(at, len, f)
+    }
+
+    /// Cache-line mode: `f` of the logical bytes `[at, at + len)` copied line by line without
+    /// their line-version bytes (a line holds 63 payload bytes after the first), on the stack
+    /// when they fit in `STACK` bytes.
+    fn gather<const STACK: usize, R>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        let mut stack = [0u8; STACK];
         let mut heap = Vec::new();
-        let out: &mut [u8] = if len <= GATHER {
+        let out: &mut [u8] = if len <= STACK {
             &mut stack[..len]
         } else {
             heap.resize(len, 0);
             &mut heap
         };
-        // Cache-line mode: copy line by line (a line holds 63 payload bytes after the first).
         let mut done = 0;
         while done < len {
             let p = self.g.phys(at + done);
@@ -565,24 +571,7 @@ impl<'a> View<'a> {
         if self.g.versioning == Versioning::Bookend {
             return f(&self.phys[..n]);
         }
-        let mut stack = [0u8; LOGICAL_ON_STACK];
-        let mut heap = Vec::new();
-        let out: &mut [u8] = if n <= LOGICAL_ON_STACK {
-            &mut stack[..n]
-        } else {
-            heap.resize(n, 0);
-            &mut heap
-        };
-        // The first line holds 64 payload bytes, every later one a version byte and 63.
-        let first = n.min(LINE);
-        out[..first].copy_from_slice(&self.phys[..first]);
-        let (mut at, mut p) = (first, LINE);
-        while at < n {
-            let take = (LINE - 1).min(n - at);
-            out[at..at + take].copy_from_slice(&self.phys[p + 1..p + 1 + take]);
-            (at, p) = (at + take, p + LINE);
-        }
-        f(out)
+        self.gather::<LOGICAL_ON_STACK, R>(0, n, f)
     }
 
     /// The decoded node.
