@@ -418,35 +418,25 @@ impl Checked for Race {
             required_counters: &["cas_failures", "lock_failures"],
             step_limit: 400_000,
         };
+        // One subtable of six 1-slot buckets: inserts split it and double the directory while
+        // searches and writes meet items in flight.
+        let default = Preset {
+            name: "default",
+            keys: 8,
+            preload: 3,
+            mix: Mix { search: 35, insert: 40, update: 15, delete: 10, scan: 0 },
+            required_counters: &["split", "item_moved", "directory_doubling", "search_on_resize", "split_wait"],
+            step_limit: 1_000_000,
+            ..basic.clone()
+        };
         vec![
-            // One subtable of six 1-slot buckets: inserts split it and double the directory
-            // while searches and writes meet items in flight.
-            (
-                Preset {
-                    name: "default",
-                    keys: 8,
-                    preload: 3,
-                    mix: Mix { search: 35, insert: 40, update: 15, delete: 10, scan: 0 },
-                    required_counters: &["split", "item_moved", "directory_doubling", "search_on_resize", "split_wait"],
-                    step_limit: 1_000_000,
-                    ..basic.clone()
-                },
-                RaceOptions { slots: 1, initial_depth: 0, ..race_options(2) },
-            ),
+            (default.clone(), RaceOptions { slots: 1, initial_depth: 0, ..race_options(2) }),
             // "default" with 2-slot buckets (24 bytes): some buckets' headers and slots sit in
             // different cache lines, so a READ of one bucket can see its header and its slots at
             // different times while a split moves the bucket. Twice the keys, more preloaded:
             // with 8 keys a key's two combined buckets (8 slots) never fill, so nothing splits.
             (
-                Preset {
-                    name: "default-2slot",
-                    keys: 16,
-                    preload: 9,
-                    mix: Mix { search: 35, insert: 40, update: 15, delete: 10, scan: 0 },
-                    required_counters: &["split", "item_moved", "directory_doubling", "search_on_resize", "split_wait"],
-                    step_limit: 1_000_000,
-                    ..basic.clone()
-                },
+                Preset { name: "default-2slot", keys: 16, preload: 9, ..default.clone() },
                 RaceOptions { slots: 2, initial_depth: 0, ..race_options(2) },
             ),
             // Two subtables of 1-slot buckets and more keys: splits of a subtable shallower than
