@@ -529,6 +529,14 @@ struct CheckArgs {
     /// List the index's planted bugs and exit.
     #[arg(long)]
     list_plants: bool,
+    /// List the index's race handlers (the branches that handle a race: re-checks, retries,
+    /// waits) and the event each counts, and exit.
+    #[arg(long)]
+    list_race_handlers: bool,
+    /// Run every preset for --seconds each and report which race handlers each reached; exit 1
+    /// if a preset fails or a handler ran in none.
+    #[arg(long)]
+    coverage: bool,
     /// Run one schedule again, from the string a failure printed.
     #[arg(long)]
     replay: Option<String>,
@@ -1045,6 +1053,10 @@ fn run_check(a: CheckArgs) -> Result<ExitCode, String> {
         print!("{}", registry::list_plants(&a.index)?);
         return Ok(ExitCode::SUCCESS);
     }
+    if a.list_race_handlers {
+        print!("{}", registry::list_race_handlers(&a.index)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let mode = a.mode.as_deref().map(Mode::parse).transpose()?;
     let request = registry::CheckRequest {
         index: a.index,
@@ -1058,7 +1070,7 @@ fn run_check(a: CheckArgs) -> Result<ExitCode, String> {
         replay: a.replay,
         max_schedules: a.max_schedules,
     };
-    let outcome = registry::run_check(&request)?;
+    let outcome = if a.coverage { registry::run_coverage(&request)? } else { registry::run_check(&request)? };
     print!("{}", outcome.report);
     if let Some(path) = a.export_history {
         std::fs::write(&path, &outcome.history).map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -200,6 +200,18 @@ impl PlantedBug {
     }
 }
 
+/// A branch of an index's protocol that exists only to handle a race with another client or
+/// a fault — a re-check, a retry, a wait, a repair — named by the [`Counters`] event it counts
+/// (or by `retries`, `lock_failures`, `cas_failures`). A clean check says nothing about a
+/// handler no run reached: `dmkit check` lists the ones that stayed at zero, and
+/// `dmkit check --coverage` the ones no preset reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaceHandler {
+    pub event: &'static str,
+    /// The race it handles, and what would go wrong without it.
+    pub race: &'static str,
+}
+
 /// What an invariant walk saw, for reports (load factor, memory per item) and for presets'
 /// non-vacuity checks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -309,6 +321,11 @@ pub trait IndexKind: 'static {
     fn server_counters(options: &Self::Options, memory: &dyn MemoryView) -> BTreeMap<&'static str, u64> {
         let _ = (options, memory);
         BTreeMap::new()
+    }
+
+    /// The race-handling branches of the protocol, each with the event that counts it.
+    fn race_handlers() -> &'static [RaceHandler] {
+        &[]
     }
 
     /// Every planted bug this index offers.

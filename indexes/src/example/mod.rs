@@ -44,7 +44,7 @@
 pub mod cache;
 pub mod layout;
 
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug};
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
 use cache::NodeCache;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, Request};
 use layout::{Slot, Superblock};
@@ -82,6 +82,20 @@ impl Default for ExampleOptions {
         }
     }
 }
+
+/// A search read a slot torn by a concurrent WRITE (its checksum failed) and reads again.
+const TORN_SEARCH: &str = "torn_search";
+
+const RACE_HANDLERS: [RaceHandler; 2] = [
+    RaceHandler {
+        event: "lock_failures",
+        race: "a writer's lock CAS found the bucket locked by another writer: it backs off and retries",
+    },
+    RaceHandler {
+        event: TORN_SEARCH,
+        race: "a search read a slot while a writer's WRITE was landing (checksum mismatch): it reads the bucket again",
+    },
+];
 
 const PLANTS: [PlantedBug; 3] = [
     PlantedBug {
@@ -217,6 +231,10 @@ impl IndexKind for Example {
         Ok(report)
     }
 
+    fn race_handlers() -> &'static [RaceHandler] {
+        &RACE_HANDLERS
+    }
+
     fn planted_bugs() -> &'static [PlantedBug] {
         &PLANTS
     }
@@ -293,7 +311,10 @@ impl<C: Client + Clone + 'static> ExampleHandle<C> {
                     }));
                 }
                 // A slot was read across a concurrent WRITE: read the bucket again.
-                None => self.back_off(attempt.min(2)).await,
+                None => {
+                    self.counters.event(TORN_SEARCH);
+                    self.back_off(attempt.min(2)).await
+                }
             }
         }
         Err(IndexError::RetriesExhausted { op: "search", retries: self.options.max_retries })
