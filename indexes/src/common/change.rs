@@ -3,7 +3,7 @@
 //! table. Shared by the indexes that delegate and combine.
 
 use crate::common::rdwc::{Rdwc, ReadLeader, ReadRole, WriteLeader, WriteRole};
-use crate::{Counters, IndexError};
+use crate::{Counters, IndexError, RaceHandler};
 
 /// What a write does to its key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +80,19 @@ pub trait Combined {
     fn counters_mut(&mut self) -> &mut Counters;
 }
 
+/// A delegated read whose leader gave up without a result (its own search failed) reads
+/// for itself.
+pub const RDWC_READ_FALLBACK: RaceHandler = RaceHandler {
+    event: "rdwc_read_fallback",
+    race: "a read follower's leader failed or gave up: the follower searches itself instead of answering with nothing",
+};
+
+/// A combined write whose leader gave up before applying it applies it itself.
+pub const RDWC_WRITE_FALLBACK: RaceHandler = RaceHandler {
+    event: "rdwc_write_fallback",
+    race: "a write follower's leader gave up before applying its change: the follower applies it itself, so no write is lost",
+};
+
 /// A search through `table`: lead a window, follow one (taking its result, or searching again
 /// if cut off), or bypass it on a hash conflict.
 pub async fn search_via<T: Combined>(
@@ -98,7 +111,11 @@ pub async fn search_via<T: Combined>(
                 t.counters_mut().event("rdwc_delegated");
                 r
             }
-            _ => t.search_remote(key, None).await,
+            // The leader gave up without a result to share: read ourselves.
+            _ => {
+                t.counters_mut().event(RDWC_READ_FALLBACK.event);
+                t.search_remote(key, None).await
+            }
         },
         ReadRole::Bypass => t.search_remote(key, None).await,
     }
@@ -129,7 +146,10 @@ pub async fn write_via<T: Combined>(
                 r
             }
             // The leader gave up before taking our change: apply it ourselves.
-            _ => t.modify_remote(key, vec![change], None).await.0,
+            _ => {
+                t.counters_mut().event(RDWC_WRITE_FALLBACK.event);
+                t.modify_remote(key, vec![change], None).await.0
+            }
         },
         WriteRole::Bypass(change) => t.modify_remote(key, vec![change], None).await.0,
     }

@@ -86,7 +86,7 @@
 //! after it is released. No verb is issued here.
 
 use super::primitive::{AtomicU64, Mutex, Ordering, lock};
-use crate::{Counters, IndexError};
+use crate::{Counters, IndexError, RaceHandler};
 use dmkit_rdma::{Client, RemoteAddr};
 use std::collections::VecDeque;
 use std::fmt;
@@ -902,6 +902,18 @@ mod tests {
         assert!(globals.iter().all(|g| !g.held.load(sc)));
     }
 }
+
+/// A global lock CAS that found the word held: count it and CAS again.
+pub const HOCL_LOCK_FAILED: RaceHandler = RaceHandler {
+    event: "lock_failures",
+    race: "a writer's lock CAS found the lock word held by another compute node's writer: it CASes again",
+};
+
+/// A lock handed over by a local holder on the same compute node: no CAS needed.
+pub const HOCL_HANDED_OVER: RaceHandler = RaceHandler {
+    event: "lock_handed_over",
+    race: "a local waiter inherits the global lock from the holder on its compute node instead of releasing and re-taking it",
+};
 
 /// A held hierarchical lock: the global lock word, and the local hold if a local table is used.
 #[derive(Debug)]
