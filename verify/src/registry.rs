@@ -101,6 +101,18 @@ pub fn list_plants(index: &str) -> Result<String, String> {
     visit(index, List)
 }
 
+/// Names of an index's presets, the default first.
+pub fn preset_names(index: &str) -> Result<Vec<&'static str>, String> {
+    struct Names;
+    impl Visit for Names {
+        type Output = Vec<&'static str>;
+        fn visit<K: Checked>(self) -> Self::Output {
+            K::presets().into_iter().map(|(p, _)| p.name).collect()
+        }
+    }
+    visit(index, Names)
+}
+
 /// Race handlers of an index, one per line: `event: the race it handles`.
 pub fn list_race_handlers(index: &str) -> Result<String, String> {
     struct List;

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Mutation score of one index's protocol (issue 26 item 6): cargo-mutants mutates the index's
+# protocol files, one mutant at a time, and `verify/tests/mutation_oracle.rs` runs every checking
+# preset of the index for a fixed number of schedules (random, then PCT) against each. A mutant
+# is caught when a preset finds a violation, panics or hangs; missed mutants are the ones to read.
+#
+#   scripts/mutants.sh INDEX [SCHEDULES]      # e.g. scripts/mutants.sh example 2000
+#   scripts/mutants.sh INDEX --list           # the mutants, without running them
+#
+# Why cargo-mutants: its mutation operators (replace a function's body, swap a comparison or a
+# boolean operator, delete a `!`) are the standard ones, it rebuilds only what a mutant touches,
+# and its outcome files are machine-readable; a dmkit-specific mutator would have to reinvent all
+# three. Functions that are not protocol (option validation, limits, invariant walks, reporting)
+# are excluded: mutating the judge is not a test of the judged.
+#
+# It mutates the tree it runs in (--in-place): run it in a clean clone or worktree, not where you
+# are editing. Results go to results/mutants/INDEX/mutants.out (outcomes.json, caught.txt,
+# missed.txt, timeout.txt, unviable.txt). Hours for a large index: a benchmark, not a CI stage.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+index=${1:?usage: scripts/mutants.sh INDEX [SCHEDULES|--list]}
+arg=${2:-2000}
+
+case $index in
+  example) files=(indexes/src/example/mod.rs indexes/src/example/layout.rs) ;;
+  race) files=(indexes/src/race/mod.rs indexes/src/race/layout.rs) ;;
+  cluster) files=(indexes/src/cluster/mod.rs indexes/src/cluster/layout.rs) ;;
+  sherman) files=(indexes/src/sherman/mod.rs) ;;
+  smart) files=(indexes/src/smart/mod.rs) ;;
+  chime) files=(indexes/src/chime/mod.rs indexes/src/chime/hotspot.rs) ;;
+  dolphin) files=(indexes/src/dolphin/mod.rs) ;;
+  hstore) files=(indexes/src/hstore/client.rs indexes/src/hstore/hts.rs indexes/src/hstore/sls.rs) ;;
+  clover) files=(indexes/src/clover/mod.rs) ;;
+  *) echo "scripts/mutants.sh: no protocol files listed for index '$index'" >&2; exit 2 ;;
+esac
+
+if ! command -v cargo-mutants >/dev/null; then
+  echo "installing cargo-mutants (once)..." >&2
+  cargo install --locked cargo-mutants@27.1.0
+fi
+
+not_protocol='validate|::limits|node_state_bytes|check_invariants|planted_bugs|race_handlers|node_counters|server_counters|::fmt|<impl Default|<impl Display|<impl Debug|configure|describe'
+mutate=(--profile mutants --test-package dmkit-verify -E "$not_protocol")
+for f in "${files[@]}"; do mutate+=(-f "$f"); done
+
+if [ "$arg" = "--list" ]; then
+  exec cargo mutants "${mutate[@]}" --list
+fi
+
+out=results/mutants/$index
+mkdir -p "$out"
+export DMKIT_MUTANTS_INDEX=$index DMKIT_MUTANTS_SCHEDULES=$arg
+cargo mutants "${mutate[@]}" --in-place --no-shuffle -o "$out" --timeout 300 \
+  -- --test mutation_oracle -- --ignored || true
+mo=$out/mutants.out
+count() { [ -f "$mo/$1.txt" ] && wc -l < "$mo/$1.txt" || echo 0; }
+echo "$index: $(count caught) caught, $(count missed) missed, $(count timeout) timeout, $(count unviable) unviable ($arg schedules per preset and mode)"
