@@ -546,6 +546,10 @@ struct CheckArgs {
     /// Write the history of the failing (or last) run as JSON lines.
     #[arg(long)]
     export_history: Option<std::path::PathBuf>,
+    /// Schedule each queue pair's verbs as their own actor: PCT and DFS can then hold back one
+    /// QP's verbs (an unawaited WRITE) while its client goes on over another QP.
+    #[arg(long)]
+    qp_actors: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -1069,6 +1073,7 @@ fn run_check(a: CheckArgs) -> Result<ExitCode, String> {
         plant: a.plant,
         replay: a.replay,
         max_schedules: a.max_schedules,
+        qp_actors: a.qp_actors,
     };
     let outcome = if a.coverage { registry::run_coverage(&request)? } else { registry::run_check(&request)? };
     print!("{}", outcome.report);

@@ -76,6 +76,9 @@ pub struct CheckRequest {
     pub plant: Option<String>,
     pub replay: Option<String>,
     pub max_schedules: u64,
+    /// Schedule each queue pair's verbs as their own actor (`SimConfig::qp_actors`), so that
+    /// PCT and DFS can hold back one QP's verbs while the client goes on over another.
+    pub qp_actors: bool,
 }
 
 /// The result: a report for the terminal and whether the check passed; `history` is the JSON
@@ -155,18 +158,20 @@ fn run<K: Checked>(req: &CheckRequest) -> Result<CheckOutcome, String> {
     if let Some(c) = req.clients {
         scenario.preset.clients = c;
     }
+    scenario.qp_actors = req.qp_actors;
     if !(req.seconds > 0.0 && req.seconds.is_finite()) {
         return Err("--seconds must be positive".into());
     }
     let preset = &scenario.preset;
     let command = format!(
-        "dmkit check --index {} --preset {}{}{} --seed {}{}",
+        "dmkit check --index {} --preset {}{}{} --seed {}{}{}",
         K::NAME,
         preset.name,
         req.config.as_ref().map(|c| format!(" --config {c}")).unwrap_or_default(),
         req.clients.map(|c| format!(" --clients {c}")).unwrap_or_default(),
         req.seed,
         req.plant.as_ref().map(|p| format!(" --plant {p}")).unwrap_or_default(),
+        if req.qp_actors { " --qp-actors" } else { "" },
     );
     if let Some(replay) = &req.replay {
         let (variant, choices) = explore::decode_replay(replay)?;

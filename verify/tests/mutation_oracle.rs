@@ -31,6 +31,7 @@ fn every_preset_is_clean() {
                 plant: None,
                 replay: None,
                 max_schedules: schedules,
+                qp_actors: false,
             };
             let outcome = registry::run_check(&req).expect("a valid request");
             // A vacuous result (a required counter at zero) also kills: the mutant broke
