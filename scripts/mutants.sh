@@ -41,7 +41,7 @@ if ! command -v cargo-mutants >/dev/null; then
 fi
 
 not_protocol='validate|::limits|node_state_bytes|check_invariants|planted_bugs|race_handlers|node_counters|server_counters|::fmt|<impl Default|<impl Display|<impl Debug|configure|describe'
-mutate=(--profile mutants --test-package dmkit-verify -E "$not_protocol")
+mutate=(--profile mutants --test-workspace=true -E "$not_protocol")
 for f in "${files[@]}"; do mutate+=(-f "$f"); done
 
 if [ "$arg" = "--list" ]; then
