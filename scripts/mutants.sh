@@ -51,7 +51,10 @@ fi
 out=results/mutants/$index
 mkdir -p "$out"
 export DMKIT_MUTANTS_INDEX=$index DMKIT_MUTANTS_SCHEDULES=$arg
-cargo mutants "${mutate[@]}" --in-place --no-shuffle -o "$out" --timeout 300 \
+# The baseline: the unmutated tree must pass the oracle. (cargo-mutants' own baseline runs the
+# mutated package's tests whatever --test-workspace says, so it is skipped and run here.)
+cargo test --profile mutants --workspace --test mutation_oracle -- --ignored
+cargo mutants "${mutate[@]}" --in-place --no-shuffle -o "$out" --baseline skip --timeout 300 \
   -- --test mutation_oracle -- --ignored || true
 mo=$out/mutants.out
 count() { [ -f "$mo/$1.txt" ] && wc -l < "$mo/$1.txt" || echo 0; }
