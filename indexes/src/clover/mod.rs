@@ -30,11 +30,13 @@ use crate::common::hash::FixedHashMap;
 use crate::common::primitive::{Mutex, lock};
 use crate::hstore::layout::{decode_block_word, encode_block_word};
 use crate::smart::layout::crc64;
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, Servers};
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler, Servers};
 use dmkit_rdma::service::{ServerCtx, Service, ServiceHost};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, VerbsError};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The metadata server's service id.
 pub const MS_SERVICE: u16 = 0x434c;
@@ -111,6 +113,35 @@ pub const PLANTS: [PlantedBug; 2] = [
     },
 ];
 
+/// A shortcut pointed at a version that is no longer the tail (a writer appended after it and
+/// its hint had not landed, or hints landed out of order): the reader follows `next`.
+const STALE_HINT: &str = "stale_hint";
+/// A client registering a key the MS did not know found it registered by another client in
+/// the meantime: it appends its version to that key's chain instead.
+const REGISTER_LOST: &str = "register_lost";
+/// Two registrations of one key interleaved inside the MS (server-side): the second publishes
+/// nothing and answers like a lookup.
+const MS_REGISTER_RACED: &str = "ms_register_raced";
+
+const RACE_HANDLERS: [RaceHandler; 4] = [
+    RaceHandler {
+        event: "cas_failures",
+        race: "a writer's CAS on the tail's next lost to another writer's append: it follows the chain to the new tail and CASes again (without it one version is lost)",
+    },
+    RaceHandler {
+        event: STALE_HINT,
+        race: "the shortcut lags the chain (a writer's hint not landed yet, or hints landed out of order): the reader follows next to the tail (without it a GET returns an old value)",
+    },
+    RaceHandler {
+        event: REGISTER_LOST,
+        race: "two clients inserted a key the MS did not know: the one whose registration lost appends to the winner's chain (without it its version is never reachable)",
+    },
+    RaceHandler {
+        event: MS_REGISTER_RACED,
+        race: "two registrations of one key passed the MS's first lookup together: the second re-checks under the lock and answers with the first's shortcut (without it the key has two chains)",
+    },
+];
+
 fn check(b: &[u8], k: usize, v: usize) -> u32 {
     crc64(&[&b[8..12], &b[HEADER..HEADER + k + v]]) as u32
 }
@@ -161,6 +192,8 @@ pub struct MetadataServer {
     keys: Mutex<FixedHashMap<SmallBytes, u64>>,
     /// Shortcut slots handed out.
     next_slot: Mutex<u64>,
+    /// Registrations that found the key registered by a concurrent one (`MS_REGISTER_RACED`).
+    register_raced: AtomicU64,
 }
 
 /// MS requests: `[0][key]` looks a key up; `[1][first version u64][key]` registers it. Replies:
@@ -173,6 +206,7 @@ impl<C: ServerCtx> Service<C> for MetadataServer {
             o: self.o.clone(),
             keys: Mutex::new(lock(&self.keys).clone()),
             next_slot: Mutex::new(*lock(&self.next_slot)),
+            register_raced: AtomicU64::new(0),
         })
     }
 
@@ -212,7 +246,10 @@ impl<C: ServerCtx> Service<C> for MetadataServer {
         }
         let mut keys = lock(&self.keys);
         let (slot, fresh) = match keys.get(key) {
-            Some(&existing) => (existing, false),
+            Some(&existing) => {
+                self.register_raced.fetch_add(1, Ordering::Relaxed);
+                (existing, false)
+            }
             None => {
                 keys.insert(SmallBytes::from(key), slot);
                 (slot, true)
@@ -294,7 +331,11 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         if start == 0 {
             return Err(IndexError::Corrupt(format!("shortcut {slot:#x} of a registered key is empty")));
         }
-        self.follow(start, key).await
+        let (w, v) = self.follow(start, key).await?;
+        if w != start {
+            self.counters.event(STALE_HINT);
+        }
+        Ok((w, v))
     }
 
     async fn follow(&mut self, mut w: u64, key: &[u8]) -> Result<(u64, Version), IndexError> {
@@ -306,7 +347,6 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
             if hop > 0 {
                 self.counters.event("chain_hop");
             }
-            self.counters.event("stale_hint");
             w = v.next;
         }
         Err(IndexError::RetriesExhausted { op: "follow", retries: self.o.max_retries })
@@ -336,6 +376,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                     return Ok(false);
                 }
                 Ms::Known(s) => {
+                    self.counters.event(REGISTER_LOST);
                     lock(&self.node.shortcuts).insert(SmallBytes::from(key), s);
                     s
                 }
@@ -437,6 +478,7 @@ impl IndexKind for Clover {
             o: o2.clone(),
             keys: Mutex::new(FixedHashMap::default()),
             next_slot: Mutex::new(0),
+            register_raced: AtomicU64::new(0),
         })
     }
 
@@ -495,6 +537,18 @@ impl IndexKind for Clover {
             *report.structures.entry("versions_from_shortcuts").or_default() += hops;
         }
         Ok(report)
+    }
+
+    fn server_counters(o: &CloverOptions, memory: &dyn MemoryView) -> BTreeMap<&'static str, u64> {
+        memory
+            .service_state(o.ms_node(), MS_SERVICE)
+            .and_then(|s| s.downcast::<MetadataServer>().ok())
+            .map(|ms| BTreeMap::from([(MS_REGISTER_RACED, ms.register_raced.load(Ordering::Relaxed))]))
+            .unwrap_or_default()
+    }
+
+    fn race_handlers() -> &'static [RaceHandler] {
+        &RACE_HANDLERS
     }
 
     /// A long warm-up leaves every key's shortcut address cached.

@@ -20,7 +20,10 @@
 
 use super::layout::{self, Geometry, Slot};
 use super::wire::{Dedup, Effect, Entry, Reply, Request, SLS_SERVICE, ServerState, Timing, WriteOp, encode_log_sync};
-use super::{HStoreOptions, ServerCounters};
+use super::{
+    HStoreOptions, HTS_BATCHES_BLOCKED, HTS_ENTRY_BLOCKED, HTS_LATE_VERIFY, HTS_PEER_RECOVERY_WAITED,
+    HTS_RETRY_ANSWERED, ServerCounters,
+};
 use crate::common::batch::post_per_node;
 use crate::common::primitive::{Mutex, lock};
 use dmkit_rdma::service::{Responder, ServerCtx, Service};
@@ -171,7 +174,7 @@ impl Hts {
             if let Some(&(req_id, effect)) = s.dedup.get(&e.client) {
                 if req_id == e.req_id {
                     drop(s);
-                    self.counters.add("hts_retry_answered", 1);
+                    self.counters.add(HTS_RETRY_ANSWERED, 1);
                     return Some(Reply::Done { effect, timing: Timing::default() });
                 }
                 if req_id > e.req_id {
@@ -210,13 +213,18 @@ impl Hts {
             }
             s.state = ServerState::PeerRecovering;
         }
+        let mut waited = false;
         loop {
             if !lock(&self.shared).in_batch.iter().any(|&b| b) {
+                if waited {
+                    self.counters.add(HTS_PEER_RECOVERY_WAITED, 1);
+                }
                 // Pass the wake-up on: another recovering SLS incarnation may wait here too
                 // (an earlier one that crashed while waiting took the last batch's notice).
                 self.idle.notify_one();
                 return Reply::Ok;
             }
+            waited = true;
             self.idle.notified().await;
         }
     }
@@ -584,7 +592,7 @@ impl Hts {
             synced_ns = ctx.now_ns();
             if !matches!(ack.map(|b| Reply::decode(&b)), Ok(Ok(Reply::Ok))) {
                 // The SLS did not log it: nothing is applied; the clients try again later.
-                self.counters.add("hts_batches_blocked", 1);
+                self.counters.add(HTS_BATCHES_BLOCKED, 1);
                 self.release(w, shipped.reserved);
                 self.fail_all(ctx, shipped.batch, Reply::Blocked);
                 return;
@@ -660,7 +668,7 @@ impl Hts {
                 if !self.o.planted("fp-only") && !known.contains_key(&addr) {
                     // A slot this worker filled after the batch was planned (a pipelined
                     // batch): read its key now.
-                    self.counters.add("hts_late_verify", 1);
+                    self.counters.add(HTS_LATE_VERIFY, 1);
                     let len = (s.units as usize * layout::UNIT as usize).min(layout::HEADER_BYTES + e.key.len());
                     let b = ctx.read(s.block, Buf::zeroed(len)).await?;
                     known.insert(addr, layout::header_key(&b).map(<[u8]>::to_vec).unwrap_or_default());
@@ -761,6 +769,7 @@ impl Hts {
                 go
             };
             if !go {
+                self.counters.add(HTS_ENTRY_BLOCKED, 1);
                 let _ = ctx.reply(first.to, Reply::Blocked.encode());
                 continue;
             }

@@ -124,7 +124,7 @@ pub mod wire;
 
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
 use crate::common::primitive::{Mutex, lock};
-use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug, Servers};
+use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler, Servers};
 use client::HStoreHandle;
 use dmkit_rdma::service::ServiceHost;
 use dmkit_rdma::{Caps, Client, MemoryView, NodeId, RemoteAddr};
@@ -401,6 +401,138 @@ pub const PLANTS: [PlantedBug; 9] = [
     },
 ];
 
+// Race handlers: the branches that exist because of a concurrent client, a server's crash or
+// the servers' asynchrony, each by the event that counts it (client events, and the servers'
+// read from their state by [`server_counters`]).
+
+/// A read outlived its lease (V3): a block it took the address of may have been reused.
+pub(crate) const LEASE_RESTART: &str = "lease_restart";
+/// A block READ after the lease ran out found no complete block of its key (reused or torn).
+pub(crate) const SKIPPED_BAD_BLOCK: &str = "skipped_bad_block";
+/// A compute node confirms a table incarnation it has not seen complete with a fenced READ
+/// (every node does at its first GET: not a race handler by itself, see the next).
+pub(crate) const INCARNATION_CONFIRMED: &str = "incarnation_confirmed";
+/// The confirmation of a newer incarnation than one the node already trusted: a rebuilt table.
+pub(crate) const INCARNATION_RECONFIRMED: &str = "incarnation_reconfirmed";
+/// A GET following a chain saw the ready word change between two buckets: it starts again.
+pub(crate) const INCARNATION_RESTART: &str = "incarnation_restart";
+/// A GET read a ready word of 0 (a restarted HTS rebuilding its table).
+pub(crate) const TABLE_REBUILDING: &str = "table_rebuilding";
+/// A GET went to the SLS because the HTS was down or rebuilding (degraded mode).
+pub(crate) const DEGRADED_GET: &str = "degraded_get";
+/// A write's call failed (the HTS crashed): retried with the same request id (V2).
+pub(crate) const WRITE_RETRY: &str = "write_retry";
+/// A write was answered `Blocked` (a server recovering): it backs off and tries again.
+pub(crate) const WRITE_BLOCKED: &str = "write_blocked";
+/// A scan's call failed (the SLS crashed): it backs off and tries again.
+pub(crate) const SCAN_RETRY: &str = "scan_retry";
+/// A scan was answered `Blocked` (the SLS recovering): it backs off and tries again.
+pub(crate) const SCAN_BLOCKED: &str = "scan_blocked";
+/// A scan's partitions first applied log entries that arrived before it (decision 23).
+pub(crate) const SCAN_DRAINED: &str = "scan_drained";
+/// A retried write answered from the record of its first application (HTS).
+pub(crate) const HTS_RETRY_ANSWERED: &str = "hts_retry_answered";
+/// A batch whose log sync failed or was refused, answered `Blocked` and applied nowhere (HTS).
+pub(crate) const HTS_BATCHES_BLOCKED: &str = "hts_batches_blocked";
+/// A worker took an entry after the HTS stopped serving (the SLS began recovering) (HTS).
+pub(crate) const HTS_ENTRY_BLOCKED: &str = "hts_entry_blocked";
+/// A recovering SLS's stop request waited for the HTS's batches in flight (HTS).
+pub(crate) const HTS_PEER_RECOVERY_WAITED: &str = "hts_peer_recovery_waited";
+/// A slot whose block key was not READ when the batch was planned, READ at apply (HTS).
+pub(crate) const HTS_LATE_VERIFY: &str = "hts_late_verify";
+/// An SLS read waited for the HTS to commit what it drained (V1) (SLS).
+pub(crate) const SLS_COMMIT_QUERIES: &str = "sls_commit_queries";
+/// An SLS commit wait found the HTS incarnation it waited on dead (SLS).
+pub(crate) const SLS_COMMIT_DEAD: &str = "sls_commit_dead";
+/// A log sync from an HTS incarnation already known dead, refused (SLS).
+pub(crate) const SLS_DEAD_LOG_SYNC: &str = "sls_dead_log_sync";
+/// A client's write applied after a later write of the same client (another partition): the
+/// client's record keeps the later one (SLS).
+pub(crate) const SLS_DEDUP_OUT_OF_ORDER: &str = "sls_dedup_out_of_order";
+
+const RACE_HANDLERS: [RaceHandler; 20] = [
+    RaceHandler {
+        event: LEASE_RESTART,
+        race: "a read took a block's address and READ it more than lease_ns later: the block may have been freed and reused since, so it starts again (V3)",
+    },
+    RaceHandler {
+        event: SKIPPED_BAD_BLOCK,
+        race: "a block READ past the lease found another key's or a torn block (reused under the reader): skipped, and the read restarts",
+    },
+    RaceHandler {
+        event: INCARNATION_RECONFIRMED,
+        race: "a node meets a rebuilt table (a newer incarnation than it trusted): the batch's bucket READ may have sampled before the ready word, so it reads again fenced (else a GET may read a half-rebuilt table); a count shows the fence ran, not that the READs straddled the word (plant no-ready-fence: found by no preset)",
+    },
+    RaceHandler {
+        event: INCARNATION_RESTART,
+        race: "the HTS restarted while a GET followed a chain: buckets of two incarnations must not be mixed, so it starts again",
+    },
+    RaceHandler {
+        event: TABLE_REBUILDING,
+        race: "a GET read a ready word of 0 (a restarted HTS still rebuilding): an empty table must not answer absent, so it goes to the SLS",
+    },
+    RaceHandler {
+        event: DEGRADED_GET,
+        race: "the HTS is down or rebuilding: GETs go to the SLS until it is probed again",
+    },
+    RaceHandler {
+        event: WRITE_RETRY,
+        race: "a write's call to the HTS failed (crash): the SLS may hold it, so it is retried with the same request id until acknowledged (V2)",
+    },
+    RaceHandler {
+        event: WRITE_BLOCKED,
+        race: "a write reached a server that is recovering (or its batch's log sync failed): it backs off and tries again",
+    },
+    RaceHandler {
+        event: SCAN_RETRY,
+        race: "a scan's call to the SLS failed (crash): it backs off and asks the restarted SLS",
+    },
+    RaceHandler {
+        event: SCAN_BLOCKED,
+        race: "a scan reached an SLS that is rebuilding its skiplists: it backs off and tries again",
+    },
+    RaceHandler {
+        event: SCAN_DRAINED,
+        race: "log entries acked before a scan arrived were not yet applied to the skiplists: each partition applies them first (decision 23), else a scan misses an acknowledged write",
+    },
+    RaceHandler {
+        event: HTS_RETRY_ANSWERED,
+        race: "a write retried after its call failed had already been applied: answered from its recorded effect, not applied again (exactly once)",
+    },
+    RaceHandler {
+        event: HTS_BATCHES_BLOCKED,
+        race: "a batch's log sync failed (the SLS crashed) or was refused (it is recovering): the batch is applied nowhere and its clients answered Blocked, so the servers never disagree",
+    },
+    RaceHandler {
+        event: HTS_ENTRY_BLOCKED,
+        race: "the SLS began recovering between a write's arrival and its batch: the worker answers it Blocked instead of changing the table the SLS is reading",
+    },
+    RaceHandler {
+        event: HTS_PEER_RECOVERY_WAITED,
+        race: "a recovering SLS asked the HTS to stop while a batch was in flight: the answer waits until it is applied, so the SLS reads a table no batch changes",
+    },
+    RaceHandler {
+        event: HTS_LATE_VERIFY,
+        race: "a fingerprint-matching slot's key was not READ with the batch (its verification READ failed, a memory-pool fault no preset injects; or a pipelined batch, plant pipelined-sync): it is READ at apply time, else a fingerprint match would pass for the key",
+    },
+    RaceHandler {
+        event: SLS_COMMIT_QUERIES,
+        race: "an SLS scan or lookup drained entries the HTS has not applied yet: it waits for their commit, else a scan sees a write a later GET does not (V1)",
+    },
+    RaceHandler {
+        event: SLS_COMMIT_DEAD,
+        race: "the HTS incarnation an SLS read waits on crashed: its entries count as committed (the rebuilt table holds them), else the wait never ends",
+    },
+    RaceHandler {
+        event: SLS_DEAD_LOG_SYNC,
+        race: "a log sync of an HTS incarnation that crashed arrived after its successor spoke: refused, so a dead table's batch is not logged after the rebuild read the skiplists",
+    },
+    RaceHandler {
+        event: SLS_DEDUP_OUT_OF_ORDER,
+        race: "a client's two writes to keys of different partitions are applied out of order: its record keeps the later one, else a rebuilt HTS answers a retry with the wrong effect",
+    },
+];
+
 /// Blocks freed by this compute node, each usable again once its release time passed (V3).
 #[derive(Debug, Default)]
 pub struct Quarantine {
@@ -525,6 +657,10 @@ impl IndexKind for HStore {
 
     fn node_counters(node: &HStoreNode) -> BTreeMap<&'static str, u64> {
         BTreeMap::from([("quarantined_blocks", lock(&node.quarantine).blocks.len() as u64)])
+    }
+
+    fn race_handlers() -> &'static [RaceHandler] {
+        &RACE_HANDLERS
     }
 
     fn planted_bugs() -> &'static [PlantedBug] {

@@ -16,7 +16,9 @@
 use super::layout::{self, Geometry};
 use super::skiplist::{SkipList, Value, Visits};
 use super::wire::{Dedup, Effect, Entry, HTS_SERVICE, Item, Reply, Request, ServerState, WriteOp};
-use super::{HStoreOptions, ServerCounters};
+use super::{
+    HStoreOptions, SLS_COMMIT_DEAD, SLS_COMMIT_QUERIES, SLS_DEAD_LOG_SYNC, SLS_DEDUP_OUT_OF_ORDER, ServerCounters,
+};
 use crate::common::batch::post_per_node;
 use crate::common::primitive::{Mutex, lock};
 use crate::spec;
@@ -216,6 +218,7 @@ impl Sls {
             return Some(Reply::Blocked);
         }
         if incarnation < s.dead_below {
+            self.counters.add(SLS_DEAD_LOG_SYNC, 1);
             return Some(Reply::Error(format!("log sync from dead HTS incarnation {incarnation}")));
         }
         self.newer_incarnation(&mut s, incarnation);
@@ -376,6 +379,8 @@ impl Sls {
             let d = s.dedup.entry(l.entry.client).or_insert((0, Effect::default()));
             if l.entry.req_id >= d.0 {
                 *d = (l.entry.req_id, effect);
+            } else {
+                self.counters.add(SLS_DEDUP_OUT_OF_ORDER, 1);
             }
         }
         self.counters.add("sls_entries_applied", 1);
@@ -415,7 +420,7 @@ impl Sls {
             };
             let Some((incarnation, worker, seq)) = pending else { return waited };
             waited = true;
-            self.counters.add("sls_commit_queries", 1);
+            self.counters.add(SLS_COMMIT_QUERIES, 1);
             let query = Request::CommitQuery { incarnation, worker, seq };
             let reply = ctx.call(self.o.hts_node(), HTS_SERVICE, query.encode()).await;
             let mut s = lock(&self.shared);
@@ -426,6 +431,7 @@ impl Sls {
                 }
                 Ok(Ok(Reply::Stale)) | Err(VerbsError::NodeDown(_)) => {
                     // That incarnation is gone: its entries count as committed.
+                    self.counters.add(SLS_COMMIT_DEAD, 1);
                     let dead = incarnation + 1;
                     self.newer_incarnation(&mut s, dead);
                 }
