@@ -263,9 +263,27 @@ fn hstore_survives_a_server_crash() {
     assert_one_line_error(&["run", "--index", "example", "--crash-server", "0"], "server");
 }
 
+/// `--coverage` runs every preset and tabulates the race handlers each reached; the example's
+/// two (lock contention, a torn slot re-read) are reached, so it passes. The schedule bound
+/// keeps it fast and independent of the machine's load.
+#[test]
+fn check_coverage_lists_every_race_handler_and_preset() {
+    let out = dmkit(&["check", "--index", "example", "--coverage", "--max-schedules", "300"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let table: Vec<&str> = text.lines().skip_while(|l| !l.contains("race handlers reached per preset")).collect();
+    assert!(table[1].contains("default") && table[1].contains("hot") && table[1].contains("pair"), "{text}");
+    for handler in ["lock_failures", "torn_search"] {
+        let row = table.iter().find(|l| l.starts_with(handler)).unwrap_or_else(|| panic!("{handler}: {text}"));
+        let total: u64 = row.split_whitespace().last().unwrap().parse().unwrap();
+        assert!(total > 0, "{row}");
+    }
+    assert!(text.contains("every race handler ran in some preset"), "{text}");
+}
+
 #[test]
 fn run_bad_configs_give_one_line_and_exit_2() {
-    let cases: [(&[&str], &str); 18] = [
+    let cases: [(&[&str], &str); 19] = [
         (&["run", "--index", "nope"], "unknown index"),
         (&["run", "--index", "smart", "--config", "smart-nope"], "smart-rearlock"),
         (&["run", "--index", "art", "--config", "smart"], "--index smart"),
@@ -274,6 +292,7 @@ fn run_bad_configs_give_one_line_and_exit_2() {
         (&["run", "--index", "sherman", "--config", "sherman-nope"], "sherman-chime"),
         (&["run", "--index", "sherman", "--value-bytes", "4096", "--config", "artifact"], "leaf"),
         (&["check", "--index", "sherman", "--config", "bogus"], "bogus"),
+        (&["check", "--index", "example", "--coverage", "--preset", "hot"], "every preset"),
         (&["run", "--index", "example", "--keys", "0"], "--keys"),
         (&["run", "--index", "example", "--workload", "zz"], "zz"),
         (&["run", "--index", "example", "--workload", "e", "--keys", "1000"], "scans"),
