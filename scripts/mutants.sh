@@ -41,7 +41,7 @@ if ! command -v cargo-mutants >/dev/null; then
 fi
 
 not_protocol='validate|::limits|node_state_bytes|check_invariants|planted_bugs|race_handlers|node_counters|server_counters|::fmt|<impl Default|<impl Display|<impl Debug|configure|describe'
-mutate=(--profile mutants --test-workspace=true -E "$not_protocol")
+mutate=(--profile mutants --test-package dmkit-verify -E "$not_protocol")
 for f in "${files[@]}"; do mutate+=(-f "$f"); done
 
 if [ "$arg" = "--list" ]; then
@@ -51,9 +51,9 @@ fi
 out=results/mutants/$index
 mkdir -p "$out"
 export DMKIT_MUTANTS_INDEX=$index DMKIT_MUTANTS_SCHEDULES=$arg
-# The baseline: the unmutated tree must pass the oracle. (cargo-mutants' own baseline runs the
-# mutated package's tests whatever --test-workspace says, so it is skipped and run here.)
-cargo test --profile mutants --workspace --test mutation_oracle -- --ignored
+# The baseline: the unmutated tree must pass the oracle. (cargo-mutants 27's own baseline runs
+# the mutated package's tests whatever --test-package says, so it is skipped and run here.)
+cargo test --profile mutants -p dmkit-verify --test mutation_oracle -- --ignored
 cargo mutants "${mutate[@]}" --in-place --no-shuffle -o "$out" --baseline skip --timeout 300 \
   -- --test mutation_oracle -- --ignored || true
 mo=$out/mutants.out
