@@ -102,7 +102,7 @@ pub mod layout;
 
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
 use crate::common::primitive::{Mutex, lock};
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug};
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MaskedAtomics, MemoryView, NodeId, RemoteAddr, Request};
 use layout::{Block, Bucket, Header, LOCK_BIT, SlotWord, Superblock};
 use rand::Rng;
@@ -229,6 +229,32 @@ const PLANTS: [PlantedBug; 4] = [
     },
 ];
 
+/// A search's READ of the main bucket saw an odd version: a delete is moving an item.
+const SEARCH_SAW_MOVE: &str = "search_saw_move";
+/// A search's READ of the main bucket saw an even version whose copy differs.
+const SEARCH_TORN_VERSION: &str = "search_torn_version";
+/// A search's miss found the version changed since the traversal began.
+const SEARCH_REVALIDATED: &str = "search_revalidated";
+
+const RACE_HANDLERS: [RaceHandler; 4] = [
+    RaceHandler {
+        event: "lock_failures",
+        race: "a writer's lock CAS found the chain locked by another writer: it backs off and retries",
+    },
+    RaceHandler {
+        event: SEARCH_SAW_MOVE,
+        race: "a search read the main bucket while a delete moved the tail item forward (odd version): it backs off and reads again",
+    },
+    RaceHandler {
+        event: SEARCH_TORN_VERSION,
+        race: "a search's READ sampled the header and its copy on either side of a delete's version WRITEs: a move may have passed its traversal unseen; it reads again",
+    },
+    RaceHandler {
+        event: SEARCH_REVALIDATED,
+        race: "a search's miss: a delete moved the tail item past the traversal (the version changed between the two samples), so the key may be present; it reads again",
+    },
+];
+
 /// The state one compute node's clients share: the superblock and the KV-block chunks.
 #[derive(Debug)]
 pub struct ClusterNode {
@@ -330,6 +356,10 @@ impl IndexKind for Cluster {
 
     fn planted_bugs() -> &'static [PlantedBug] {
         &PLANTS
+    }
+
+    fn race_handlers() -> &'static [RaceHandler] {
+        &RACE_HANDLERS
     }
 
     fn plant(o: &mut ClusterOptions, bug: &str) -> Result<(), String> {
@@ -552,8 +582,8 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
             let first = Bucket::decode(&sb, &image);
             let version = first.header.version;
             if validate && (version % 2 != 0 || first.copy != version) {
-                // A delete is moving an item in this chain (or the READ saw both sides of one).
-                self.counters.event("search_saw_move");
+                // A delete is moving an item in this chain, or the READ saw both sides of one.
+                self.counters.event(if version % 2 != 0 { SEARCH_SAW_MOVE } else { SEARCH_TORN_VERSION });
                 self.back_off(attempt.min(3)).await;
                 continue;
             }
@@ -583,7 +613,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
                     if let Some(r) = tail {
                         let now = Header::decode(r.into_buf()?.u64_at(0));
                         if now.version != version {
-                            self.counters.event("search_revalidated");
+                            self.counters.event(SEARCH_REVALIDATED);
                             self.back_off(attempt.min(3)).await;
                             continue 'attempt;
                         }
@@ -591,9 +621,10 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
                     return Ok(None);
                 }
                 if chain.buckets.len() as u64 > max_hops {
-                    // Only a broken protocol makes a cycle; a planted bug can.
-                    self.back_off(attempt.min(3)).await;
-                    continue 'attempt;
+                    // Not a race: a link is written once, to a bucket the FAA handed out to this
+                    // chain alone, and never changes (emptied buckets stay linked), so every
+                    // chain is acyclic at every instant and a traversal follows a prefix of it.
+                    return Err(IndexError::Corrupt(format!("chain {b} has a cycle")));
                 }
                 let image = tail.expect("the next bucket").into_buf()?;
                 let at = sb.overflow_addr(node, next as u64 - 1);

@@ -67,9 +67,24 @@ impl Checked for Cluster {
                     mix: Mix { search: 40, insert: 20, update: 10, delete: 30, scan: 0 },
                     required_counters: &["delete_moved"],
                     step_limit: 200_000,
-                    ..base
+                    ..base.clone()
                 },
                 cluster_checking_options(1, 1),
+            ),
+            // The paper's 8-slot buckets: a main bucket is 80 bytes, its header and its last
+            // slot and version copy in different 64-byte units, which a READ samples at
+            // different times. Only here can a search see the header and the copy on either side
+            // of a delete's version WRITEs (with fewer than 7 slots the copy shares the
+            // header's unit). Nine keys for eight slots: the chain links an overflow bucket.
+            (
+                Preset {
+                    name: "wide",
+                    keys: 9,
+                    preload: 7,
+                    required_counters: &["delete_moved", "search_torn_version"],
+                    ..base
+                },
+                ClusterOptions { slots_per_bucket: 8, ..cluster_checking_options(1, 1) },
             ),
         ]
     }
