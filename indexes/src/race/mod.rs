@@ -21,10 +21,10 @@
 //! | `faithful` | all of the above | | |
 //!
 //! Each scenario also runs clean in safe mode (the default), which takes the digest's fixes:
-//! blocks are never reused and an invalid block is read again (K1, K2); an insert looks for
-//! its key first (upsert, D11) and serialises inserts of one absent key on a bucket-header lock
-//! (K3, below); writes to a key whose subtable is being filled, or whose item is frozen for a
-//! move, wait (D15's safe column: K4, K5, K6); every restart re-reads the directory and an
+//! blocks are never reused, so a block a slot names is always valid (K1, K2); an insert looks
+//! for its key first (upsert, D11) and serialises inserts of one absent key on a bucket-header
+//! lock (K3, below); writes to a key whose subtable is being filled wait, and the mover freezes
+//! what it copies (D15's safe column: K4, K5, K6); every restart re-reads the directory and an
 //! absent key's update or delete returns `false` (D12, D13: K7).
 //!
 //! Not modelled as paper behaviours: K8 (the paper does not say how two doublings coordinate;
@@ -48,10 +48,10 @@
 //! 5. unlock T's entries, then the directory.
 //!
 //! Searches stay lock-free: a key whose entry is filling, or whose buckets moved under a stale
-//! cache, is looked for in T, then S, then T (Algorithm 6). Writes to such a key, or to a
-//! frozen item, wait for the split to move on (D15's safe mode). A new key's insert locks the
-//! header of the bucket it writes, so step 4's header CAS cannot fall between its READ and its
-//! slot CAS.
+//! cache, is looked for in T, then S, then T (Algorithm 6). Writes to such a key wait for the
+//! split to move on (D15's safe mode); a write's CAS on an item frozen since its READ fails, and
+//! a write never reads a frozen item (see [`settled`]). A new key's insert locks the header of
+//! the bucket it writes, so step 4's header CAS cannot fall between its READ and its slot CAS.
 //!
 //! Under `paper-split` (the paper's table in §3.6) writes do not wait: an update or delete acts
 //! wherever Algorithm 4's search finds the key, old subtable or new; an insert uses a subtable
@@ -119,7 +119,7 @@ pub mod layout;
 use crate::common::batch::post_per_node;
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::primitive::{Mutex, lock};
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
 use layout::{Entry, Geometry, Header, KeyHash, Slot};
 use std::collections::BTreeSet;
@@ -257,6 +257,126 @@ impl RaceOptions {
     }
 }
 
+/// A directory READ found a deeper directory than the depth it was sized by: read again.
+const SYNC_DEPTH_GREW: &str = "sync_depth_grew";
+/// A directory READ finished after another client of the node cached a deeper directory.
+const SYNC_KEPT_DEEPER: &str = "sync_kept_deeper";
+/// A write found its key's directory entry locked by a split filling the new subtable.
+const WRITE_WAITS_FILLING: &str = "write_waits_filling";
+/// A write's (update's, delete's) view did not admit the key under its cached entry.
+const STALE_BUCKET: &str = "stale_bucket";
+/// A search's entry was filling or its view stale: Algorithm 6's look in both subtables.
+const SEARCH_ON_RESIZE: &str = "search_on_resize";
+/// A search's look after re-reading the directory found the entry's buckets moved again.
+const SEARCH_RESYNC: &str = "search_resync";
+/// An insert's entry was filling or its view stale.
+const INSERT_STALE_BUCKET: &str = "insert_stale_bucket";
+/// An insert's CAS of its present key's slot failed: the slot changed since the READ.
+const UPSERT_CAS_FAILED: &str = "upsert_cas_failed";
+/// An insert's CAS of a bucket header's insert lock failed (another insert holds it, or a
+/// split changed the header).
+const INSERT_LOCK_BUSY: &str = "insert_lock_busy";
+/// Under the insert lock, the re-read found the key present.
+const INSERT_KEY_APPEARED: &str = "insert_key_appeared";
+/// Under the insert lock, the re-read found the chosen free slot taken.
+const INSERT_SLOT_TAKEN: &str = "insert_slot_taken";
+/// Under the insert lock, the re-read found the buckets no longer admit the key.
+const INSERT_BUCKET_MOVED: &str = "insert_bucket_moved";
+/// An update's slot CAS failed: the slot changed since the READ.
+const UPDATE_CAS_FAILED: &str = "update_cas_failed";
+/// A delete's CAS failed on every copy: they changed since the READ.
+const DELETE_CAS_FAILED: &str = "delete_cas_failed";
+/// An insert that found its buckets full found the directory lock held by another split.
+const SPLIT_LOCK_BUSY: &str = "split_lock_busy";
+/// A split, once it held the directory lock, found the key's buckets no longer full or moved.
+const SPLIT_UNNEEDED: &str = "split_unneeded";
+/// A split's header CAS on a bucket failed: an insert holds the bucket's insert lock.
+const SPLIT_WAITS_INSERT_LOCK: &str = "split_waits_insert_lock";
+/// A split's freeze CAS failed: the item changed since the mover read its bucket.
+const FREEZE_RETRY: &str = "freeze_retry";
+
+/// The branches of safe mode (the default configuration) that exist only because of another
+/// client. Branches that exist only for one of the paper's behaviours ([`Paper`]) are not
+/// listed: those configurations have holes, so no checking preset runs them clean; their
+/// scenarios in `verify/tests/race.rs` drive them (`move_redone` and `place`'s retry under
+/// `paper-split`, `duplicate_removed` and `insert_redone` under `paper-insert`, the mover's
+/// re-read of a reclaimed block under `paper-reuse`, the restart without Synchronize under
+/// `paper-printed`).
+const RACE_HANDLERS: [RaceHandler; 18] = [
+    RaceHandler {
+        event: SYNC_DEPTH_GREW,
+        race: "the directory doubled after the cached depth sized the READ: the READ missed the new half; read again",
+    },
+    RaceHandler {
+        event: SYNC_KEPT_DEEPER,
+        race: "another client of the node cached a deeper directory while this READ was in flight: installing it would take the cache back a doubling",
+    },
+    RaceHandler {
+        event: WRITE_WAITS_FILLING,
+        race: "an update or delete of a key whose entry a split is filling: acting in either subtable races the mover (K4-K6); wait",
+    },
+    RaceHandler {
+        event: STALE_BUCKET,
+        race: "an update or delete under a cached entry whose buckets a split moved: the key may be in the other subtable; wait and re-read the directory",
+    },
+    RaceHandler {
+        event: SEARCH_ON_RESIZE,
+        race: "a search whose entry is filling or whose buckets moved: the key may be in either subtable; look in new, old, new (Algorithm 6)",
+    },
+    RaceHandler {
+        event: SEARCH_RESYNC,
+        race: "a search's look after re-reading the directory found the buckets moved again by a later split: look again",
+    },
+    RaceHandler {
+        event: INSERT_STALE_BUCKET,
+        race: "an insert under a filling entry or a cached entry whose buckets a split moved: publishing there strands the item; wait",
+    },
+    RaceHandler {
+        event: UPSERT_CAS_FAILED,
+        race: "an insert's CAS of its present key's slot lost to a concurrent write or move: start again",
+    },
+    RaceHandler {
+        event: INSERT_LOCK_BUSY,
+        race: "a new key's insert lock held by another insert (or the header changed by a split): two inserts of one key would publish it twice; retry",
+    },
+    RaceHandler {
+        event: INSERT_KEY_APPEARED,
+        race: "another insert published the key between this insert's READ and its lock: publishing again duplicates it (K3); start again as an update",
+    },
+    RaceHandler {
+        event: INSERT_SLOT_TAKEN,
+        race: "another insert took the chosen free slot between this insert's READ and its lock: start again",
+    },
+    RaceHandler {
+        event: INSERT_BUCKET_MOVED,
+        race: "a split moved the buckets between this insert's READ and its lock: publishing there strands the item; start again",
+    },
+    RaceHandler {
+        event: UPDATE_CAS_FAILED,
+        race: "an update's slot CAS lost to a concurrent write or move: start again",
+    },
+    RaceHandler {
+        event: DELETE_CAS_FAILED,
+        race: "a delete's CAS lost on every copy to a concurrent write or move: start again",
+    },
+    RaceHandler {
+        event: SPLIT_LOCK_BUSY,
+        race: "another split holds the directory lock: splits run one at a time; wait, then insert again",
+    },
+    RaceHandler {
+        event: SPLIT_UNNEEDED,
+        race: "between the insert's READ and the directory lock, a split or a delete made room: splitting again would split a subtable that is not full; insert again",
+    },
+    RaceHandler {
+        event: SPLIT_WAITS_INSERT_LOCK,
+        race: "a split's header CAS found an insert's lock on the bucket: moving now would miss the slot the insert is about to take; wait",
+    },
+    RaceHandler {
+        event: FREEZE_RETRY,
+        race: "a split's freeze CAS found the item updated, deleted or replaced since its bucket READ: decide again on what the slot holds",
+    },
+];
+
 const PLANTS: [PlantedBug; 6] = [
     PlantedBug {
         name: "no-freeze",
@@ -374,6 +494,10 @@ impl IndexKind for Race {
         &PLANTS
     }
 
+    fn race_handlers() -> &'static [RaceHandler] {
+        &RACE_HANDLERS
+    }
+
     fn plant(o: &mut RaceOptions, bug: &str) -> Result<(), String> {
         o.plants.insert(PlantedBug::named(&PLANTS, "race", bug)?);
         Ok(())
@@ -435,13 +559,6 @@ impl View {
     }
 }
 
-enum Found {
-    /// Valid copies of the key, in the order searched.
-    Copies(Vec<Copy>),
-    /// A candidate block was invalid (torn or reclaimed): read again.
-    Invalid,
-}
-
 impl<C: Client + Clone + 'static> RaceHandle<C> {
     fn planted(&self, bug: &str) -> bool {
         self.o.plants.contains(bug)
@@ -454,11 +571,18 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     /// READs the root and the used area of the directory into the cache.
     async fn synchronize(&mut self) -> Result<(), IndexError> {
         self.counters.event("directory_sync");
-        let mut gd = lock(&self.node.dir).gd;
+        let (mut gd, cached) = {
+            let d = lock(&self.node.dir);
+            (d.gd, !d.entries.is_empty())
+        };
         for _ in 0..self.o.max_retries {
             let raw = self.ctx.read(root_addr(), Buf::zeroed(8 + 8 * (1usize << gd))).await?;
             let now = layout::root_gd(raw.u64_at(0));
             if now > gd {
+                // An empty cache's first READ is sized for depth 0: no race there.
+                if cached {
+                    self.counters.event(SYNC_DEPTH_GREW);
+                }
                 gd = now;
                 continue;
             }
@@ -466,6 +590,9 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             let mut d = lock(&self.node.dir);
             if now >= d.gd {
                 *d = Directory { gd: now, entries };
+            } else {
+                drop(d);
+                self.counters.event(SYNC_KEPT_DEEPER);
             }
             return Ok(());
         }
@@ -539,11 +666,11 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     }
 
     /// The valid copies of `key` among the view's fingerprint matches (their blocks read in one
-    /// batch per memory node).
-    async fn copies(&mut self, view: &View, kh: &KeyHash, key: &[u8]) -> Result<Found, IndexError> {
+    /// batch per memory node), in the order searched.
+    async fn copies(&mut self, view: &View, kh: &KeyHash, key: &[u8]) -> Result<Vec<Copy>, IndexError> {
         let cands = view.matches(kh.fp);
         if cands.is_empty() {
-            return Ok(Found::Copies(Vec::new()));
+            return Ok(Vec::new());
         }
         let reqs = cands
             .iter()
@@ -554,19 +681,30 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             .collect();
         let blocks = post_per_node(&self.ctx, reqs).await?;
         let mut out = Vec::new();
-        let mut invalid = false;
         for ((pos, word), r) in cands.into_iter().zip(blocks) {
             let buf = r.into_buf()?;
             self.ctx.charge_cpu(CpuWork::ChecksumByte, buf.len() as u64).await;
             match layout::decode_block(buf.as_slice()) {
                 Some((k, v)) if k == key => out.push(Copy { pos, word, value: v.to_vec() }),
                 Some(_) => {}
-                None => invalid = true,
+                // The paper reclaims a block as soon as its slot lets go of it, and its search
+                // skips a block that no longer holds a key (K1).
+                None if self.o.paper.reuse => {}
+                // Otherwise an invalid block is a broken protocol, not a race: a block is
+                // written, and that WRITE has completed, before the CAS that publishes it; it is
+                // never written again; and a block whose pointer left its slot is never reused
+                // (an unpublished update block is, but no slot ever named it). So a READ of a
+                // block named by a slot word always returns it whole (K1's fix: the digest's
+                // "read again" cannot be needed, so it is reported instead).
+                None => {
+                    return Err(IndexError::Corrupt(format!(
+                        "a slot names an invalid block at {}",
+                        Slot::decode(word).expect("a match").block
+                    )));
+                }
             }
         }
-        // Safe mode never reclaims a block, so an invalid one is a bug's: retry rather than skip
-        // (K1's fix). The paper's search skips it (`paper.reuse`).
-        Ok(if invalid && out.is_empty() && !self.o.paper.reuse { Found::Invalid } else { Found::Copies(out) })
+        Ok(out)
     }
 
     /// Whether every bucket of the view may hold the key for a client whose entry has `ld`.
@@ -574,17 +712,19 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         view.buckets.iter().all(|(_, h, _)| layout::bucket_correct(ld, *h, kh.dir))
     }
 
-    /// Waits (yielding, then re-reading the directory) for a split to move on.
-    async fn wait_for_split(&mut self) -> Result<(), IndexError> {
+    /// Waits (yielding, then re-reading the directory) for a split to move on; `why` is the
+    /// race handler's event.
+    async fn wait_for_split(&mut self, why: &'static str) -> Result<(), IndexError> {
+        self.counters.event(why);
         self.counters.event("split_wait");
         self.ctx.yield_now().await;
         self.synchronize().await
     }
 
     /// The valid copies of `key` for a write, and the view they were found in (`None`: absent).
-    /// Safe mode (D15): a key whose entry is being filled by a split, whose buckets moved under
-    /// a stale cache, or whose copy is frozen for a move waits until the split has moved on; so
-    /// writes act on settled copies only. `paper.split`: the write acts wherever Algorithm 4's
+    /// Safe mode (D15): a key whose entry is being filled by a split, or whose buckets moved
+    /// under a stale cache, waits until the split has moved on; so writes act on settled copies
+    /// only. `paper.split`: the write acts wherever Algorithm 4's
     /// search finds the key, in the new subtable or the old one (Algorithm 3's `Search'`).
     /// `write`, if any, rides in the first READ's round trip (an update's new block).
     async fn find(
@@ -599,30 +739,25 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         for _ in 0..self.o.max_retries {
             let e = self.entry(kh).await?;
             if e.lock {
-                self.wait_for_split().await?;
+                self.wait_for_split(WRITE_WAITS_FILLING).await?;
                 continue;
             }
             let view = self.read_view(e.subtable, kh, write.take().into_iter().collect()).await?;
             if !self.view_correct(&view, e.ld, kh) {
-                self.counters.event("stale_bucket");
                 if self.o.paper.printed {
                     // Algorithms 2 and 3 restart without Synchronize (K7): a stale cache
                     // stays stale unless another client of this node refreshes it.
+                    self.counters.event(STALE_BUCKET);
                     self.counters.retries += 1;
                     self.ctx.yield_now().await;
                 } else {
-                    self.wait_for_split().await?;
+                    self.wait_for_split(STALE_BUCKET).await?;
                 }
                 continue;
             }
-            match self.copies(&view, kh, key).await? {
-                Found::Copies(c) if c.iter().any(|c| c.word & layout::FROZEN != 0) => self.wait_for_split().await?,
-                Found::Copies(c) => return Ok((!c.is_empty()).then_some((view, c))),
-                Found::Invalid => {
-                    self.counters.event("invalid_block");
-                    self.counters.retries += 1;
-                }
-            }
+            let copies = self.copies(&view, kh, key).await?;
+            settled(&copies)?;
+            return Ok((!copies.is_empty()).then_some((view, copies)));
         }
         Err(self.retries_exhausted("write"))
     }
@@ -642,16 +777,11 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             if !e.lock {
                 let view = self.read_view(e.subtable, kh, write.take().into_iter().collect()).await?;
                 if self.view_correct(&view, e.ld, kh) {
-                    match self.copies(&view, kh, key).await? {
-                        Found::Copies(c) => return Ok((!c.is_empty()).then_some((view, c))),
-                        Found::Invalid => {
-                            self.counters.retries += 1;
-                            continue;
-                        }
-                    }
+                    let copies = self.copies(&view, kh, key).await?;
+                    return Ok((!copies.is_empty()).then_some((view, copies)));
                 }
             }
-            self.counters.event("search_on_resize");
+            self.counters.event(SEARCH_ON_RESIZE);
             self.synchronize().await?;
             let (e, old) = {
                 let d = lock(&self.node.dir);
@@ -669,13 +799,13 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             for (n, st) in tables.into_iter().enumerate() {
                 let view = self.read_view(st, kh, write.take().into_iter().collect()).await?;
                 if n == 0 && !self.view_correct(&view, e.ld, kh) {
+                    self.counters.event(SEARCH_RESYNC);
                     settled = false;
                     break;
                 }
-                match self.copies(&view, kh, key).await? {
-                    Found::Copies(c) if !c.is_empty() => return Ok(Some((view, c))),
-                    Found::Copies(_) => {}
-                    Found::Invalid => settled = false,
+                let copies = self.copies(&view, kh, key).await?;
+                if !copies.is_empty() {
+                    return Ok(Some((view, copies)));
                 }
             }
             if settled {
@@ -732,18 +862,11 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 e.lock || !self.view_correct(&view, e.ld, &kh)
             };
             if stale {
-                self.counters.event("stale_bucket");
-                self.wait_for_split().await?;
+                self.wait_for_split(INSERT_STALE_BUCKET).await?;
                 continue;
             }
-            let copies = match self.copies(&view, &kh, key).await? {
-                Found::Copies(c) if c.iter().any(|c| c.word & layout::FROZEN != 0) => {
-                    self.wait_for_split().await?;
-                    continue;
-                }
-                Found::Copies(c) => c,
-                Found::Invalid => continue,
-            };
+            let copies = self.copies(&view, &kh, key).await?;
+            settled(&copies)?;
             if let Some(c) = copies.first().filter(|_| !self.o.paper.insert) {
                 // D11: the key is here; update its valid copy (the paper's Algorithm 1 does not
                 // look, digest K3).
@@ -751,6 +874,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                     self.retire(c.word).await?;
                     return Ok(true);
                 }
+                self.counters.event(UPSERT_CAS_FAILED);
                 continue;
             }
             let Some(pos) = free_slot(&g, &view, &kh) else {
@@ -793,7 +917,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         let g = self.g;
         let w = self.ctx.read(root_addr(), Buf::zeroed(8)).await?.u64_at(0);
         if w & layout::LOCK_BIT != 0 || !self.cas(root_addr(), w, w | layout::LOCK_BIT).await? {
-            self.wait_for_split().await?;
+            self.wait_for_split(SPLIT_LOCK_BUSY).await?;
             return Ok(());
         }
         let release = |gd: u8| Request::write(root_addr(), layout::root_word(gd, false).to_le_bytes().to_vec());
@@ -809,6 +933,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         // Still full? Someone may have split or deleted meanwhile.
         let view = self.read_view(s, kh, Vec::new()).await?;
         if free_slot(&g, &view, kh).is_some() || !self.view_correct(&view, d, kh) {
+            self.counters.event(SPLIT_UNNEEDED);
             self.ctx.post(vec![release(gd)]).await?;
             return Ok(());
         }
@@ -877,6 +1002,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 break;
             }
             // An insert holds this bucket's lock bit.
+            self.counters.event(SPLIT_WAITS_INSERT_LOCK);
             self.counters.lock_failures += 1;
             self.ctx.yield_now().await;
         }
@@ -923,6 +1049,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                     let seen = self.ctx.cas(slot_at, w, w | layout::FROZEN).await?;
                     if seen != w {
                         // Updated, deleted, or replaced since the READ: decide again.
+                        self.counters.event(FREEZE_RETRY);
                         w = seen;
                         continue;
                     }
@@ -1013,6 +1140,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             }
         }
         if !all {
+            self.counters.event(INSERT_LOCK_BUSY);
             self.counters.lock_failures += 1;
             if !unlock.is_empty() {
                 self.ctx.post(unlock).await?;
@@ -1021,15 +1149,24 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             return Ok(None);
         }
         let copies = match self.copies(&view, kh, key).await {
-            Ok(Found::Copies(c)) => c,
-            Ok(Found::Invalid) => Vec::new(),
+            Ok(c) => c,
             Err(err) => {
                 self.ctx.post(unlock).await?;
                 return Err(err);
             }
         };
         let free = view.buckets.iter().find(|(b, _, _)| *b == target.0).is_some_and(|(_, _, s)| s[target.1] == 0);
-        if !copies.is_empty() || !free || !self.view_correct(&view, e.ld, kh) {
+        let changed = if !self.view_correct(&view, e.ld, kh) {
+            Some(INSERT_BUCKET_MOVED)
+        } else if !copies.is_empty() {
+            Some(INSERT_KEY_APPEARED)
+        } else if !free {
+            Some(INSERT_SLOT_TAKEN)
+        } else {
+            None
+        };
+        if let Some(why) = changed {
+            self.counters.event(why);
             self.ctx.post(unlock).await?;
             return Ok(None);
         }
@@ -1038,6 +1175,15 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         let done = self.ctx.post(batch).await?;
         let published = done.into_iter().next().expect("the CAS").atomic()? == 0;
         if !published {
+            // Only a client that locked this bucket writes a word into one of its empty slots:
+            // other inserts hold its lock first, updates and the mover's freeze CAS from a
+            // published word, deletes write 0, and a safe-mode mover fills only a new subtable,
+            // which no write uses before it is unlocked. So the CAS cannot lose unless a
+            // protection was removed. Under `paper-split` the mover places items in a subtable
+            // writes are using (D16), and the CAS can lose: insert again.
+            if !self.o.paper.split {
+                return Err(IndexError::Corrupt("insert: a locked bucket's free slot was taken".into()));
+            }
             self.counters.cas_failures += 1;
         }
         Ok(published.then_some(false))
@@ -1088,11 +1234,9 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             // No other fingerprint match: no block to read (3 round trips in all).
             return Ok(true);
         }
-        if let Found::Copies(copies) = self.copies(&view, kh, key).await? {
-            for c in copies.iter().skip(1) {
-                if self.cas(view.slot_addr(&g, c.pos), c.word, 0).await? {
-                    self.counters.event("duplicate_removed");
-                }
+        for c in self.copies(&view, kh, key).await?.iter().skip(1) {
+            if self.cas(view.slot_addr(&g, c.pos), c.word, 0).await? {
+                self.counters.event("duplicate_removed");
             }
         }
         Ok(true)
@@ -1136,6 +1280,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                         self.retire(first.word).await?;
                         return Ok(true);
                     }
+                    self.counters.event(UPDATE_CAS_FAILED);
                 }
                 None => {
                     // Delete every copy (an insert in flight may have published one).
@@ -1149,10 +1294,29 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                     if any {
                         return Ok(true);
                     }
+                    self.counters.event(DELETE_CAS_FAILED);
                 }
             }
         }
         Err(self.retries_exhausted(if value.is_some() { "update" } else { "delete" }))
+    }
+}
+
+/// Checks that no copy a write is about to act on is frozen by a split. A write never waits for
+/// a frozen copy, because its view cannot show one: a split freezes only items whose key has
+/// bit `d` set (they move to the new subtable), and only after its CAS set their bucket's
+/// header to depth `d + 1` and suffix `i0` (bit `d` clear). A view takes each header no earlier
+/// than the bucket's slots (one cache line, or the fenced re-read), so a frozen copy comes with
+/// that header, which admits the key for no entry a client can hold: `d + 1` is not the depth
+/// of the entry before the publish (`d`), and after it the key's entry points at the new
+/// subtable. So a frozen copy in a view is a broken protocol (plant `no-header-recheck`).
+fn settled(copies: &[Copy]) -> Result<(), IndexError> {
+    match copies.iter().find(|c| c.word & layout::FROZEN != 0) {
+        Some(c) => Err(IndexError::Corrupt(format!(
+            "a write's view admits its key and shows its copy at {:?} frozen by a split",
+            c.pos
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -47,6 +47,17 @@ impl Checked for Race {
             step_limit: 1_000_000,
             ..basic.clone()
         };
+        // Two subtables of 1-slot buckets and more keys: splits of a subtable shallower than
+        // the directory (several entries re-pointed, no doubling) as well as doublings.
+        let deep = Preset {
+            name: "deep",
+            keys: 16,
+            preload: 10,
+            mix: Mix { search: 35, insert: 40, update: 15, delete: 10, scan: 0 },
+            required_counters: &["shallow_split", "directory_doubling", "item_moved", "search_on_resize"],
+            step_limit: 1_000_000,
+            ..basic.clone()
+        };
         vec![
             (default.clone(), RaceOptions { slots: 1, initial_depth: 0, ..race_options(2) }),
             // "default" with 2-slot buckets (24 bytes): some buckets' headers and slots sit in
@@ -57,20 +68,7 @@ impl Checked for Race {
                 Preset { name: "default-2slot", keys: 16, preload: 9, ..default.clone() },
                 RaceOptions { slots: 2, initial_depth: 0, ..race_options(2) },
             ),
-            // Two subtables of 1-slot buckets and more keys: splits of a subtable shallower than
-            // the directory (several entries re-pointed, no doubling) as well as doublings.
-            (
-                Preset {
-                    name: "deep",
-                    keys: 16,
-                    preload: 10,
-                    mix: Mix { search: 35, insert: 40, update: 15, delete: 10, scan: 0 },
-                    required_counters: &["shallow_split", "directory_doubling", "item_moved", "search_on_resize"],
-                    step_limit: 1_000_000,
-                    ..basic.clone()
-                },
-                RaceOptions { slots: 1, initial_depth: 1, ..race_options(2) },
-            ),
+            (deep.clone(), RaceOptions { slots: 1, initial_depth: 1, ..race_options(2) }),
             // Two subtables of 2-slot buckets, no splits: the plain protocol.
             (basic.clone(), race_options(2)),
             // Three keys in 1-slot buckets, three inserting clients: concurrent inserts of one
