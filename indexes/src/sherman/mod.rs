@@ -72,6 +72,20 @@
 //! YCSB D and E, `--load insert`, checks), so those results and figures must be re-measured; the
 //! bulk-loaded image should not change (same nodes, only fewer READs).
 //!
+//! ## Why no route lands left of its key (no restart for it)
+//!
+//! A node's level and lowest fence never change: a split keeps the lower half in place and gives
+//! the new right sibling `lowest = separator`, and nodes are never freed or merged. A separator
+//! goes into a parent only with the child whose lowest it is (a helper installing a new root
+//! takes the old root's `highest` and `sibling` from one validated image, the same pair), and a
+//! root word packs its node's level. So a child routed to for `key` by any copy of its parent,
+//! however stale, has `lowest ≤ key` and the level below the parent's, a stale root word names a
+//! node of the level it says, and a sibling pointer names a node whose lowest is the highest fence
+//! read with it. A traversal, a leaf check or a scan that finds `key < lowest`, or a node of
+//! another level, reports [`IndexError::Corrupt`] instead of restarting: the restart would hide a
+//! broken tree, and no race reaches it. A leaf that no longer covers its key is always one that
+//! split since (`key ≥ highest`): move right, or restart for a stale cached route (`cache_stale`).
+//!
 //! ## Planted bugs
 //!
 //! - `no-sibling-chase`: a reader or writer whose key is at or above a node's highest fence does
@@ -90,13 +104,13 @@ pub mod layout;
 
 use crate::common::bounds::{below_end, in_bounds};
 pub use crate::common::change::{Change, Reply};
-use crate::common::change::{Combined, search_via, write_via};
+use crate::common::change::{Combined, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK, search_via, write_via};
 use crate::common::chunk::LocalChunkAllocator;
-use crate::common::hocl::{HoclHeld, LocalLockTable, acquire_global};
+use crate::common::hocl::{HOCL_HANDED_OVER, HOCL_LOCK_FAILED, HoclHeld, LocalLockTable, acquire_global};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::common::root::{self, CachedRoot};
 use crate::hash::hash64;
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use cache::{CachedNode, IndexCache};
 pub use config::{LockPlacement, ShermanOptions};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
@@ -118,6 +132,80 @@ const LOCK_HASH_SEED: u64 = 0x5e1f_10c4;
 fn superblock_addr() -> RemoteAddr {
     RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
 }
+
+/// A node READ overlapped a write-back or split (its versions disagree): read it again.
+const TORN_READ: &str = "torn_read";
+/// A search found its key in a slot whose versions disagree (bookend mode): read the leaf again.
+const TORN_SLOT: &str = "torn_slot";
+/// A scan read a leaf with a torn slot: read it again.
+const SCAN_TORN_SLOT: &str = "scan_torn_slot";
+/// A traversal read an internal node whose highest fence is at or below the key: move right.
+const MOVE_RIGHT_INTERNAL: &str = "move_right_internal";
+/// A search or write reached a leaf whose highest fence is at or below the key: move right.
+const MOVE_RIGHT_LEAF: &str = "move_right_leaf";
+/// A separator insert locked a parent that split meanwhile: move right.
+const MOVE_RIGHT_PARENT: &str = "move_right_parent";
+/// A scan's next leaf split after the previous leaf was read: move right.
+const SCAN_MOVE_RIGHT: &str = "scan_move_right";
+/// A cached internal node routed to a leaf that no longer covers the key: invalidate it.
+const CACHE_STALE: &str = "cache_stale";
+/// A separator insert's copy of the root is below the level that split: re-read the root.
+const PARENT_ROOT_STALE: &str = "parent_root_stale";
+/// Another splitter split the root and has not installed the new root: help it.
+const ROOT_HELP: &str = "root_help";
+/// The CAS of a new root lost to another client's: insert into the level that now exists.
+const ROOT_CAS_LOST: &str = "root_cas_lost";
+
+const RACE_HANDLERS: [RaceHandler; 15] = [
+    RaceHandler {
+        event: TORN_READ,
+        race: "a node READ overlapped a concurrent write-back or split (versions disagree): it is read again, else a torn node is used",
+    },
+    RaceHandler {
+        event: TORN_SLOT,
+        race: "(bookend, torn_slot_reread) a search read its key's slot while a write-back landed: the leaf is read again, else the key looks absent",
+    },
+    RaceHandler {
+        event: SCAN_TORN_SLOT,
+        race: "(bookend) a scan read a leaf while a write-back landed in a slot: the leaf is read again, else a torn pair is returned",
+    },
+    RaceHandler {
+        event: MOVE_RIGHT_INTERNAL,
+        race: "an internal node split after its parent (or cached copy) routed here: the traversal follows the sibling, else it descends a wrong subtree",
+    },
+    RaceHandler {
+        event: MOVE_RIGHT_LEAF,
+        race: "a leaf split after the traversal routed to it: the search or write follows the sibling, else it misses the key or writes the wrong leaf",
+    },
+    RaceHandler {
+        event: MOVE_RIGHT_PARENT,
+        race: "the parent a separator goes into split meanwhile: the insert follows its sibling, else the separator lands outside the parent's range",
+    },
+    RaceHandler {
+        event: SCAN_MOVE_RIGHT,
+        race: "a scan's next leaf split before it was read, or the start leaf split after the traversal: the scan follows the sibling",
+    },
+    RaceHandler {
+        event: CACHE_STALE,
+        race: "a cached internal node routed to a leaf that split since it was cached: the copy is invalidated (and, with stale_restart, the operation restarts from the root)",
+    },
+    RaceHandler {
+        event: PARENT_ROOT_STALE,
+        race: "a splitter's copy of the root is older than the level that split (another client grew the tree): it re-reads the root word",
+    },
+    RaceHandler {
+        event: ROOT_HELP,
+        race: "another client split the root and has not installed the new root: this splitter installs it with the old root's sibling, instead of waiting",
+    },
+    RaceHandler {
+        event: ROOT_CAS_LOST,
+        race: "two clients CASed a new root; this one lost: it takes the winner's root and inserts its separator into the new level",
+    },
+    HOCL_LOCK_FAILED,
+    HOCL_HANDED_OVER,
+    RDWC_READ_FALLBACK,
+    RDWC_WRITE_FALLBACK,
+];
 
 const PLANTS: [PlantedBug; 4] = [
     PlantedBug {
@@ -343,6 +431,10 @@ impl IndexKind for Sherman {
         n.rdwc.stats().counters()
     }
 
+    fn race_handlers() -> &'static [RaceHandler] {
+        &RACE_HANDLERS
+    }
+
     fn planted_bugs() -> &'static [PlantedBug] {
         &PLANTS
     }
@@ -412,7 +504,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             match self.check(&buf).await {
                 Ok(()) => return Ok(buf),
                 Err(Reject::Torn) => {
-                    self.counters.event("torn_read");
+                    self.counters.event(TORN_READ);
                     self.counters.retries += 1;
                 }
                 Err(Reject::Garbage(why)) => return Err(IndexError::Corrupt(format!("node at {addr}: {why}"))),
@@ -451,77 +543,71 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
     /// Finds the node at `target` level covering `key` without reading it: from the deepest
     /// cached node (if `use_cache`), or from the root, reading every node above `target`.
     async fn find(&mut self, key: &[u8], target: u8, use_cache: bool) -> Result<Found, IndexError> {
-        'restart: for _ in 0..self.o.max_retries {
-            let (root, root_level) = self.root().await?;
-            let mut path = vec![None; root_level as usize + 2];
-            if root_level <= target {
-                return Ok(Found { addr: root, from_cache: None, path });
+        let (root, root_level) = self.root().await?;
+        let mut path = vec![None; root_level as usize + 2];
+        if root_level <= target {
+            return Ok(Found { addr: root, from_cache: None, path });
+        }
+        let (mut p, mut from_cache) = (root, None);
+        let mut at_root = true;
+        if use_cache && root_level >= self.o.cache_min_root_level && self.o.cache_bytes > 0 {
+            self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
+            if let Some(e) = self.node.cache.lookup(key).filter(|e| e.node.level > target) {
+                self.counters.event("cache_hit");
+                path[e.node.level as usize] = Some(e.addr);
+                let child = e.node.route(key);
+                if e.node.level == target + 1 {
+                    return Ok(Found { addr: child, from_cache: Some(e), path });
+                }
+                (p, from_cache, at_root) = (child, Some(e), false);
+            } else {
+                self.counters.event("cache_miss");
             }
-            let (mut p, mut from_cache) = (root, None);
-            let mut at_root = true;
-            if use_cache && root_level >= self.o.cache_min_root_level && self.o.cache_bytes > 0 {
-                self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
-                if let Some(e) = self.node.cache.lookup(key).filter(|e| e.node.level > target) {
-                    self.counters.event("cache_hit");
-                    path[e.node.level as usize] = Some(e.addr);
-                    let child = e.node.route(key);
-                    if e.node.level == target + 1 {
-                        return Ok(Found { addr: child, from_cache: Some(e), path });
-                    }
-                    (p, from_cache, at_root) = (child, Some(e), false);
-                } else {
-                    self.counters.event("cache_miss");
-                }
-            }
-            for _ in 0..self.o.max_retries {
-                let image = self.read_image(p).await?;
-                let v = self.g.view_accepted(&image, self.checks_versions());
-                // Most nodes read here are left for their sibling: compare the fences in place,
-                // and decode only the node this traversal goes down from.
-                let (level, below) = (v.level(), v.with_lowest(|lowest| key < lowest));
-                let right = v.with_highest(|highest| key >= highest);
-                let sibling = v.sibling();
-                if level <= target || below {
-                    self.spare = Some(image);
-                    // A stale route (cache, or a root that moved): start again from the root.
-                    if let Some(e) = from_cache.take() {
-                        self.node.cache.invalidate(&e);
-                    }
-                    self.counters.event("stale_route");
-                    self.node.root.forget();
-                    continue 'restart;
-                }
-                if right && !self.planted("no-sibling-chase") {
-                    self.spare = Some(image);
-                    self.counters.event("move_right");
-                    // Host-side tallies only (no CPU charged, no verb): which traversal read
-                    // the sibling, to tell stale cached routes from concurrent splits.
-                    self.counters.event("move_right_internal");
-                    if from_cache.is_some() {
-                        self.counters.event("move_right_from_cache");
-                    }
-                    if at_root {
-                        // The root split: learn the new root next time.
-                        self.node.root.forget();
-                    }
-                    p = sibling;
-                    continue;
-                }
-                let n = v.node();
+        }
+        for _ in 0..self.o.max_retries {
+            let image = self.read_image(p).await?;
+            let v = self.g.view_accepted(&image, self.checks_versions());
+            // Most nodes read here are left for their sibling: compare the fences in place,
+            // and decode only the node this traversal goes down from.
+            let (level, below) = (v.level(), v.with_lowest(|lowest| key < lowest));
+            let right = v.with_highest(|highest| key >= highest);
+            let sibling = v.sibling();
+            if level <= target || below {
+                // No race leads here (module doc: no route lands left of its key).
                 self.spare = Some(image);
-                at_root = false;
-                if let Some(slot) = path.get_mut(n.level as usize) {
-                    *slot = Some(p);
-                }
-                let (level, child) = (n.level, n.route(key));
-                let charged = cache::charge(self.g.node_bytes as u64, &n);
-                self.node.cache.insert_owned(p, n, charged);
-                if level == target + 1 {
-                    return Ok(Found { addr: child, from_cache, path });
-                }
-                p = child;
+                return Err(IndexError::Corrupt(format!(
+                    "node at {p} (level {level}) was routed to for a key below its lowest fence or from the wrong level"
+                )));
             }
-            return Err(self.retries_exhausted("traverse"));
+            if right && !self.planted("no-sibling-chase") {
+                self.spare = Some(image);
+                self.counters.event("move_right");
+                // Host-side tallies only (no CPU charged, no verb): which traversal read
+                // the sibling, to tell stale cached routes from concurrent splits.
+                self.counters.event(MOVE_RIGHT_INTERNAL);
+                if from_cache.is_some() {
+                    self.counters.event("move_right_from_cache");
+                }
+                if at_root {
+                    // The root split: learn the new root next time.
+                    self.node.root.forget();
+                }
+                p = sibling;
+                continue;
+            }
+            let n = v.node();
+            self.spare = Some(image);
+            at_root = false;
+            if let Some(slot) = path.get_mut(n.level as usize) {
+                *slot = Some(p);
+            }
+            let (level, child) = (n.level, n.route(key));
+            let charged = cache::charge(self.g.node_bytes as u64, &n);
+            self.node.cache.insert_owned(p, n, charged);
+            if level == target + 1 {
+                return Ok(Found { addr: child, from_cache, path });
+            }
+            p = child;
         }
         Err(self.retries_exhausted("traverse"))
     }
@@ -532,27 +618,30 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         search_via(self, &node.rdwc, key).await
     }
 
-    /// Where a search or write goes from a leaf `n` that does not cover `key`: `None` to
-    /// restart from the root without the cache (a stale cached route with `stale_restart`, as
-    /// the artifact does, or a key below the leaf), else the right sibling. A cached route that
-    /// led here is invalidated.
+    /// Where a search or write goes from the leaf at `addr` that does not cover `key`: `None`
+    /// to restart from the root without the cache (a stale cached route with `stale_restart`, as
+    /// the artifact does), else the right sibling. A cached route that led here is invalidated.
+    /// A key below the leaf is corruption (module doc: no route lands left of its key).
     fn leave_uncovered(
         &mut self,
-        (lowest, sibling): (&[u8], RemoteAddr),
+        (addr, lowest, sibling): (RemoteAddr, &[u8], RemoteAddr),
         key: &[u8],
         from_cache: &mut Option<Arc<CachedNode>>,
-    ) -> Option<RemoteAddr> {
+    ) -> Result<Option<RemoteAddr>, IndexError> {
+        if key < lowest {
+            return Err(IndexError::Corrupt(format!("leaf at {addr} was routed to for a key below its lowest fence")));
+        }
         let cached = from_cache.take();
         if let Some(e) = &cached {
             self.node.cache.invalidate(e);
-            self.counters.event("cache_stale");
+            self.counters.event(CACHE_STALE);
         }
-        if key < lowest || (cached.is_some() && self.o.stale_restart) {
-            return None;
+        if cached.is_some() && self.o.stale_restart {
+            return Ok(None);
         }
         self.counters.event("move_right");
-        self.counters.event("move_right_leaf");
-        Some(sibling)
+        self.counters.event(MOVE_RIGHT_LEAF);
+        Ok(Some(sibling))
     }
 
     /// Takes the lock of the node at `node` (local table first, then the lock word).
@@ -649,14 +738,15 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                     }
                 };
                 let Some(n) = n else {
+                    // `find` returns a node of level 0 (module doc: levels never change).
                     self.unlock(held, None, false).await?;
-                    self.node.root.forget();
-                    break;
+                    return Err(IndexError::Corrupt(format!("node at {addr} was routed to as a leaf and is not one")));
                 };
                 if !n.covers(key) && !self.planted("no-sibling-chase") {
                     self.unlock(held, None, false).await?;
-                    let left = self.leave_uncovered((n.lowest(), n.sibling()), key, &mut from_cache);
+                    let left = self.leave_uncovered((addr, n.lowest(), n.sibling()), key, &mut from_cache);
                     self.leaf_buf = n.into_buf();
+                    let left = left?;
                     match left {
                         Some(right) => {
                             addr = right;
@@ -832,6 +922,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             let (root, root_level) = self.root().await?;
             if root_level < level {
                 // This node's copy of the root is older than the level that split.
+                self.counters.event(PARENT_ROOT_STALE);
                 self.refresh_root().await?;
                 continue;
             }
@@ -846,11 +937,17 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 let (first_sep, first_child) = if root == left {
                     (sep.clone(), child)
                 } else {
-                    self.counters.event("root_help");
+                    self.counters.event(ROOT_HELP);
                     let r = self.read_node(root).await?;
+                    // `left`, at the root's level and not the root, exists only because the
+                    // root split: nodes of a level come from splits of its first node (a lost
+                    // root CAS leaks its node unreachable), the root is that first node, and a
+                    // sibling pointer is never cleared. A root word packs its node's level.
                     if r.level != level || r.sibling.is_null() {
-                        self.refresh_root().await?;
-                        continue;
+                        return Err(IndexError::Corrupt(format!(
+                            "root at {root} (level {}) has no sibling though node {left} of its level split",
+                            r.level
+                        )));
                     }
                     (r.highest, r.sibling)
                 };
@@ -871,6 +968,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 } else {
                     // Someone else grew the tree: insert into the level that now exists (D6).
                     // The node written for nothing is leaked, as in the artifact.
+                    self.counters.event(ROOT_CAS_LOST);
                     self.counters.cas_failures += 1;
                     self.node.root.set(seen);
                 }
@@ -921,7 +1019,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             if sep >= n.highest.as_slice() {
                 self.unlock(held, None, false).await?;
                 self.counters.event("move_right");
-                self.counters.event("move_right_parent");
+                self.counters.event(MOVE_RIGHT_PARENT);
                 addr = n.sibling;
                 continue;
             }
@@ -975,17 +1073,20 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         for _ in 0..self.o.max_retries {
             let n = self.read_node(addr).await?;
             if n.level != 0 || cursor.as_slice() < n.lowest.as_slice() {
-                // A stale route: find the cursor's leaf from the root.
-                self.node.root.forget();
-                addr = self.find(&cursor, 0, false).await?.addr;
-                continue;
+                // No race leads here (module doc: no route lands left of its key; a sibling's
+                // lowest is the highest fence read with the pointer, which became the cursor).
+                return Err(IndexError::Corrupt(format!(
+                    "scan reached node at {addr} (level {}) for a cursor below its lowest fence, or not a leaf",
+                    n.level
+                )));
             }
             if n.slots.iter().any(|s| s.torn) {
-                self.counters.event("torn_slot");
+                self.counters.event(SCAN_TORN_SLOT);
                 self.counters.retries += 1;
                 continue;
             }
             if cursor.as_slice() >= n.highest.as_slice() {
+                self.counters.event(SCAN_MOVE_RIGHT);
                 addr = n.sibling;
                 continue;
             }
@@ -1031,12 +1132,11 @@ impl<C: Client + Clone + 'static> Combined for ShermanHandle<C> {
                 }
                 let n = self.read_node(addr).await?;
                 if n.level != 0 {
-                    // The root was a leaf when read and grew since.
-                    self.node.root.forget();
-                    break;
+                    // `find` returns a node of level 0 (module doc: levels never change).
+                    return Err(IndexError::Corrupt(format!("node at {addr} was routed to as a leaf and is not one")));
                 }
                 if !n.covers(key) && !self.planted("no-sibling-chase") {
-                    match self.leave_uncovered((&n.lowest, n.sibling), key, &mut from_cache) {
+                    match self.leave_uncovered((addr, &n.lowest, n.sibling), key, &mut from_cache)? {
                         Some(right) => {
                             addr = right;
                             continue;
@@ -1058,7 +1158,7 @@ impl<C: Client + Clone + 'static> Combined for ShermanHandle<C> {
                     }
                 }
                 if torn_slot && self.o.torn_slot_reread {
-                    self.counters.event("torn_slot");
+                    self.counters.event(TORN_SLOT);
                     self.counters.retries += 1;
                     torn_slot = false;
                     continue;
