@@ -77,12 +77,12 @@ pub mod layout;
 
 use crate::common::bounds::{above_start, below_end};
 pub use crate::common::change::{Change, Reply};
-use crate::common::change::{Combined, search_via, write_via};
+use crate::common::change::{Combined, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK, search_via, write_via};
 use crate::common::chunk::LocalChunkAllocator;
 use crate::common::range_cache::{CacheLevels, CachedNode, IndexCache};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::common::root::{self, CachedRoot};
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 pub use config::ChimeOptions;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
 use hotspot::HotspotBuffer;
@@ -142,6 +142,100 @@ fn parse_block(block: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
     }
     Ok((block[8..8 + klen].to_vec(), block[8 + klen..8 + klen + vlen].to_vec()))
 }
+
+/// An internal node READ overlapped a write (C1/C2 failed): read it again.
+const TORN_INTERNAL: &str = "torn_internal";
+/// A leaf range READ overlapped a write (C1/C2 failed): read it again.
+const TORN_READ: &str = "torn_read";
+/// A scan's whole-leaf READ has a bitmap that disagrees with the keys' homes: read it again.
+const SCAN_INCONSISTENT: &str = "scan_inconsistent";
+/// A traversal read an internal node that split after it was routed to: move right.
+const MOVE_RIGHT_INTERNAL: &str = "move_right_internal";
+/// A pivot insert locked a parent that split meanwhile: move right.
+const MOVE_RIGHT_PARENT: &str = "move_right_parent";
+/// A leaf reached from a cached parent fails sibling-based validation: invalidate, traverse again.
+const LEAF_ROUTE_STALE: &str = "leaf_route_stale";
+/// A hotspot-remembered entry no longer holds the key: read the neighbourhood.
+const SPECULATION_MISS: &str = "speculation_miss";
+/// A neighbourhood whose keys disagree with the home's bitmap (C3): read it again.
+const BITMAP_MISMATCH: &str = "bitmap_mismatch";
+/// A search's key may have moved right in a half-done split: read the sibling.
+const HALF_SPLIT_RIGHT: &str = "half_split_right";
+/// A writer's key may have moved right in a split: unlock, go to the sibling.
+const HALF_SPLIT_RIGHT_LOCKED: &str = "half_split_right_locked";
+/// A pivot insert's copy of the root is below the level that split: re-read the root word.
+const PARENT_ROOT_STALE: &str = "parent_root_stale";
+/// Another splitter split the root and has not grown the tree: help it.
+const ROOT_HELP: &str = "root_help";
+/// The root to help has not split (yet or any more): re-read the root word.
+const ROOT_HELP_STALE: &str = "root_help_stale";
+/// The CAS of a new root lost to another client's: insert into the level that now exists.
+const ROOT_CAS_LOST: &str = "root_cas_lost";
+
+const RACE_HANDLERS: [RaceHandler; 17] = [
+    RaceHandler {
+        event: TORN_INTERNAL,
+        race: "an internal node READ overlapped a concurrent write or split (line versions disagree): it is read again, else a torn node routes the traversal",
+    },
+    RaceHandler {
+        event: TORN_READ,
+        race: "a leaf entry READ overlapped a concurrent write or hop (entry or node versions disagree): it is read again, else a torn entry is returned",
+    },
+    RaceHandler {
+        event: SCAN_INCONSISTENT,
+        race: "a scan's whole-leaf READ saw a hop half done (a key outside its home's bitmap): the leaf is read again, else a key is missed or doubled",
+    },
+    RaceHandler {
+        event: MOVE_RIGHT_INTERNAL,
+        race: "an internal node split after its parent (or cached copy) routed here: the traversal follows the sibling, else it descends a wrong subtree",
+    },
+    RaceHandler {
+        event: MOVE_RIGHT_PARENT,
+        race: "the parent a pivot goes into split meanwhile: the insert follows its sibling, else the pivot lands outside the parent's range",
+    },
+    RaceHandler {
+        event: LEAF_ROUTE_STALE,
+        race: "a leaf reached through a cached parent fails sibling-based validation (the leaf split since): the copy is invalidated and the traversal redone",
+    },
+    RaceHandler {
+        event: SPECULATION_MISS,
+        race: "the entry the hotspot buffer remembers for the key was moved by a hop, split or another key: the neighbourhood is read instead",
+    },
+    RaceHandler {
+        event: BITMAP_MISMATCH,
+        race: "a search missed its key in a neighbourhood whose bitmap disagrees with the keys' homes (a hop half seen): it reads again, else reports a present key absent",
+    },
+    RaceHandler {
+        event: HALF_SPLIT_RIGHT,
+        race: "a search missed its key in a leaf whose sibling is not the expected one (a split moved keys right): it reads the sibling",
+    },
+    RaceHandler {
+        event: HALF_SPLIT_RIGHT_LOCKED,
+        race: "a writer locked a leaf that split after the traversal and the key belongs right: it unlocks and goes to the sibling, else it writes the wrong leaf",
+    },
+    RaceHandler {
+        event: PARENT_ROOT_STALE,
+        race: "a splitter's copy of the root is older than the level that split (another client grew the tree): it re-reads the root word",
+    },
+    RaceHandler {
+        event: ROOT_HELP,
+        race: "another client split the root and has not grown the tree: this splitter installs the new root with the old root's sibling, instead of waiting",
+    },
+    RaceHandler {
+        event: ROOT_HELP_STALE,
+        race: "the root a splitter meant to help shows no split (no sibling, or no key to pivot on): it re-reads the root word",
+    },
+    RaceHandler {
+        event: ROOT_CAS_LOST,
+        race: "two clients CASed a new root; this one lost: it takes the winner's root and inserts its pivot into the new level",
+    },
+    RaceHandler {
+        event: "lock_failures",
+        race: "a writer's masked CAS found the leaf or internal node locked by another writer: it yields and CASes again",
+    },
+    RDWC_READ_FALLBACK,
+    RDWC_WRITE_FALLBACK,
+];
 
 const PLANTS: [PlantedBug; 7] = [
     PlantedBug {
@@ -305,6 +399,10 @@ impl IndexKind for Chime {
         c
     }
 
+    fn race_handlers() -> &'static [RaceHandler] {
+        &RACE_HANDLERS
+    }
+
     fn planted_bugs() -> &'static [PlantedBug] {
         &PLANTS
     }
@@ -417,7 +515,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     return Ok(n);
                 }
                 Err(Torn) => {
-                    self.counters.event("torn_internal");
+                    self.counters.event(TORN_INTERNAL);
                     self.counters.retries += 1;
                 }
             }
@@ -428,65 +526,63 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     /// The node at `target` level covering `key` (target 0: the leaf, with its expected
     /// sibling). Uses the cache when `use_cache`.
     async fn traverse(&mut self, key: &[u8], target: u8, use_cache: bool) -> Result<Route, IndexError> {
-        'restart: for _ in 0..self.o.max_retries {
-            let (root, root_level) = self.root().await?;
-            self.path = vec![None; root_level as usize + 2];
-            if root_level <= target {
-                return Ok(Route { leaf: root, expected: RemoteAddr::NULL, cached: None });
-            }
-            let (mut p, mut level, mut first_from_cache) = (root, root_level, None);
-            let mut at_root = true;
-            if use_cache && self.o.cache_bytes > 0 {
-                self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
-                match self.node.cache.lookup(key).filter(|e| e.node.level > target) {
-                    Some(e) => {
-                        self.counters.event("cache_hit");
-                        let (child, expected) = e.node.route(key);
-                        if e.node.level == target + 1 {
-                            return Ok(Route { leaf: child, expected, cached: Some(e) });
-                        }
-                        (p, level, at_root) = (child, e.node.level - 1, false);
-                        first_from_cache = Some(e);
+        let (root, root_level) = self.root().await?;
+        self.path = vec![None; root_level as usize + 2];
+        if root_level <= target {
+            return Ok(Route { leaf: root, expected: RemoteAddr::NULL, cached: None });
+        }
+        let (mut p, mut level) = (root, root_level);
+        let mut at_root = true;
+        if use_cache && self.o.cache_bytes > 0 {
+            self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
+            match self.node.cache.lookup(key).filter(|e| e.node.level > target) {
+                Some(e) => {
+                    self.counters.event("cache_hit");
+                    let (child, expected) = e.node.route(key);
+                    if e.node.level == target + 1 {
+                        return Ok(Route { leaf: child, expected, cached: Some(e) });
                     }
-                    None => self.counters.event("cache_miss"),
+                    (p, level, at_root) = (child, e.node.level - 1, false);
                 }
+                None => self.counters.event("cache_miss"),
             }
-            for _ in 0..self.o.max_retries {
-                let n = self.read_internal(p).await?;
-                if n.level != level || key < n.lowest.as_slice() || !n.valid {
-                    // A stale route (a cached copy, or a root that grew): from the root again.
-                    if let Some(e) = first_from_cache.take() {
-                        self.node.cache.invalidate(&e);
-                        self.counters.event("cache_invalidated");
-                    }
-                    self.counters.event("stale_route");
+        }
+        for _ in 0..self.o.max_retries {
+            let n = self.read_internal(p).await?;
+            if n.level != level || key < n.lowest.as_slice() || !n.valid {
+                // No race leads here. An internal node's level and lowest fence never change
+                // (a split gives the new right node `lowest = pivot` and inserts that pivot
+                // with it; a helper installing a root takes `highest` and `sibling` from one
+                // checked image), nodes are never freed or invalidated, and a root word packs
+                // its node's level: so any copy of a parent, however stale, routes `key` to a
+                // child of the level below with `lowest ≤ key`, and a stale root word names a
+                // node of the level it says.
+                return Err(
+                    self.corrupt(p, "routed to for a key below its lowest fence, from the wrong level, or invalid")
+                );
+            }
+            if key >= n.highest.as_slice() {
+                self.counters.event("move_right");
+                self.counters.event(MOVE_RIGHT_INTERNAL);
+                if at_root {
                     self.node.root.forget();
-                    continue 'restart;
                 }
-                first_from_cache = None;
-                if key >= n.highest.as_slice() {
-                    self.counters.event("move_right");
-                    if at_root {
-                        self.node.root.forget();
-                    }
-                    if n.sibling.is_null() {
-                        return Err(self.corrupt(p, "a key above the highest fence and no sibling"));
-                    }
-                    p = n.sibling;
-                    continue;
+                if n.sibling.is_null() {
+                    return Err(self.corrupt(p, "a key above the highest fence and no sibling"));
                 }
-                at_root = false;
-                self.node.cache.insert(p, &n, self.il.cache_charge(&n));
-                if let Some(s) = self.path.get_mut(level as usize) {
-                    *s = Some(p);
-                }
-                let (child, expected) = n.route(key);
-                if level == target + 1 {
-                    return Ok(Route { leaf: child, expected, cached: None });
-                }
-                (p, level) = (child, level - 1);
+                p = n.sibling;
+                continue;
             }
-            return Err(self.retries_exhausted("traverse"));
+            at_root = false;
+            self.node.cache.insert(p, &n, self.il.cache_charge(&n));
+            if let Some(s) = self.path.get_mut(level as usize) {
+                *s = Some(p);
+            }
+            let (child, expected) = n.route(key);
+            if level == target + 1 {
+                return Ok(Route { leaf: child, expected, cached: None });
+            }
+            (p, level) = (child, level - 1);
         }
         Err(self.retries_exhausted("traverse"))
     }
@@ -551,7 +647,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             match self.read_entries(addr, img, a, n).await? {
                 Ok(r) => return Ok(r),
                 Err(Torn) => {
-                    self.counters.event("torn_read");
+                    self.counters.event(TORN_READ);
                     self.counters.retries += 1;
                 }
             }
@@ -719,7 +815,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                         self.node.hotspot.touch(route.leaf.raw(), s as u16, fp);
                         return Ok((!l.is_tombstone(&img, s)).then_some(value));
                     }
-                    self.counters.event("speculation_miss");
+                    self.counters.event(SPECULATION_MISS);
                     self.node.hotspot.forget(route.leaf.raw(), s as u16);
                 }
             }
@@ -730,13 +826,14 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 let replica = match self.read_entries(route.leaf, &mut img, h, l.hood).await? {
                     Ok(r) => r,
                     Err(Torn) => {
-                        self.counters.event("torn_read");
+                        self.counters.event(TORN_READ);
                         self.counters.retries += 1;
                         continue;
                     }
                 };
                 let verdict = self.validate_route(&img, replica, &route, key);
                 if verdict.is_err() {
+                    self.counters.event(LEAF_ROUTE_STALE);
                     self.invalidate(&mut route);
                     use_cache = !route.leaf.is_null();
                     continue 'route;
@@ -748,12 +845,12 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     return Ok((!l.is_tombstone(&img, s)).then_some(value));
                 }
                 if !self.planted("no-bitmap-check") && !self.bitmap_consistent(&img, h).await {
-                    self.counters.event("bitmap_mismatch");
+                    self.counters.event(BITMAP_MISMATCH);
                     self.counters.retries += 1;
                     continue;
                 }
                 if verdict == Ok(false) {
-                    self.counters.event("half_split_right");
+                    self.counters.event(HALF_SPLIT_RIGHT);
                     if let Some(ld) = leader.as_deref_mut() {
                         // The next READ decides together with this one.
                         ld.unmark();
@@ -844,7 +941,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                                 return Ok((lk, Some(s)));
                             }
                             Ok(_) => {
-                                self.counters.event("speculation_miss");
+                                self.counters.event(SPECULATION_MISS);
                                 self.node.hotspot.forget(route.leaf.raw(), s as u16);
                             }
                             Err(e) => {
@@ -900,6 +997,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 };
                 let verdict = self.validate_route(&lk.img, replica, &route, key);
                 if verdict.is_err() {
+                    self.counters.event(LEAF_ROUTE_STALE);
                     self.unlock(route.leaf, word, vec![]).await?;
                     self.invalidate(&mut route);
                     use_cache = true;
@@ -938,7 +1036,8 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     return Ok((lk, None));
                 }
                 self.unlock(route.leaf, word, vec![]).await?;
-                self.counters.event("half_split_right");
+                self.counters.event(HALF_SPLIT_RIGHT);
+                self.counters.event(HALF_SPLIT_RIGHT_LOCKED);
                 if sibling.is_null() {
                     return Err(self.corrupt(route.leaf, "a half split toward a null sibling"));
                 }
@@ -1258,6 +1357,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         for _ in 0..self.o.max_retries {
             let (root, root_level) = self.root().await?;
             if root_level < level {
+                self.counters.event(PARENT_ROOT_STALE);
                 self.refresh_root().await?;
                 continue;
             }
@@ -1266,10 +1366,11 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     (sep.clone(), child)
                 } else {
                     // Another client split the root and has not grown the tree yet: help.
-                    self.counters.event("root_help");
+                    self.counters.event(ROOT_HELP);
                     match self.root_split_of(root, level).await? {
                         Some(x) => x,
                         None => {
+                            self.counters.event(ROOT_HELP_STALE);
                             self.refresh_root().await?;
                             continue;
                         }
@@ -1298,6 +1399,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                         return Ok(());
                     }
                 } else {
+                    self.counters.event(ROOT_CAS_LOST);
                     self.counters.cas_failures += 1;
                     self.node.root.set(seen);
                 }
@@ -1368,6 +1470,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             if sep >= n.highest.as_slice() {
                 self.ctx.write(lock_at, Buf::from(unlock_bytes)).await?;
                 self.counters.event("move_right");
+                self.counters.event(MOVE_RIGHT_PARENT);
                 addr = n.sibling;
                 continue;
             }
@@ -1469,7 +1572,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         for _ in 0..self.o.max_retries {
             let replica = self.read_entries_retry(addr, &mut img, 0, l.span).await?;
             if !self.leaf_consistent(&img).await {
-                self.counters.event("torn_read");
+                self.counters.event(SCAN_INCONSISTENT);
                 self.counters.retries += 1;
                 continue;
             }

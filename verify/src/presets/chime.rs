@@ -101,6 +101,23 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
                 mix: Mix { search: 40, insert: 60, update: 0, delete: 0, scan: 0 },
                 required_counters: &["leaf_split"],
                 step_limit: 200_000,
+                ..base.clone()
+            },
+            chime_options(config, 1),
+        ),
+        // The tree grows under concurrent inserts: a leaf splits while the root leaf's split
+        // has not installed the new root (`root_help`), and two new roots race (`root_cas_lost`).
+        (
+            Preset {
+                name: "grow",
+                compute_nodes: 2,
+                memory_nodes: 1,
+                clients: 3,
+                ops_per_client: 6,
+                keys: 20,
+                preload: 6,
+                mix: Mix { search: 20, insert: 80, update: 0, delete: 0, scan: 0 },
+                required_counters: &["leaf_split", "root_split"],
                 ..base
             },
             chime_options(config, 1),
