@@ -90,10 +90,12 @@ pub mod cache;
 pub mod invariants;
 pub mod layout;
 
-use crate::common::change::{Change, Combined, Reply, fold, replies, search_via, write_via};
+use crate::common::change::{
+    Change, Combined, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK, Reply, fold, replies, search_via, write_via,
+};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use cache::NodeCache;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request, Response};
 use layout::*;
@@ -247,6 +249,128 @@ pub const PLANTS: [PlantedBug; 9] = [
     },
 ];
 
+// The events of the branches that exist because another client got there first (see
+// [`RACE_HANDLERS`]).
+const NODE_GREW: &str = "node_grew";
+const STALE_NODE: &str = "stale_node";
+const TORN_READ: &str = "torn_read";
+const STALE_LEAF: &str = "stale_leaf";
+const BACKTRACK: &str = "backtrack";
+const SMO_WAIT: &str = "smo_wait";
+const PENDING_WAIT: &str = "pending_wait";
+const SAME_KEY_INSERT: &str = "same_key_insert";
+const SLOT_TAKEN: &str = "slot_taken";
+const DELETE_LOST: &str = "delete_lost";
+const REFOLD: &str = "refold";
+const SMO_CONFLICT: &str = "smo_conflict";
+const SMO_DRAIN_WAIT: &str = "smo_drain_wait";
+const SMO_KEY_ARRIVED: &str = "smo_key_arrived";
+const PUBLISH_RACED: &str = "publish_raced";
+const ROOT_RACED: &str = "root_raced";
+const CHILD_SLOT_TAKEN: &str = "child_slot_taken";
+const CHILD_RACED: &str = "child_raced";
+const TYPE_RACED: &str = "type_raced";
+const INTERPOSE_RACED: &str = "interpose_raced";
+const INTERPOSE_UNDONE: &str = "interpose_undone";
+const SCAN_STALE_NODE: &str = "scan_stale_node";
+const SCAN_REREAD: &str = "scan_reread";
+
+/// Every branch of the hardened protocol that handles a race, by the event it counts.
+/// `smo_key_arrived` is not among them: only the paper's protocol (or a plant restoring one of
+/// its behaviours) reaches it, see [`DolphinHandle::smo_held`].
+pub const RACE_HANDLERS: [RaceHandler; 24] = [
+    RaceHandler {
+        event: NODE_GREW,
+        race: "a node's entry names a smaller type than its header (a type switch raised it after the entry was read): the rest of the node is read",
+    },
+    RaceHandler {
+        event: STALE_NODE,
+        race: "a descent reached a node whose reverse pointer or prefix does not fit the entry (stale cache, or a prefix split above it): it reads the entry again",
+    },
+    RaceHandler {
+        event: TORN_READ,
+        race: "a search's leaf READ overlapped a structure change's rewrite (line versions disagree): it reads the leaf again",
+    },
+    RaceHandler {
+        event: STALE_LEAF,
+        race: "a leaf reached through a stale entry (its reverse pointer or range no longer fits): the cached node is dropped and the walk starts again",
+    },
+    RaceHandler {
+        event: BACKTRACK,
+        race: "the leaf split since its entry was read and the key moved right: the special node is read again and its floor entry followed",
+    },
+    RaceHandler {
+        event: SMO_WAIT,
+        race: "an operation's shared mark met a structure change holding the leaf: it gives the share back and waits the change out",
+    },
+    RaceHandler {
+        event: PENDING_WAIT,
+        race: "a write found its key's slot claimed by an insert whose value is not written yet: it waits for that value and goes after it",
+    },
+    RaceHandler {
+        event: SAME_KEY_INSERT,
+        race: "an insert lost a slot CAS to an insert of the same key: it waits for the winner's value and starts again (else the key fills two slots)",
+    },
+    RaceHandler {
+        event: SLOT_TAKEN,
+        race: "an insert lost a slot CAS to an insert of another key: it tries the next empty slot",
+    },
+    RaceHandler {
+        event: DELETE_LOST,
+        race: "a delete's tombstone CAS found the key already gone (a concurrent delete won): it folds again over an absent key",
+    },
+    RaceHandler {
+        event: REFOLD,
+        race: "a combined write found no leaf in a descent that began before its window closed: it descends again, so its followers see a state after they joined",
+    },
+    RaceHandler {
+        event: SMO_CONFLICT,
+        race: "a structure change's exclusive mark met another one on the leaf: it gives both marks back, waits, and starts again",
+    },
+    RaceHandler {
+        event: SMO_DRAIN_WAIT,
+        race: "a structure change waits for the shares of operations already in the leaf to drain before it reads and rewrites it",
+    },
+    RaceHandler {
+        event: PUBLISH_RACED,
+        race: "a split's CAS of its new leaf into a free special-node entry lost to another split: it reads the special node again and takes another entry",
+    },
+    RaceHandler {
+        event: ROOT_RACED,
+        race: "the first insert's root CAS lost to another first insert: its path is freed and it starts again below the winner's",
+    },
+    RaceHandler {
+        event: CHILD_SLOT_TAKEN,
+        race: "a new path's CAS into a free node entry lost to another key's child: it tries the next free entry",
+    },
+    RaceHandler {
+        event: CHILD_RACED,
+        race: "a new path's CAS lost to a child for the same key byte: its path is freed and it starts again through the winner's",
+    },
+    RaceHandler {
+        event: TYPE_RACED,
+        race: "a type switch's header CAS lost to another change of the header: it reads the header again",
+    },
+    RaceHandler {
+        event: INTERPOSE_RACED,
+        race: "a prefix split's CAS of the child's reverse pointer lost to another interposition: it frees its nodes and starts again",
+    },
+    RaceHandler {
+        event: INTERPOSE_UNDONE,
+        race: "a prefix split moved the child's reverse pointer but lost the parent entry's CAS: it moves the pointer back and starts again",
+    },
+    RaceHandler {
+        event: SCAN_STALE_NODE,
+        race: "a scan reached a node whose reverse pointer or prefix does not fit the entry (a prefix split above it): it reads the entry again",
+    },
+    RaceHandler {
+        event: SCAN_REREAD,
+        race: "a scan's leaf image was torn or the leaf split since the special node was read: it reads the special node again",
+    },
+    RDWC_READ_FALLBACK,
+    RDWC_WRITE_FALLBACK,
+];
+
 /// The state one compute node's clients share.
 #[derive(Debug)]
 pub struct DolphinNode {
@@ -343,6 +467,10 @@ impl IndexKind for Dolphin {
             ("cache_invalidations", s.invalidations),
         ]);
         counters
+    }
+
+    fn race_handlers() -> &'static [RaceHandler] {
+        &RACE_HANDLERS
     }
 
     fn planted_bugs() -> &'static [PlantedBug] {
@@ -498,7 +626,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         let mut img = NodeImage::decode(&bytes);
         let ht = img.header.node_type();
         if ht > t {
-            self.counters.event("node_grew");
+            self.counters.event(NODE_GREW);
             let from = node_read_bytes(t);
             let more = self.ctx.read(addr.add(from as u64), Buf::zeroed(node_read_bytes(ht) - from)).await?;
             img.entries.extend(NodeImage::decode(&[&[0u8; 16][..], more.as_slice()].concat()).entries);
@@ -551,7 +679,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             {
                 // A stale cached entry, or a prefix split in progress above this node: read the
                 // entry again (it swings once the split publishes, or the split backs out).
-                self.counters.event("stale_node");
+                self.counters.event(STALE_NODE);
                 self.forget(key, &path);
                 path.p = Entry(self.read_word(path.p_ptr).await?);
                 path.from_cache = false;
@@ -591,11 +719,11 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
 
     fn check_leaf(&mut self, key: u64, path: &Path, img: &LeafImage, search: bool) -> LeafCheck {
         if search && !self.planted("no-line-versions") && !img.consistent(&self.layout) {
-            self.counters.event("torn_read");
+            self.counters.event(TORN_READ);
             return LeafCheck::Torn;
         }
         if img.rev != path.p_ptr.raw() || key < img.min {
-            self.counters.event("stale_leaf");
+            self.counters.event(STALE_LEAF);
             return LeafCheck::Stale;
         }
         if !img.covers(key) && !self.planted("no-range-check") {
@@ -606,7 +734,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
 
     /// The paper's backtracking: READ the special node again and take the floor entry.
     async fn backtrack(&mut self, key: u64, path: &mut Path) -> Result<(), IndexError> {
-        self.counters.event("backtrack");
+        self.counters.event(BACKTRACK);
         let (special, branch) = path.parent.expect("a leaf's parent is a special node");
         self.node.cache.invalidate(key, branch, special);
         let img = self.read_special(special).await?;
@@ -694,7 +822,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         self.ctx.charge_cpu(CpuWork::NodeSearchEntry, self.layout.slots as u64).await;
         if old < SPEAR_LIMIT {
             self.counters.lock_failures += 1;
-            self.counters.event("smo_wait");
+            self.counters.event(SMO_WAIT);
             self.ctx.faa(lock, (-1i64) as u64).await?;
             self.wait_unlocked(leaf).await?;
             return Ok(None);
@@ -740,7 +868,6 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
 
     /// Waits until slot `x`'s value is written (an insert of the same key won the slot).
     async fn wait_value(&mut self, leaf: RemoteAddr, x: usize) -> Result<(), IndexError> {
-        self.counters.event("pending_wait");
         let at = leaf.add(self.layout.value_off(x));
         for _ in 0..self.o.max_retries {
             if self.read_word(at).await? != VALUE_NULL {
@@ -798,6 +925,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                         if p.state_is_fresh() || self.planted("rdwc-late-close") {
                             return Ok(results);
                         }
+                        self.counters.event(REFOLD);
                         continue;
                     };
                     if self.new_path(k, store_value(&v), path, node, why).await? {
@@ -861,6 +989,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         {
             // An insert of this key holds the slot and has not written its value: it takes
             // effect at that WRITE, so this batch waits and goes after it.
+            self.counters.event(PENDING_WAIT);
             if let Err(e) = self.wait_value(leaf, x).await {
                 self.finish(leaf, Vec::new()).await?;
                 return Err(e);
@@ -888,8 +1017,12 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             (None, Some(x)) => {
                 let cas = Request::cas(leaf.add(l.key_off(x)), slot_word(k), slot_word(TOMBSTONE));
                 let old = self.finish(leaf, vec![cas]).await?[0].atomic()?;
-                // Another delete got there first: fold again over "absent".
-                Ok((slot_word(old) == k).then_some(results))
+                if slot_word(old) != k {
+                    // Another delete got there first: fold again over "absent".
+                    self.counters.event(DELETE_LOST);
+                    return Ok(None);
+                }
+                Ok(Some(results))
             }
             (None, None) => {
                 self.finish(leaf, Vec::new()).await?;
@@ -923,11 +1056,12 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             if old == k && inspect {
                 // Another insert of this key won the slot: wait for its value, then start
                 // again (this batch then goes after it).
-                self.counters.event("same_key_insert");
+                self.counters.event(SAME_KEY_INSERT);
                 let waited = self.wait_value(leaf, x).await;
                 self.finish(leaf, Vec::new()).await?;
                 return waited.map(|()| false);
             }
+            self.counters.event(SLOT_TAKEN);
         }
         self.smo(k, v, path, leaf).await
     }
@@ -943,7 +1077,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             if old < SPEAR_LIMIT {
                 // Another change holds it: give back the mark and the share, wait, start again.
                 self.counters.lock_failures += 1;
-                self.counters.event("smo_conflict");
+                self.counters.event(SMO_CONFLICT);
                 self.ctx.faa(lock, (-SPEAR_SMO - 1) as u64).await?;
                 self.wait_unlocked(leaf).await?;
                 return Ok(false);
@@ -954,7 +1088,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                     drained = true;
                     break;
                 }
-                self.counters.event("smo_drain_wait");
+                self.counters.event(SMO_DRAIN_WAIT);
                 self.ctx.yield_now().await;
             }
             if !drained {
@@ -973,12 +1107,31 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     }
 
     /// The structure change proper, with the leaf held exclusively. False: the key arrived
-    /// while this insert waited (start again with it present).
+    /// while this insert waited (start again with it present; the paper's protocol only).
+    ///
+    /// The hardened protocol cannot get here with `k` in the leaf. Between two structure changes
+    /// a key slot only goes EMPTY → key → TOMBSTONE, so the highest slot `m` that was empty after
+    /// the last change stays empty (every slot above it is taken, and an insert never takes the
+    /// highest empty slot of its image, which is `m`). An insert B of `k` that took slot `s` in
+    /// this leaf held a share, so its CAS came before this change's drain ended, and `s < m`. This
+    /// insert's image (taken after the last change, by its share) either shows `k` in `s`, and it
+    /// would have updated, or shows `s` empty: then it CASed `s` before settling for a structure
+    /// change (it tries every empty slot but `m`, lowest first) and either won `s` (B lost it) or
+    /// read `k` back and waited instead (`same_key_insert`). A key in the leaf now is therefore a
+    /// broken invariant, reported as corruption. The paper's delete (which empties slots) and its
+    /// probe (which passes over a same-key winner), and inserts without the Spear marks, void the
+    /// argument; then the key is taken as arrived and the insert starts again.
     async fn smo_held(&mut self, k: u64, v: u64, path: &Path, leaf: RemoteAddr) -> Result<bool, IndexError> {
         let l = self.layout;
         let img = self.read_leaf(leaf).await?;
         if img.keys.contains(&k) {
-            self.counters.event("smo_key_arrived");
+            let arguable = ["probe-any", "delete-clears", "no-spear"].iter().all(|b| !self.planted(b));
+            if self.hardened() && arguable {
+                return Err(IndexError::Corrupt(format!(
+                    "key {k:#x} appeared in leaf {leaf} while a structure change for its insert drained"
+                )));
+            }
+            self.counters.event(SMO_KEY_ARRIVED);
             return Ok(false);
         }
         let mut items = img.items();
@@ -1099,6 +1252,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 return Ok(());
             }
             self.counters.cas_failures += 1;
+            self.counters.event(PUBLISH_RACED);
         }
         Err(self.exhausted("publish leaf"))
     }
@@ -1198,6 +1352,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                     return Ok(true);
                 }
                 self.counters.cas_failures += 1;
+                self.counters.event(ROOT_RACED);
                 self.free_all(&writes);
                 Ok(false)
             }
@@ -1247,11 +1402,13 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             self.counters.cas_failures += 1;
             if old.partial() == kb {
                 // Someone else hung this byte's child: finish its type switch, then use it.
+                self.counters.event(CHILD_RACED);
                 if j >= cap {
                     self.raise_type(k, n, path, j).await?;
                 }
                 break;
             }
+            self.counters.event(CHILD_SLOT_TAKEN);
         }
         self.free_all(&writes);
         Ok(false)
@@ -1271,6 +1428,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 break;
             }
             self.counters.cas_failures += 1;
+            self.counters.event(TYPE_RACED);
         }
         // The parent's copy of the type only sizes READs: one try is enough.
         if path.p.node_type() < t {
@@ -1311,12 +1469,14 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         let undo = |me: &Self, writes: &[(RemoteAddr, Vec<u8>)]| me.free_all(writes);
         if self.ctx.cas(n, path.p_ptr.raw(), entry_addr(m, 0).raw()).await? != path.p_ptr.raw() {
             self.counters.cas_failures += 1;
+            self.counters.event(INTERPOSE_RACED);
             undo(self, &writes);
             return Ok(false);
         }
         let swung = Entry::internal(path.p.partial(), NEW_NODE_TYPE, m);
         if self.ctx.cas(path.p_ptr, path.p.0, swung.0).await? != path.p.0 {
             self.counters.cas_failures += 1;
+            self.counters.event(INTERPOSE_UNDONE);
             self.ctx.cas(n, entry_addr(m, 0).raw(), path.p_ptr.raw()).await?;
             undo(self, &writes);
             return Ok(false);
@@ -1375,7 +1535,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 if rereads > self.o.max_retries {
                     return Err(self.exhausted("scan"));
                 }
-                self.counters.event("stale_node");
+                self.counters.event(SCAN_STALE_NODE);
                 let fresh = Entry(self.read_word(p_ptr).await?);
                 stack.push((p_ptr, fresh, pos, known));
                 self.ctx.yield_now().await;
@@ -1454,7 +1614,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                     && leaf.covers(cur);
                 if !ok {
                     // Torn, or a split since the special node was read: read it again.
-                    self.counters.event("scan_reread");
+                    self.counters.event(SCAN_REREAD);
                     restart = true;
                     break;
                 }
