@@ -254,7 +254,6 @@ pub const PLANTS: [PlantedBug; 9] = [
 const NODE_GREW: &str = "node_grew";
 const STALE_NODE: &str = "stale_node";
 const TORN_READ: &str = "torn_read";
-const STALE_LEAF: &str = "stale_leaf";
 const BACKTRACK: &str = "backtrack";
 const SMO_WAIT: &str = "smo_wait";
 const PENDING_WAIT: &str = "pending_wait";
@@ -278,7 +277,7 @@ const SCAN_REREAD: &str = "scan_reread";
 /// Every branch of the hardened protocol that handles a race, by the event it counts.
 /// `smo_key_arrived` is not among them: only the paper's protocol (or a plant restoring one of
 /// its behaviours) reaches it, see [`DolphinHandle::smo_held`].
-pub const RACE_HANDLERS: [RaceHandler; 24] = [
+pub const RACE_HANDLERS: [RaceHandler; 23] = [
     RaceHandler {
         event: NODE_GREW,
         race: "a node's entry names a smaller type than its header (a type switch raised it after the entry was read): the rest of the node is read",
@@ -290,10 +289,6 @@ pub const RACE_HANDLERS: [RaceHandler; 24] = [
     RaceHandler {
         event: TORN_READ,
         race: "a search's leaf READ overlapped a structure change's rewrite (line versions disagree): it reads the leaf again",
-    },
-    RaceHandler {
-        event: STALE_LEAF,
-        race: "a leaf reached through a stale entry (its reverse pointer or range no longer fits): the cached node is dropped and the walk starts again",
     },
     RaceHandler {
         event: BACKTRACK,
@@ -550,17 +545,6 @@ impl Pending<'_, '_> {
     }
 }
 
-/// The result of checking a leaf image against the way it was reached.
-enum LeafCheck {
-    Ok,
-    /// Lines of different versions: read it again.
-    Torn,
-    /// The leaf's range ends at or below the key: backtrack to the special node.
-    Right,
-    /// The entry or the cache was stale: start again.
-    Stale,
-}
-
 /// A new path: its top entry, its top node, and every node and leaf to write.
 type Built = (Entry, RemoteAddr, Vec<(RemoteAddr, Vec<u8>)>);
 
@@ -717,19 +701,27 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         }
     }
 
-    fn check_leaf(&mut self, key: u64, path: &Path, img: &LeafImage, search: bool) -> LeafCheck {
-        if search && !self.planted("no-line-versions") && !img.consistent(&self.layout) {
-            self.counters.event(TORN_READ);
-            return LeafCheck::Torn;
-        }
+    /// Whether a leaf image reached from `path` holds `key` (false: its range ends at or below
+    /// the key, which moved right in a split since the special node was read).
+    ///
+    /// The leaf is always the one its entry published, and starts at or below the key: a special
+    /// node's entry goes NULL → leaf once (a CAS) and never changes again, leaves are never
+    /// freed or merged, and a leaf's reverse pointer and minimum are written before its entry is
+    /// published and kept by every rewrite. The minimum's last byte is the entry's partial, and
+    /// any image of the special node (cached or fresh) has entries only of leaves published by
+    /// then, so its floor entry for the key names a leaf starting at or below it. A reverse
+    /// pointer or a minimum that does not fit is therefore corruption, not a stale route.
+    fn leaf_holds(&self, key: u64, path: &Path, img: &LeafImage) -> Result<bool, IndexError> {
         if img.rev != path.p_ptr.raw() || key < img.min {
-            self.counters.event(STALE_LEAF);
-            return LeafCheck::Stale;
+            return Err(IndexError::Corrupt(format!(
+                "leaf {} (reverse pointer {:#x}, min {:#x}) reached from entry {} for key {key:#x}",
+                path.p.addr(),
+                img.rev,
+                img.min,
+                path.p_ptr
+            )));
         }
-        if !img.covers(key) && !self.planted("no-range-check") {
-            return LeafCheck::Right;
-        }
-        LeafCheck::Ok
+        Ok(img.covers(key) || self.planted("no-range-check"))
     }
 
     /// The paper's backtracking: READ the special node again and take the floor entry.
@@ -764,32 +756,28 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     ) -> Result<Option<Vec<u8>>, IndexError> {
         let k = key_word(key)?;
         let late = self.planted("rdwc-late-mark");
-        'walk: for _ in 0..self.o.max_retries {
-            if let Some(l) = leader.as_deref_mut() {
-                l.unmark();
+        if let Some(l) = leader.as_deref_mut() {
+            l.unmark();
+        }
+        let mut path = match self.descend(k).await? {
+            Descent::Leaf(path) => path,
+            Descent::Missing { .. } => return Ok(None),
+        };
+        for _ in 0..self.o.max_retries {
+            if let Some(l) = leader.as_deref_mut().filter(|_| !late) {
+                l.mark();
             }
-            let mut path = match self.descend(k).await? {
-                Descent::Leaf(path) => path,
-                Descent::Missing { .. } => return Ok(None),
-            };
-            for _ in 0..self.o.max_retries {
-                if let Some(l) = leader.as_deref_mut().filter(|_| !late) {
-                    l.mark();
-                }
-                let img = self.read_leaf(path.p.addr()).await?;
-                if let Some(l) = leader.as_deref_mut().filter(|_| late) {
-                    l.mark();
-                }
-                match self.check_leaf(k, &path, &img, true) {
-                    LeafCheck::Ok => return Ok(self.value_in(k, &img)),
-                    LeafCheck::Torn => self.ctx.yield_now().await,
-                    LeafCheck::Right => self.backtrack(k, &mut path).await?,
-                    LeafCheck::Stale => {
-                        self.forget(k, &path);
-                        self.counters.retries += 1;
-                        continue 'walk;
-                    }
-                }
+            let img = self.read_leaf(path.p.addr()).await?;
+            if let Some(l) = leader.as_deref_mut().filter(|_| late) {
+                l.mark();
+            }
+            if !self.planted("no-line-versions") && !img.consistent(&self.layout) {
+                self.counters.event(TORN_READ);
+                self.ctx.yield_now().await;
+            } else if self.leaf_holds(k, &path, &img)? {
+                return Ok(self.value_in(k, &img));
+            } else {
+                self.backtrack(k, &mut path).await?;
             }
         }
         Err(self.exhausted("search"))
@@ -955,16 +943,15 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 p.changes();
             }
             let Some(img) = self.enter(leaf).await? else { return Ok(None) };
-            match self.check_leaf(k, path, &img, false) {
-                LeafCheck::Ok => return self.act(k, path, leaf, img, p).await,
-                LeafCheck::Torn | LeafCheck::Stale => {
-                    self.finish(leaf, Vec::new()).await?;
-                    self.forget(k, path);
-                    return Ok(None);
-                }
-                LeafCheck::Right => {
+            match self.leaf_holds(k, path, &img) {
+                Ok(true) => return self.act(k, path, leaf, img, p).await,
+                Ok(false) => {
                     self.finish(leaf, Vec::new()).await?;
                     self.backtrack(k, path).await?;
+                }
+                Err(e) => {
+                    self.finish(leaf, Vec::new()).await?;
+                    return Err(e);
                 }
             }
         }

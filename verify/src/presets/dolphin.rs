@@ -17,6 +17,22 @@ pub fn dolphin_key(k: u64) -> Vec<u8> {
     word.to_be_bytes().to_vec()
 }
 
+/// Keys that grow one node: key `k < 18` ends in bytes `k + 1, 1` (its own 7-byte prefix, so
+/// each is a new child of the node that branches on byte 6, an N16 that switches type at the
+/// 17th); key 18 leaves that node's compressed prefix at byte 0 (a prefix split above it).
+pub fn dolphin_wide_key(k: u64) -> Vec<u8> {
+    let word = if k < 18 { (k + 1) << 8 | 1 } else { 0x0100_0000_0000_0001 + k };
+    word.to_be_bytes().to_vec()
+}
+
+/// Keys in one 7-byte prefix (one special node): the first nine, preloaded in order, fill three
+/// leaves of 4 slots; key `9 + i` falls inside leaf `i`, so inserts of them split neighbouring
+/// leaves.
+pub fn dolphin_prefix_key(k: u64) -> Vec<u8> {
+    let last = if k < 9 { 10 * k } else { 30 * (k - 9) + 5 };
+    (0x0200 + last).to_be_bytes().to_vec()
+}
+
 /// Dolphin's checking options: 4-slot leaves (a split every few inserts) on two memory nodes.
 pub fn dolphin_options(memory_nodes: u16) -> DolphinOptions {
     DolphinOptions {
@@ -92,9 +108,54 @@ impl Checked for Dolphin {
                     preload: 3,
                     required_counters: &[],
                     step_limit: 200_000,
-                    ..base
+                    ..base.clone()
                 },
                 dolphin_options(1),
+            ),
+            // An empty tree: the first inserts race for the root word, the next ones for the
+            // free entries of the node they all hang under.
+            (
+                Preset {
+                    name: "empty",
+                    clients: 3,
+                    ops_per_client: 3,
+                    keys: 4,
+                    key_of: dolphin_wide_key,
+                    preload: 0,
+                    mix: Mix { search: 20, insert: 80, update: 0, delete: 0, scan: 0 },
+                    required_counters: &["root_raced"],
+                    step_limit: 200_000,
+                    ..base.clone()
+                },
+                dolphin_options(1),
+            ),
+            // A node one child short of full: new children race for its last free entry and its
+            // type switch, and a key leaving its prefix interposes above it meanwhile.
+            (
+                Preset {
+                    name: "wide",
+                    keys: 19,
+                    key_of: dolphin_wide_key,
+                    preload: 15,
+                    mix: Mix { search: 30, insert: 70, update: 0, delete: 0, scan: 0 },
+                    required_counters: &["type_switch"],
+                    ..base.clone()
+                },
+                dolphin_options(2),
+            ),
+            // One prefix, three full leaves: splits of neighbouring leaves race for a free entry
+            // of their special node.
+            (
+                Preset {
+                    name: "splits",
+                    keys: 12,
+                    key_of: dolphin_prefix_key,
+                    preload: 9,
+                    mix: Mix { search: 20, insert: 80, update: 0, delete: 0, scan: 0 },
+                    required_counters: &["leaf_split"],
+                    ..base
+                },
+                dolphin_options(2),
             ),
         ]
     }
