@@ -14,7 +14,7 @@
 //! words are 64-bit, as Sherman's).
 
 use crate::smart::{self, SmartHandle, SmartNode, SmartOptions};
-use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug};
+use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
 use dmkit_rdma::{Caps, Client, MemoryView};
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -107,6 +107,10 @@ impl IndexKind for Art {
 
     fn node_counters(n: &SmartNode) -> std::collections::BTreeMap<&'static str, u64> {
         n.rdwc.stats().counters()
+    }
+
+    fn race_handlers() -> &'static [RaceHandler] {
+        &smart::ART_RACE_HANDLERS
     }
 
     fn planted_bugs() -> &'static [PlantedBug] {

@@ -75,12 +75,12 @@ pub mod layout;
 
 use crate::common::bounds::{above_start, below_end, in_bounds};
 use crate::common::change::{Change, Reply, fold};
-use crate::common::change::{Combined, replies, search_via, write_via};
+use crate::common::change::{Combined, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK, replies, search_via, write_via};
 use crate::common::chunk::LocalChunkAllocator;
-use crate::common::hocl::{HoclHeld, LocalLockTable, acquire_global};
+use crate::common::hocl::{HOCL_HANDED_OVER, HOCL_LOCK_FAILED, HoclHeld, LocalLockTable, acquire_global};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::hash::hash64;
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
+use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use cache::{CacheEntry, RadixCache};
 pub use config::SmartOptions;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
@@ -100,6 +100,142 @@ const LOCK_HASH_SEED: u64 = 0x0a47_10c4;
 pub fn root_slot_addr() -> RemoteAddr {
     RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
 }
+
+// The branches that exist because another client got there first, by the event each counts.
+const STALE_ROUTE: RaceHandler = RaceHandler {
+    event: "stale_route",
+    race: "a node or leaf reached through a cached or just-read slot does not fit it (reverse pointer, depth, deleted node): the slot is read again",
+};
+const TYPE_STALE_READ: RaceHandler = RaceHandler {
+    event: "type_stale_read",
+    race: "a node's header type is larger than its slot's (a type switch raised the header first): the rest of the node is read",
+};
+const TORN_LEAF: RaceHandler = RaceHandler {
+    event: "torn_leaf",
+    race: "a leaf READ overlapped an in-place update (checksum mismatch): the leaf is read again",
+};
+const LEAF_MOVED: RaceHandler = RaceHandler {
+    event: "leaf_moved",
+    race: "a leaf read dead or retired had its slot changed meanwhile (a delete's unlink, an update's swing): the new slot is followed",
+};
+const DEAD_LEAF_REPLACED: RaceHandler = RaceHandler {
+    event: "dead_leaf_replaced",
+    race: "an insert met a dead leaf whose delete has not unlinked it yet: it publishes over the dead leaf's slot",
+};
+const SLOT_TAKEN: RaceHandler = RaceHandler {
+    event: "slot_taken",
+    race: "an insert's CAS into an empty node slot lost to another partial's insert: it tries the next slot",
+};
+const PUBLISH_LOST: RaceHandler = RaceHandler {
+    event: "publish_lost",
+    race: "an insert's slot CAS lost (another insert, split or delete changed the slot): it starts again from the new slot value",
+};
+const ABSENCE_CHANGED: RaceHandler = RaceHandler {
+    event: "absence_changed",
+    race: "a write with nothing to insert re-read the empty slot after its window closed and found it taken: it starts again from the new value",
+};
+const SPLIT_ABSENCE_CHANGED: RaceHandler = RaceHandler {
+    event: "split_absence_changed",
+    race: "a write with nothing to insert, on a split's path, re-read the slot after its window closed and found it changed: it starts again",
+};
+const TYPE_SWITCH_HELPED: RaceHandler = RaceHandler {
+    event: "type_switch_helped",
+    race: "a write found its partial behind a node's capacity before the inserter switched the type: it finishes the switch first (else it acts on a key searches miss)",
+};
+const SPLIT_LOST: RaceHandler = RaceHandler {
+    event: "split_lost",
+    race: "a split's publishing CAS on the parent slot lost: it moves the child's reverse pointer back, frees its nodes and starts again",
+};
+const SPLIT_SLOT_CHANGED: RaceHandler = RaceHandler {
+    event: "split_slot_changed",
+    race: "a split could not move the child's reverse pointer and the parent slot changed meanwhile: it frees its nodes and starts again",
+};
+const REV_CAS_WAIT: RaceHandler = RaceHandler {
+    event: "rev_cas_wait",
+    race: "a split found the child's reverse pointer moved by another split of the same child that has not published: it waits",
+};
+const TRIM_RETRY: RaceHandler = RaceHandler {
+    event: "trim_retry",
+    race: "a header split's trim CAS lost to another change of the header: it trims again from the fresh header (digest H10)",
+};
+const TYPE_SWITCH_FOLLOWED: RaceHandler = RaceHandler {
+    event: "type_switch_followed",
+    race: "a type switch found the node's parent slot moved by a split above it: it follows the new nodes' slot 0 down to the node",
+};
+const TYPE_SWITCH_RETRY: RaceHandler = RaceHandler {
+    event: "type_switch_retry",
+    race: "a type switch's CAS on the parent slot or the header lost to another change: it tries again with the value it read",
+};
+const SCAN_REREAD: RaceHandler = RaceHandler {
+    event: "scan_reread",
+    race: "a scan reached a node that does not fit its slot (deleted, or a split moved it): it reads the slot again",
+};
+const LEAF_LOCK_BUSY: RaceHandler = RaceHandler {
+    event: "leaf_lock_busy",
+    race: "an in-place update's leaf lock CAS found the leaf locked by another writer: it CASes again",
+};
+const LOCK_FOUND_DEAD: RaceHandler = RaceHandler {
+    event: "lock_found_dead",
+    race: "an in-place update's lock CAS found the leaf deleted since it was read: it reads the slot again",
+};
+const UNLINK_FOLLOWED: RaceHandler = RaceHandler {
+    event: "unlink_followed",
+    race: "a delete's tombstone CAS lost because a split moved the dead leaf down: it follows the leaf to its new slot",
+};
+const RCU_LOST: RaceHandler = RaceHandler {
+    event: "rcu_lost",
+    race: "an out-of-place update's slot CAS lost to another update or delete of the key: it starts again from the new slot value",
+};
+
+/// SMART's race handlers (configuration `smart`: lock-free nodes, in-place updates, RDWC).
+pub const RACE_HANDLERS: [RaceHandler; 22] = [
+    STALE_ROUTE,
+    TYPE_STALE_READ,
+    TORN_LEAF,
+    LEAF_MOVED,
+    DEAD_LEAF_REPLACED,
+    SLOT_TAKEN,
+    PUBLISH_LOST,
+    ABSENCE_CHANGED,
+    SPLIT_ABSENCE_CHANGED,
+    TYPE_SWITCH_HELPED,
+    SPLIT_LOST,
+    SPLIT_SLOT_CHANGED,
+    REV_CAS_WAIT,
+    TRIM_RETRY,
+    TYPE_SWITCH_FOLLOWED,
+    TYPE_SWITCH_RETRY,
+    SCAN_REREAD,
+    LEAF_LOCK_BUSY,
+    LOCK_FOUND_DEAD,
+    UNLINK_FOLLOWED,
+    RDWC_READ_FALLBACK,
+    RDWC_WRITE_FALLBACK,
+];
+
+/// ART's (configuration `art`): no in-place updates (so no torn leaf, and no dead leaf: a
+/// delete swings the slot to a tombstone) and no RDWC, but out-of-place updates and the
+/// hierarchical node locks.
+pub const ART_RACE_HANDLERS: [RaceHandler; 18] = [
+    STALE_ROUTE,
+    TYPE_STALE_READ,
+    LEAF_MOVED,
+    SLOT_TAKEN,
+    PUBLISH_LOST,
+    ABSENCE_CHANGED,
+    SPLIT_ABSENCE_CHANGED,
+    TYPE_SWITCH_HELPED,
+    SPLIT_LOST,
+    SPLIT_SLOT_CHANGED,
+    REV_CAS_WAIT,
+    TRIM_RETRY,
+    TYPE_SWITCH_FOLLOWED,
+    TYPE_SWITCH_RETRY,
+    SCAN_REREAD,
+    RCU_LOST,
+    HOCL_LOCK_FAILED,
+    HOCL_HANDED_OVER,
+];
 
 const PLANTS: [PlantedBug; 8] = [
     PlantedBug {
@@ -345,6 +481,10 @@ impl IndexKind for Smart {
         n.rdwc.stats().counters()
     }
 
+    fn race_handlers() -> &'static [RaceHandler] {
+        &RACE_HANDLERS
+    }
+
     fn planted_bugs() -> &'static [PlantedBug] {
         &PLANTS
     }
@@ -459,6 +599,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             self.counters.event("cache_invalidated");
         }
         self.counters.retries += 1;
+        self.counters.event(STALE_ROUTE.event);
         at.s = self.read_slot(at.sa).await?;
         Ok(())
     }
@@ -485,7 +626,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         }
         if cap > n {
             // The node grew since the slot recorded its type: fetch the rest (a second READ).
-            self.counters.event("type_stale_read");
+            self.counters.event(TYPE_STALE_READ.event);
             let rest = self.ctx.read(ptr.add(16 + 8 * n as u64), Buf::zeroed(8 * (cap - n))).await?;
             buf.extend_from_slice(rest.as_slice());
         }
@@ -538,6 +679,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 // Deleted, or retired by an out-of-place update: the slot tells.
                 let now = self.read_slot(at.sa).await?;
                 if now != at.s {
+                    self.counters.event(LEAF_MOVED.event);
                     return Ok(LeafView::Moved(now));
                 }
                 if leaf.dead() {
@@ -545,7 +687,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 }
             }
             if !leaf.intact() && !self.planted("no-checksum") {
-                self.counters.event("torn_leaf");
+                self.counters.event(TORN_LEAF.event);
                 self.counters.retries += 1;
                 self.ctx.yield_now().await;
                 continue;
@@ -611,7 +753,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     }
                     LeafView::Dead => {
                         // A deleted leaf is an empty slot for whoever comes next.
-                        self.counters.event("dead_leaf_replaced");
+                        self.counters.event(DEAD_LEAF_REPLACED.event);
                         self.publish_leaf(key, p, at.sa, at.s, at.s.partial()).await?
                     }
                     LeafView::Live(l) if l.key == key => self.change_existing(key, p, &at, l).await?,
@@ -710,13 +852,13 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                         // still miss).
                         let t = self.node.types.for_slot_index(i);
                         self.switch_type(at.sa, at.s, node, h, t).await?;
-                        self.counters.event("type_switch_helped");
+                        self.counters.event(TYPE_SWITCH_HELPED.event);
                     }
                     *at = child(i, old);
                     return Ok(Step::Continue);
                 }
                 // Another partial took this slot: try the next.
-                Publish::Lost(_) => {}
+                Publish::Lost(_) => self.counters.event(SLOT_TAKEN.event),
             }
         }
         Err(IndexError::Corrupt(format!("node at {node} has 256 slots and none for partial {pk}")))
@@ -737,7 +879,11 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             // Nothing to insert (an update of an absent key): confirm the absence after the
             // window closed, so every combined change linearizes inside its interval.
             let now = self.read_slot(target).await?;
-            return Ok(if now == expected { Publish::Done(results) } else { Publish::Lost(now) });
+            if now != expected {
+                self.counters.event(ABSENCE_CHANGED.event);
+                return Ok(Publish::Lost(now));
+            }
+            return Ok(Publish::Done(results));
         };
         let leaf = self.ensure_leaf(key, p, &value, target).await?;
         let new = Slot::leaf(pk, self.node.leaf.bytes(), leaf);
@@ -749,6 +895,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         }
         // The written leaf stays in `p` for the next attempt.
         self.counters.cas_failures += 1;
+        self.counters.event(PUBLISH_LOST.event);
         Ok(Publish::Lost(old))
     }
 
@@ -812,6 +959,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             let old = Slot(self.ctx.cas(at.sa, at.s.0, new.0).await?);
             if old != at.s {
                 self.counters.cas_failures += 1;
+                self.counters.event(RCU_LOST.event);
                 return Ok(Publish::Lost(old));
             }
             if new.is_leaf() {
@@ -833,10 +981,12 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             }
             if old & DEAD_BIT != 0 {
                 // Deleted since we read it: look at the slot again.
+                self.counters.event(LOCK_FOUND_DEAD.event);
                 let now = self.read_slot(at.sa).await?;
                 return Ok(Publish::Lost(now));
             }
             self.counters.lock_failures += 1;
+            self.counters.event(LEAF_LOCK_BUSY.event);
             self.ctx.yield_now().await;
         }
         if !locked {
@@ -906,6 +1056,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 // Replaced (by an insert that found it dead), or already unlinked.
                 return Ok(());
             }
+            self.counters.event(UNLINK_FOLLOWED.event);
             expected = cur;
         }
         Err(self.retries_exhausted("unlink"))
@@ -927,7 +1078,11 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         let (state, results) = fold(None, p.changes());
         let Some(value) = state else {
             let now = self.read_slot(at.sa).await?;
-            return Ok(if now == at.s { Publish::Done(results) } else { Publish::Lost(now) });
+            if now != at.s {
+                self.counters.event(SPLIT_ABSENCE_CHANGED.event);
+                return Ok(Publish::Lost(now));
+            }
+            return Ok(Publish::Done(results));
         };
         let node = self.node.clone();
         let (types, g) = (&node.types, node.leaf);
@@ -998,6 +1153,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         let new_parent = nodes[last].add(16);
         let early = !self.planted("rev-cas-unsignaled") && !self.planted("rev-cas-after-publish");
         if early && let Some(now) = self.move_reverse(at, moved, new_parent).await? {
+            self.counters.event(SPLIT_SLOT_CHANGED.event);
             for a in nodes {
                 let _ = node.chunks.free(a, types.node_alloc_bytes());
             }
@@ -1014,6 +1170,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 let _ = node.chunks.free(a, types.node_alloc_bytes());
             }
             self.counters.cas_failures += 1;
+            self.counters.event(SPLIT_LOST.event);
             return Ok(Publish::Lost(old));
         }
         p.leaf = None;
@@ -1050,7 +1207,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             if now != at.s {
                 return Ok(Some(now));
             }
-            self.counters.event("rev_cas_wait");
+            self.counters.event(REV_CAS_WAIT.event);
             self.ctx.yield_now().await;
         }
         Err(self.retries_exhausted("reverse pointer"))
@@ -1069,7 +1226,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             if old & mask == h.0 & mask {
                 return Ok(());
             }
-            self.counters.event("trim_retry");
+            self.counters.event(TRIM_RETRY.event);
             h = Header(old);
         }
         Err(self.retries_exhausted("header trim"))
@@ -1106,6 +1263,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                         break;
                     }
                     // A split put node(s) above this one: it is under their slot 0.
+                    self.counters.event(TYPE_SWITCH_FOLLOWED.event);
                     psa = p.ptr().add(16);
                     p = self.read_slot(psa).await?;
                 }
@@ -1116,6 +1274,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     if old == p.0 {
                         done1 = true;
                     } else {
+                        self.counters.event(TYPE_SWITCH_RETRY.event);
                         p = Slot(old);
                     }
                 }
@@ -1127,6 +1286,9 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 } else {
                     r2 = self.ctx.masked_cas(header_at, cur.0, TYPE_MASK, tbits, TYPE_MASK).await?;
                     done2 = r2 & TYPE_MASK == cur.0 & TYPE_MASK;
+                    if !done2 {
+                        self.counters.event(TYPE_SWITCH_RETRY.event);
+                    }
                 }
             }
             if done1 && done2 {
@@ -1203,6 +1365,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             let at = At { s, sa, d, cached: None };
             let Some(img) = self.read_node(&at).await? else {
                 self.counters.retries += 1;
+                self.counters.event(SCAN_REREAD.event);
                 let s = self.read_slot(sa).await?;
                 stack.push(Item::Visit(s, sa, d, path));
                 continue;
