@@ -514,7 +514,8 @@ struct CheckArgs {
     /// Override the preset's number of clients.
     #[arg(long)]
     clients: Option<u32>,
-    /// Wall-clock budget, split between random and PCT unless --mode is given.
+    /// Wall-clock budget, split between random, PCT and PCT with queue-pair actors unless --mode
+    /// is given.
     #[arg(long, default_value_t = 60.0)]
     seconds: f64,
     /// Exploration strategy: random, pct (depth 3) or dfs (two preemptions, sleep sets).

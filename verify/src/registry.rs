@@ -70,7 +70,8 @@ pub struct CheckRequest {
     pub config: Option<String>,
     pub clients: Option<u32>,
     pub seconds: f64,
-    /// `None`: random, then PCT, half the budget each.
+    /// `None`: random, PCT, and PCT with queue-pair actors, a third of the budget each (half
+    /// each of random and PCT if `qp_actors`).
     pub mode: Option<Mode>,
     pub seed: u64,
     pub plant: Option<String>,
