@@ -333,3 +333,23 @@ fn coverage<K: Checked>(req: &CheckRequest) -> Result<CheckOutcome, String> {
     }
     Ok(CheckOutcome { passed: never.is_empty(), report, history: String::new(), counters: Counters::default() })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every index declares its race handlers, each event once (a duplicate would show one
+    /// counter as two rows of the coverage table).
+    #[test]
+    fn every_index_declares_distinct_race_handlers() {
+        for name in index_names() {
+            let list = list_race_handlers(name).unwrap();
+            let events: Vec<&str> = list.lines().map(|l| l.split(':').next().unwrap()).collect();
+            assert!(!events.is_empty(), "{name} declares no race handlers");
+            let mut distinct = events.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert_eq!(distinct.len(), events.len(), "{name}: {events:?}");
+        }
+    }
+}
