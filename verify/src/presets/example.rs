@@ -60,7 +60,28 @@ impl Checked for Example {
                     step_limit: 100_000,
                     key_of: be_key,
                 },
-                ExampleOptions { buckets: 1, ..tiny },
+                ExampleOptions { buckets: 1, ..tiny.clone() },
+            ),
+            (
+                // Found by the mutation run (README): keys and values exactly as long as the
+                // options allow (the slot's length check at its bound), and one bucket of two
+                // slots for three keys, so inserts meet a full bucket and must answer Full.
+                Preset {
+                    name: "full",
+                    compute_nodes: 2,
+                    memory_nodes: 1,
+                    clients: 3,
+                    ops_per_client: 5,
+                    keys: 3,
+                    value_bytes: 48,
+                    preload: 1,
+                    mix: Mix { search: 40, insert: 40, update: 0, delete: 20, scan: 0 },
+                    scan_limit: 4,
+                    required_counters: &["lock_failures"],
+                    step_limit: 200_000,
+                    key_of: be_key,
+                },
+                ExampleOptions { buckets: 1, slots_per_bucket: 2, max_key_bytes: 8, max_value_bytes: 48, ..tiny },
             ),
         ]
     }
