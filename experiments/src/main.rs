@@ -538,6 +538,14 @@ struct CheckArgs {
     /// if a preset fails or a handler ran in none.
     #[arg(long)]
     coverage: bool,
+    /// Run every preset of the index's option-space sweep (options at their extremes, more
+    /// operations per client) for --seconds each, going on after a violation; exit 1 if any
+    /// fails or is vacuous.
+    #[arg(long, conflicts_with = "coverage")]
+    sweep: bool,
+    /// List the index's presets and its sweep presets with their shapes and options, and exit.
+    #[arg(long)]
+    list_presets: bool,
     /// Run one schedule again, from the string a failure printed.
     #[arg(long)]
     replay: Option<String>,
@@ -1062,6 +1070,10 @@ fn run_check(a: CheckArgs) -> Result<ExitCode, String> {
         print!("{}", registry::list_race_handlers(&a.index)?);
         return Ok(ExitCode::SUCCESS);
     }
+    if a.list_presets {
+        print!("{}", registry::list_presets(&a.index)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let mode = a.mode.as_deref().map(Mode::parse).transpose()?;
     let request = registry::CheckRequest {
         index: a.index,
@@ -1076,7 +1088,13 @@ fn run_check(a: CheckArgs) -> Result<ExitCode, String> {
         max_schedules: a.max_schedules,
         qp_actors: a.qp_actors,
     };
-    let outcome = if a.coverage { registry::run_coverage(&request)? } else { registry::run_check(&request)? };
+    let outcome = if a.coverage {
+        registry::run_coverage(&request)?
+    } else if a.sweep {
+        registry::run_sweep(&request)?
+    } else {
+        registry::run_check(&request)?
+    };
     print!("{}", outcome.report);
     if let Some(path) = a.export_history {
         std::fs::write(&path, &outcome.history).map_err(|e| format!("cannot write {}: {e}", path.display()))?;

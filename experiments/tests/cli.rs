@@ -281,9 +281,29 @@ fn check_coverage_lists_every_race_handler_and_preset() {
     assert!(text.contains("every race handler ran in some preset"), "{text}");
 }
 
+/// `--sweep` runs every sweep preset, one row each, and a sweep preset can be checked alone by
+/// name (the replay line of a violation names it).
+#[test]
+fn check_sweep_runs_every_sweep_preset() {
+    let out = dmkit(&["check", "--index", "example", "--sweep", "--max-schedules", "30"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let list = dmkit(&["check", "--index", "example", "--list-presets"]);
+    let list = String::from_utf8_lossy(&list.stdout);
+    let names: Vec<&str> =
+        list.lines().filter(|l| l.starts_with("sweep-")).map(|l| l.split(':').next().unwrap()).collect();
+    assert!(names.len() >= 3, "{list}");
+    for name in &names {
+        let row = text.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_else(|| panic!("{name}: {text}"));
+        assert!(row.ends_with("clean"), "{row}");
+    }
+    let one = dmkit(&["check", "--index", "example", "--preset", names[0], "--max-schedules", "50"]);
+    assert_eq!(one.status.code(), Some(0), "{}", String::from_utf8_lossy(&one.stderr));
+}
+
 #[test]
 fn run_bad_configs_give_one_line_and_exit_2() {
-    let cases: [(&[&str], &str); 19] = [
+    let cases: [(&[&str], &str); 20] = [
         (&["run", "--index", "nope"], "unknown index"),
         (&["run", "--index", "smart", "--config", "smart-nope"], "smart-rearlock"),
         (&["run", "--index", "art", "--config", "smart"], "--index smart"),
@@ -293,6 +313,7 @@ fn run_bad_configs_give_one_line_and_exit_2() {
         (&["run", "--index", "sherman", "--value-bytes", "4096", "--config", "artifact"], "leaf"),
         (&["check", "--index", "sherman", "--config", "bogus"], "bogus"),
         (&["check", "--index", "example", "--coverage", "--preset", "hot"], "every preset"),
+        (&["check", "--index", "example", "--sweep", "--preset", "hot"], "every sweep preset"),
         (&["run", "--index", "example", "--keys", "0"], "--keys"),
         (&["run", "--index", "example", "--workload", "zz"], "zz"),
         (&["run", "--index", "example", "--workload", "e", "--keys", "1000"], "scans"),

@@ -67,6 +67,15 @@ pub trait Checked: IndexKind {
     /// Presets with the options each uses; the first is the default.
     fn presets() -> Vec<(Preset, Self::Options)>;
 
+    /// The option-space sweep: presets that each take one option the index accepts (a bucket,
+    /// leaf or span size, a neighbourhood, a lease, a retry bound) to an extreme, with the
+    /// structure changes it affects, or run more operations per client so that rare
+    /// combinations are reached. Not run by `--coverage` or the tests; `dmkit check --sweep`
+    /// runs them all, and `--preset` finds them by name. Names start with `sweep-`.
+    fn sweep() -> Vec<(Preset, Self::Options)> {
+        Vec::new()
+    }
+
     /// Faults a preset injects (crashes of server nodes for an index with services); none by
     /// default. In a checking run a fault is a step like any other: the explorer chooses when
     /// it happens, and a restart comes its configured delay after the crash.
@@ -150,9 +159,14 @@ impl<K: Checked> IndexScenario<K> {
         let presets = K::presets();
         let (preset, mut options) = match name {
             None => presets[0].clone(),
-            Some(name) => presets.iter().find(|(p, _)| p.name == name).cloned().ok_or_else(|| {
+            Some(name) => presets.iter().cloned().chain(K::sweep()).find(|(p, _)| p.name == name).ok_or_else(|| {
                 let names: Vec<&str> = presets.iter().map(|(p, _)| p.name).collect();
-                format!("index {} has no preset '{name}' (presets: {})", K::NAME, names.join(", "))
+                format!(
+                    "index {} has no preset '{name}' (presets: {}; and {} sweep presets, see --list-presets)",
+                    K::NAME,
+                    names.join(", "),
+                    K::sweep().len()
+                )
             })?,
         };
         if let Some(config) = config {

@@ -2,7 +2,7 @@
 //! command-line arguments.
 
 use crate::explore::{self, Mode};
-use crate::harness::{Checked, IndexCheck, IndexScenario, check_index, counter};
+use crate::harness::{Checked, IndexCheck, IndexScenario, Preset, check_index, counter};
 use dmkit_indexes::Counters;
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::art::Art;
@@ -349,6 +349,97 @@ fn coverage<K: Checked>(req: &CheckRequest) -> Result<CheckOutcome, String> {
     })
 }
 
+/// Every preset of an index, one per line (`name: clients x ops on keys, ...`): the presets
+/// `--coverage` runs, then the option-space sweep's.
+pub fn list_presets(index: &str) -> Result<String, String> {
+    struct List;
+    impl Visit for List {
+        type Output = String;
+        fn visit<K: Checked>(self) -> String {
+            let line = |(p, o): (Preset, K::Options), out: &mut String| {
+                let _ = writeln!(
+                    out,
+                    "{}: {} clients x {} ops on {} keys ({} preloaded), {} compute nodes, {} memory nodes; {:?}",
+                    p.name, p.clients, p.ops_per_client, p.keys, p.preload, p.compute_nodes, p.memory_nodes, o
+                );
+            };
+            let mut out = String::from("presets:\n");
+            K::presets().into_iter().for_each(|p| line(p, &mut out));
+            out.push_str("sweep (dmkit check --sweep):\n");
+            K::sweep().into_iter().for_each(|p| line(p, &mut out));
+            out
+        }
+    }
+    visit(index, List)
+}
+
+/// Runs every preset of the index's option-space sweep ([`Checked::sweep`]) for `req.seconds`
+/// each (modes as in [`run_check`]), going on after a failure, and reports a table: preset,
+/// verdict, schedules, and the replay line of each violation. Passes when every sweep preset
+/// is clean and none is vacuous.
+pub fn run_sweep(req: &CheckRequest) -> Result<CheckOutcome, String> {
+    struct Sweep<'a>(&'a CheckRequest);
+    impl Visit for Sweep<'_> {
+        type Output = Result<CheckOutcome, String>;
+        fn visit<K: Checked>(self) -> Self::Output {
+            sweep::<K>(self.0)
+        }
+    }
+    if req.preset.is_some() || req.replay.is_some() {
+        return Err("--sweep runs every sweep preset: drop --preset and --replay".into());
+    }
+    visit(&req.index, Sweep(req))?
+}
+
+fn sweep<K: Checked>(req: &CheckRequest) -> Result<CheckOutcome, String> {
+    let presets = K::sweep();
+    if presets.is_empty() {
+        return Err(format!("{} has no option-space sweep", K::NAME));
+    }
+    let mut rows = Vec::new();
+    let mut failures = String::new();
+    let mut passed = true;
+    for (i, (preset, _)) in presets.iter().enumerate() {
+        eprintln!("[{}/{}] {} {}", i + 1, presets.len(), K::NAME, preset.name);
+        let one = CheckRequest { preset: Some(preset.name.into()), ..req.clone() };
+        let started = std::time::Instant::now();
+        let verdict = match run::<K>(&one) {
+            // A named configuration (--config) or a plant may not accept a sweep preset's
+            // options: that point is skipped, and says so.
+            Err(e) => format!("rejected: {e}"),
+            Ok(outcome) => {
+                eprint!("{}", outcome.report);
+                if outcome.passed {
+                    "clean".to_string()
+                } else if !outcome.vacuous.is_empty() {
+                    passed = false;
+                    format!("VACUOUS ({})", outcome.vacuous.join(", "))
+                } else {
+                    passed = false;
+                    let _ = writeln!(failures, "--- {}\n{}", preset.name, outcome.report);
+                    let replay = outcome.report.lines().find(|l| l.starts_with("replay: ")).unwrap_or("").to_string();
+                    format!("VIOLATION after {:.1} s; {replay}", started.elapsed().as_secs_f64())
+                }
+            }
+        };
+        rows.push((preset.name, verdict));
+    }
+    let mut report = failures;
+    let _ = writeln!(
+        report,
+        "{}: option-space sweep, {} presets, {} s each{}",
+        K::NAME,
+        rows.len(),
+        req.seconds,
+        req.plant.as_ref().map(|p| format!(", planted bug {p}")).unwrap_or_default()
+    );
+    let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    for (name, verdict) in &rows {
+        let _ = writeln!(report, "  {name:<width$}  {verdict}");
+    }
+    Ok(CheckOutcome { passed, report, history: String::new(), counters: Counters::default(), vacuous: Vec::new() })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,6 +456,29 @@ mod tests {
             distinct.sort_unstable();
             distinct.dedup();
             assert_eq!(distinct.len(), events.len(), "{name}: {events:?}");
+        }
+    }
+
+    /// Sweep presets are named `sweep-...`, apart from the presets and each other, and the
+    /// index accepts their options (a sweep point the index refuses would test nothing).
+    #[test]
+    fn sweep_presets_are_named_apart_and_valid() {
+        struct Check;
+        impl Visit for Check {
+            type Output = ();
+            fn visit<K: Checked>(self) {
+                let mut names: Vec<&str> = K::presets().iter().map(|(p, _)| p.name).collect();
+                for (p, o) in K::sweep() {
+                    assert!(p.name.starts_with("sweep-"), "{}: {}", K::NAME, p.name);
+                    assert!(!names.contains(&p.name), "{}: {} twice", K::NAME, p.name);
+                    names.push(p.name);
+                    K::validate(&o).unwrap_or_else(|e| panic!("{} {}: {e}", K::NAME, p.name));
+                    assert!(p.preload <= p.keys && p.clients > 0 && p.ops_per_client > 0, "{} {}", K::NAME, p.name);
+                }
+            }
+        }
+        for name in index_names() {
+            visit(name, Check).unwrap();
         }
     }
 }

@@ -85,4 +85,36 @@ impl Checked for Example {
             ),
         ]
     }
+
+    fn sweep() -> Vec<(Preset, ExampleOptions)> {
+        let (base, tiny) = Self::presets().swap_remove(0);
+        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
+        vec![
+            // One slot per bucket: every insert of a second key into a bucket answers Full.
+            point("sweep-slots-1", base.clone(), ExampleOptions { slots_per_bucket: 1, ..tiny.clone() }),
+            // The largest slot the options accept (1 KiB keys, 4 KiB values): a slot spans 80
+            // cache lines, so a reader can see any mix of two writes' lines.
+            point(
+                "sweep-slot-max",
+                // A READ or WRITE of a slot is 80 line steps, and a reader waiting out a writer
+                // re-reads it up to max_retries times: a hundred times the default's steps.
+                Preset { value_bytes: 4096, step_limit: 20_000_000, ..base.clone() },
+                ExampleOptions { max_key_bytes: 1024, max_value_bytes: 4096, ..tiny.clone() },
+            ),
+            // One retry: a reader that meets a held lock or a torn slot gives up at once.
+            point("sweep-retries-1", base.clone(), ExampleOptions { max_retries: 1, ..tiny.clone() }),
+            // Four memory nodes for two buckets (nodes with no bucket at all).
+            point(
+                "sweep-nodes-4",
+                Preset { memory_nodes: 4, ..base.clone() },
+                ExampleOptions { memory_nodes: 4, ..tiny.clone() },
+            ),
+            // Long runs: 4 clients x 20 operations on 3 keys in one bucket.
+            point(
+                "sweep-long",
+                Preset { clients: 4, ops_per_client: 20, keys: 3, step_limit: 1_000_000, ..base },
+                ExampleOptions { buckets: 1, ..tiny },
+            ),
+        ]
+    }
 }
