@@ -225,6 +225,12 @@ pub struct InvariantReport {
     /// Items it could hold without growing, where that is fixed (hash tables): load factor is
     /// `items / capacity_items`.
     pub capacity_items: Option<u64>,
+    /// States that only an operation that did not finish leaves behind (one that failed with
+    /// an error midway, or whose client crashed), and that the protocol tolerates: a delete's
+    /// dead leaf still linked, say. A walk lists them here instead of failing, and the checker
+    /// accepts them only if some operation of the run did not finish: after a run whose every
+    /// operation finished, any entry is a violation.
+    pub unfinished: Vec<String>,
 }
 
 /// Server nodes an index runs services on besides its memory nodes (HStore's hash-table and

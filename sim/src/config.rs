@@ -119,6 +119,20 @@ pub struct NodeCrash {
     pub restart_at_ns: Option<u64>,
 }
 
+/// A transient transport failure on a node that stays up: the first READ to reach memory node
+/// `node` at or after `at_ns` completes in error ([`dmkit_rdma::VerbsError::Timeout`]) after
+/// the profile's transport timeout, without reading memory, as when a packet is lost and the
+/// retry budget runs out. The node keeps its memory, and the queue pair stays usable: later
+/// verbs run and complete as usual (the simplification: on hardware the failure breaks the
+/// queue pair and the client reconnects, and verbs in flight behind the failed one complete in
+/// error too, whether or not they executed). In chooser runs the failure is armed by a fault
+/// step the explorer places, as it places crashes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadFailure {
+    pub node: u16,
+    pub at_ns: u64,
+}
+
 /// A client's task is dropped at the first step boundary at or after `at_ns`. Verbs it posted
 /// still land, and whatever it held (remote locks) stays held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,6 +158,7 @@ pub struct Faults {
     pub client_crashes: Vec<ClientCrash>,
     pub node_crashes: Vec<NodeCrash>,
     pub slowdowns: Vec<Slowdown>,
+    pub read_failures: Vec<ReadFailure>,
 }
 
 /// The end of virtual time (about 106 days): picosecond stage arithmetic stays in `u64`
@@ -252,6 +267,11 @@ impl SimConfig {
             }
             if c.restart_at_ns.is_some_and(|r| r <= c.at_ns) {
                 return err(format!("node {} restarts before it crashes", c.node));
+            }
+        }
+        for r in &f.read_failures {
+            if r.node >= t.memory_nodes {
+                return err(format!("read failure names node {}, but memory nodes are 0..{}", r.node, t.memory_nodes));
             }
         }
         for s in &f.slowdowns {

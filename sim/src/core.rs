@@ -111,6 +111,8 @@ struct Verb {
     units_left: u32,
     next_unit: u32,
     failed: bool,
+    /// Failed by a `ReadFailure` (completes with `Timeout`, not `NodeDown`).
+    timed_out: bool,
     rmw_old: u64,
     rmw_new: u64,
     resp_ps: u64,
@@ -297,6 +299,8 @@ struct TargetNode {
     up: bool,
     epoch: u64,
     slowdown: f64,
+    /// READs still to fail (`ReadFailure`s whose time came).
+    armed_read_failures: u32,
     pcie: Server,
     atomic: Server,
     /// Per-address next-free time of the atomic unit (ps), pruned when stale.
@@ -351,6 +355,8 @@ enum FaultEvent {
     RestartNode(u16),
     SlowStart(u16, f64),
     SlowEnd(u16),
+    /// The next READ to reach this memory node fails (`ReadFailure`).
+    ArmReadFailure(u16),
 }
 
 pub(crate) struct Core {
@@ -432,6 +438,7 @@ impl Core {
                 up: true,
                 epoch: 0,
                 slowdown: 1.0,
+                armed_read_failures: 0,
                 pcie: Server::default(),
                 atomic: Server::default(),
                 atomic_addr_free: FixedMap::default(),
@@ -493,6 +500,9 @@ impl Core {
         for c in &f.node_crashes {
             core.schedule_fault(c.at_ns, FaultEvent::CrashNode(c.node, c.restart_at_ns.map(|r| r - c.at_ns)));
         }
+        for r in &f.read_failures {
+            core.schedule_fault(r.at_ns, FaultEvent::ArmReadFailure(r.node));
+        }
         for s in &f.slowdowns {
             core.schedule_fault(s.from_ns, FaultEvent::SlowStart(s.node, s.factor));
             core.schedule_fault(s.to_ns, FaultEvent::SlowEnd(s.node));
@@ -520,6 +530,20 @@ impl Core {
     }
 
     /// Schedules a crash (and restart) of a memory or server node during the run.
+    pub(crate) fn add_read_failure(&mut self, failure: crate::config::ReadFailure) -> Result<(), String> {
+        if failure.node >= self.cfg.topology.memory_nodes {
+            return Err(format!(
+                "read failure names node {}, but memory nodes are 0..{}",
+                failure.node, self.cfg.topology.memory_nodes
+            ));
+        }
+        if failure.at_ns < self.now_ns {
+            return Err(format!("read failure on node {} at {} ns: in the past", failure.node, failure.at_ns));
+        }
+        self.schedule_fault(failure.at_ns, FaultEvent::ArmReadFailure(failure.node));
+        Ok(())
+    }
+
     pub(crate) fn add_node_crash(&mut self, crash: crate::config::NodeCrash) -> Result<(), String> {
         if crash.node >= self.cfg.topology.target_nodes() {
             return Err(format!(
@@ -731,7 +755,11 @@ impl Core {
             }
         }
         let qp = self.qp_index(client, node);
-        if self.instant && !self.queue.is_chosen() && self.qps[qp as usize].outstanding.is_empty() {
+        if self.instant
+            && !self.queue.is_chosen()
+            && self.qps[qp as usize].outstanding.is_empty()
+            && self.nodes.get(node.0 as usize).is_none_or(|n| n.armed_read_failures == 0)
+        {
             if let Some(batch) = self.post_instant(client, node, requests, signaled) {
                 return Ok(batch);
             }
@@ -777,6 +805,7 @@ impl Core {
                 units_left: 0,
                 next_unit: 0,
                 failed: false,
+                timed_out: false,
                 rmw_old: 0,
                 rmw_new: 0,
                 resp_ps: 0,
@@ -1069,6 +1098,13 @@ impl Core {
             self.fail_verb_now(v);
             return;
         }
+        if kind == Kind::Read && self.nodes[node].armed_read_failures > 0 {
+            self.nodes[node].armed_read_failures -= 1;
+            self.fault_counters.reads_failed += 1;
+            self.verbs[v].timed_out = true;
+            self.fail_verb_now(v);
+            return;
+        }
         let now_ps = self.now_ps();
         if self.instant {
             let verb = &mut self.verbs[v];
@@ -1339,7 +1375,9 @@ impl Core {
         let node = verb.addr.node().0 as usize;
         if verb.failed {
             verb.resp_ps = now_ps + self.cfg.profile.transport_timeout_ns * PS_PER_NS;
-            self.fault_counters.verbs_failed_node_down += 1;
+            if !verb.timed_out {
+                self.fault_counters.verbs_failed_node_down += 1;
+            }
         } else if self.instant {
             verb.resp_ps = now_ps;
             let kind_index = VerbKind::of(&verb.op) as usize;
@@ -1414,7 +1452,9 @@ impl Core {
         while next != NO_VERB {
             let verb = self.verbs.remove(next);
             next = verb.next_in_batch;
-            let response = if verb.failed {
+            let response = if verb.timed_out {
+                Err(VerbsError::Timeout(verb.addr.node()))
+            } else if verb.failed {
                 Err(VerbsError::NodeDown(verb.addr.node()))
             } else {
                 Ok(match verb.op {
@@ -1787,6 +1827,7 @@ impl Core {
             }
             FaultEvent::SlowStart(n, factor) => self.nodes[n as usize].slowdown = factor,
             FaultEvent::SlowEnd(n) => self.nodes[n as usize].slowdown = 1.0,
+            FaultEvent::ArmReadFailure(n) => self.nodes[n as usize].armed_read_failures += 1,
         }
     }
 

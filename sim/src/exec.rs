@@ -524,6 +524,12 @@ impl Sim {
         self.core.borrow_mut().add_node_crash(crash).map_err(ConfigError)
     }
 
+    /// Fails a READ during the run, as [`crate::Faults::read_failures`] does from the start
+    /// (absolute time, not in the past).
+    pub fn add_read_failure(&mut self, failure: crate::ReadFailure) -> Result<(), ConfigError> {
+        self.core.borrow_mut().add_read_failure(failure).map_err(ConfigError)
+    }
+
     /// Tasks not yet finished or crashed.
     pub fn live_tasks(&self) -> usize {
         self.live_tasks

@@ -29,7 +29,8 @@ mod sched;
 mod stats;
 
 pub use config::{
-    ClientCrash, ConfigError, ExtraDelay, Faults, MemoryModel, NodeCrash, SimConfig, Slowdown, Tearing, Topology,
+    ClientCrash, ConfigError, ExtraDelay, Faults, MemoryModel, NodeCrash, ReadFailure, SimConfig, Slowdown, Tearing,
+    Topology,
 };
 pub use exec::{Image, Sim, SimClient, SimError, Sleep, TaskOutput};
 pub use memory::{LINE_BYTES, SparseMemory};

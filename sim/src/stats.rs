@@ -94,6 +94,8 @@ pub struct FaultCounters {
     pub verbs_failed_node_down: u64,
     pub calls_failed_node_down: u64,
     pub verbs_slowed: u64,
+    /// READs failed by [`crate::ReadFailure`].
+    pub reads_failed: u64,
 }
 
 /// A snapshot of a run's counters.

@@ -1,7 +1,7 @@
 //! Faults and the verbs API at the simulator's boundary.
 //!
 //! 1. Every fault mode fires (its counter moves) *and* has its effect: extra delay, tearing,
-//!    client crash, memory-node crash and restart, slowdown.
+//!    client crash, memory-node crash and restart, slowdown, a failed READ.
 //! 2. Dropped futures: a posted verb lands even if its future is never polled; crashing a task
 //!    that holds pending futures neither leaks nor panics.
 //! 3. Determinism: same seed and config, same stats and trace; another seed, another trace; and a
@@ -13,8 +13,8 @@
 use dmkit_rdma::alloc::{self, ALLOCATOR_SERVICE, AllocRequest, ReuseMode};
 use dmkit_rdma::{Buf, MaskedAtomics, NodeId, RemoteAddr, Request, Response, Verbs, VerbsError};
 use dmkit_sim::{
-    ClientCrash, ExtraDelay, NodeCrash, RandomChooser, Sim, SimClient, SimConfig, SimError, Slowdown, Stats, Tearing,
-    VerbKind,
+    ClientCrash, ExtraDelay, NodeCrash, RandomChooser, ReadFailure, Sim, SimClient, SimConfig, SimError, Slowdown,
+    Stats, Tearing, VerbKind,
 };
 use rand::Rng;
 use std::cell::Cell;
@@ -405,6 +405,43 @@ fn a_verb_posted_before_a_crash_never_reaches_the_restarted_node() {
     assert_eq!(u64_at(&sim, raw), 9, "only the write posted after the restart landed");
     let f = sim.stats().faults;
     assert_eq!((f.verbs_failed_node_down, f.calls_failed_node_down), (2, 1));
+}
+
+/// A `ReadFailure` fails exactly the first READ to reach its node at or after its time, with
+/// `Timeout` after the transport's timeout; the WRITE before it and the READ after it on the
+/// same queue pair run as usual, and memory is untouched by the failure.
+#[test]
+fn read_failure_fails_one_read_and_keeps_memory() {
+    let at_ns = 5_000;
+    let mut cfg = config();
+    cfg.faults.read_failures = vec![ReadFailure { node: 0, at_ns }];
+    let timeout_ns = cfg.profile.transport_timeout_ns;
+    let mut sim = Sim::new(cfg).unwrap();
+    let c = sim.add_client(0).unwrap();
+    let c2 = c.clone();
+    let raw = host(BASE);
+    let out = sim.spawn_output(&c, async move {
+        let early = c2.read(raw, Buf::zeroed(8)).await.map(|b| b.u64_at(0));
+        c2.sleep(at_ns + 100 - c2.now_ns()).await;
+        let write = c2.write(raw, Buf::from(7u64.to_le_bytes().to_vec())).await.map(|_| ());
+        let t0 = c2.now_ns();
+        let failed = c2.read(raw, Buf::zeroed(8)).await.map(|b| b.u64_at(0));
+        let waited = c2.now_ns() - t0;
+        let after = c2.read(raw, Buf::zeroed(8)).await.map(|b| b.u64_at(0));
+        (early, write, failed, waited, after)
+    });
+    sim.run().unwrap();
+    let (early, write, failed, waited, after) = out.take();
+    assert_eq!(early, Ok(0), "a READ before the failure's time is served");
+    assert_eq!(write, Ok(()), "a WRITE is never failed");
+    assert_eq!(failed, Err(VerbsError::Timeout(NodeId(0))));
+    assert!(waited >= timeout_ns, "the failure completes after the transport timeout ({waited} ns)");
+    assert_eq!(after, Ok(7), "the next READ on the same queue pair sees memory as it was");
+    let f = sim.stats().faults;
+    assert_eq!((f.reads_failed, f.verbs_failed_node_down), (1, 0));
+    let mut bad = config();
+    bad.faults.read_failures = vec![ReadFailure { node: 1, at_ns: 0 }];
+    assert!(Sim::new(bad).is_err(), "a READ failure on a memory node that does not exist is refused");
 }
 
 /// Polls three futures together (the simulator's tasks are single-threaded).

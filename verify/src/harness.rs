@@ -92,6 +92,15 @@ pub trait Checked: IndexKind {
     }
 }
 
+/// `count` READ failures on memory node `node` ([`dmkit_sim::ReadFailure`]): in a checking
+/// run each is a fault step the explorer places, so the failed READ can be any one of the run.
+pub fn read_failures(node: u16, count: u64) -> Faults {
+    Faults {
+        read_failures: (0..count).map(|i| dmkit_sim::ReadFailure { node, at_ns: 1_000 * (i + 1) }).collect(),
+        ..Faults::default()
+    }
+}
+
 /// Key `k` as 8 big-endian bytes: the default [`Preset::key_of`].
 pub fn be_key(k: u64) -> Vec<u8> {
     k.to_be_bytes().to_vec()
@@ -225,8 +234,9 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             seed: self.workload_seed,
             step_limit: Some(self.preset.step_limit),
             qp_actors: self.qp_actors,
-            // Node crashes are added when the explored phase starts (see `build`).
-            faults: Faults { node_crashes: Vec::new(), ..self.faults.clone() },
+            // Node crashes and READ failures are added when the explored phase starts (see
+            // `build`).
+            faults: Faults { node_crashes: Vec::new(), read_failures: Vec::new(), ..self.faults.clone() },
             ..SimConfig::default()
         }
     }
@@ -285,6 +295,12 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             };
             if let Err(e) = sim.add_node_crash(crash) {
                 return Box::new(move |_, _| Err(format!("scheduling a crash: {e}")));
+            }
+        }
+        for r in &self.faults.read_failures {
+            let failure = dmkit_sim::ReadFailure { node: r.node, at_ns: sim.now_ns() + r.at_ns };
+            if let Err(e) = sim.add_read_failure(failure) {
+                return Box::new(move |_, _| Err(format!("scheduling a READ failure: {e}")));
             }
         }
         let history = Rc::new(RefCell::new(history));
@@ -370,8 +386,28 @@ impl<K: Checked> Scenario for IndexScenario<K> {
                     v.to_string()
                 });
             }
-            K::check_invariants(&options, sim).map(|_| ()).map_err(|e| format!("invariant violated: {e}"))
+            let report = K::check_invariants(&options, sim).map_err(|e| format!("invariant violated: {e}"))?;
+            unfinished_allowed(&report, &history.borrow())
         })
+    }
+}
+
+/// The states an unfinished operation leaves ([`dmkit_indexes::InvariantReport::unfinished`])
+/// are accepted only if some operation of `history` did not finish: it failed, or its client
+/// crashed before it returned.
+fn unfinished_allowed(report: &dmkit_indexes::InvariantReport, history: &History) -> Result<(), String> {
+    let Some(first) = report.unfinished.first() else {
+        return Ok(());
+    };
+    let some_unfinished =
+        history.records.iter().any(|r| r.respond.is_none() || matches!(r.outcome, spec::Outcome::Failed(_)));
+    if some_unfinished {
+        Ok(())
+    } else {
+        Err(format!(
+            "invariant violated: {first} ({} such states), although every operation finished",
+            report.unfinished.len()
+        ))
     }
 }
 
@@ -484,4 +520,34 @@ pub fn find_replayable<K: Checked>(name: &str, scenario: &IndexScenario<K>, mode
     eprintln!("{name}: found at schedule {}: {}", check.exploration.schedules, f.message);
     assert_eq!(explore::replay(scenario, f.variant, &f.choices), Err(f.message.clone()), "{name}: the replay differs");
     f.message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmkit_indexes::{IndexError, InvariantReport};
+
+    fn record(client: u32, outcome: spec::Outcome, respond: Option<u64>) -> Record {
+        Record { client, op: Op::Search { key: vec![1] }, outcome, invoke: 1, respond }
+    }
+
+    /// An unfinished operation's state left in the structure is a violation unless some
+    /// operation of the run failed or never returned.
+    #[test]
+    fn unfinished_states_need_an_unfinished_operation() {
+        let report = InvariantReport { unfinished: vec!["a dead leaf still linked".into()], ..Default::default() };
+        let finished = History { records: vec![record(0, spec::Outcome::Found(None), Some(2))] };
+        let err = unfinished_allowed(&report, &finished).unwrap_err();
+        assert!(err.contains("a dead leaf still linked") && err.contains("every operation finished"), "{err}");
+        let failed = History {
+            records: vec![
+                record(0, spec::Outcome::Found(None), Some(2)),
+                record(1, spec::Outcome::Failed(IndexError::Corrupt("x".into())), Some(3)),
+            ],
+        };
+        assert_eq!(unfinished_allowed(&report, &failed), Ok(()));
+        let crashed = History { records: vec![record(0, spec::Outcome::Found(None), None)] };
+        assert_eq!(unfinished_allowed(&report, &crashed), Ok(()));
+        assert_eq!(unfinished_allowed(&InvariantReport::default(), &finished), Ok(()));
+    }
 }

@@ -162,7 +162,8 @@ mod explored {
         if let Some(bug) = plant {
             K::plant(&mut options, bug).unwrap();
         }
-        IndexScenario::new(preset, options, seed)
+        let faults = K::faults(preset.name, &options);
+        IndexScenario { faults, ..IndexScenario::new(preset, options, seed) }
     }
 
     fn clean<K: Checked>() {
@@ -172,6 +173,7 @@ mod explored {
             ("local", Mode::Random),
             ("local", Mode::Pct { depth: 3 }),
             ("pair", Mode::Dfs { preemptions: 2 }),
+            ("read-failure", Mode::Random),
         ] {
             let s = scenario::<K>(preset, None, 5);
             check_index(&s, mode, 5, clean_budget(), u64::MAX).assert_clean(
@@ -204,7 +206,7 @@ mod explored {
 
     /// The digest's hazards, each a removed protection the explorer finds: H1 (a split returns
     /// before the reverse pointer moves, and the digest's own fix, which is not enough), H3
-    /// (the full-leaf WRITE), H5 (delete to NULL), H6 (delegation staleness, in both forms),
+    /// (the full-leaf WRITE), H5 (delete to NULL), H6 (delegation staleness, in both forms), the RDWC fallbacks after a failed READ,
     /// and the reverse check and checksum themselves.
     #[test]
     fn each_planted_bug_is_found_and_replays() {
@@ -217,10 +219,11 @@ mod explored {
             ("rdwc-no-unmark", "local", Mode::Random, 3),
             ("no-reverse-check", "default", Mode::Random, 1),
             ("no-checksum", "default", Mode::Random, 1),
+            ("rdwc-no-fallback", "read-failure", Mode::Random, 1),
         ] {
             found::<Smart>(bug, preset, mode, seed);
         }
-        assert_eq!(Smart::planted_bugs().len(), 8, "a new plant needs a line above");
+        assert_eq!(Smart::planted_bugs().len(), 9, "a new plant needs a line above");
         found::<Art>("retire-after-publish", "default", Mode::Random, 1);
         found::<Art>("no-reverse-check", "default", Mode::Random, 1);
     }

@@ -78,6 +78,12 @@ pub trait Combined {
     ) -> impl std::future::Future<Output = (Result<bool, IndexError>, Option<Vec<Result<bool, IndexError>>>)>;
 
     fn counters_mut(&mut self) -> &mut Counters;
+
+    /// The planted bug that drops the fallbacks: a follower whose leader gave up answers as if
+    /// its change had been applied (not found, for a search) instead of doing it itself.
+    fn no_fallback(&self) -> bool {
+        false
+    }
 }
 
 /// A delegated read whose leader gave up without a result (its own search failed) reads
@@ -114,6 +120,9 @@ pub async fn search_via<T: Combined>(
             // The leader gave up without a result to share: read ourselves.
             _ => {
                 t.counters_mut().event(RDWC_READ_FALLBACK.event);
+                if t.no_fallback() {
+                    return Ok(None);
+                }
                 t.search_remote(key, None).await
             }
         },
@@ -148,6 +157,9 @@ pub async fn write_via<T: Combined>(
             // The leader gave up before taking our change: apply it ourselves.
             _ => {
                 t.counters_mut().event(RDWC_WRITE_FALLBACK.event);
+                if t.no_fallback() {
+                    return Ok(false);
+                }
                 t.modify_remote(key, vec![change], None).await.0
             }
         },

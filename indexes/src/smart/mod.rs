@@ -237,7 +237,7 @@ pub const ART_RACE_HANDLERS: [RaceHandler; 18] = [
     HOCL_HANDED_OVER,
 ];
 
-const PLANTS: [PlantedBug; 8] = [
+const PLANTS: [PlantedBug; 9] = [
     PlantedBug {
         name: "rev-cas-unsignaled",
         description: "a split returns before the moved child's reverse-pointer CAS lands (H1): a stale cached slot still passes the reverse check and misses the new key",
@@ -257,6 +257,10 @@ const PLANTS: [PlantedBug; 8] = [
     PlantedBug {
         name: "rdwc-late-mark",
         description: "a delegated search shares a leaf READ posted before its followers joined (H6): a follower returns a value older than its start",
+    },
+    PlantedBug {
+        name: "rdwc-no-fallback",
+        description: "an RDWC follower whose leader gave up (its READ failed) answers not-found or not-existed instead of searching or writing itself: a lost write, a missed key",
     },
     PlantedBug {
         name: "rdwc-no-unmark",
@@ -1545,6 +1549,10 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
 
     fn counters_mut(&mut self) -> &mut Counters {
         &mut self.counters
+    }
+
+    fn no_fallback(&self) -> bool {
+        self.planted("rdwc-no-fallback")
     }
 }
 

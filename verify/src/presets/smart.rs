@@ -1,8 +1,9 @@
 //! Checking presets of SMART and of ART, its baseline configuration (`dmkit_indexes::smart`, `dmkit_indexes::art`).
 
-use crate::harness::{Checked, Mix, Preset};
+use crate::harness::{Checked, Mix, Preset, read_failures};
 use dmkit_indexes::art::{Art, ArtOptions};
 use dmkit_indexes::smart::{Smart, SmartOptions};
+use dmkit_sim::Faults;
 
 /// SMART's checking keys: two groups of six sharing seven bytes and differing in the last
 /// (so a node fills past NODE_4 and switches type), split at byte 5, and two keys diverging at
@@ -57,6 +58,23 @@ fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
             },
             smart_options(config, 1),
         ),
+        // "local" with three READs failing (a transient transport error; the explorer places
+        // each): a combining or delegating leader that fails gives up, and its followers must
+        // apply their changes or search themselves instead of answering with nothing.
+        (
+            Preset {
+                name: "read-failure",
+                compute_nodes: 1,
+                memory_nodes: 1,
+                clients: 4,
+                keys: 4,
+                preload: 1,
+                mix: Mix { search: 40, insert: 30, update: 20, delete: 10, scan: 0 },
+                required_counters: &["rdwc_write_fallback", "rdwc_read_fallback"],
+                ..base.clone()
+            },
+            smart_options(config, 1),
+        ),
         // Small enough for DFS: two clients, a split and an update race.
         (
             Preset {
@@ -77,9 +95,21 @@ fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
     ]
 }
 
+/// Faults of SMART's and ART's presets: three READ failures in "read-failure".
+fn smart_faults(preset: &str) -> Faults {
+    match preset {
+        "read-failure" => read_failures(0, 3),
+        _ => Faults::default(),
+    }
+}
+
 impl Checked for Smart {
     fn presets() -> Vec<(Preset, SmartOptions)> {
         smart_presets("smart")
+    }
+
+    fn faults(preset: &str, _: &SmartOptions) -> Faults {
+        smart_faults(preset)
     }
 
     fn configure(options: &mut SmartOptions, config: &str) -> Result<(), String> {
@@ -100,11 +130,18 @@ impl Checked for Art {
         smart_presets("art")
             .into_iter()
             .map(|(mut p, o)| {
-                if p.name == "local" {
-                    p.required_counters = &["lock_handed_over", "rcu_update", "leaf_split"];
+                match p.name {
+                    "local" => p.required_counters = &["lock_handed_over", "rcu_update", "leaf_split"],
+                    // No combining in ART: the failed READs meet its locks and splits instead.
+                    "read-failure" => p.required_counters = &["lock_handed_over", "leaf_split"],
+                    _ => {}
                 }
                 (p, ArtOptions(o))
             })
             .collect()
+    }
+
+    fn faults(preset: &str, _: &ArtOptions) -> Faults {
+        smart_faults(preset)
     }
 }
