@@ -559,6 +559,11 @@ struct CheckArgs {
     /// QP's verbs (an unawaited WRITE) while its client goes on over another QP.
     #[arg(long)]
     qp_actors: bool,
+    /// Fail this many READs in every run, on a node that keeps its memory (a transient
+    /// transport error: the verb completes with Timeout); the explorer places each failure.
+    /// Added to the preset's own faults.
+    #[arg(long, default_value_t = 0)]
+    read_failures: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -1087,6 +1092,7 @@ fn run_check(a: CheckArgs) -> Result<ExitCode, String> {
         replay: a.replay,
         max_schedules: a.max_schedules,
         qp_actors: a.qp_actors,
+        read_failures: a.read_failures,
     };
     let outcome = if a.coverage {
         registry::run_coverage(&request)?

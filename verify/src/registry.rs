@@ -80,6 +80,9 @@ pub struct CheckRequest {
     /// Schedule each queue pair's verbs as their own actor (`SimConfig::qp_actors`), so that
     /// PCT and DFS can hold back one QP's verbs while the client goes on over another.
     pub qp_actors: bool,
+    /// READ failures added to the preset's faults ([`dmkit_sim::ReadFailure`]), spread over
+    /// the memory nodes; the explorer places each.
+    pub read_failures: u32,
 }
 
 /// The result: a report for the terminal and whether the check passed; `history` is the JSON
@@ -163,20 +166,25 @@ fn run<K: Checked>(req: &CheckRequest) -> Result<CheckOutcome, String> {
         scenario.preset.clients = c;
     }
     scenario.qp_actors = req.qp_actors;
+    for i in 0..req.read_failures {
+        let node = (i % u32::from(scenario.preset.memory_nodes.max(1))) as u16;
+        scenario.faults.read_failures.push(dmkit_sim::ReadFailure { node, at_ns: 1_000 * (u64::from(i) + 1) });
+    }
     if !(req.seconds > 0.0 && req.seconds.is_finite()) {
         return Err("--seconds must be positive".into());
     }
     let preset = &scenario.preset;
-    let command = format!(
-        "dmkit check --index {} --preset {}{}{} --seed {}{}{}",
-        K::NAME,
-        preset.name,
-        req.config.as_ref().map(|c| format!(" --config {c}")).unwrap_or_default(),
-        req.clients.map(|c| format!(" --clients {c}")).unwrap_or_default(),
-        req.seed,
-        req.plant.as_ref().map(|p| format!(" --plant {p}")).unwrap_or_default(),
-        if req.qp_actors { " --qp-actors" } else { "" },
-    );
+    let command =
+        format!(
+            "dmkit check --index {} --preset {}{}{} --seed {}{}{}",
+            K::NAME,
+            preset.name,
+            req.config.as_ref().map(|c| format!(" --config {c}")).unwrap_or_default(),
+            req.clients.map(|c| format!(" --clients {c}")).unwrap_or_default(),
+            req.seed,
+            req.plant.as_ref().map(|p| format!(" --plant {p}")).unwrap_or_default(),
+            if req.qp_actors { " --qp-actors" } else { "" },
+        ) + &if req.read_failures > 0 { format!(" --read-failures {}", req.read_failures) } else { String::new() };
     if let Some(replay) = &req.replay {
         let (variant, choices) = explore::decode_replay(replay)?;
         let verdict = explore::replay(&scenario, variant, &choices);

@@ -32,6 +32,7 @@ fn every_preset_is_clean() {
                 replay: None,
                 max_schedules: schedules,
                 qp_actors: false,
+                read_failures: 0,
             };
             let outcome = registry::run_check(&req).expect("a valid request");
             // A vacuous result (a required counter at zero) also kills: the mutant broke

@@ -341,7 +341,19 @@ impl<C: Client + Clone + 'static> ExampleHandle<C> {
                 batch.push(Request::cas(lock, 0, self.me));
             }
             batch.push(Request::read_len(bucket, sb.bucket_bytes()));
-            let mut responses = self.ctx.post(batch).await?;
+            let mut responses = match self.ctx.post(batch).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // A verb of the batch failed (a transport error): the CAS may have taken
+                    // the lock without our learning it. Release it if it is ours (a CAS from
+                    // our id back to 0 changes nothing otherwise), so one failed READ does not
+                    // lock the bucket for good, then report the failure.
+                    if locking {
+                        let _ = self.ctx.cas(lock, self.me, 0).await;
+                    }
+                    return Err(e.into());
+                }
+            };
             let image = responses.pop().expect("a READ response").into_buf()?;
             if locking {
                 let old = responses.pop().expect("a CAS response").atomic()?;

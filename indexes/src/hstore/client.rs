@@ -373,6 +373,11 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
                     return Err(IndexError::Full);
                 }
                 Reply::Error(m) => return Err(IndexError::Corrupt(format!("the HTS refused a write: {m}"))),
+                Reply::Failed(m) => {
+                    return Err(IndexError::Verbs(VerbsError::Protocol(format!(
+                        "the HTS failed to serve a write: {m}"
+                    ))));
+                }
                 other => return Err(IndexError::Corrupt(format!("the HTS answered a write with {other:?}"))),
             }
         }

@@ -21,8 +21,8 @@
 use super::layout::{self, Geometry, Slot};
 use super::wire::{Dedup, Effect, Entry, Reply, Request, SLS_SERVICE, ServerState, Timing, WriteOp, encode_log_sync};
 use super::{
-    HStoreOptions, HTS_BATCHES_BLOCKED, HTS_ENTRY_BLOCKED, HTS_LATE_VERIFY, HTS_PEER_RECOVERY_WAITED,
-    HTS_RETRY_ANSWERED, ServerCounters,
+    HStoreOptions, HTS_APPLY_RETRIED, HTS_BATCHES_BLOCKED, HTS_ENTRY_BLOCKED, HTS_LATE_VERIFY,
+    HTS_PEER_RECOVERY_WAITED, HTS_RETRY_ANSWERED, ServerCounters,
 };
 use crate::common::batch::post_per_node;
 use crate::common::primitive::{Mutex, lock};
@@ -443,7 +443,7 @@ impl Hts {
             let chain = match self.walk(ctx, pl.bucket).await {
                 Ok(c) => c,
                 Err(e) => {
-                    self.fail_all(ctx, batch, Reply::Error(e.to_string()));
+                    self.fail_all(ctx, batch, error_reply(&e));
                     return None;
                 }
             };
@@ -604,9 +604,24 @@ impl Hts {
         for (i, p) in shipped.batch.into_iter().enumerate() {
             let seq = shipped.first_seq + i as u64;
             last_seq = seq;
-            let result = self.apply(ctx, w, &p.entry, &mut shipped.known, &mut reserved).await;
-            // The entry is done here either way: the commit point passes it (a failed apply is a
-            // broken invariant the client reports as corruption, not a write to wait for).
+            // The entry is logged: the skiplist has it, so the table must get it too. A verb
+            // that timed out (a transient transport failure; the node kept its memory) is
+            // retried: apply READs the chain before it writes, so a failed READ left nothing
+            // half-done. Answering the client with the failure instead would leave the table
+            // and the skiplist disagreeing for good.
+            let mut result = self.apply(ctx, w, &p.entry, &mut shipped.known, &mut reserved).await;
+            let mut retries = 0;
+            while matches!(result, Err(VerbsError::Timeout(_)))
+                && retries < self.o.max_retries
+                && !self.o.planted("no-apply-retry")
+            {
+                retries += 1;
+                self.counters.add(HTS_APPLY_RETRIED, 1);
+                result = self.apply(ctx, w, &p.entry, &mut shipped.known, &mut reserved).await;
+            }
+            // The entry is done here either way: the commit point passes it (a failed apply is
+            // a transport failure the client reports as an error of unknown effect, or a
+            // broken invariant it reports as corruption; not a write to wait for).
             lock(&self.shared).committed[w] = seq;
             let reply = match result {
                 Ok(effect) => {
@@ -624,7 +639,7 @@ impl Hts {
                 }
                 Err(e) => {
                     self.counters.add("hts_apply_errors", 1);
-                    Reply::Error(e.to_string())
+                    error_reply(&e)
                 }
             };
             let _ = ctx.reply(p.to, reply.encode());
@@ -854,5 +869,14 @@ impl<C: ServerCtx> Service<C> for Hts {
 
     async fn run_worker(self: Arc<Self>, ctx: C, index: u32) {
         self.worker(ctx, index as usize).await;
+    }
+}
+
+/// The reply to a request whose serving failed with `e`: a transport failure of the server's
+/// own verbs (a timeout, a node down) is `Failed`, anything else a refusal.
+fn error_reply(e: &VerbsError) -> Reply {
+    match e {
+        VerbsError::Timeout(_) | VerbsError::NodeDown(_) => Reply::Failed(e.to_string()),
+        _ => Reply::Error(e.to_string()),
     }
 }

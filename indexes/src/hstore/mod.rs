@@ -362,7 +362,7 @@ impl HStoreOptions {
 }
 
 /// Every protection of the default protocol, each removable.
-pub const PLANTS: [PlantedBug; 9] = [
+pub const PLANTS: [PlantedBug; 10] = [
     PlantedBug {
         name: "no-commit-wait",
         description: "SLS scans and lookups return entries the HTS has not applied yet (V1): a scan sees a write, a later GET does not",
@@ -398,6 +398,10 @@ pub const PLANTS: [PlantedBug; 9] = [
     PlantedBug {
         name: "fp-only",
         description: "the HTS takes a fingerprint match for the key without reading the block's key: an insert overwrites another key",
+    },
+    PlantedBug {
+        name: "no-apply-retry",
+        description: "a logged entry whose apply met a READ that timed out is answered with the failure instead of applied again: the skiplist keeps a write the table lacks",
     },
 ];
 
@@ -440,6 +444,8 @@ pub(crate) const HTS_ENTRY_BLOCKED: &str = "hts_entry_blocked";
 pub(crate) const HTS_PEER_RECOVERY_WAITED: &str = "hts_peer_recovery_waited";
 /// A slot whose block key was not READ when the batch was planned, READ at apply (HTS).
 pub(crate) const HTS_LATE_VERIFY: &str = "hts_late_verify";
+/// A logged entry's apply hit a verb that timed out and was applied again (HTS).
+pub(crate) const HTS_APPLY_RETRIED: &str = "hts_apply_retried";
 /// An SLS read waited for the HTS to commit what it drained (V1) (SLS).
 pub(crate) const SLS_COMMIT_QUERIES: &str = "sls_commit_queries";
 /// An SLS commit wait found the HTS incarnation it waited on dead (SLS).
@@ -450,7 +456,7 @@ pub(crate) const SLS_DEAD_LOG_SYNC: &str = "sls_dead_log_sync";
 /// client's record keeps the later one (SLS).
 pub(crate) const SLS_DEDUP_OUT_OF_ORDER: &str = "sls_dedup_out_of_order";
 
-const RACE_HANDLERS: [RaceHandler; 20] = [
+const RACE_HANDLERS: [RaceHandler; 21] = [
     RaceHandler {
         event: LEASE_RESTART,
         race: "a read took a block's address and READ it more than lease_ns later: the block may have been freed and reused since, so it starts again (V3)",
@@ -514,6 +520,10 @@ const RACE_HANDLERS: [RaceHandler; 20] = [
     RaceHandler {
         event: HTS_LATE_VERIFY,
         race: "a fingerprint-matching slot's key was not READ with the batch (its verification READ failed, a memory-pool fault no preset injects; or a pipelined batch, plant pipelined-sync): it is READ at apply time, else a fingerprint match would pass for the key",
+    },
+    RaceHandler {
+        event: HTS_APPLY_RETRIED,
+        race: "a logged entry's apply met a READ that timed out (a transient transport failure): it applies again, else the skiplist holds a write the table lacks and a scan sees what a GET does not",
     },
     RaceHandler {
         event: SLS_COMMIT_QUERIES,

@@ -153,6 +153,10 @@ pub enum Reply {
     /// The hash table has no room (its overflow pools are spent).
     Full,
     Error(String),
+    /// The server's own verbs failed (a memory node timed out or went down) while serving the
+    /// request: a transport failure, not a refusal, so the client reports an error of unknown
+    /// effect rather than corruption.
+    Failed(String),
     Done {
         effect: Effect,
         timing: Timing,
@@ -407,6 +411,7 @@ impl Reply {
             Reply::Blocked => w.u8(2),
             Reply::Full => w.u8(3),
             Reply::Error(m) => w.u8(4).bytes(&m.as_bytes()[..m.len().min(1024)]),
+            Reply::Failed(m) => w.u8(12).bytes(&m.as_bytes()[..m.len().min(1024)]),
             Reply::Done { effect, timing } => {
                 w.u8(5).effect(effect).u64(timing.queue_ns).u64(timing.sync_ns).u64(timing.index_ns).u32(timing.batch)
             }
@@ -435,6 +440,7 @@ impl Reply {
             2 => Reply::Blocked,
             3 => Reply::Full,
             4 => Reply::Error(String::from_utf8_lossy(&r.bytes()?).into_owned()),
+            12 => Reply::Failed(String::from_utf8_lossy(&r.bytes()?).into_owned()),
             5 => Reply::Done {
                 effect: r.effect()?,
                 timing: Timing { queue_ns: r.u64()?, sync_ns: r.u64()?, index_ns: r.u64()?, batch: r.u32()? },
@@ -511,6 +517,7 @@ mod tests {
             Reply::Blocked,
             Reply::Full,
             Reply::Error("no".into()),
+            Reply::Failed("timed out".into()),
             Reply::Done {
                 effect: Effect { existed: true, old_addr: 3, old_units: 2 },
                 timing: Timing { queue_ns: 1, sync_ns: 2, index_ns: 3, batch: 4 },
