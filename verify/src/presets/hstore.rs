@@ -8,7 +8,7 @@
 //! compute node: blocks another node carved are never reused (see the module doc).
 
 use crate::harness::{Checked, Mix, Preset, be_key};
-use dmkit_indexes::hstore::{HStore, HStoreOptions};
+use dmkit_indexes::hstore::{HStore, HStoreOptions, layout, wire};
 use dmkit_sim::{Faults, NodeCrash};
 
 /// The options every preset starts from.
@@ -33,6 +33,13 @@ pub fn hstore_checking_options() -> HStoreOptions {
         chunk_bytes: 1 << 16,
         ..HStoreOptions::default()
     }
+}
+
+/// Key `k` at the longest a block allows (255 bytes): a shared 247-byte prefix, then `k`.
+fn long_key(k: u64) -> Vec<u8> {
+    let mut key = vec![0x4b; layout::MAX_KEY_BYTES - 8];
+    key.extend_from_slice(&k.to_be_bytes());
+    key
 }
 
 impl Checked for HStore {
@@ -148,6 +155,174 @@ impl Checked for HStore {
         ]
     }
 
+    fn sweep() -> Vec<(Preset, HStoreOptions)> {
+        let (base, o) = Self::presets().swap_remove(0);
+        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
+        let writes = Mix { search: 25, insert: 40, update: 15, delete: 20, scan: 0 };
+        let crashing = Preset { step_limit: 3_000_000, ..base.clone() };
+        // The smallest message the options accept for 8-byte keys: one log entry, one item.
+        let min_message = (wire::FIXED_BYTES + wire::entry_bytes(8).max(wire::item_bytes(8))) as u32;
+        vec![
+            // One bucket of one slot: every key after the first goes to an overflow bucket, so
+            // GETs and the HTS walk chains as long as the key count, and one-bit fingerprints
+            // make every hop's slot a candidate to verify.
+            point(
+                "sweep-slots-1-chain",
+                Preset {
+                    mix: writes,
+                    required_counters: &["chain_hop", "hts_overflow_buckets", "fp_false_positive", "hts_verify_reads"],
+                    ..base.clone()
+                },
+                HStoreOptions { buckets: 1, slots: 1, ..o.clone() },
+            ),
+            // The hardware bucket (7 slots, 8-bit fingerprints) and one bucket: every key fits
+            // the head bucket, a fingerprint names one key, and updates verify their own key.
+            point(
+                "sweep-slots-7-fp-8",
+                Preset { required_counters: &["hts_verify_reads", "batch_shared", "scan_drained"], ..base.clone() },
+                HStoreOptions { buckets: 1, slots: 7, fp_bits: 8, ..o.clone() },
+            ),
+            // One overflow bucket per worker's pool for one-slot buckets, and an HTS crash: the
+            // pools run out (writes answered Full), and the restarted HTS rebuilds the chains
+            // into pools that were full before the crash.
+            point(
+                "sweep-pool-1-crash-hts",
+                Preset {
+                    mix: writes,
+                    required_counters: &["hts_full", "hts_recoveries", "write_retry"],
+                    ..crashing.clone()
+                },
+                HStoreOptions { slots: 1, pool_buckets: 1, ..o.clone() },
+            ),
+            // The smallest message the options accept, and an HTS crash: every log sync carries
+            // one entry, every scan reply one item (scans page), and the recovering HTS reads
+            // the skiplists and the clients' records one item a page.
+            point(
+                "sweep-message-min-crash-hts",
+                Preset { required_counters: &["scan_page", "hts_recoveries", "write_retry"], ..crashing.clone() },
+                HStoreOptions { max_message_bytes: min_message, ..o.clone() },
+            ),
+            // Keys of the most bytes a block allows (255, sharing a 247-byte prefix) in the
+            // smallest message that carries one, and an SLS crash: the recovering SLS READs each
+            // block's key at its longest, scans page one item at a time.
+            point(
+                "sweep-key-max-crash-sls",
+                Preset { key_of: long_key, required_counters: &["scan_page", "sls_recoveries"], ..crashing.clone() },
+                HStoreOptions {
+                    max_key_bytes: layout::MAX_KEY_BYTES as u32,
+                    max_message_bytes: (wire::FIXED_BYTES + wire::entry_bytes(layout::MAX_KEY_BYTES)) as u32,
+                    ..o.clone()
+                },
+            ),
+            // Batches of one entry and an SLS crash under a write-heavy mix: every write is its
+            // own log sync, so the crash meets syncs in flight that are refused or fail.
+            point(
+                "sweep-batch-1-crash-sls",
+                Preset {
+                    clients: 4,
+                    mix: writes,
+                    required_counters: &["sls_recoveries", "write_blocked", "hts_overflow_buckets"],
+                    ..crashing.clone()
+                },
+                HStoreOptions { batch_entries: 1, ..o.clone() },
+            ),
+            // A lease of a few round trips (5 µs) and the smallest chunk the allocator accepts
+            // (every block fetched whole): reads outlive their lease and restart, blocks freed
+            // 5 µs after their swap are reused under readers that took their address earlier.
+            // Not required: `skipped_bad_block` (a reused block READ past the lease is nearly
+            // always another key's complete block, counted as `fp_false_positive`; a torn one
+            // needs the READ to overlap the reuse's WRITE, which 15 s did not reach).
+            point(
+                "sweep-lease-short",
+                Preset {
+                    clients: 4,
+                    required_counters: &["lease_restart", "blocks_reused", "fp_false_positive"],
+                    ..base.clone()
+                },
+                HStoreOptions { lease_ns: Some(5_000), chunk_bytes: 32, ..o.clone() },
+            ),
+            // Retry at once: a 1 ns back-off and probe interval, and an HTS crash: clients come
+            // back to the dead and the rebuilding HTS as often as they can, so GETs meet the
+            // ready word at 0 and a rebuilt table's new incarnation.
+            point(
+                "sweep-retry-at-once-crash-hts",
+                Preset {
+                    required_counters: &[
+                        "hts_recoveries",
+                        "write_retry",
+                        "table_rebuilding",
+                        "incarnation_reconfirmed",
+                    ],
+                    ..crashing.clone()
+                },
+                HStoreOptions { backoff_ns: 1, down_probe_ns: 1, ..o.clone() },
+            ),
+            // HStore (sync), the configuration no preset uses, with one RPC thread per server and
+            // an SLS crash: log syncs are acked only once applied, so the crash meets deferred
+            // acks, and one thread serves every call.
+            point(
+                "sweep-sync-rpc-1-crash-sls",
+                Preset { required_counters: &["sls_recoveries", "write_blocked", "batch_shared"], ..crashing.clone() },
+                {
+                    let mut sync = HStoreOptions { rpc_threads: 1, ..o.clone() };
+                    sync.configure("hstore-sync").expect("a named configuration");
+                    sync
+                },
+            ),
+            // One of each server thread, each on its own core, and an HTS crash: one worker owns
+            // every chain, one partition every key, one RPC thread every call.
+            point(
+                "sweep-threads-1-crash-hts",
+                Preset { required_counters: &["hts_recoveries", "write_retry", "degraded_get"], ..crashing.clone() },
+                HStoreOptions { hts_workers: 1, sls_partitions: 1, rpc_threads: 1, hyperthreads: false, ..o.clone() },
+            ),
+            // Wide: four HTS workers for two buckets (idle workers), eight SLS partitions for six
+            // keys (empty shares merged), four memory nodes and two compute nodes (blocks freed
+            // by another node's client are leaked, each node confirms the rebuilt table), and
+            // an HTS crash.
+            point(
+                "sweep-wide-crash-hts",
+                Preset {
+                    compute_nodes: 2,
+                    memory_nodes: 4,
+                    required_counters: &[
+                        "hts_recoveries",
+                        "foreign_block_leaked",
+                        "incarnation_reconfirmed",
+                        "scan_drained",
+                    ],
+                    ..crashing.clone()
+                },
+                HStoreOptions { hts_workers: 4, sls_partitions: 8, memory_nodes: 4, ..o.clone() },
+            ),
+            // Long runs: 4 clients x 20 operations, so that rare combinations are reached, on
+            // chains of two one-slot buckets (six keys fill them: some upserts answer Full).
+            point(
+                "sweep-long",
+                Preset {
+                    clients: 4,
+                    ops_per_client: 20,
+                    required_counters: &["batch_shared", "chain_hop", "blocks_reused", "scan_drained", "hts_full"],
+                    step_limit: 8_000_000,
+                    ..base.clone()
+                },
+                HStoreOptions { slots: 1, pool_buckets: 1, ..o.clone() },
+            ),
+            // Long runs with an HTS crash: 4 clients x 15 operations around one crash.
+            point(
+                "sweep-long-crash-hts",
+                Preset {
+                    clients: 4,
+                    ops_per_client: 15,
+                    required_counters: &["hts_recoveries", "write_retry", "hts_retry_answered", "degraded_get"],
+                    step_limit: 8_000_000,
+                    ..base
+                },
+                o,
+            ),
+        ]
+    }
+
     fn faults(preset: &str, o: &HStoreOptions) -> Faults {
         // The crash's time does not matter in a checking run (the explorer picks when it
         // happens); the restart follows it by a few microseconds of virtual time.
@@ -155,10 +330,14 @@ impl Checked for HStore {
             node_crashes: vec![NodeCrash { node: node.0, at_ns: 1_000_000, restart_at_ns: Some(1_005_000) }],
             ..Faults::default()
         };
-        match preset {
-            "crash-hts" | "crash-hts-long-lease" => crash(o.hts_node()),
-            "crash-sls" => crash(o.sls_node()),
-            _ => Faults::default(),
+        // By name: the presets `crash-hts*` and `crash-sls`, and sweep points `sweep-*-crash-hts*`
+        // and `sweep-*-crash-sls*`.
+        if preset.contains("crash-hts") {
+            crash(o.hts_node())
+        } else if preset.contains("crash-sls") {
+            crash(o.sls_node())
+        } else {
+            Faults::default()
         }
     }
 
