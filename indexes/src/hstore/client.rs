@@ -85,7 +85,9 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
     }
 
     fn mark_hts_down(&self) {
-        let until = self.ctx.now_ns() + self.o.down_probe_ns;
+        // Saturating: the longest interval the options accept means "never probe again", not
+        // a sum that wraps to the past (and probes at once).
+        let until = self.ctx.now_ns().saturating_add(self.o.down_probe_ns);
         self.node.hts_down_until_ns.fetch_max(until, Ordering::Relaxed);
     }
 
@@ -279,7 +281,12 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             return Ok(());
         }
         match self.o.lease_ns {
-            Some(lease) => self.node.quarantine(self.ctx.now_ns() + lease + 1, block, bytes),
+            // Saturating: a lease near u64::MAX keeps the block forever; a wrapping sum made
+            // it reusable at once, under readers whose lease had not run out (found by the
+            // checker's `crash-hts-lease-max` preset).
+            Some(lease) => {
+                self.node.quarantine(self.ctx.now_ns().saturating_add(lease).saturating_add(1), block, bytes)
+            }
             None => self.node.chunks.free(block, bytes)?,
         }
         self.counters.event("blocks_retired");

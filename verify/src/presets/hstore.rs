@@ -110,6 +110,22 @@ impl Checked for HStore {
                 },
                 HStoreOptions { lease_ns: Some(2_000_000), ..hstore_checking_options() },
             ),
+            // The longest lease and probe interval the options accept (u64::MAX ns), and an HTS
+            // crash: freed blocks are never reused, reads never restart, and a client that found
+            // the HTS down sends its GETs to the SLS for the rest of the run. Failed (found by
+            // the option sweep) before the client's release time saturated: `now + lease + 1`
+            // wrapped to `now`, a freed block was reused at once, and a scan within its
+            // (endless) lease READ another write's block.
+            (
+                Preset {
+                    name: "crash-hts-lease-max",
+                    mix: Mix { search: 30, insert: 30, update: 15, delete: 10, scan: 15 },
+                    required_counters: &["hts_recoveries", "write_retry", "degraded_get", "blocks_retired"],
+                    step_limit: 2_000_000,
+                    ..base.clone()
+                },
+                HStoreOptions { lease_ns: Some(u64::MAX), down_probe_ns: u64::MAX, ..hstore_checking_options() },
+            ),
             // The SLS crashes and restarts: it rebuilds from the table and the blocks' keys
             // while writes and scans are blocked.
             (
