@@ -47,4 +47,91 @@ impl Checked for Clover {
             ),
         ]
     }
+
+    fn sweep() -> Vec<(Preset, CloverOptions)> {
+        let (base, o) = Self::presets().swap_remove(0);
+        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
+        // The largest value a 255-unit version holds with an 8-byte key.
+        let max_value = 255 * 64 - 16 - 8;
+        vec![
+            // As many shortcut words as keys, none preloaded, inserts first: registrations of
+            // one key race at the MS, and a raced registration must not cost a later key its
+            // word.
+            point(
+                "sweep-max-keys-tight",
+                Preset {
+                    preload: 0,
+                    mix: Mix { search: 20, insert: 50, update: 15, delete: 15, scan: 0 },
+                    required_counters: &["registered", "register_lost", "ms_register_raced"],
+                    ..base.clone()
+                },
+                CloverOptions { max_keys: 4, ..o.clone() },
+            ),
+            // One retry: a reader follows no version past the first, a writer whose CAS lost
+            // gives up, so every lost race ends in an operation of unknown effect.
+            point(
+                "sweep-retries-1",
+                Preset { required_counters: &["cas_failures"], ..base.clone() },
+                CloverOptions { max_retries: 1, ..o.clone() },
+            ),
+            // One MS thread: registrations are served one at a time, so only clients race.
+            point(
+                "sweep-rpc-1",
+                Preset { preload: 0, required_counters: &["registered", "register_lost"], ..base.clone() },
+                CloverOptions { rpc_threads: 1, ..o.clone() },
+            ),
+            // Versions of 255 units (the largest value an 8-byte key allows): a READ of a
+            // version spans 255 lines beside the `next` word writers CAS.
+            point(
+                "sweep-value-max",
+                Preset {
+                    value_bytes: max_value,
+                    required_counters: &["cas_failures", "stale_hint"],
+                    step_limit: 20_000_000,
+                    ..base.clone()
+                },
+                CloverOptions { max_value_bytes: max_value as u32, ..o.clone() },
+            ),
+            // Keys of 255 bytes sharing a 247-byte prefix (the MS's directory and the versions'
+            // key check at their longest).
+            point(
+                "sweep-key-max",
+                Preset { key_of: long_key, required_counters: &["registered", "stale_hint"], ..base.clone() },
+                CloverOptions { max_key_bytes: 255, ..o.clone() },
+            ),
+            // Four memory nodes, three compute nodes (each caches shortcut addresses itself), and
+            // the smallest chunk the allocator accepts (every version fetched whole).
+            point(
+                "sweep-nodes-4",
+                Preset {
+                    compute_nodes: 3,
+                    memory_nodes: 4,
+                    required_counters: &["stale_hint", "ms_lookup", "cas_failures"],
+                    ..base.clone()
+                },
+                CloverOptions { memory_nodes: 4, chunk_bytes: 32, ..o.clone() },
+            ),
+            // Long runs: 4 clients x 25 operations on 3 keys, so chains grow and hints lag by
+            // several versions.
+            point(
+                "sweep-long",
+                Preset {
+                    clients: 4,
+                    ops_per_client: 25,
+                    keys: 3,
+                    required_counters: &["cas_failures", "stale_hint", "chain_hop", "register_lost"],
+                    step_limit: 6_000_000,
+                    ..base
+                },
+                o,
+            ),
+        ]
+    }
+}
+
+/// Key `k` at the longest Clover allows (255 bytes): a shared 247-byte prefix, then `k`.
+fn long_key(k: u64) -> Vec<u8> {
+    let mut key = vec![0x4b; 247];
+    key.extend_from_slice(&k.to_be_bytes());
+    key
 }
