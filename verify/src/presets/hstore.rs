@@ -181,7 +181,9 @@ impl Checked for HStore {
         vec![
             // One bucket of one slot: every key after the first goes to an overflow bucket, so
             // GETs and the HTS walk chains as long as the key count, and one-bit fingerprints
-            // make every hop's slot a candidate to verify.
+            // make every hop's slot a candidate to verify. A 100 µs lease: a walk of the whole
+            // chain outlasts the presets' 12 µs, and GETs of its last keys then restarted until
+            // their retries ran out (an unknown effect, which checks nothing).
             point(
                 "sweep-slots-1-chain",
                 Preset {
@@ -189,7 +191,7 @@ impl Checked for HStore {
                     required_counters: &["chain_hop", "hts_overflow_buckets", "fp_false_positive", "hts_verify_reads"],
                     ..base.clone()
                 },
-                HStoreOptions { buckets: 1, slots: 1, ..o.clone() },
+                HStoreOptions { buckets: 1, slots: 1, lease_ns: Some(100_000), ..o.clone() },
             ),
             // The hardware bucket (7 slots, 8-bit fingerprints) and one bucket: every key fits
             // the head bucket, a fingerprint names one key, and updates verify their own key.
