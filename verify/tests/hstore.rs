@@ -127,6 +127,7 @@ mod explored {
             // A spent pool: `dmkit check --preset full` failed at its ninth random schedule when
             // the HTS counted a bucket's slots before reserving it (see the module doc).
             ("full", Mode::Random),
+            ("read-failure", Mode::Random),
         ] {
             check_index(&scenario(preset, None, None), mode, 3, budget(), u64::MAX).assert_clean(
                 &format!("{preset} {mode:?}"),
@@ -154,6 +155,11 @@ mod explored {
             let message = found(bug, &scenario("default", None, Some(bug)), Mode::Random, 20_000);
             assert!(message.contains(expect), "{bug}: {message}");
         }
+        // A logged entry whose apply met a timed-out READ, answered with the failure: the
+        // skiplist keeps a write the table lacks.
+        let bug = "no-apply-retry";
+        let message = found(bug, &scenario("read-failure", None, Some(bug)), Mode::Random, 20_000);
+        assert!(message.contains("not linearizable") || message.contains("invariant"), "{bug}: {message}");
     }
 
     /// A GET's two READs (ready word, bucket) may sample in either order: a compute node that

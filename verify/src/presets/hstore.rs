@@ -7,7 +7,7 @@
 //! blocks are reused within a schedule (and a read that outlives its lease restarts). One
 //! compute node: blocks another node carved are never reused (see the module doc).
 
-use crate::harness::{Checked, Mix, Preset, be_key};
+use crate::harness::{Checked, Mix, Preset, be_key, read_failures};
 use dmkit_indexes::hstore::{HStore, HStoreOptions, layout, wire};
 use dmkit_sim::{Faults, NodeCrash};
 
@@ -70,6 +70,18 @@ impl Checked for HStore {
         };
         vec![
             (base.clone(), hstore_checking_options()),
+            // The default with three READs failing (a transient transport error on a memory
+            // node that keeps its memory; the explorer places each): the HTS applies a logged
+            // entry again and reads a slot's key at apply time when its verification READ
+            // failed. Found the table and the skiplist disagreeing before the HTS re-applied.
+            (
+                Preset {
+                    name: "read-failure",
+                    required_counters: &["hts_apply_retried", "hts_late_verify", "batch_shared"],
+                    ..base.clone()
+                },
+                hstore_checking_options(),
+            ),
             // Writes only, to one chain: batches, verification and overflow under contention.
             (
                 Preset {
@@ -354,6 +366,8 @@ impl Checked for HStore {
             crash(o.hts_node())
         } else if preset.contains("crash-sls") {
             crash(o.sls_node())
+        } else if preset == "read-failure" {
+            read_failures(0, 3)
         } else {
             Faults::default()
         }
