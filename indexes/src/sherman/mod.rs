@@ -933,7 +933,8 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 // wait for it (a wait an unfair schedule can make endless), help, with the
                 // root's current image, exactly as its splitter would. Every splitter then
                 // inserts its own separator into the new level (a separator already there
-                // is overwritten with the same child).
+                // is overwritten with the same child, or found as the lowest fence of the
+                // node it went up to when its parent split: see `internal_store`).
                 let (first_sep, first_child) = if root == left {
                     (sep.clone(), child)
                 } else {
@@ -1022,6 +1023,20 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 self.counters.event(MOVE_RIGHT_PARENT);
                 addr = n.sibling;
                 continue;
+            }
+            if sep == n.lowest.as_slice() {
+                // The separator is already in this level, as this node's lowest fence: it went
+                // up when a parent split after another client had inserted it (a root helper,
+                // or the winner of a root CAS, inserts the same separator as the splitter).
+                // Its child is this node's leftmost, as a lowest fence names one node per level.
+                self.unlock(held, None, true).await?;
+                if n.leftmost != child {
+                    return Err(IndexError::Corrupt(format!(
+                        "node at {addr} starts at separator {sep:02x?} with child {}, not {child}",
+                        n.leftmost
+                    )));
+                }
+                return Ok(None);
             }
             match n.records.binary_search_by(|(k, _)| k.as_slice().cmp(sep)) {
                 Ok(i) => n.records[i].1 = child,
