@@ -671,7 +671,13 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     /// The entries homed at `h` (the home's hop offsets, within `have`) whose key field is `slot`.
     fn hood_matches(&self, img: &[u8], h: usize, slot: &[u8], have: usize) -> Vec<usize> {
         let l = &self.l;
-        l.hop_offsets(img, h).filter(|&d| d < have).map(|d| l.at(h, d)).filter(|&s| l.key(img, s) == slot).collect()
+        // An empty entry's key field is all zeros, as a key (or indirect prefix) of zeros is:
+        // a hop bit read before its entry's write landed must not match it.
+        l.hop_offsets(img, h)
+            .filter(|&d| d < have)
+            .map(|d| l.at(h, d))
+            .filter(|&s| !l.is_empty(img, s) && l.key(img, s) == slot)
+            .collect()
     }
 
     /// Among `slots` (entries whose key field matches `key`'s), the one holding `key`, with its
@@ -805,7 +811,12 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     if let Some(ld) = leader.as_deref_mut() {
                         ld.mark();
                     }
-                    let hit = if self.read_entries(route.leaf, &mut img, s, 1).await?.is_ok() && l.key(&img, s) == key {
+                    // An empty entry's key field is all zeros: it matches a key (or indirect
+                    // prefix) of zeros, so the entry must be occupied too.
+                    let hit = if self.read_entries(route.leaf, &mut img, s, 1).await?.is_ok()
+                        && !l.is_empty(&img, s)
+                        && l.key(&img, s) == key
+                    {
                         self.resolve(&img, &[s], full).await?
                     } else {
                         None
@@ -929,7 +940,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                         let s = s as usize;
                         // `Ok(true)`: the entry holds the key.
                         let read = match self.read_entries(route.leaf, &mut lk.img, s, 1).await {
-                            Ok(Ok(_)) if l.key(&lk.img, s) == key => {
+                            Ok(Ok(_)) if !l.is_empty(&lk.img, s) && l.key(&lk.img, s) == key => {
                                 self.resolve(&lk.img, &[s], full).await.map(|hit| hit.is_some())
                             }
                             Ok(_) => Ok(false),
