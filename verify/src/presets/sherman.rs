@@ -1,7 +1,8 @@
 //! Checking presets of Sherman (`dmkit_indexes::sherman`).
 
 use crate::harness::{Checked, Mix, Preset, be_key};
-use dmkit_indexes::sherman::{Sherman, ShermanOptions};
+use dmkit_indexes::sherman::cache::{CacheLevels, ENTRY_OVERHEAD};
+use dmkit_indexes::sherman::{LockPlacement, Sherman, ShermanOptions};
 
 /// Sherman's checking nodes: 3 slots per leaf and 3 records per internal node, so a handful of
 /// inserts split leaves, internal nodes and the root.
@@ -31,23 +32,22 @@ impl Checked for Sherman {
             step_limit: 400_000,
             key_of: be_key,
         };
+        // One compute node, hot keys: local lock hand-over and write combining.
+        let local = Preset {
+            name: "local",
+            compute_nodes: 1,
+            memory_nodes: 1,
+            clients: 4,
+            keys: 4,
+            preload: 2,
+            mix: Mix { search: 40, insert: 30, update: 20, delete: 10, scan: 0 },
+            required_counters: &["lock_handed_over", "rdwc_combined", "rdwc_delegated", "leaf_split"],
+            ..base.clone()
+        };
+        let local_options = ShermanOptions { rdwc: true, max_handover: 8, ..sherman_options("sherman-fixed", 1) };
         vec![
             (base.clone(), sherman_options("sherman-fixed", 2)),
-            // One compute node, hot keys: local lock hand-over and write combining.
-            (
-                Preset {
-                    name: "local",
-                    compute_nodes: 1,
-                    memory_nodes: 1,
-                    clients: 4,
-                    keys: 4,
-                    preload: 2,
-                    mix: Mix { search: 40, insert: 30, update: 20, delete: 10, scan: 0 },
-                    required_counters: &["lock_handed_over", "rdwc_combined", "rdwc_delegated", "leaf_split"],
-                    ..base.clone()
-                },
-                ShermanOptions { rdwc: true, max_handover: 8, ..sherman_options("sherman-fixed", 1) },
-            ),
+            (local.clone(), local_options.clone()),
             // Small enough for DFS: two clients, a few inserts around one split.
             (
                 Preset {
@@ -61,9 +61,177 @@ impl Checked for Sherman {
                     mix: Mix { search: 40, insert: 60, update: 0, delete: 0, scan: 0 },
                     required_counters: &["leaf_split"],
                     step_limit: 200_000,
-                    ..base
+                    ..base.clone()
                 },
                 sherman_options("sherman-fixed", 1),
+            ),
+            // Found by the sweep (`sweep-long-local`, failed before the fix): a root helper and
+            // the root's splitter both insert the old root's separator into the new level; when
+            // the new root split in between and the separator went up as the right node's
+            // lowest fence, the late insert added it again as a record (`records out of order`).
+            // 4 clients x 20 operations on one compute node, with hand-over and RDWC.
+            (
+                Preset {
+                    name: "long-local",
+                    ops_per_client: 20,
+                    keys: 10,
+                    step_limit: 2_000_000,
+                    required_counters: &["lock_handed_over", "rdwc_combined", "root_split", "internal_split"],
+                    ..local
+                },
+                local_options,
+            ),
+        ]
+    }
+
+    fn sweep() -> Vec<(Preset, ShermanOptions)> {
+        let presets = Self::presets();
+        let (base, fixed) = presets[0].clone();
+        let (local, local_options) = presets[1].clone();
+        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
+        let geometry = fixed.geometry().expect("the presets' geometry is valid");
+        vec![
+            // The smallest nodes the geometry accepts (2 slots per leaf, 3 records per internal
+            // node): every other insert splits a leaf, and splits reach the root within a few.
+            point(
+                "sweep-spans-min",
+                Preset {
+                    required_counters: &[
+                        "leaf_split",
+                        "internal_split",
+                        "root_split",
+                        "move_right",
+                        "move_right_parent",
+                    ],
+                    ..base.clone()
+                },
+                fixed.clone().with_spans(2, 3),
+            ),
+            // Nodes padded to 1 KiB around 3-slot leaves: every READ and WRITE is 16 lines, so a
+            // READ overlapping a write-back or split sees mixed line versions (torn_read).
+            point(
+                "sweep-node-bytes-1k",
+                Preset { required_counters: &["leaf_split", "internal_split", "torn_read"], ..base.clone() },
+                ShermanOptions { node_bytes: 1024, ..fixed.clone() },
+            ),
+            // A lock table of one word per memory node: every node of a memory node shares one
+            // lock, so a split's parent insert contends with every leaf write of that node.
+            point(
+                "sweep-lock-table-1",
+                Preset { required_counters: &["leaf_split", "internal_split", "lock_failures"], ..base.clone() },
+                ShermanOptions { lock_table_bytes: 8, ..fixed.clone() },
+            ),
+            // Locks in a host table, no local lock table, and the write-back and unlock in two
+            // round trips: every writer of the one compute node CASes the global word itself,
+            // and the unlock lands a round trip after the write-back (also after a split).
+            point(
+                "sweep-host-locks-no-hocl",
+                Preset { required_counters: &["leaf_split", "lock_failures"], ..local.clone() },
+                ShermanOptions {
+                    lock_placement: LockPlacement::HostTable,
+                    hocl_local_table: false,
+                    combine_writeback_unlock: false,
+                    ..local_options.clone()
+                },
+            ),
+            // Unbounded hand-over: a held lock passes from local waiter to local waiter without
+            // ever being released while one is waiting (the artifact stops at 8).
+            point(
+                "sweep-handover-max",
+                Preset { required_counters: &["lock_handed_over", "leaf_split"], ..local.clone() },
+                ShermanOptions { max_handover: u32::MAX, rdwc: false, ..local_options.clone() },
+            ),
+            // One RDWC slot for every key: leaders of different keys share the slot, so a
+            // follower may find a leader of another key.
+            point(
+                "sweep-rdwc-slots-1",
+                Preset {
+                    keys: 6,
+                    required_counters: &["rdwc_combined", "rdwc_delegated", "leaf_split"],
+                    ..local.clone()
+                },
+                ShermanOptions { rdwc_slots: 1, ..local_options.clone() },
+            ),
+            // A cache of exactly one internal node: every insert of a copy evicts the last, and
+            // the one copy left routes to leaves that split since (cache_stale).
+            point(
+                "sweep-cache-one-node",
+                Preset {
+                    required_counters: &["leaf_split", "internal_split", "cache_hit", "cache_miss", "cache_stale"],
+                    ..base.clone()
+                },
+                ShermanOptions { cache_bytes: geometry.node_bytes as u64 + ENTRY_OVERHEAD + 8, ..fixed.clone() },
+            ),
+            // The artifact's cache policy on per-line versions: level-1 copies only, used once
+            // the root is at level 2, and a stale cached route restarts from the root.
+            point(
+                "sweep-level1-restart",
+                Preset {
+                    keys: 24,
+                    preload: 14,
+                    required_counters: &["leaf_split", "cache_hit", "cache_stale"],
+                    ..base.clone()
+                },
+                ShermanOptions {
+                    cache_levels: CacheLevels::Level1,
+                    cache_min_root_level: 2,
+                    stale_restart: true,
+                    ..fixed.clone()
+                },
+            ),
+            // Chunks of four nodes: the allocator takes a new chunk every few splits.
+            point(
+                "sweep-chunk-min",
+                Preset { required_counters: &["leaf_split", "internal_split"], ..base.clone() },
+                ShermanOptions { chunk_bytes: 4 * geometry.alloc_bytes() as u64, ..fixed.clone() },
+            ),
+            // Four memory nodes: nodes, chunks and lock tables spread over all of them.
+            point(
+                "sweep-memory-nodes-4",
+                Preset { memory_nodes: 4, ..base.clone() },
+                ShermanOptions { memory_nodes: 4, ..fixed.clone() },
+            ),
+            // A small retry bound: operations give up mid-way (a split whose separator never
+            // reaches the parent, a new root never installed) and later ones must cope.
+            point(
+                "sweep-retries-3",
+                Preset { required_counters: &["leaf_split", "internal_split", "retries"], ..base.clone() },
+                ShermanOptions { max_retries: 3, ..fixed.clone() },
+            ),
+            // CHIME's Sherman (`sherman-chime`), which no preset runs: lock words embedded after
+            // each node, no local table, RDWC. Its split WRITE is awaited here: unawaited (the
+            // configuration's own, the artifact's B7) PCT with queue-pair actors finds the
+            // stale read it allows within seconds, the scripted scenario of `tests/sherman.rs`.
+            point(
+                "sweep-config-chime",
+                Preset { required_counters: &["leaf_split", "internal_split", "lock_failures"], ..base.clone() },
+                ShermanOptions { split_write_signaled: true, ..sherman_options("sherman-chime", 2) },
+            ),
+            // Long runs: 4 clients x 20 operations on 30 keys: a split, then moves right,
+            // then late inserts and scans over the moved keys.
+            point(
+                "sweep-long-splits",
+                Preset {
+                    clients: 4,
+                    ops_per_client: 20,
+                    keys: 30,
+                    step_limit: 2_000_000,
+                    required_counters: &["leaf_split", "internal_split", "root_split", "move_right", "scan_next_leaf"],
+                    ..base
+                },
+                fixed,
+            ),
+            // Long runs on one compute node: hand-over, combining and splits interleave.
+            point(
+                "sweep-long-local",
+                Preset {
+                    ops_per_client: 20,
+                    keys: 10,
+                    step_limit: 2_000_000,
+                    required_counters: &["lock_handed_over", "rdwc_combined", "leaf_split", "internal_split"],
+                    ..local
+                },
+                local_options,
             ),
         ]
     }
