@@ -88,6 +88,21 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
             },
             ChimeOptions { prefix: 2, ..chime_options("chime-indirect", 2) },
         ),
+        // Found by the sweep (`sweep-prefix-1`, failed before the fix): a one-byte prefix
+        // gives every key the prefix 0, the key field of an empty entry, and a search took an
+        // empty entry its hop bit was read for (its insert not landed yet) as a match, and
+        // followed its null block pointer (`IndexError::Corrupt`). At most H = 4 such keys fit.
+        (
+            Preset {
+                name: "zero-prefix",
+                keys: 12,
+                preload: 3,
+                key_of: chime_var_key,
+                required_counters: &["prefix_collision", "lock_failures"],
+                ..base.clone()
+            },
+            ChimeOptions { prefix: 1, ..chime_options("chime-indirect", 2) },
+        ),
         // Small enough for DFS: two clients around one split.
         (
             Preset {
@@ -128,6 +143,137 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
 impl Checked for Chime {
     fn presets() -> Vec<(Preset, ChimeOptions)> {
         chime_presets("chime")
+    }
+
+    fn sweep() -> Vec<(Preset, ChimeOptions)> {
+        let presets = Self::presets();
+        let (base, chime) = presets[0].clone();
+        let (local, local_options) = presets[1].clone();
+        let (zero_prefix, zero_prefix_options) = presets[4].clone();
+        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
+        // A configuration of the ladder with the presets' small nodes and budgets.
+        let ladder = |config: &str| {
+            let mut o = chime.clone();
+            Chime::configure(&mut o, config).expect("a known configuration");
+            o
+        };
+        vec![
+            // Neighbourhoods of one entry: a key lives in its home slot or not at all, so no
+            // hop is possible and a taken home splits the leaf.
+            point(
+                "sweep-hood-1",
+                Preset { required_counters: &["leaf_split", "internal_split", "root_split"], ..base.clone() },
+                chime.clone().with_spans(4, 1, 2),
+            ),
+            // The largest neighbourhood (14) in a leaf of 14: every neighbourhood wraps around
+            // the whole leaf, and the bitmap's flag bits sit next to its used bits. (No hop: with
+            // H = S every entry is in every key's neighbourhood.)
+            point(
+                "sweep-hood-max",
+                Preset { keys: 40, preload: 14, required_counters: &["leaf_split", "internal_split"], ..base.clone() },
+                chime.clone().with_spans(14, 14, 2),
+            ),
+            // The smallest leaves (2 entries, neighbourhoods of 2): splits reach the root within
+            // a few inserts.
+            point(
+                "sweep-span-min",
+                Preset {
+                    required_counters: &["leaf_split", "internal_split", "root_split", "move_right"],
+                    ..base.clone()
+                },
+                chime.clone().with_spans(2, 2, 2),
+            ),
+            // `chime-no-sbv`, no preset's: fence keys in every metadata replica instead of
+            // sibling-based validation, no speculative read.
+            point(
+                "sweep-config-no-sbv",
+                Preset { required_counters: &["leaf_split", "internal_split", "hop"], ..base.clone() },
+                ladder("chime-no-sbv"),
+            ),
+            // `chime-hopscotch`: one header read with the neighbourhood, fences, and no vacancy
+            // bitmap, so an insert reads the whole leaf to find a free entry.
+            point(
+                "sweep-config-hopscotch",
+                Preset { required_counters: &["leaf_split", "internal_split", "hop"], ..base.clone() },
+                ladder("chime-hopscotch"),
+            ),
+            // A cache of about one internal node and a hotspot buffer of one set (16 entries)
+            // for 24 keys: copies are evicted and stale ones invalidated, remembered slots are
+            // replaced and speculative READs miss.
+            point(
+                "sweep-tiny-caches",
+                Preset {
+                    required_counters: &[
+                        "leaf_split",
+                        "cache_hit",
+                        "leaf_route_stale",
+                        "speculation_hit",
+                        "speculation_miss",
+                    ],
+                    ..base.clone()
+                },
+                ChimeOptions { cache_bytes: 256, hotspot_bytes: 1, ..chime.clone() },
+            ),
+            // One RDWC slot: every key's leaders share it.
+            point("sweep-rdwc-slots-1", local.clone(), ChimeOptions { rdwc_slots: 1, ..local_options.clone() }),
+            // RDWC off on one compute node: every client of the hot keys goes to memory itself.
+            point(
+                "sweep-rdwc-off",
+                Preset {
+                    keys: 12,
+                    required_counters: &["speculation_hit", "lock_failures", "leaf_split"],
+                    ..local.clone()
+                },
+                ChimeOptions { rdwc: false, ..local_options.clone() },
+            ),
+            // CHIME-Indirect with a one-byte prefix: all keys share the prefix 0, so every lookup
+            // resolves a collision and at most H = 4 keys fit (later inserts answer Full). Found
+            // the empty-entry match, now the preset `zero-prefix`; this point runs it longer.
+            point(
+                "sweep-prefix-1",
+                Preset { ops_per_client: 15, step_limit: 1_000_000, ..zero_prefix.clone() },
+                zero_prefix_options.clone(),
+            ),
+            // Four memory nodes: leaves, internal nodes and blocks spread over all of them.
+            point(
+                "sweep-memory-nodes-4",
+                Preset { memory_nodes: 4, ..base.clone() },
+                ChimeOptions { memory_nodes: 4, ..chime.clone() },
+            ),
+            // A small retry bound: operations give up mid-way (a split whose pivot never reaches
+            // the parent) and later ones must cope.
+            point(
+                "sweep-retries-3",
+                Preset { required_counters: &["leaf_split", "retries"], ..base.clone() },
+                ChimeOptions { max_retries: 3, ..chime.clone() },
+            ),
+            // Long runs: 4 clients x 20 operations on 40 keys: splits, hops and late inserts
+            // and scans around moved keys.
+            point(
+                "sweep-long-splits",
+                Preset {
+                    clients: 4,
+                    ops_per_client: 20,
+                    keys: 40,
+                    step_limit: 2_000_000,
+                    required_counters: &["leaf_split", "internal_split", "hop", "half_split_right", "scan_next_leaf"],
+                    ..base
+                },
+                chime,
+            ),
+            // Long runs on one compute node: delegation, combining and speculation with splits.
+            point(
+                "sweep-long-local",
+                Preset {
+                    ops_per_client: 20,
+                    keys: 12,
+                    step_limit: 2_000_000,
+                    required_counters: &["rdwc_combined", "speculation_hit", "speculation_miss", "leaf_split"],
+                    ..local
+                },
+                local_options,
+            ),
+        ]
     }
 
     fn configure(options: &mut ChimeOptions, config: &str) -> Result<(), String> {
