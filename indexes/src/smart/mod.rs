@@ -508,6 +508,30 @@ struct At {
     cached: Option<CacheEntry>,
 }
 
+/// The attempts of one descent (a write's or a search's): a step to a deeper slot is part of
+/// the attempt, any other step (a slot read again, a lost CAS, a moved leaf) starts another.
+/// So `max_retries` bounds the attempts as documented, however deep the key's leaf is.
+struct Attempts {
+    left: u32,
+    deepest: usize,
+}
+
+impl Attempts {
+    fn new(max_retries: u32) -> Attempts {
+        Attempts { left: max_retries, deepest: 0 }
+    }
+
+    /// Whether a step at key position `d` may be taken.
+    fn next(&mut self, d: usize) -> bool {
+        if d > self.deepest {
+            self.deepest = d;
+            return true;
+        }
+        self.left = self.left.saturating_sub(1);
+        self.left > 0
+    }
+}
+
 enum LeafView {
     /// The key's current leaf (possibly retired by an out-of-place update whose publish has
     /// not landed: its slot still points to it).
@@ -731,7 +755,8 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
 
     async fn modify_inner(&mut self, key: &[u8], p: &mut Pending<'_, '_>) -> Result<Vec<bool>, IndexError> {
         let mut at = self.start(key).await?;
-        for _ in 0..self.o.max_retries {
+        let mut attempts = Attempts::new(self.o.max_retries);
+        while attempts.next(at.d) {
             if at.s.is_empty() {
                 let pk = if at.s.is_tombstone() { at.s.partial() } else { kb(key, at.d - 1) };
                 if at.s.is_tombstone() {
@@ -1034,7 +1059,12 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
     /// down if a split moved it meanwhile. Done when the slot no longer points to it.
     async fn unlink(&mut self, key: &[u8], at: &At, leaf: RemoteAddr) -> Result<(), IndexError> {
         let (mut sa, mut expected) = (at.sa, at.s);
-        for _ in 0..self.o.max_retries {
+        // The delete took effect (the dead bit); this unlinks the leaf. A lost CAS with the leaf
+        // found again means a split moved it one node deeper: a step of the one attempt, as in
+        // a descent (bounded by the key's length), not a retry. Giving up on it would leave a
+        // dead leaf reachable.
+        let (mut attempts, mut depth) = (Attempts::new(self.o.max_retries), 1);
+        while attempts.next(depth) {
             let tomb = if self.planted("delete-to-null") { Slot::null() } else { Slot::tombstone(expected.partial()) };
             let mut cur = Slot(self.ctx.cas(sa, expected.0, tomb.0).await?);
             if cur == expected {
@@ -1061,7 +1091,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 return Ok(());
             }
             self.counters.event(UNLINK_FOLLOWED.event);
-            expected = cur;
+            (expected, depth) = (cur, depth + 1);
         }
         Err(self.retries_exhausted("unlink"))
     }
@@ -1341,9 +1371,11 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         let k = self.o.key_bytes as usize;
         let root = self.read_slot(root_slot_addr()).await?;
         let mut stack = vec![Item::Visit(root, root_slot_addr(), 1, Vec::new())];
-        let mut budget = self.o.max_retries as u64 * 64;
+        // The walk itself is bounded by the tree; what repeats (a slot read again, a moved
+        // leaf followed) counts against max_retries, as a descent's retries do.
+        let mut attempts = Attempts::new(self.o.max_retries);
+        attempts.next(1);
         while let Some(item) = stack.pop() {
-            budget = budget.checked_sub(1).ok_or_else(|| self.retries_exhausted("scan"))?;
             let (s, sa, d, path) = match item {
                 Item::Emit(key, value) => {
                     out.push((key, value));
@@ -1361,13 +1393,21 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 let at = At { s, sa, d, cached: None };
                 match self.read_leaf(&at, None).await? {
                     LeafView::Live(l) if in_bounds(&l.key, start, end) => stack.push(Item::Emit(l.key, l.value)),
-                    LeafView::Moved(now) => stack.push(Item::Visit(now, sa, d, path)),
+                    LeafView::Moved(now) => {
+                        if !attempts.next(0) {
+                            return Err(self.retries_exhausted("scan"));
+                        }
+                        stack.push(Item::Visit(now, sa, d, path));
+                    }
                     LeafView::Live(_) | LeafView::Dead | LeafView::Invalid => {}
                 }
                 continue;
             }
             let at = At { s, sa, d, cached: None };
             let Some(img) = self.read_node(&at).await? else {
+                if !attempts.next(0) {
+                    return Err(self.retries_exhausted("scan"));
+                }
                 self.counters.retries += 1;
                 self.counters.event(SCAN_REREAD.event);
                 let s = self.read_slot(sa).await?;
@@ -1468,7 +1508,8 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
             l.mark();
         }
         let mut at = self.start(key).await?;
-        for _ in 0..self.o.max_retries {
+        let mut attempts = Attempts::new(self.o.max_retries);
+        while attempts.next(at.d) {
             if at.s.is_empty() {
                 return Ok(None);
             }
