@@ -640,7 +640,17 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 Path { p_ptr: root_addr(), p, parent: None, from_cache: false, pos: 0 }
             }
         };
-        for _ in 0..self.o.max_retries {
+        // A step to a deeper node is part of the attempt; an entry read again starts another.
+        // So max_retries bounds the attempts, however deep the leaf is.
+        let (mut left, mut deepest) = (self.o.max_retries, None);
+        loop {
+            if deepest.is_some_and(|d| path.pos <= d) {
+                left -= 1;
+                if left == 0 {
+                    break;
+                }
+            }
+            deepest = Some(path.pos);
             if path.p.is_null() {
                 if path.parent.is_none() {
                     return Ok(Descent::Missing { path, node: None, why: Missing::EmptyRoot });
