@@ -1,7 +1,8 @@
 //! Checking presets of SMART and of ART, its baseline configuration (`dmkit_indexes::smart`, `dmkit_indexes::art`).
 
-use crate::harness::{Checked, Mix, Preset, read_failures};
+use crate::harness::{Checked, Mix, Preset, be_key, read_failures};
 use dmkit_indexes::art::{Art, ArtOptions};
+use dmkit_indexes::smart::layout::NodeTypes;
 use dmkit_indexes::smart::{Smart, SmartOptions};
 use dmkit_sim::Faults;
 
@@ -15,6 +16,18 @@ pub fn smart_key(k: u64) -> Vec<u8> {
     } else {
         vec![0, 0, 1, 0, 0, 0, 0, (k - 12) as u8]
     }
+}
+
+/// [`smart_key`] behind `P` zero bytes (`8 + P`-byte keys): the first leaf split builds a chain
+/// of nodes of up to 6 compressed partials each over the long common prefix, and keys 14 and 15
+/// (keys 12 and 13 with byte 10 set) leave it at byte 10, inside the chain's second header.
+pub fn smart_long_key<const P: usize>(k: u64) -> Vec<u8> {
+    let mut key = vec![0u8; P];
+    key.extend(smart_key(if k < 14 { k } else { k - 2 }));
+    if k >= 14 {
+        key[10] = 1;
+    }
+    key
 }
 
 /// Values of 64 bytes: a leaf spans two cache lines, so an update can tear a READ.
@@ -103,9 +116,166 @@ fn smart_faults(preset: &str) -> Faults {
     }
 }
 
+/// A node filled one key at a time: keys `0..20` as [`be_key`] differ only in their last byte,
+/// so they are children of one node; 15 are preloaded and the inserts race for the next type
+/// switches.
+fn wide(base: &Preset) -> Preset {
+    Preset {
+        keys: 20,
+        key_of: be_key,
+        preload: 15,
+        mix: Mix { search: 30, insert: 50, update: 10, delete: 10, scan: 0 },
+        required_counters: &["type_switch"],
+        ..base.clone()
+    }
+}
+
+/// Four clients of 20 operations each: a split, a type switch, then updates, deletes and late
+/// inserts of the moved keys meet in one run.
+fn long(base: &Preset) -> Preset {
+    Preset { clients: 4, ops_per_client: 20, step_limit: 2_000_000, ..base.clone() }
+}
+
 impl Checked for Smart {
     fn presets() -> Vec<(Preset, SmartOptions)> {
-        smart_presets("smart")
+        let mut presets = smart_presets("smart");
+        let (base, o) = presets[0].clone();
+        presets.push((
+            // One attempt per operation: a writer that loses any race gives up (an
+            // indeterminate result), which must leave no lock held and no half-made change.
+            // Found by the option sweep; it failed before two fixes: descent steps counted as
+            // attempts (the preload gave up at once), and a delete whose unlink CAS lost to a
+            // split above its leaf gave up, leaving its dead leaf reachable.
+            Preset { name: "retries-1", required_counters: &["leaf_split", "publish_lost"], ..long(&base) },
+            SmartOptions { max_retries: 1, ..o },
+        ));
+        presets
+    }
+
+    fn sweep() -> Vec<(Preset, SmartOptions)> {
+        let mut presets = smart_presets("smart").into_iter();
+        let (base, o) = presets.next().expect("the default preset");
+        let (local, lo) = presets.next().expect("the local preset");
+        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
+        let splits = &["leaf_split", "header_split", "cache_hit"][..];
+        vec![
+            // NODE_256 only (Fig. 22(d)'s one type): no node ever switches type, every READ of
+            // a node fetches 256 slots.
+            point(
+                "sweep-node256-only",
+                Preset { required_counters: splits, ..base.clone() },
+                SmartOptions { node_types: NodeTypes::geometric(1).expect("valid"), ..o.clone() },
+            ),
+            // Two types, 4 and 256: the first switch jumps from 4 slots straight to 256.
+            // (Three children preloaded: the fifth insert makes the switch.)
+            point(
+                "sweep-types-2",
+                Preset { keys: 8, preload: 3, required_counters: &["type_switch", "type_stale_read"], ..wide(&base) },
+                SmartOptions { node_types: NodeTypes::geometric(2).expect("valid"), ..o.clone() },
+            ),
+            // 31 types (4, 5, 5, 6, ... deduplicated): a switch every one or two inserts, so
+            // concurrent inserts race for consecutive switches of one node.
+            point(
+                "sweep-types-31",
+                wide(&base),
+                SmartOptions { node_types: NodeTypes::geometric(31).expect("valid"), ..o.clone() },
+            ),
+            // No radix cache: every operation starts from the root slot (no reverse check of
+            // a cached route, no invalidation).
+            point(
+                "sweep-cache-0",
+                Preset { required_counters: &["leaf_split", "header_split", "type_switch"], ..base.clone() },
+                SmartOptions { cache_bytes: 0, ..o.clone() },
+            ),
+            // A cache of 100 bytes: one NODE_4 entry (65 bytes with its 7-byte prefix), so each
+            // add evicts the last and larger nodes are never cached.
+            point(
+                "sweep-cache-tiny",
+                Preset {
+                    required_counters: &["leaf_split", "header_split", "cache_hit", "cache_invalidated"],
+                    ..base.clone()
+                },
+                SmartOptions { cache_bytes: 100, ..o.clone() },
+            ),
+            // One RDWC slot per compute node: every key shares it, so a window of one key meets
+            // searches and writes of the others.
+            point(
+                "sweep-rdwc-1",
+                Preset { required_counters: &["rdwc_combined", "rdwc_delegated", "leaf_split"], ..local.clone() },
+                SmartOptions { rdwc_slots: 1, ..lo.clone() },
+            ),
+            // 32-byte keys with 24 shared zero bytes: chains of full headers, header splits
+            // inside the chain (keys 14, 15), and cache entries under long prefixes.
+            point(
+                "sweep-keys-32",
+                Preset { keys: 16, key_of: smart_long_key::<24>, step_limit: 1_000_000, ..base.clone() },
+                SmartOptions { key_bytes: 32, ..o.clone() },
+            ),
+            // The longest keys (256 bytes, 248 shared): a leaf split writes a chain of 36 nodes
+            // in one batch (over one 64 KiB chunk: the allocator takes a second), and headers
+            // reach depth 256.
+            point(
+                "sweep-keys-256",
+                Preset {
+                    keys: 16,
+                    ops_per_client: 4,
+                    key_of: smart_long_key::<248>,
+                    step_limit: 4_000_000,
+                    required_counters: splits,
+                    ..base.clone()
+                },
+                SmartOptions { key_bytes: 256, chunk_bytes: 64 << 10, ..o.clone() },
+            ),
+            // The largest value (4 KiB): a leaf spans 66 cache lines and its slot cannot record
+            // its length (units over 127 are stored as 0), so torn reads of long leaves.
+            point(
+                "sweep-value-4096",
+                Preset {
+                    value_bytes: 4096,
+                    step_limit: 4_000_000,
+                    required_counters: &["leaf_split", "torn_leaf"],
+                    ..local.clone()
+                },
+                SmartOptions { value_bytes: 4096, ..lo.clone() },
+            ),
+            // The factor analysis's in-place step without the rear lock (smart-inplace): an
+            // update's data WRITE and its unlock are two WRITEs; no preset runs it.
+            point(
+                "sweep-inplace",
+                Preset {
+                    required_counters: &["update_in_place", "leaf_split", "lock_failures", "torn_leaf"],
+                    ..local.clone()
+                },
+                configured(&lo, "smart-inplace"),
+            ),
+            // Lock-free nodes with out-of-place updates (smart-lockfree): ART's RCU leaves
+            // without its node locks; no preset runs it.
+            point(
+                "sweep-lockfree",
+                Preset {
+                    required_counters: &["rcu_update", "leaf_split", "header_split", "type_switch"],
+                    ..base.clone()
+                },
+                configured(&o, "smart-lockfree"),
+            ),
+            // Read delegation without write combining (smart-rd): no preset runs it.
+            point(
+                "sweep-rd",
+                Preset { required_counters: &["rdwc_delegated", "leaf_split", "lock_failures"], ..local.clone() },
+                configured(&lo, "smart-rd"),
+            ),
+            // Sixteen memory nodes: a split's nodes and the leaves it moves live on different
+            // nodes, and the 8-bit node ids of slots go past 1.
+            point(
+                "sweep-nodes-16",
+                Preset { memory_nodes: 16, ..base.clone() },
+                SmartOptions { memory_nodes: 16, ..o.clone() },
+            ),
+            // Long runs on the default shape.
+            point("sweep-long", long(&base), o.clone()),
+            // Long runs on one node filled to its type switches.
+            point("sweep-long-wide", long(&wide(&base)), o),
+        ]
     }
 
     fn faults(preset: &str, _: &SmartOptions) -> Faults {
@@ -123,6 +293,13 @@ impl Checked for Smart {
         };
         Ok(())
     }
+}
+
+/// `o` in the named configuration `config`, keeping what the presets set.
+fn configured(o: &SmartOptions, config: &str) -> SmartOptions {
+    let mut o = o.clone();
+    Smart::configure(&mut o, config).expect("a known configuration");
+    o
 }
 
 impl Checked for Art {
@@ -143,5 +320,83 @@ impl Checked for Art {
 
     fn faults(preset: &str, _: &ArtOptions) -> Faults {
         smart_faults(preset)
+    }
+
+    fn sweep() -> Vec<(Preset, ArtOptions)> {
+        let mut presets = Self::presets().into_iter();
+        let (base, o) = presets.next().expect("the default preset");
+        let (local, lo) = presets.next().expect("the local preset");
+        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
+        let with = |o: &ArtOptions, f: &dyn Fn(&mut SmartOptions)| {
+            let mut o = o.clone();
+            f(&mut o.0);
+            o
+        };
+        let locks = &["lock_failures", "leaf_split", "header_split", "type_switch"][..];
+        vec![
+            // One lock word per memory node: every internal node shares it, so inserts on
+            // unrelated nodes serialize and hand it over.
+            point(
+                "sweep-lock-table-1",
+                Preset { required_counters: locks, ..base.clone() },
+                with(&o, &|o| o.lock_table_bytes = 8),
+            ),
+            // One lock word on one compute node with four clients: hand-overs of the word
+            // between inserts into different nodes.
+            point(
+                "sweep-lock-table-1-local",
+                Preset { required_counters: &["lock_handed_over", "leaf_split"], ..local.clone() },
+                with(&lo, &|o| o.lock_table_bytes = 8),
+            ),
+            // No hand-over (a streak of one): every local waiter takes the word by CAS itself.
+            point(
+                "sweep-handover-1",
+                Preset { required_counters: &["rcu_update", "leaf_split", "lock_failures"], ..local.clone() },
+                with(&lo, &|o| o.max_handover = 1),
+            ),
+            // Unbounded hand-over on two compute nodes of two clients each: the other node's
+            // inserts wait while one node's clients pass the lock among themselves.
+            point(
+                "sweep-handover-max",
+                Preset { clients: 4, required_counters: &["lock_handed_over", "lock_failures"], ..base.clone() },
+                with(&o, &|o| o.max_handover = u32::MAX),
+            ),
+            // No radix cache: every insert locks its way down from the root.
+            point(
+                "sweep-cache-0",
+                Preset { required_counters: locks, ..base.clone() },
+                with(&o, &|o| o.cache_bytes = 0),
+            ),
+            // ART's types 4/16/48/256 on one node filled past 16 children: the switch to
+            // NODE_48 under the node lock, raced by lock-free readers.
+            point("sweep-wide", wide(&base), o.clone()),
+            // Out-of-place updates of 4 KiB values: every update writes a 66-line leaf and
+            // retires the old one.
+            point(
+                "sweep-value-4096",
+                Preset {
+                    value_bytes: 4096,
+                    step_limit: 4_000_000,
+                    required_counters: &["rcu_update", "leaf_split", "leaf_moved"],
+                    ..base.clone()
+                },
+                with(&o, &|o| o.value_bytes = 4096),
+            ),
+            // 32-byte keys with long shared prefixes: inserts lock a chain of nodes one by one.
+            point(
+                "sweep-keys-32",
+                Preset { keys: 16, key_of: smart_long_key::<24>, step_limit: 1_000_000, ..base.clone() },
+                with(&o, &|o| o.key_bytes = 32),
+            ),
+            // One attempt per operation: a writer that loses a lock or CAS race gives up.
+            point(
+                "sweep-retries-1",
+                Preset { required_counters: &["leaf_split", "lock_failures"], ..long(&base) },
+                with(&o, &|o| o.max_retries = 1),
+            ),
+            // Long runs on the default shape and on one node filled to its switch.
+            point("sweep-long", long(&base), o.clone()),
+            point("sweep-long-wide", long(&wide(&base)), o),
+        ]
     }
 }
