@@ -1,6 +1,7 @@
 //! Checking presets of Dolphin (`dmkit_indexes::dolphin`).
 
 use crate::harness::{Checked, Mix, Preset};
+use dmkit_indexes::dolphin::layout::Split;
 use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
 
 /// Dolphin's checking keys: six in one 7-byte prefix (one special node, leaves of 4 slots that
@@ -31,6 +32,14 @@ pub fn dolphin_wide_key(k: u64) -> Vec<u8> {
 pub fn dolphin_prefix_key(k: u64) -> Vec<u8> {
     let last = if k < 9 { 10 * k } else { 30 * (k - 9) + 5 };
     (0x0200 + last).to_be_bytes().to_vec()
+}
+
+/// Keys in one 7-byte prefix for leaves of the artifact's 65 slots: the first 64 (every fourth
+/// last byte, preloaded) leave one leaf one slot short of full, and keys `64..70` fall between
+/// them, so the first of them to be inserted splits that leaf.
+pub fn dolphin_dense_key(k: u64) -> Vec<u8> {
+    let last = if k < 64 { 4 * k } else { 40 * (k - 64) + 1 };
+    (0x0300 + last).to_be_bytes().to_vec()
 }
 
 /// Dolphin's checking options: 4-slot leaves (a split every few inserts) on two memory nodes.
@@ -153,9 +162,127 @@ impl Checked for Dolphin {
                     preload: 9,
                     mix: Mix { search: 20, insert: 80, update: 0, delete: 0, scan: 0 },
                     required_counters: &["leaf_split"],
-                    ..base
+                    ..base.clone()
                 },
                 dolphin_options(2),
+            ),
+            // One attempt per operation: any lost race or wait gives up, and must leave no mark
+            // on a leaf (a leaked share stalls its splits). Found by the option sweep: it failed
+            // before the fix, as a descent counted each node it stepped down as an attempt (the
+            // preload gave up at once).
+            (
+                Preset {
+                    name: "retries-1",
+                    clients: 4,
+                    ops_per_client: 20,
+                    keys: 6,
+                    preload: 3,
+                    mix: Mix { search: 30, insert: 30, update: 20, delete: 15, scan: 5 },
+                    required_counters: &["leaf_split", "smo_wait"],
+                    step_limit: 6_000_000,
+                    ..base
+                },
+                DolphinOptions { max_retries: 1, ..dolphin_options(1) },
+            ),
+        ]
+    }
+
+    fn sweep() -> Vec<(Preset, DolphinOptions)> {
+        let mut presets = Self::presets().into_iter().map(|(p, o)| (p.name, (p, o))).collect::<Vec<_>>();
+        let mut take = |name: &str| {
+            let i = presets.iter().position(|(n, _)| *n == name).expect("a preset of that name");
+            presets.swap_remove(i).1
+        };
+        let (base, o) = take("default");
+        let (leaf, lo) = take("leaf");
+        let (local, lco) = take("local");
+        let (splits, so) = take("splits");
+        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
+        let long = |p: &Preset| Preset { clients: 4, ops_per_client: 20, step_limit: 6_000_000, ..p.clone() };
+        vec![
+            // The paper's even split (the larger half to the new leaf) on 4-slot leaves: two
+            // keys stay, so a leaf refills after two inserts and neighbours split again.
+            point(
+                "sweep-split-even",
+                Preset {
+                    required_counters: &["leaf_split", "backtrack", "smo_conflict", "torn_read"],
+                    ..splits.clone()
+                },
+                DolphinOptions { split: Split::Even, ..so.clone() },
+            ),
+            // The artifact's 65-slot leaf (17 lines, one version each), one slot short of full:
+            // the first insert of a new key splits it while others update and delete in it.
+            point(
+                "sweep-leaf-65",
+                Preset {
+                    keys: 70,
+                    key_of: dolphin_dense_key,
+                    preload: 64,
+                    mix: Mix { search: 20, insert: 50, update: 15, delete: 10, scan: 5 },
+                    required_counters: &["leaf_split", "smo_drain_wait", "torn_read"],
+                    step_limit: 4_000_000,
+                    ..leaf.clone()
+                },
+                DolphinOptions { leaf_slots: 65, ..lo.clone() },
+            ),
+            // No cache: every operation descends from the root entry (no backtracking from a
+            // stale special node, no scan from a cached one).
+            point(
+                "sweep-cache-0",
+                Preset {
+                    required_counters: &["leaf_split", "prefix_split", "new_prefix", "cas_failures"],
+                    ..base.clone()
+                },
+                DolphinOptions { cache_bytes: 0, ..o.clone() },
+            ),
+            // A cache of 2,100 bytes: one special node (an N256 for 4-slot leaves, 2,090 bytes),
+            // so caching any other node evicts it, and scans and searches fall back to the root.
+            point(
+                "sweep-cache-tiny",
+                Preset { required_counters: &["leaf_split", "backtrack", "scan_from_cache"], ..base.clone() },
+                DolphinOptions { cache_bytes: 2_100, ..o.clone() },
+            ),
+            // One RDWC slot per compute node: all keys share it.
+            point("sweep-rdwc-1", Preset { keys: 6, ..local.clone() }, DolphinOptions { rdwc_slots: 1, ..lco.clone() }),
+            // Read delegation alone, and write combining alone.
+            point(
+                "sweep-rd-only",
+                Preset { required_counters: &["rdwc_delegated"], ..local.clone() },
+                DolphinOptions { write_combining: false, ..lco.clone() },
+            ),
+            point(
+                "sweep-wc-only",
+                Preset { required_counters: &["rdwc_combined"], ..local.clone() },
+                DolphinOptions { read_delegation: false, ..lco.clone() },
+            ),
+            // No RDWC and no table (rdwc_slots 0, which validate allows only with both off):
+            // every search and write goes to memory on its own.
+            point(
+                "sweep-rdwc-off",
+                Preset { required_counters: &["leaf_split", "compaction", "smo_wait"], ..leaf.clone() },
+                DolphinOptions { read_delegation: false, write_combining: false, rdwc_slots: 0, ..lo.clone() },
+            ),
+            // The most memory nodes entries can name (16): paths, special nodes and leaves
+            // spread over them.
+            point(
+                "sweep-nodes-16",
+                Preset { memory_nodes: 16, ..base.clone() },
+                DolphinOptions { memory_nodes: 16, ..o.clone() },
+            ),
+            // The smallest chunk the allocator accepts (32 bytes): every node and leaf is
+            // larger, so each allocation bypasses the chunks.
+            point("sweep-chunk-min", base.clone(), DolphinOptions { chunk_bytes: 32, ..o.clone() }),
+            // Long runs: one hot prefix (splits, compactions, updates and deletes of moved keys),
+            // and three full leaves whose splits race, with deletes and late inserts.
+            point("sweep-long-leaf", long(&leaf), lo),
+            point(
+                "sweep-long-splits",
+                Preset {
+                    mix: Mix { search: 20, insert: 45, update: 15, delete: 15, scan: 5 },
+                    required_counters: &["leaf_split", "backtrack", "publish_raced"],
+                    ..long(&splits)
+                },
+                so,
             ),
         ]
     }
