@@ -570,12 +570,17 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
 
     /// READs the root and the used area of the directory into the cache.
     async fn synchronize(&mut self) -> Result<(), IndexError> {
+        self.synchronize_within(self.o.max_retries).await
+    }
+
+    /// [`Self::synchronize`] with at most `attempts` READs.
+    async fn synchronize_within(&mut self, attempts: u32) -> Result<(), IndexError> {
         self.counters.event("directory_sync");
         let (mut gd, cached) = {
             let d = lock(&self.node.dir);
             (d.gd, !d.entries.is_empty())
         };
-        for _ in 0..self.o.max_retries {
+        for _ in 0..attempts {
             let raw = self.ctx.read(root_addr(), Buf::zeroed(8 + 8 * (1usize << gd))).await?;
             let now = layout::root_gd(raw.u64_at(0));
             if now > gd {
@@ -921,7 +926,14 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             return Ok(());
         }
         let release = |gd: u8| Request::write(root_addr(), layout::root_word(gd, false).to_le_bytes().to_vec());
-        self.synchronize().await?;
+        // From here on the split must not give up on a bound of max_retries: a split abandoned
+        // while it holds the directory lock leaves it held (and, once published, entries
+        // filling and items frozen) for good. Under the lock the depth changes only by this
+        // client, so a READ sized by a stale cached depth and one sized by the depth it saw are
+        // enough; the move's waits are bounded by other clients' progress (see `move_bucket`).
+        // Found by the sweep point `retries-1` (max_retries = 1: the first READ came back with
+        // a deeper directory and the split returned with the lock held).
+        self.synchronize_within(self.o.max_retries.max(2)).await?;
         let (mut gd, e, used) = {
             let d = lock(&self.node.dir);
             let e = Entry::decode(d.entries[layout::suffix(kh.dir, d.gd) as usize]);
@@ -972,7 +984,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 .collect()
         };
         self.ctx.post(publish(true)).await?;
-        self.synchronize().await?;
+        self.synchronize_within(self.o.max_retries.max(2)).await?;
         for b in 0..g.buckets() {
             self.move_bucket(s, t, b, d, i0 as u32).await?;
         }
@@ -987,33 +999,33 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     /// every item whose key has bit `d` set, freeze its slot, copy the word into the same
     /// bucket of `t`, and (3) clear the slot. A frozen slot's CAS from the plain word fails, so
     /// no write lands on an item in flight; searches read frozen items as usual.
+    ///
+    /// Its waits are not bounded by `max_retries` (the split holds the directory lock and
+    /// cannot be undone, see [`Self::resize`]): the header CAS waits for an insert lock, which
+    /// its holder keeps for one round trip and never waits under; a freeze CAS fails only
+    /// because a write to the item succeeded since the READ.
     async fn move_bucket(&mut self, s: RemoteAddr, t: RemoteAddr, b: usize, d: u8, i0: u32) -> Result<(), IndexError> {
         let g = self.g;
         let at = s.add(g.bucket_at(b) as u64);
         let (old, new) = (Header { ld: d, suffix: i0 }.encode(), Header { ld: d + 1, suffix: i0 }.encode());
-        let mut slots = None;
-        for _ in 0..self.o.max_retries {
+        let slots = loop {
             let r = self.ctx.post(vec![Request::cas(at, old, new), Request::read_len(at, g.bucket_bytes())]).await?;
             let mut r = r.into_iter();
             let seen = r.next().expect("the CAS").atomic()?;
             if seen == old {
                 let buf = r.next().expect("the READ").into_buf()?;
-                slots = Some((0..g.slots).map(|i| buf.u64_at(8 + 8 * i)).collect::<Vec<u64>>());
-                break;
+                break (0..g.slots).map(|i| buf.u64_at(8 + 8 * i)).collect::<Vec<u64>>();
             }
             // An insert holds this bucket's lock bit.
             self.counters.event(SPLIT_WAITS_INSERT_LOCK);
             self.counters.lock_failures += 1;
             self.ctx.yield_now().await;
-        }
-        let Some(slots) = slots else {
-            return Err(self.retries_exhausted("split"));
         };
         let t_at = t.add(g.bucket_at(b) as u64);
         let mut next_free = 0;
         for (i, mut w) in slots.into_iter().enumerate() {
             let slot_at = at.add(8 + 8 * i as u64);
-            for _ in 0..self.o.max_retries {
+            loop {
                 let Some(slot) = Slot::decode(w) else { break };
                 let block = self.ctx.read(slot.block, Buf::zeroed(slot.bytes())).await?;
                 let Some((key, _)) = layout::decode_block(block.as_slice()) else {
