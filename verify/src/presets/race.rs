@@ -83,6 +83,16 @@ impl Checked for Race {
                 },
                 RaceOptions { slots: 1, ..race_options(1) },
             ),
+            // "default" with one attempt per operation: every wait for a split, lost CAS or
+            // busy lock gives up (an error of unknown effect). Failed before the fix as the sweep
+            // point `sweep-retries-1` ("the directory lock is held with no operation in
+            // flight"): a split's directory READ under the lock, sized by a stale cached depth,
+            // gave up after one attempt and returned with the directory lock held. A split that
+            // holds the lock now finishes whatever max_retries says (see `Race`'s `resize`).
+            (
+                Preset { name: "retries-1", ..default.clone() },
+                RaceOptions { slots: 1, initial_depth: 0, max_retries: 1, ..race_options(2) },
+            ),
             (
                 Preset {
                     name: "pair",
@@ -95,6 +105,150 @@ impl Checked for Race {
                     ..basic
                 },
                 race_options(1),
+            ),
+        ]
+    }
+
+    fn sweep() -> Vec<(Preset, RaceOptions)> {
+        let presets = Self::presets();
+        let find = |name: &str| presets.iter().find(|(p, _)| p.name == name).expect("a preset").clone();
+        let (default, one_slot) = find("default");
+        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
+        // Inserts first: the growth a sweep point needs comes from new keys. (Splits during the
+        // preload count for nothing: the preload runs before the explored part, and its
+        // counters are not kept. So each point preloads up to just before a split, as measured
+        // by inserting keys 0, 1, ... one after another.)
+        let growing = Mix { search: 25, insert: 50, update: 15, delete: 10, scan: 0 };
+        vec![
+            // The paper's K = 7: a bucket is one 64-byte line (no header re-check), a combined
+            // bucket 14 slots. The presets use K = 1 and 2 only. With 2 groups the combined
+            // buckets overlap so much that the subtable splits only when all 42 slots are full:
+            // 42 keys preloaded, and the first insert of one of the 6 others splits.
+            point(
+                "sweep-slots-7",
+                Preset {
+                    ops_per_client: 10,
+                    keys: 48,
+                    preload: 42,
+                    mix: growing,
+                    required_counters: &["split", "item_moved", "directory_doubling", "split_wait"],
+                    step_limit: 2_000_000,
+                    ..default.clone()
+                },
+                RaceOptions { slots: 7, ..one_slot.clone() },
+            ),
+            // The most slots the options accept (K = 64): a bucket is 520 bytes, every bucket's
+            // header and most of its slots in different lines, a combined-bucket READ 17 lines.
+            // The subtable (384 slots) holds keys 0..384; the 385th key splits it.
+            point(
+                "sweep-slots-64",
+                Preset {
+                    ops_per_client: 10,
+                    keys: 392,
+                    preload: 384,
+                    mix: growing,
+                    required_counters: &["split", "item_moved"],
+                    step_limit: 20_000_000,
+                    ..default.clone()
+                },
+                RaceOptions { slots: 64, ..one_slot.clone() },
+            ),
+            // The directory reservation at its smallest useful size (M = 1): the one split from
+            // depth 0 to 1 (at the 7th key) doubles the directory, then from the 11th key
+            // inserts answer Full (an error with no effect) while writes and searches go on.
+            point(
+                "sweep-depth-cap",
+                Preset {
+                    ops_per_client: 10,
+                    keys: 16,
+                    preload: 6,
+                    mix: growing,
+                    required_counters: &["split", "directory_doubling"],
+                    ..default.clone()
+                },
+                RaceOptions { max_depth: 1, ..one_slot.clone() },
+            ),
+            // A deep directory from the start (2^4 entries, 136 bytes: the root and the entries
+            // in three lines) growing to 2^5 (264 bytes): directory READs that span lines while
+            // a doubling appends the new half and other clients' caches are one depth behind.
+            // 16 subtables hold 46 keys; the 47th splits.
+            point(
+                "sweep-deep-directory",
+                Preset {
+                    ops_per_client: 10,
+                    keys: 60,
+                    preload: 46,
+                    mix: growing,
+                    required_counters: &["split", "directory_doubling", "sync_depth_grew", "search_on_resize"],
+                    step_limit: 2_000_000,
+                    ..default.clone()
+                },
+                RaceOptions { initial_depth: 4, max_depth: 6, ..one_slot.clone() },
+            ),
+            // Subtables and KV blocks over four memory nodes (the directory on node 0): a split's
+            // new subtable on another node than the old one, a key's block on a third.
+            point(
+                "sweep-nodes-4",
+                Preset { memory_nodes: 4, ..default.clone() },
+                RaceOptions { memory_nodes: 4, ..one_slot.clone() },
+            ),
+            // The most memory nodes the options accept (256: a slot's and an entry's node field
+            // at 255). Blocks go round-robin over the nodes, so only a compute node's 256th
+            // allocation reaches node 255: 256 keys preloaded (by compute node 0) into 2-slot
+            // buckets, so that the table has grown to dozens of subtables and new keys split
+            // them while the clients write.
+            point(
+                "sweep-nodes-256",
+                Preset {
+                    memory_nodes: 256,
+                    ops_per_client: 10,
+                    keys: 280,
+                    preload: 256,
+                    mix: growing,
+                    required_counters: &["split", "item_moved", "shallow_split"],
+                    step_limit: 8_000_000,
+                    ..default.clone()
+                },
+                RaceOptions { slots: 2, max_depth: 8, memory_nodes: 256, ..one_slot.clone() },
+            ),
+            // The smallest chunk the allocator accepts (32 bytes): every KV block (64 bytes) is
+            // fetched whole from its memory node instead of carved from a chunk.
+            point("sweep-chunk-min", default.clone(), RaceOptions { chunk_bytes: 32, ..one_slot.clone() }),
+            // The largest KV block a slot can name (256 units: its length field at 255): 8-byte
+            // keys and 16,360-byte values. A block READ is 256 lines.
+            point(
+                "sweep-block-max",
+                Preset { value_bytes: 16_360, step_limit: 20_000_000, ..default.clone() },
+                RaceOptions { value_bytes: 16_360, ..one_slot.clone() },
+            ),
+            // Long runs: 4 clients x 20 operations on 16 keys, 1-slot buckets: several splits
+            // per run, with writes and searches of moved keys between them.
+            point(
+                "sweep-long",
+                Preset {
+                    clients: 4,
+                    ops_per_client: 20,
+                    keys: 16,
+                    preload: 4,
+                    step_limit: 4_000_000,
+                    required_counters: &["split", "item_moved", "shallow_split", "search_on_resize", "split_wait"],
+                    ..default.clone()
+                },
+                one_slot.clone(),
+            ),
+            // Long runs with 2-slot buckets (headers and slots in different lines): 3 clients x
+            // 25 operations on 24 keys.
+            point(
+                "sweep-long-2slot",
+                Preset {
+                    ops_per_client: 25,
+                    keys: 24,
+                    preload: 9,
+                    step_limit: 4_000_000,
+                    required_counters: &["split", "item_moved", "search_on_resize", "split_wait"],
+                    ..default
+                },
+                RaceOptions { slots: 2, ..one_slot },
             ),
         ]
     }
