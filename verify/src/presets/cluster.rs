@@ -88,4 +88,128 @@ impl Checked for Cluster {
             ),
         ]
     }
+
+    fn sweep() -> Vec<(Preset, ClusterOptions)> {
+        let (base, one) = Self::presets().swap_remove(0);
+        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
+        let linked = &["overflow_linked", "delete_moved", "lock_failures", "search_revalidated"];
+        vec![
+            // One slot per bucket: every item past the first links an overflow bucket, a chain
+            // is up to 9 buckets long, and a delete moves the tail item across several buckets
+            // past a search one READ per bucket.
+            point(
+                "sweep-slots-1",
+                Preset { required_counters: linked, ..base.clone() },
+                ClusterOptions { slots_per_bucket: 1, overflow_percent: 1000, ..one.clone() },
+            ),
+            // The most slots a bucket takes (14: header, slots and version copy fill two 64-byte
+            // units to the byte). 14 keys preloaded fill the main bucket: the next new key links.
+            point(
+                "sweep-slots-14",
+                Preset {
+                    keys: 18,
+                    preload: 14,
+                    required_counters: &["overflow_linked", "delete_moved", "search_torn_version"],
+                    ..base.clone()
+                },
+                ClusterOptions { slots_per_bucket: 14, ..one.clone() },
+            ),
+            // No overflow pool: a new key in a full main bucket takes a pool index past the end
+            // (the FAA still counts) and answers Full, while deletes compact the bucket.
+            point(
+                "sweep-overflow-0",
+                Preset {
+                    keys: 5,
+                    preload: 2,
+                    mix: Mix { search: 30, insert: 40, update: 5, delete: 25, scan: 0 },
+                    required_counters: &["full", "delete_moved", "lock_failures"],
+                    ..base.clone()
+                },
+                ClusterOptions { overflow_percent: 0, ..one.clone() },
+            ),
+            // The smallest pool (1 percent rounds up to one bucket): one link (by the third key;
+            // two preloaded), then Full from the fifth; the emptied overflow bucket stays linked
+            // and takes the chain's next inserts.
+            point(
+                "sweep-overflow-1",
+                Preset {
+                    keys: 6,
+                    preload: 2,
+                    mix: Mix { search: 30, insert: 40, update: 5, delete: 25, scan: 0 },
+                    required_counters: &["overflow_linked", "full", "delete_moved"],
+                    ..base.clone()
+                },
+                ClusterOptions { overflow_percent: 1, ..one.clone() },
+            ),
+            // Main buckets not a multiple of the memory nodes (4 over 3: node 0 holds two chains
+            // and four overflow buckets, the others one chain and two). The first link comes
+            // with the 4th key, the first Full with the 24th: 6 keys preloaded, 16 in all.
+            point(
+                "sweep-nodes-3-uneven",
+                Preset {
+                    memory_nodes: 3,
+                    keys: 16,
+                    preload: 6,
+                    required_counters: &["overflow_linked", "delete_moved", "lock_failures"],
+                    ..base.clone()
+                },
+                ClusterOptions { overflow_percent: 200, ..cluster_checking_options(4, 3) },
+            ),
+            // The most memory nodes (64: the superblock's region list at its 1 KiB bound), one
+            // chain of 1-slot buckets and one overflow bucket per node. Keys 0, 1, ... link a
+            // first overflow bucket with the 6th and meet a node's empty pool with the 26th:
+            // 24 preloaded, 48 in all, so the clients' inserts link and answer Full.
+            point(
+                "sweep-nodes-64",
+                Preset {
+                    memory_nodes: 64,
+                    keys: 48,
+                    preload: 24,
+                    ops_per_client: 10,
+                    mix: Mix { search: 30, insert: 40, update: 5, delete: 25, scan: 0 },
+                    required_counters: &["overflow_linked", "full", "delete_moved"],
+                    step_limit: 2_000_000,
+                    ..base.clone()
+                },
+                ClusterOptions { slots_per_bucket: 1, overflow_percent: 100, ..cluster_checking_options(64, 64) },
+            ),
+            // The largest KV block a slot names (255 units: 8-byte keys, 16,296-byte values),
+            // in chunks of 64 KiB, the smallest validate accepts for it (four blocks).
+            point(
+                "sweep-block-max",
+                Preset { value_bytes: 16_296, step_limit: 20_000_000, ..base.clone() },
+                ClusterOptions { value_bytes: 16_296, chunk_bytes: 1 << 16, ..one.clone() },
+            ),
+            // The smallest chunk validate accepts for 2-unit blocks (512 bytes, four blocks): a
+            // compute node fetches a new chunk every few writes, before it locks the chain.
+            point("sweep-chunk-min", base.clone(), ClusterOptions { chunk_bytes: 512, ..one.clone() }),
+            // One attempt per operation: a writer that finds the chain locked, or a search that
+            // sees a move under way or a changed version, gives up (an error of unknown effect).
+            point(
+                "sweep-retries-1",
+                Preset { required_counters: &["delete_moved", "lock_failures"], ..base.clone() },
+                ClusterOptions { max_retries: 1, ..one.clone() },
+            ),
+            // Long runs on one chain: 4 clients x 20 operations on 8 keys.
+            point(
+                "sweep-long",
+                Preset { clients: 4, ops_per_client: 20, step_limit: 2_000_000, ..base.clone() },
+                one.clone(),
+            ),
+            // Long runs with the paper's 8-slot buckets (header and version copy in different
+            // units): 3 clients x 25 operations on 12 keys, 7 preloaded.
+            point(
+                "sweep-long-wide",
+                Preset {
+                    ops_per_client: 25,
+                    keys: 12,
+                    preload: 7,
+                    required_counters: &["overflow_linked", "delete_moved", "search_torn_version"],
+                    step_limit: 2_000_000,
+                    ..base
+                },
+                ClusterOptions { slots_per_bucket: 8, ..one },
+            ),
+        ]
+    }
 }
