@@ -1025,8 +1025,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         let mut next_free = 0;
         for (i, mut w) in slots.into_iter().enumerate() {
             let slot_at = at.add(8 + 8 * i as u64);
-            loop {
-                let Some(slot) = Slot::decode(w) else { break };
+            while let Some(slot) = Slot::decode(w) {
                 let block = self.ctx.read(slot.block, Buf::zeroed(slot.bytes())).await?;
                 let Some((key, _)) = layout::decode_block(block.as_slice()) else {
                     if self.o.paper.reuse {
