@@ -539,7 +539,7 @@ pub fn run_index<K: IndexKind>(
         tally.counters.merge(&t.counters);
     }
     let report = K::check_invariants(options, &view).map_err(|e| format!("after the run, invariant violated: {e}"))?;
-    crate::runner::unfinished_allowed(&report, tally.errors.len())?;
+    report.check_unfinished(!tally.errors.is_empty()).map_err(|e| format!("after the run, invariant violated: {e}"))?;
     let (from, to) = (estimate.warmup_ticks, estimate.warmup_ticks + estimate.measured_ticks);
     let in_window = |t: &u32| (from..to).contains(&(*t as usize));
     let measured_ns = (estimate.measured_ticks as u64 * setup.tick_ns).max(1);

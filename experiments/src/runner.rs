@@ -457,7 +457,7 @@ pub fn run_loaded<K: IndexKind>(
     let stats = sim.stats();
     let report = K::check_invariants(options, &sim).map_err(|e| format!("after the run, invariant violated: {e}"))?;
     let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
-    unfinished_allowed(&report, tally.errors.len())?;
+    report.check_unfinished(!tally.errors.is_empty()).map_err(|e| format!("after the run, invariant violated: {e}"))?;
 
     let (from, to) = (estimate.warmup_ticks, estimate.warmup_ticks + estimate.measured_ticks);
     let measured_ns = (estimate.measured_ticks as u64 * tick_ns).max(1);
@@ -633,17 +633,5 @@ struct Done;
 impl OpSource for Done {
     fn next_op(&mut self) -> Option<crate::run::Task> {
         None
-    }
-}
-
-/// A walk's states of unfinished operations ([`dmkit_indexes::InvariantReport::unfinished`]) are
-/// a violation after a run in which every operation finished (`errors` operations failed).
-pub(crate) fn unfinished_allowed(report: &dmkit_indexes::InvariantReport, errors: usize) -> Result<(), String> {
-    match report.unfinished.first() {
-        Some(first) if errors == 0 => Err(format!(
-            "after the run, invariant violated: {first} ({} such states), although every operation finished",
-            report.unfinished.len()
-        )),
-        _ => Ok(()),
     }
 }

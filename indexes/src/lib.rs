@@ -233,6 +233,20 @@ pub struct InvariantReport {
     pub unfinished: Vec<String>,
 }
 
+impl InvariantReport {
+    /// Accepts the [`InvariantReport::unfinished`] states only if `some_operation_unfinished`
+    /// (an operation of the run failed, or never returned); otherwise the first of them, as a
+    /// violation.
+    pub fn check_unfinished(&self, some_operation_unfinished: bool) -> Result<(), String> {
+        match self.unfinished.first() {
+            Some(first) if !some_operation_unfinished => {
+                Err(format!("{first} ({} such states), although every operation finished", self.unfinished.len()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Server nodes an index runs services on besides its memory nodes (HStore's hash-table and
 /// skiplist servers): `nodes` of them, each with `rpc_threads` RPC threads; its services'
 /// workers get threads of their own, which share the RPC threads' cores if

@@ -529,7 +529,7 @@ impl Core {
         &self.cfg.memory_model
     }
 
-    /// Schedules a crash (and restart) of a memory or server node during the run.
+    /// Schedules a READ failure (`ReadFailure`) on a memory node during the run.
     pub(crate) fn add_read_failure(&mut self, failure: crate::config::ReadFailure) -> Result<(), String> {
         if failure.node >= self.cfg.topology.memory_nodes {
             return Err(format!(
@@ -544,6 +544,7 @@ impl Core {
         Ok(())
     }
 
+    /// Schedules a crash (and restart) of a memory or server node during the run.
     pub(crate) fn add_node_crash(&mut self, crash: crate::config::NodeCrash) -> Result<(), String> {
         if crash.node >= self.cfg.topology.target_nodes() {
             return Err(format!(

@@ -2,7 +2,7 @@
 //! command-line arguments.
 
 use crate::explore::{self, Mode};
-use crate::harness::{Checked, IndexCheck, IndexScenario, Preset, check_index, counter};
+use crate::harness::{Checked, IndexCheck, IndexScenario, Preset, check_index, counter, read_failures};
 use dmkit_indexes::Counters;
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::art::Art;
@@ -166,25 +166,22 @@ fn run<K: Checked>(req: &CheckRequest) -> Result<CheckOutcome, String> {
         scenario.preset.clients = c;
     }
     scenario.qp_actors = req.qp_actors;
-    for i in 0..req.read_failures {
-        let node = (i % u32::from(scenario.preset.memory_nodes.max(1))) as u16;
-        scenario.faults.read_failures.push(dmkit_sim::ReadFailure { node, at_ns: 1_000 * (u64::from(i) + 1) });
-    }
+    scenario.faults.read_failures.extend(read_failures(scenario.preset.memory_nodes, req.read_failures).read_failures);
     if !(req.seconds > 0.0 && req.seconds.is_finite()) {
         return Err("--seconds must be positive".into());
     }
     let preset = &scenario.preset;
-    let command =
-        format!(
-            "dmkit check --index {} --preset {}{}{} --seed {}{}{}",
-            K::NAME,
-            preset.name,
-            req.config.as_ref().map(|c| format!(" --config {c}")).unwrap_or_default(),
-            req.clients.map(|c| format!(" --clients {c}")).unwrap_or_default(),
-            req.seed,
-            req.plant.as_ref().map(|p| format!(" --plant {p}")).unwrap_or_default(),
-            if req.qp_actors { " --qp-actors" } else { "" },
-        ) + &if req.read_failures > 0 { format!(" --read-failures {}", req.read_failures) } else { String::new() };
+    let command = format!(
+        "dmkit check --index {} --preset {}{}{} --seed {}{}{}{}",
+        K::NAME,
+        preset.name,
+        req.config.as_ref().map(|c| format!(" --config {c}")).unwrap_or_default(),
+        req.clients.map(|c| format!(" --clients {c}")).unwrap_or_default(),
+        req.seed,
+        req.plant.as_ref().map(|p| format!(" --plant {p}")).unwrap_or_default(),
+        if req.qp_actors { " --qp-actors" } else { "" },
+        if req.read_failures > 0 { format!(" --read-failures {}", req.read_failures) } else { String::new() },
+    );
     if let Some(replay) = &req.replay {
         let (variant, choices) = explore::decode_replay(replay)?;
         let verdict = explore::replay(&scenario, variant, &choices);

@@ -1,6 +1,6 @@
 //! Checking presets of CHIME (`dmkit_indexes::chime`).
 
-use crate::harness::{Checked, Mix, Preset};
+use crate::harness::{Checked, Mix, Preset, point};
 use dmkit_indexes::chime::{Chime, ChimeOptions};
 
 /// CHIME's checking keys: `k + 1` big-endian (the all-zero key marks empty entries).
@@ -150,7 +150,6 @@ impl Checked for Chime {
         let (base, chime) = presets[0].clone();
         let (local, local_options) = presets[1].clone();
         let (zero_prefix, zero_prefix_options) = presets[4].clone();
-        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
         // A configuration of the ladder with the presets' small nodes and budgets.
         let ladder = |config: &str| {
             let mut o = chime.clone();

@@ -1,6 +1,6 @@
 //! Checking presets of Clover (`dmkit_indexes::clover`).
 
-use crate::harness::{Checked, Mix, Preset, be_key};
+use crate::harness::{Checked, Mix, Preset, be_key, point};
 use dmkit_indexes::clover::{Clover, CloverOptions};
 
 /// Clover (HStore's other baseline): four keys, so that writers of one key race on its tail's
@@ -50,7 +50,6 @@ impl Checked for Clover {
 
     fn sweep() -> Vec<(Preset, CloverOptions)> {
         let (base, o) = Self::presets().swap_remove(0);
-        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
         // The largest value a 255-unit version holds with an 8-byte key.
         let max_value = 255 * 64 - 16 - 8;
         vec![

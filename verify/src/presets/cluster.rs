@@ -5,7 +5,7 @@
 //! forward (the compaction a lock-free search has to survive). Values of 48 bytes make a KV
 //! block of two 64-byte units.
 
-use crate::harness::{Checked, Mix, Preset, be_key};
+use crate::harness::{Checked, Mix, Preset, be_key, point};
 use dmkit_indexes::cluster::{Cluster, ClusterOptions};
 
 /// The options every preset starts from: 2 slots per bucket, 4 overflow buckets per main
@@ -91,7 +91,6 @@ impl Checked for Cluster {
 
     fn sweep() -> Vec<(Preset, ClusterOptions)> {
         let (base, one) = Self::presets().swap_remove(0);
-        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
         let linked = &["overflow_linked", "delete_moved", "lock_failures", "search_revalidated"];
         vec![
             // One slot per bucket: every item past the first links an overflow bucket, a chain

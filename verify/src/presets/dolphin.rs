@@ -1,6 +1,6 @@
 //! Checking presets of Dolphin (`dmkit_indexes::dolphin`).
 
-use crate::harness::{Checked, Mix, Preset};
+use crate::harness::{Checked, Mix, Preset, point};
 use dmkit_indexes::dolphin::layout::Split;
 use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
 
@@ -197,7 +197,6 @@ impl Checked for Dolphin {
         let (leaf, lo) = take("leaf");
         let (local, lco) = take("local");
         let (splits, so) = take("splits");
-        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
         let long = |p: &Preset| Preset { clients: 4, ops_per_client: 20, step_limit: 6_000_000, ..p.clone() };
         vec![
             // The paper's even split (the larger half to the new leaf) on 4-slot leaves: two

@@ -1,6 +1,6 @@
 //! Checking presets of the example index (`dmkit_indexes::example`).
 
-use crate::harness::{Checked, Mix, Preset, be_key};
+use crate::harness::{Checked, Mix, Preset, be_key, point};
 use dmkit_indexes::example::{Example, ExampleOptions};
 
 impl Checked for Example {
@@ -88,7 +88,6 @@ impl Checked for Example {
 
     fn sweep() -> Vec<(Preset, ExampleOptions)> {
         let (base, tiny) = Self::presets().swap_remove(0);
-        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
         vec![
             // One slot per bucket: every insert of a second key into a bucket answers Full.
             point("sweep-slots-1", base.clone(), ExampleOptions { slots_per_bucket: 1, ..tiny.clone() }),

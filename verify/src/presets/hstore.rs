@@ -7,7 +7,7 @@
 //! blocks are reused within a schedule (and a read that outlives its lease restarts). One
 //! compute node: blocks another node carved are never reused (see the module doc).
 
-use crate::harness::{Checked, Mix, Preset, be_key, read_failures};
+use crate::harness::{Checked, Mix, Preset, be_key, point, read_failures};
 use dmkit_indexes::hstore::{HStore, HStoreOptions, layout, wire};
 use dmkit_sim::{Faults, NodeCrash};
 
@@ -185,7 +185,6 @@ impl Checked for HStore {
 
     fn sweep() -> Vec<(Preset, HStoreOptions)> {
         let (base, o) = Self::presets().swap_remove(0);
-        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
         let writes = Mix { search: 25, insert: 40, update: 15, delete: 20, scan: 0 };
         let crashing = Preset { step_limit: 3_000_000, ..base.clone() };
         // The smallest message the options accept for 8-byte keys: one log entry, one item.
@@ -367,7 +366,7 @@ impl Checked for HStore {
         } else if preset.contains("crash-sls") {
             crash(o.sls_node())
         } else if preset == "read-failure" {
-            read_failures(0, 3)
+            read_failures(1, 3)
         } else {
             Faults::default()
         }

@@ -1,6 +1,6 @@
 //! Checking presets of RACE hashing (`dmkit_indexes::race`).
 
-use crate::harness::{Checked, Mix, Preset, be_key};
+use crate::harness::{Checked, Mix, Preset, be_key, point};
 use dmkit_indexes::race::{Race, RaceOptions};
 
 /// RACE's checking tables: 2 groups of 3 buckets of 2 slots in one subtable, so few keys fill
@@ -113,7 +113,6 @@ impl Checked for Race {
         let presets = Self::presets();
         let find = |name: &str| presets.iter().find(|(p, _)| p.name == name).expect("a preset").clone();
         let (default, one_slot) = find("default");
-        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
         // Inserts first: the growth a sweep point needs comes from new keys. (Splits during the
         // preload count for nothing: the preload runs before the explored part, and its
         // counters are not kept. So each point preloads up to just before a split, as measured

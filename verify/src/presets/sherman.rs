@@ -1,6 +1,6 @@
 //! Checking presets of Sherman (`dmkit_indexes::sherman`).
 
-use crate::harness::{Checked, Mix, Preset, be_key};
+use crate::harness::{Checked, Mix, Preset, be_key, point};
 use dmkit_indexes::sherman::cache::{CacheLevels, ENTRY_OVERHEAD};
 use dmkit_indexes::sherman::{LockPlacement, Sherman, ShermanOptions};
 
@@ -88,7 +88,6 @@ impl Checked for Sherman {
         let presets = Self::presets();
         let (base, fixed) = presets[0].clone();
         let (local, local_options) = presets[1].clone();
-        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
         let geometry = fixed.geometry().expect("the presets' geometry is valid");
         vec![
             // The smallest nodes the geometry accepts (2 slots per leaf, 3 records per internal

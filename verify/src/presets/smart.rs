@@ -1,6 +1,6 @@
 //! Checking presets of SMART and of ART, its baseline configuration (`dmkit_indexes::smart`, `dmkit_indexes::art`).
 
-use crate::harness::{Checked, Mix, Preset, be_key, read_failures};
+use crate::harness::{Checked, Mix, Preset, be_key, point, read_failures};
 use dmkit_indexes::art::{Art, ArtOptions};
 use dmkit_indexes::smart::layout::NodeTypes;
 use dmkit_indexes::smart::{Smart, SmartOptions};
@@ -111,7 +111,7 @@ fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
 /// Faults of SMART's and ART's presets: three READ failures in "read-failure".
 fn smart_faults(preset: &str) -> Faults {
     match preset {
-        "read-failure" => read_failures(0, 3),
+        "read-failure" => read_failures(1, 3),
         _ => Faults::default(),
     }
 }
@@ -156,7 +156,6 @@ impl Checked for Smart {
         let mut presets = smart_presets("smart").into_iter();
         let (base, o) = presets.next().expect("the default preset");
         let (local, lo) = presets.next().expect("the local preset");
-        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
         let splits = &["leaf_split", "header_split", "cache_hit"][..];
         vec![
             // NODE_256 only (Fig. 22(d)'s one type): no node ever switches type, every READ of
@@ -326,7 +325,6 @@ impl Checked for Art {
         let mut presets = Self::presets().into_iter();
         let (base, o) = presets.next().expect("the default preset");
         let (local, lo) = presets.next().expect("the local preset");
-        let point = |name, preset: Preset, options| (Preset { name, ..preset }, options);
         let with = |o: &ArtOptions, f: &dyn Fn(&mut SmartOptions)| {
             let mut o = o.clone();
             f(&mut o.0);
