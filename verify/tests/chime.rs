@@ -188,6 +188,7 @@ mod explored {
             ("indirect", Mode::Random),
             ("indirect", Mode::Pct { depth: 3 }),
             ("pair", Mode::Dfs { preemptions: 2 }),
+            ("long-local", Mode::Random),
         ] {
             check_index(&scenario(preset, None, 5), mode, 5, budget, u64::MAX).assert_clean(
                 &format!("{preset} {mode:?}"),
@@ -197,21 +198,26 @@ mod explored {
         }
     }
 
-    /// The three levels of optimistic synchronisation and the digest's gaps G3 and G5, each a
-    /// removed protection the explorer finds and replays (G1 is shown on the layout, in
-    /// `chime::layout::tests`).
+    /// The three levels of optimistic synchronisation, the digest's gaps G3 and G5 and the split's
+    /// boundary tombstone, each a removed protection the explorer finds and replays (G1 is
+    /// shown on the layout, in `chime::layout::tests`).
     #[test]
     fn each_planted_bug_is_found_and_replays() {
         let budget = Duration::from_secs(if ci() { 40 } else { 60 });
-        for bug in
-            ["no-entry-version", "no-bitmap-check", "no-sibling-validation", "upsert-first-vacancy", "delete-clears"]
-        {
-            let check = check_index(&scenario("default", Some(bug), 1), Mode::Random, 1, budget, u64::MAX);
+        for (bug, preset) in [
+            ("no-entry-version", "default"),
+            ("no-bitmap-check", "default"),
+            ("no-sibling-validation", "default"),
+            ("upsert-first-vacancy", "default"),
+            ("delete-clears", "default"),
+            ("split-drops-max-tombstone", "long-local"),
+        ] {
+            let check = check_index(&scenario(preset, Some(bug), 1), Mode::Random, 1, budget, u64::MAX);
             let f = check
                 .exploration
                 .failure
                 .unwrap_or_else(|| panic!("{bug} not found in {} schedules", check.exploration.schedules));
-            let again = scenario("default", Some(bug), 1);
+            let again = scenario(preset, Some(bug), 1);
             assert_eq!(explore::replay(&again, f.variant, &f.choices), Err(f.message.clone()), "{bug}");
         }
     }
@@ -221,15 +227,17 @@ mod explored {
         chime_key(10 * (k + 1))
     }
 
-    /// Digest G4. Client 1 deletes 80, the maximum of leaf {50..80} (its tombstone stays), then
-    /// inserts until that leaf splits: the new right leaf drops the tombstone, so its range
-    /// (up to 81) has room above its largest key, and inserting 78 there leaves its argmax
-    /// behind. Client 0 inserts 79 having read the parent before the split; it finds the half
-    /// split and moves right. Carrying the expected sibling, the right leaf is known to be the
-    /// last of the range and 79 goes there. With the artifact's NULL (the plant), the right
-    /// leaf looks half-split too, its stale argmax says 79 is above it, and 79 lands one leaf
-    /// too far right: the walk finds it outside its parent's range.
-    fn g4(plant: bool) -> IndexScenario<Chime> {
+    /// Digest G4 and the boundary tombstone. Client 1 deletes 80, the maximum of leaf {50..80}
+    /// (its tombstone stays), then inserts until that leaf splits; the new right leaf inherits
+    /// the sibling {90..}, its range ends at 81 and 78 goes there. Client 0 inserts 79 having
+    /// read the parent before the split: it finds the half split and moves right. The kept
+    /// tombstone 80 at the right leaf's argmax says 79 is below its end, so 79 stays there with
+    /// or without the expected sibling (G4, plant `right-null-sibling`): since splits keep the
+    /// boundary, G4 only saves the argmax READ. Dropping the boundary (plant
+    /// `split-drops-max-tombstone`) is what breaks: the walk finds a leaf whose argmax is not
+    /// its largest key or whose largest key does not end its range, and, with G4 removed too,
+    /// 79 one leaf too far right.
+    fn g4(plants: &[&str]) -> IndexScenario<Chime> {
         let (base, mut options) = Chime::presets().into_iter().next().unwrap();
         let preset = Preset {
             name: "g4",
@@ -239,8 +247,8 @@ mod explored {
             mix: Mix { search: 1, insert: 0, update: 0, delete: 0, scan: 0 },
             ..base
         };
-        if plant {
-            Chime::plant(&mut options, "right-null-sibling").unwrap();
+        for plant in plants {
+            Chime::plant(&mut options, plant).unwrap();
         }
         let insert = |k: u64| Op::Insert { key: chime_key(k), value: vec![0xAB; preset.value_bytes] };
         let mut splitter = vec![Op::Delete { key: chime_key(80) }];
@@ -250,20 +258,28 @@ mod explored {
     }
 
     #[test]
-    fn g4_insert_moving_right_keeps_the_expected_sibling() {
+    fn g4_the_boundary_tombstone_protects_an_insert_moving_right() {
         let mode = Mode::Pct { depth: 3 };
         let budget = Duration::from_secs(if ci() { 4 } else { 15 });
-        let check = check_index(&g4(true), mode, 1, budget, u64::MAX);
-        let f = check.exploration.failure.expect("G4 is found with the expected sibling dropped");
-        assert!(f.message.contains("outside its parent's range"), "{}", f.message);
-        assert_eq!(explore::replay(&g4(true), f.variant, &f.choices), Err(f.message.clone()));
-        let fixed = g4(false);
-        let clean = check_index(&fixed, mode, 1, budget, u64::MAX);
-        assert!(clean.exploration.failure.is_none(), "{}", clean.exploration.failure.unwrap());
-        assert!(clean.exploration.schedules > 100, "{} schedules", clean.exploration.schedules);
-        let counters = fixed.counters.borrow();
-        for event in ["leaf_split", "half_split_right"] {
-            assert!(counters.events.get(event).copied().unwrap_or(0) > 0, "{event}: {counters:?}");
+        for plants in [&["split-drops-max-tombstone"][..], &["right-null-sibling", "split-drops-max-tombstone"]] {
+            let check = check_index(&g4(plants), mode, 1, budget, u64::MAX);
+            let f = check.exploration.failure.unwrap_or_else(|| panic!("{plants:?} not found"));
+            assert!(
+                f.message.contains("largest key") || f.message.contains("outside its parent's range"),
+                "{plants:?}: {}",
+                f.message
+            );
+            assert_eq!(explore::replay(&g4(plants), f.variant, &f.choices), Err(f.message.clone()));
+        }
+        for plants in [&[][..], &["right-null-sibling"]] {
+            let fixed = g4(plants);
+            let clean = check_index(&fixed, mode, 1, budget, u64::MAX);
+            assert!(clean.exploration.failure.is_none(), "{plants:?}: {}", clean.exploration.failure.unwrap());
+            assert!(clean.exploration.schedules > 100, "{plants:?}: {} schedules", clean.exploration.schedules);
+            let counters = fixed.counters.borrow();
+            for event in ["leaf_split", "half_split_right"] {
+                assert!(counters.events.get(event).copied().unwrap_or(0) > 0, "{plants:?} {event}: {counters:?}");
+            }
         }
     }
 }

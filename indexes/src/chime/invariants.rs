@@ -7,9 +7,9 @@
 //! - Leaves: every leaf is reachable from a parent (no half split left behind); lines and
 //!   objects carry consistent versions (C1, one NV: I2); all replicas are identical (I5); every
 //!   key sits within `H` of its home with its bit set, and every bit names a key (I3); no key
-//!   twice; every key inside the range its parent gives it (I6); a leaf with a sibling has an
-//!   occupied argmax (I9, weakened: see the walk); a vacancy bit says "vacant" only if the bucket has an empty entry (I10);
-//!   no lock bit set.
+//!   twice; every key inside the range its parent gives it (I6); a leaf with a sibling holds its
+//!   largest key (tombstone or not) at argmax, and its range ends at that key's successor (I9);
+//!   a vacancy bit says "vacant" only if the bucket has an empty entry (I10); no lock bit set.
 
 use super::layout::{self, LOCK_BIT};
 use super::{ChimeOptions, MAGIC, internal_layout, leaf_layout, lock_word_layout, superblock_addr};
@@ -125,12 +125,23 @@ pub fn check(o: &ChimeOptions, memory: &dyn MemoryView) -> Result<InvariantRepor
                 }
             }
         }
-        // A leaf that split holds its largest key at argmax until it splits again (inserts
-        // into it stay below its pivot); a leaf made by a split inherits a sibling without
-        // having split, and its argmax may fall behind later inserts, harmlessly (it is read
-        // only after a split the reader's parent copy missed). So: occupied, at least.
-        if !sibling.is_null() && l.is_empty(&img, lw.argmax(word)) {
-            return Err(format!("leaf at {at} has a sibling but its argmax {} is empty", lw.argmax(word)));
+        // I9, exact: a leaf with a sibling holds its largest key, deleted or not, at argmax,
+        // and its range ends at that key's successor. A split leaves it so on both halves (the
+        // left keeps its largest key, the right inherits the old leaf's, tombstone included)
+        // and inserts stay below the end; an insert moving right through a parent older than
+        // the split trusts exactly this.
+        if !sibling.is_null() {
+            let a = lw.argmax(word);
+            if l.is_empty(&img, a) {
+                return Err(format!("leaf at {at} has a sibling but its argmax {a} is empty"));
+            }
+            let max = keys.iter().map(|(k, _)| k).max().expect("argmax is occupied");
+            if l.key(&img, a) != max.as_slice() {
+                return Err(format!("leaf at {at}: argmax {a} holds {:?}, its largest key is {max:?}", l.key(&img, a)));
+            }
+            if layout::successor(max).as_deref() != Some(hi.as_slice()) {
+                return Err(format!("leaf at {at}: its largest key {max:?} does not end its range {lo:?}..{hi:?}"));
+            }
         }
         if o.indirect {
             // Whole keys are in the blocks; each must carry its entry's prefix.

@@ -133,6 +133,27 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
                 preload: 6,
                 mix: Mix { search: 20, insert: 80, update: 0, delete: 0, scan: 0 },
                 required_counters: &["leaf_split", "root_split"],
+                ..base.clone()
+            },
+            chime_options(config, 1),
+        ),
+        // Found by the sweep (`sweep-long-local`, failed before the fix): a split dropped the
+        // deleted maximum of a leaf with a sibling from the right half, whose argmax then fell
+        // below where its range ends; an insert moving right from a parent older than two
+        // splits went one leaf too far (plant `split-drops-max-tombstone`). 4 clients x 20
+        // operations on one compute node.
+        (
+            Preset {
+                name: "long-local",
+                compute_nodes: 1,
+                memory_nodes: 1,
+                clients: 4,
+                ops_per_client: 20,
+                keys: 12,
+                preload: 3,
+                mix: Mix { search: 40, insert: 20, update: 30, delete: 10, scan: 0 },
+                required_counters: &["rdwc_combined", "speculation_hit", "leaf_split", "half_split_right"],
+                step_limit: 2_000_000,
                 ..base
             },
             chime_options(config, 1),
