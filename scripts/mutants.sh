@@ -6,6 +6,8 @@
 #
 #   scripts/mutants.sh INDEX [SCHEDULES]      # e.g. scripts/mutants.sh example 2000
 #   scripts/mutants.sh INDEX --list           # the mutants, without running them
+#   SHARD=0/4 scripts/mutants.sh INDEX 2000   # a sample: every 4th mutant of the list, from the
+#                                             # first (round-robin, so it spans every function)
 #
 # Why cargo-mutants: its mutation operators (replace a function's body, swap a comparison or a
 # boolean operator, delete a `!`) are the standard ones, it rebuilds only what a mutant touches,
@@ -49,12 +51,14 @@ not_protocol='validate|::limits|node_state_bytes|check_invariants|planted_bugs|r
 mutate=(--profile mutants --test-package dmkit-verify -E "$not_protocol")
 for f in "${files[@]}"; do mutate+=(-f "$f"); done
 [ -n "$focus" ] && mutate+=(-F "$focus")
+shard=${SHARD:-}
+[ -n "$shard" ] && mutate+=(--shard "$shard" --sharding round-robin)
 
 if [ "$arg" = "--list" ]; then
   exec cargo mutants "${mutate[@]}" --list
 fi
 
-out=results/mutants/$index
+out=results/mutants/$index${shard:+-shard-${shard/\//-of-}}
 mkdir -p "$out"
 export DMKIT_MUTANTS_INDEX=$index DMKIT_MUTANTS_SCHEDULES=$arg
 # The baseline: the unmutated tree must pass the oracle. (cargo-mutants 27's own baseline runs
@@ -64,4 +68,4 @@ cargo mutants "${mutate[@]}" --in-place --no-shuffle -o "$out" --baseline skip -
   -- --test mutation_oracle -- --ignored || true
 mo=$out/mutants.out
 count() { [ -f "$mo/$1.txt" ] && wc -l < "$mo/$1.txt" || echo 0; }
-echo "$index: $(count caught) caught, $(count missed) missed, $(count timeout) timeout, $(count unviable) unviable ($arg schedules per preset and mode)"
+echo "$index: $(count caught) caught, $(count missed) missed, $(count timeout) timeout, $(count unviable) unviable ($arg schedules per preset and mode${shard:+; shard $shard of the list})"
