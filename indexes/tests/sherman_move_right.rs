@@ -1,7 +1,7 @@
 //! Move-right (sibling) reads during a Sherman bulk load: one client in the simulator's instant
 //! mode inserting keys in a hashed order (as `sherman_shape.rs` and `dmkit run --load bulk`),
 //! printing, per window of keys, the `move_right*` events per insert and the index cache's
-//! state. A measurement for the module doc's "Known gap", not a pass/fail check: ignored.
+//! state. A measurement for the module doc's "Stale cached upper levels", not a pass/fail check: ignored.
 //!
 //! `cargo test --release -p dmkit-indexes --test sherman_move_right -- --ignored --nocapture`;
 //! `DMKIT_MR_KEYS` (default 1000000), `DMKIT_MR_STEP` (100000), `DMKIT_MR_CONFIG` (sherman-fixed).
@@ -58,6 +58,7 @@ fn move_rights_per_insert_during_bulk_load() {
         "move_right_parent",
         "cache_hit",
         "cache_stale",
+        "cache_stale_internal",
         "stale_route",
         "leaf_split",
         "internal_split",

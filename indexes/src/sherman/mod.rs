@@ -39,38 +39,25 @@
 //!   absent key changes nothing.
 //! - Delete clears the slot and leaves empty leaves in place (no merge, as the artifact, B15).
 //!
-//! ## Known gap: stale cached upper levels in `sherman-fixed` (measured, not fixed)
+//! ## Stale cached upper levels: dropped when they route into a split
 //!
-//! With `sherman-fixed` (the default: every internal level cached, `stale_restart = false`), move-right
-//! READs per insert grow with the tree during a load: 0.13 at 100 k keys, 0.35 at 300 k, 1.13 at 1 M
-//! (cumulative; 1.80 per insert over the last 100 k keys of 1 M), from one client bulk-loading in
-//! a hashed order (`cargo test --release -p dmkit-indexes --test sherman_move_right -- --ignored
-//! --nocapture`, `DMKIT_MR_KEYS` / `DMKIT_MR_CONFIG`; the events `move_right_internal`,
-//! `move_right_from_cache`, `move_right_leaf` and `move_right_parent` split `move_right` by where
-//! it happens, host-side tallies that charge no CPU and post no verb). All but 0.013 per insert are
-//! `move_right_internal` in traversals that began at a cached copy (`move_right_from_cache`), and
-//! (instrumented once) every one starts at a cached *level-2* copy and walks level 1. Mechanism: a
-//! leaf split the level-1 copy did not see makes the leaf check invalidate that copy and move right
-//! at the leaf (`leave_uncovered`, 0.013 per insert); the next key of that range has
-//! no level-1 copy, so `find` starts at the level-2 copy, which was cached early and
-//! is never re-read (36 cache misses in the 1 M load). It routes to a level-1 child that has split
-//! many times since; the traversal moves right through every sibling (~130 per such traversal at
-//! 1 M), caches only the last, and leaves the level-2 copy in place: a move right in `find` never
-//! invalidates `from_cache` (only `key < lowest` does). `sherman-smart` (level 1 only) and
-//! `sherman-chime` (`stale_restart`: the restart from the root re-reads and re-caches level 2) stay
-//! at ≤ 0.001 per insert. It does not explain YCSB A's throughput: A has no inserts and no splits,
-//! and `dmkit run --index sherman --config sherman-smart --workload a --keys 1000000 --clients 512
-//! --duration-us 50000` reports no `move_right` at all (12.5 Mops/s, batches 13.8 → 12.6, no 28).
-//! The artifact invalidates a stale cached entry and restarts from the root (digest §3.3, §3.5,
-//! §3.11: "the entry is invalidated and the operation restarts from the root. That traversal
-//! re-adds the fresh level-1 page"), and CHIME, which caches every level, does the same for an
-//! internal node reached from the cache: `if from_cache and (!n.valid or k ∉ [n.low, n.high)):
-//! cache.invalidate(entry); restart lookup` (chime digest §3.1). Proposed fix: in `find`, when the
-//! node read from a cached copy's route has `key ≥ highest`, invalidate that copy (and restart at
-//! the next cached level or the root, or at least cache the level-1 siblings read on the way).
-//! That changes `sherman-fixed`'s simulated traces wherever keys are inserted (`--workload load`,
-//! YCSB D and E, `--load insert`, checks), so those results and figures must be re-measured; the
-//! bulk-loaded image should not change (same nodes, only fewer READs).
+//! With every internal level cached (`sherman-fixed`), a cached copy is never re-read while it
+//! routes correctly, and a B-link traversal moving right makes every route correct eventually.
+//! Until 2026-11-28 a copy that routed to a node which had split since stayed in the cache, and
+//! during a load the level-2 copies, cached early, sent every later key of their ranges along
+//! ever longer chains of level-1 siblings: move-right READs per insert grew with the tree, 0.13
+//! at 100 k keys, 0.35 at 300 k, 1.13 at 1 M (about 130 siblings per such traversal at 1 M), and
+//! loading 10 M keys took 122 s. The artifact invalidates a stale cached entry (digest §3.3,
+//! §3.5, §3.11), and so does CHIME for a cached internal node (chime digest §3.1). Now `find`
+//! drops a copy whose route led to a node that no longer covers the key (`cache_stale_internal`,
+//! a host-side tally), keeps moving right, and the next traversal of the range re-reads the node
+//! from the level above: 0.014 move-right READs per insert at 1 M, flat from 100 k, and a 10 M
+//! load in 37 s, with the same loaded image (`Image::memory_digest` unchanged at 100 k, 1 M and
+//! 10 M keys): `cargo test --release -p dmkit-indexes --test sherman_move_right -- --ignored
+//! --nocapture` (`DMKIT_MR_KEYS`, `DMKIT_MR_STEP`, `DMKIT_MR_CONFIG`). Simulated runs that
+//! insert with `sherman-fixed` (LOAD, YCSB D and E, `--load insert`) issue fewer READs than
+//! before; `sherman-smart` (level 1 only) and `sherman-chime` (`stale_restart`) had at most
+//! 0.001 per insert and barely change.
 //!
 //! ## Why no route lands left of its key (no restart for it)
 //!
@@ -550,6 +537,8 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         }
         let (mut p, mut from_cache) = (root, None);
         let mut at_root = true;
+        // The node read next is the one a cached copy routed to.
+        let mut below_copy = false;
         if use_cache && root_level >= self.o.cache_min_root_level && self.o.cache_bytes > 0 {
             self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
             if let Some(e) = self.node.cache.lookup(key).filter(|e| e.node.level > target) {
@@ -559,7 +548,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 if e.node.level == target + 1 {
                     return Ok(Found { addr: child, from_cache: Some(e), path });
                 }
-                (p, from_cache, at_root) = (child, Some(e), false);
+                (p, from_cache, at_root, below_copy) = (child, Some(e), false, true);
             } else {
                 self.counters.event("cache_miss");
             }
@@ -585,9 +574,18 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 // Host-side tallies only (no CPU charged, no verb): which traversal read
                 // the sibling, to tell stale cached routes from concurrent splits.
                 self.counters.event(MOVE_RIGHT_INTERNAL);
-                if from_cache.is_some() {
+                if let Some(e) = from_cache.as_ref() {
                     self.counters.event("move_right_from_cache");
+                    // The copy routed to a node that split since: drop it, so the next
+                    // traversal of its range re-reads it from the level above (the artifact
+                    // invalidates a stale entry too). Kept, it would send every later key of
+                    // the range along the same ever longer chain of siblings.
+                    if below_copy {
+                        self.node.cache.invalidate(e);
+                        self.counters.event("cache_stale_internal");
+                    }
                 }
+                below_copy = false;
                 if at_root {
                     // The root split: learn the new root next time.
                     self.node.root.forget();
@@ -597,7 +595,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             }
             let n = v.node();
             self.spare = Some(image);
-            at_root = false;
+            (at_root, below_copy) = (false, false);
             if let Some(slot) = path.get_mut(n.level as usize) {
                 *slot = Some(p);
             }
