@@ -211,6 +211,7 @@ mod explored {
             ("upsert-first-vacancy", "default"),
             ("delete-clears", "default"),
             ("split-drops-max-tombstone", "long-local"),
+            ("split-skips-parent", "default"),
         ] {
             let check = check_index(&scenario(preset, Some(bug), 1), Mode::Random, 1, budget, u64::MAX);
             let f = check

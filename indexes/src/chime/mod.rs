@@ -243,7 +243,7 @@ const RACE_HANDLERS: [RaceHandler; 17] = [
     RDWC_WRITE_FALLBACK,
 ];
 
-const PLANTS: [PlantedBug; 8] = [
+const PLANTS: [PlantedBug; 9] = [
     PlantedBug {
         name: "no-entry-version",
         description: "entry writes do not bump the entry version (EV): a READ torn across a multi-line entry's update is accepted",
@@ -271,6 +271,10 @@ const PLANTS: [PlantedBug; 8] = [
     PlantedBug {
         name: "split-drops-max-tombstone",
         description: "a split drops the deleted maximum of a leaf with a sibling from the right half, so the right half's argmax falls below where its range ends",
+    },
+    PlantedBug {
+        name: "split-skips-parent",
+        description: "a leaf split never inserts its pivot into the parent: the right half stays reachable only from its left sibling after every operation finished (the walk accepts a half split only after an operation that did not finish)",
     },
     PlantedBug {
         name: "delete-clears",
@@ -1366,6 +1370,9 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             return Err(e.into());
         }
         self.ctx.write(lk.addr, Buf::from(whole(&left, left_word))).await?;
+        if self.planted("split-skips-parent") {
+            return Ok(());
+        }
         self.insert_parent(lk.addr, 0, pivot, right_at).await
     }
 
