@@ -32,4 +32,4 @@ pub use buf::Buf;
 pub use ctx::{Client, ClientCtx, ClientIdentity, CpuWork};
 pub use error::VerbsError;
 pub use rand_chacha::ChaCha8Rng;
-pub use verbs::{Caps, MaskedAtomics, MemoryView, Op, Request, Response, Verbs, single, validate_batch};
+pub use verbs::{BatchOutcome, Caps, MaskedAtomics, MemoryView, Op, Request, Response, Verbs, single, validate_batch};

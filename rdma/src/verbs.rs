@@ -200,6 +200,24 @@ pub struct Caps {
 /// 4. **Completion.** A delivered completion means the verb and every earlier verb of its QP are
 ///    visible to every later verb of any client.
 ///
+/// What [`Verbs::post_keeping`] returns: the responses of the verbs that completed, in request
+/// order (all of them, or the ones before the failed verb), and the failure if there was one.
+#[derive(Debug)]
+pub struct BatchOutcome {
+    pub completed: Vec<Response>,
+    pub error: Option<VerbsError>,
+}
+
+impl BatchOutcome {
+    /// The whole batch's responses, or its failure (what [`Verbs::post`] returns).
+    pub fn into_result(self) -> Result<Vec<Response>, VerbsError> {
+        match self.error {
+            None => Ok(self.completed),
+            Some(e) => Err(e),
+        }
+    }
+}
+
 /// Atomics act on little-endian 64-bit words (x86 responders).
 pub trait Verbs {
     /// What this backend can do.
@@ -209,6 +227,22 @@ pub trait Verbs {
     /// signalled completion, each request's result in request order. Errors in the batch's
     /// arguments (mixed nodes, out of range, unaligned atomics) post nothing.
     fn post(&self, requests: Vec<Request>) -> impl Future<Output = Result<Vec<Response>, VerbsError>>;
+
+    /// As [`Verbs::post`], but a batch that fails part-way also returns the responses of the
+    /// verbs before the one that failed. An RC queue pair completes in order, so the error
+    /// completion names the first verb that did not complete and every verb before it did (an
+    /// atomic's old word is in its local buffer even if unsignalled): a client that took a lock
+    /// with the batch's CAS can tell, and release it, when a later READ of the batch fails.
+    /// A backend that cannot tell keeps none (this default); the simulator keeps them.
+    fn post_keeping(&self, requests: Vec<Request>) -> impl Future<Output = BatchOutcome> {
+        let done = self.post(requests);
+        async move {
+            match done.await {
+                Ok(completed) => BatchOutcome { completed, error: None },
+                Err(e) => BatchOutcome { completed: Vec::new(), error: Some(e) },
+            }
+        }
+    }
 
     /// Posts a batch without a completion and returns at once. Its effects land before any later
     /// signalled completion of the same QP is delivered; READ results are discarded.

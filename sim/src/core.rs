@@ -196,7 +196,10 @@ macro_rules! awaited {
     };
 }
 
-awaited!(Batch, Vec<Response>, batches);
+/// A batch's responses up to its first failed verb, and that verb's error.
+pub(crate) type BatchDone = (Vec<Response>, Option<VerbsError>);
+
+awaited!(Batch, BatchDone, batches);
 awaited!(Rpc, Vec<u8>, rpcs);
 awaited!(LocalOp, Response, locals);
 
@@ -212,7 +215,8 @@ pub(crate) struct Batch {
     signaled: bool,
     resp_ps_max: u64,
     waiter: Option<TaskId>,
-    outcome: Outcome<Vec<Response>>,
+    /// The responses of the verbs before the first that failed, and that failure.
+    outcome: Outcome<BatchDone>,
 }
 
 #[derive(Debug)]
@@ -880,7 +884,7 @@ impl Core {
         self.batches_posted += 1;
         self.steps += 1;
         self.trace_hash = mix(mix(self.trace_hash, self.now_ns), 0x1_57a7);
-        let outcome = if up { Ok(responses) } else { Err(VerbsError::NodeDown(node)) };
+        let outcome = if up { Ok((responses, None)) } else { Err(VerbsError::NodeDown(node)) };
         let batch = self.batches.insert(Batch {
             client,
             posted_ps: self.now_ps(),
@@ -1449,7 +1453,8 @@ impl Core {
 
     fn complete(&mut self, batch: u32) {
         let mut next = self.batches[batch].first_verb;
-        let mut result = Ok(Vec::with_capacity(self.batches[batch].len as usize));
+        let mut completed = Vec::with_capacity(self.batches[batch].len as usize);
+        let mut error = None;
         while next != NO_VERB {
             let verb = self.verbs.remove(next);
             next = verb.next_in_batch;
@@ -1464,10 +1469,11 @@ impl Core {
                     _ => Response::Atomic(verb.rmw_old),
                 })
             };
-            match (&mut result, response) {
-                (Ok(list), Ok(r)) => list.push(r),
-                (Ok(_), Err(e)) => result = Err(e),
-                (Err(_), _) => {}
+            // Verbs after the first failure are not reported (on hardware they are flushed).
+            match response {
+                Ok(r) if error.is_none() => completed.push(r),
+                Err(e) if error.is_none() => error = Some(e),
+                _ => {}
             }
         }
         let b = &mut self.batches[batch];
@@ -1476,7 +1482,7 @@ impl Core {
                 self.batches.remove(batch);
             }
             _ => {
-                b.outcome = Outcome::Ready(result);
+                b.outcome = Outcome::Ready(Ok((completed, error)));
                 let (client, waiter) = (b.client, b.waiter);
                 self.clients[client as usize].stats.round_trips += 1;
                 self.wake_after_poll(client, waiter);

@@ -976,7 +976,22 @@ impl Verbs for SimClient {
 
     fn post(&self, requests: Vec<Request>) -> impl Future<Output = Result<Vec<Response>, VerbsError>> {
         let posted = self.core.borrow_mut().post(self.id, requests, true);
-        BatchFuture::new(&self.core, posted)
+        let done = BatchFuture::new(&self.core, posted);
+        async move {
+            let (completed, error) = done.await?;
+            error.map_or(Ok(completed), Err)
+        }
+    }
+
+    fn post_keeping(&self, requests: Vec<Request>) -> impl Future<Output = dmkit_rdma::BatchOutcome> {
+        let posted = self.core.borrow_mut().post(self.id, requests, true);
+        let done = BatchFuture::new(&self.core, posted);
+        async move {
+            match done.await {
+                Ok((completed, error)) => dmkit_rdma::BatchOutcome { completed, error },
+                Err(e) => dmkit_rdma::BatchOutcome { completed: Vec::new(), error: Some(e) },
+            }
+        }
     }
 
     fn post_unsignaled(&self, requests: Vec<Request>) -> Result<(), VerbsError> {

@@ -444,6 +444,36 @@ fn read_failure_fails_one_read_and_keeps_memory() {
     assert!(Sim::new(bad).is_err(), "a READ failure on a memory node that does not exist is refused");
 }
 
+/// A `[CAS, READ]` batch whose READ fails: `post` reports only the failure, `post_keeping` also
+/// the CAS's old word (it completed before the READ, as on an RC queue pair), so a client can
+/// tell that its CAS took the lock and release it.
+#[test]
+fn a_batch_failing_part_way_keeps_the_responses_before_the_failure() {
+    let mut cfg = config();
+    cfg.faults.read_failures = vec![ReadFailure { node: 0, at_ns: 0 }, ReadFailure { node: 0, at_ns: 0 }];
+    let mut sim = Sim::new(cfg).unwrap();
+    let c = sim.add_client(0).unwrap();
+    let c2 = c.clone();
+    let raw = host(BASE);
+    let out = sim.spawn_output(&c, async move {
+        let kept = c2.post_keeping(vec![Request::cas(raw, 0, 1), Request::read_len(raw, 8)]).await;
+        let plain = c2.post(vec![Request::cas(raw, 1, 2), Request::read_len(raw, 8)]).await;
+        let whole = c2.post_keeping(vec![Request::cas(raw, 2, 3), Request::read_len(raw, 8)]).await;
+        (kept, plain, whole)
+    });
+    sim.run().unwrap();
+    let (kept, plain, whole) = out.take();
+    assert_eq!(kept.error, Some(VerbsError::Timeout(NodeId(0))));
+    assert_eq!(kept.completed.len(), 1, "the CAS before the failed READ: {kept:?}");
+    assert_eq!(kept.completed[0].atomic(), Ok(0), "the CAS's old word: it won");
+    assert_eq!(plain.err(), Some(VerbsError::Timeout(NodeId(0))), "post reports the failure alone");
+    assert_eq!(whole.error, None);
+    assert_eq!(whole.completed.len(), 2, "{whole:?}");
+    assert_eq!(whole.completed[0].atomic(), Ok(2), "both earlier CASes took effect");
+    let read = whole.completed.into_iter().nth(1).unwrap().into_buf().unwrap();
+    assert_eq!(read.u64_at(0), 3);
+}
+
 /// Polls three futures together (the simulator's tasks are single-threaded).
 async fn futures_join3<A: Future, B: Future, C: Future>(a: A, b: B, c: C) -> (A::Output, B::Output, C::Output) {
     let (mut a, mut b, mut c) = (Box::pin(a), Box::pin(b), Box::pin(c));

@@ -354,6 +354,7 @@ mod explored {
             ("default", Mode::Pct { depth: 3 }),
             ("spread", Mode::Random),
             ("pair", Mode::Dfs { preemptions: 2 }),
+            ("read-failure", Mode::Random),
         ] {
             let check = check_index(&scenario(preset, None, 5), mode, 5, budget, u64::MAX);
             check.assert_clean(&format!("{preset} {mode:?}"), 5, mode == Mode::Random);
@@ -366,14 +367,16 @@ mod explored {
         }
     }
 
-    /// Each removed protection is found by the random explorer on the default preset, and the
-    /// failing schedule replays.
+    /// Each removed protection is found by the random explorer on the default preset (the
+    /// release of a lock after a failed READ on `read-failure`, the preset with failing READs),
+    /// and the failing schedule replays.
     #[test]
     fn each_planted_bug_is_found_and_replays() {
         let budget = Duration::from_secs(if ci() { 30 } else { 60 });
         for bug in Cluster::planted_bugs().iter().map(|p| p.name) {
+            let preset = if bug == "failed-read-keeps-lock" { "read-failure" } else { "default" };
             let started = Instant::now();
-            let check = check_index(&scenario("default", Some(bug), 1), Mode::Random, 1, budget, u64::MAX);
+            let check = check_index(&scenario(preset, Some(bug), 1), Mode::Random, 1, budget, u64::MAX);
             let f = check
                 .exploration
                 .failure
@@ -384,9 +387,9 @@ mod explored {
                 started.elapsed().as_secs_f64(),
                 f.message.lines().next().unwrap_or("")
             );
-            let again = scenario("default", Some(bug), 1);
+            let again = scenario(preset, Some(bug), 1);
             assert_eq!(explore::replay(&again, f.variant, &f.choices), Err(f.message.clone()), "{bug}");
         }
-        assert_eq!(Cluster::planted_bugs().len(), 4);
+        assert_eq!(Cluster::planted_bugs().len(), 5);
     }
 }

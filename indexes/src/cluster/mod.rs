@@ -210,7 +210,11 @@ impl ClusterOptions {
     }
 }
 
-const PLANTS: [PlantedBug; 4] = [
+const PLANTS: [PlantedBug; 5] = [
+    PlantedBug {
+        name: "failed-read-keeps-lock",
+        description: "a writer whose [CAS lock, READ bucket] batch took the lock and then failed its READ returns with the chain locked: no writer can lock it again",
+    },
     PlantedBug {
         name: "no-lock",
         description: "writers skip the chain lock: concurrent inserts take one slot or store one key twice, and links are lost",
@@ -235,8 +239,10 @@ const SEARCH_SAW_MOVE: &str = "search_saw_move";
 const SEARCH_TORN_VERSION: &str = "search_torn_version";
 /// A search's miss found the version changed since the traversal began.
 const SEARCH_REVALIDATED: &str = "search_revalidated";
+/// A writer's lock CAS won and the READ batched with it failed: it releases the lock.
+const UNLOCK_AFTER_FAILED_READ: &str = "unlock_after_failed_read";
 
-const RACE_HANDLERS: [RaceHandler; 4] = [
+const RACE_HANDLERS: [RaceHandler; 5] = [
     RaceHandler {
         event: "lock_failures",
         race: "a writer's lock CAS found the chain locked by another writer: it backs off and retries",
@@ -252,6 +258,10 @@ const RACE_HANDLERS: [RaceHandler; 4] = [
     RaceHandler {
         event: SEARCH_REVALIDATED,
         race: "a search's miss: a delete moved the tail item past the traversal (the version changed between the two samples), so the key may be present; it reads again",
+    },
+    RaceHandler {
+        event: UNLOCK_AFTER_FAILED_READ,
+        race: "(fault) a writer's lock CAS won and the READ batched with it failed: it releases the lock before reporting the failure, else the chain stays locked",
     },
 ];
 
@@ -641,10 +651,24 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
         }
         let old = if self.ctx.caps().masked_atomics == MaskedAtomics::Native {
             // On one QP the READ sees the CAS: if it won, the image is the locked one.
-            let mut r = self
+            let done = self
                 .ctx
-                .post(vec![Request::masked_cas(main, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT), Request::read_len(main, len)])
-                .await?;
+                .post_keeping(vec![
+                    Request::masked_cas(main, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT),
+                    Request::read_len(main, len),
+                ])
+                .await;
+            if let Some(e) = done.error {
+                // The READ failed (a transport error): if the CAS before it took the lock,
+                // release it, or the chain stays locked for good. The bit names no owner, so
+                // only the CAS's own answer says whether the lock is ours.
+                let won = done.completed.first().and_then(|r| r.atomic().ok()).is_some_and(|old| old & LOCK_BIT == 0);
+                if won {
+                    self.release_lock(main).await;
+                }
+                return Err(e.into());
+            }
+            let mut r = done.completed;
             let image = r.pop().expect("a READ response").into_buf()?;
             let old = r.pop().expect("a CAS response").atomic()?;
             if old & LOCK_BIT == 0 {
@@ -654,7 +678,13 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
         } else {
             let old = self.ctx.masked_cas(main, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
             if old & LOCK_BIT == 0 {
-                return Ok(Some(self.ctx.read(main, Buf::zeroed(len)).await?));
+                return match self.ctx.read(main, Buf::zeroed(len)).await {
+                    Ok(image) => Ok(Some(image)),
+                    Err(e) => {
+                        self.release_lock(main).await;
+                        Err(e.into())
+                    }
+                };
             }
             old
         };
@@ -662,6 +692,16 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
         self.counters.lock_failures += 1;
         self.counters.cas_failures += 1;
         Ok(None)
+    }
+
+    /// Clears the lock bit of a chain this client locked and then could not read, leaving the
+    /// version and link as they are. Best effort: the operation reports its failure anyway.
+    async fn release_lock(&mut self, main: RemoteAddr) {
+        if self.planted("failed-read-keeps-lock") {
+            return;
+        }
+        self.counters.event(UNLOCK_AFTER_FAILED_READ);
+        let _ = self.ctx.masked_cas(main, LOCK_BIT, LOCK_BIT, 0, LOCK_BIT).await;
     }
 
     /// Gives an unpublished KV block back to the compute node's chunks.

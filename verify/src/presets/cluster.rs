@@ -5,7 +5,8 @@
 //! forward (the compaction a lock-free search has to survive). Values of 48 bytes make a KV
 //! block of two 64-byte units.
 
-use crate::harness::{Checked, Mix, Preset, be_key, point};
+use crate::harness::{Checked, Mix, Preset, be_key, point, read_failures};
+use dmkit_sim::Faults;
 use dmkit_indexes::cluster::{Cluster, ClusterOptions};
 
 /// The options every preset starts from: 2 slots per bucket, 4 overflow buckets per main
@@ -82,11 +83,30 @@ impl Checked for Cluster {
                     keys: 9,
                     preload: 7,
                     required_counters: &["delete_moved", "search_torn_version"],
-                    ..base
+                    ..base.clone()
                 },
                 ClusterOptions { slots_per_bucket: 8, ..cluster_checking_options(1, 1) },
             ),
+            // "default" with three READs failing (a transient transport error; the explorer
+            // places each): a writer whose lock CAS won and whose READ failed must release the
+            // chain, or every later writer of it backs off until it gives up.
+            (
+                Preset {
+                    name: "read-failure",
+                    mix: Mix { search: 20, insert: 40, update: 20, delete: 20, scan: 0 },
+                    required_counters: &["unlock_after_failed_read"],
+                    ..base
+                },
+                cluster_checking_options(1, 1),
+            ),
         ]
+    }
+
+    fn faults(preset: &str, _: &ClusterOptions) -> Faults {
+        match preset {
+            "read-failure" => read_failures(1, 3),
+            _ => Faults::default(),
+        }
     }
 
     fn sweep() -> Vec<(Preset, ClusterOptions)> {
