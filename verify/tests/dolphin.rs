@@ -175,6 +175,27 @@ mod explored {
         }
     }
 
+    /// With three READs failing: a share whose READ failed is given back, a split whose publish
+    /// READ failed tries again instead of putting the old leaf back, and an interposition
+    /// whose header READ failed still trims the header. Each, removed, is found; the preset is
+    /// clean with all three.
+    #[test]
+    fn failed_reads_leave_nothing_held_or_half_done() {
+        for (bug, mode, expect) in [
+            ("failed-read-keeps-share", Mode::Random, "with no operation in flight"),
+            ("failed-read-undoes-split", Mode::Pct { depth: 3 }, "not linearizable"),
+            ("failed-read-skips-trim", Mode::Pct { depth: 3 }, "header covers positions"),
+        ] {
+            let message = found(bug, &scenario("read-failure", None, Some(bug)), mode, 20_000);
+            assert!(message.contains(expect), "{bug}: {message}");
+        }
+        check_index(&scenario("read-failure", None, None), Mode::Pct { depth: 3 }, 3, budget(), u64::MAX).assert_clean(
+            "read-failure",
+            0,
+            true,
+        );
+    }
+
     /// A delegating search that marks its window after its leaf READ returns hands followers a
     /// value older than their start.
     #[test]

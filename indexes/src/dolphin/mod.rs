@@ -97,7 +97,7 @@ use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use cache::NodeCache;
-use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request, Response};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request, Response, VerbsError};
 use layout::*;
 use rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
@@ -210,7 +210,19 @@ impl DolphinOptions {
 
 /// Every protection of the hardened protocol, removable by name. Five of them restore one of
 /// the paper's behaviours each (the hazard in brackets).
-pub const PLANTS: [PlantedBug; 9] = [
+pub const PLANTS: [PlantedBug; 12] = [
+    PlantedBug {
+        name: "failed-read-undoes-split",
+        description: "a split whose READ of the special node failed after the shrunk left leaf was written puts the old leaf back: a key readers saw in the left leaf vanishes",
+    },
+    PlantedBug {
+        name: "failed-read-skips-trim",
+        description: "an interposition whose READ of the old node's header failed after the swing returns without trimming it: the node's header no longer fits its path",
+    },
+    PlantedBug {
+        name: "failed-read-keeps-share",
+        description: "an operation whose [FAA share, READ leaf] batch failed at the READ keeps the share, and a split whose drain READ failed keeps its mark: the leaf's structure changes wait for good",
+    },
     PlantedBug {
         name: "no-line-versions",
         description: "searches accept a leaf image without checking its versions (H5): a READ overlapping a split's rewrite of the old leaf misses a present key",
@@ -273,11 +285,21 @@ const INTERPOSE_RACED: &str = "interpose_raced";
 const INTERPOSE_UNDONE: &str = "interpose_undone";
 const SCAN_STALE_NODE: &str = "scan_stale_node";
 const SCAN_REREAD: &str = "scan_reread";
+/// The READ of the special node a split publishes into failed: it is read again.
+const PUBLISH_READ_RETRIED: &str = "publish_read_retried";
+/// The READ of an interposed node's header failed before its trim: it is read again.
+const TRIM_READ_RETRIED: &str = "trim_read_retried";
+/// The READ batched with a share's FAA failed: the share is given back.
+const SHARE_BACK_AFTER_FAILED_READ: &str = "share_back_after_failed_read";
 
 /// Every branch of the hardened protocol that handles a race, by the event it counts.
 /// `smo_key_arrived` is not among them: only the paper's protocol (or a plant restoring one of
 /// its behaviours) reaches it, see [`DolphinHandle::smo_held`].
-pub const RACE_HANDLERS: [RaceHandler; 23] = [
+pub const RACE_HANDLERS: [RaceHandler; 24] = [
+    RaceHandler {
+        event: SHARE_BACK_AFTER_FAILED_READ,
+        race: "(fault) the READ batched with an operation's Spear share failed: the share is given back before the failure is reported, else the leaf's splits wait for it for good",
+    },
     RaceHandler {
         event: NODE_GREW,
         race: "a node's entry names a smaller type than its header (a type switch raised it after the entry was read): the rest of the node is read",
@@ -814,7 +836,18 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             return Ok(Some(self.read_leaf(leaf).await?));
         }
         let lock = leaf.add(self.layout.lock_off());
-        let mut r = self.ctx.post(vec![Request::faa(lock, 1), Request::read_len(leaf, self.layout.bytes())]).await?;
+        let done =
+            self.ctx.post_keeping(vec![Request::faa(lock, 1), Request::read_len(leaf, self.layout.bytes())]).await;
+        if let Some(e) = done.error {
+            // The READ failed (a transport error) after the FAA took a share: give it back, or
+            // the leaf's structure changes wait for it for good.
+            if !done.completed.is_empty() && !self.planted("failed-read-keeps-share") {
+                self.counters.event(SHARE_BACK_AFTER_FAILED_READ);
+                let _ = self.ctx.faa(lock, (-1i64) as u64).await;
+            }
+            return Err(e.into());
+        }
+        let mut r = done.completed;
         let bytes = r.pop().expect("a READ response").into_buf()?;
         let old = r.pop().expect("an FAA response").atomic()? as i64;
         self.ctx.charge_cpu(CpuWork::NodeSearchEntry, self.layout.slots as u64).await;
@@ -1081,7 +1114,18 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             }
             let mut drained = false;
             for _ in 0..self.o.max_retries {
-                if self.read_word(lock).await? as i64 == SPEAR_SMO + 1 {
+                let word = match self.read_word(lock).await {
+                    Ok(w) => w,
+                    Err(e) => {
+                        // The mark and the share go back together, as when the drain gives up.
+                        if !self.planted("failed-read-keeps-share") {
+                            self.counters.event(SHARE_BACK_AFTER_FAILED_READ);
+                            let _ = self.ctx.faa(lock, (-SPEAR_SMO - 1) as u64).await;
+                        }
+                        return Err(e);
+                    }
+                };
+                if word as i64 == SPEAR_SMO + 1 {
                     drained = true;
                     break;
                 }
@@ -1238,7 +1282,16 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     async fn publish(&mut self, split: (RemoteAddr, LeafImage, RemoteAddr, u8)) -> Result<(), IndexError> {
         let (special, mut right, at, partial) = split;
         for _ in 0..self.o.max_retries {
-            let img = self.read_special(special).await?;
+            // The shrunk left leaf is already visible: a failed READ here is tried again, since
+            // undoing the split would hide what readers of the left leaf have seen.
+            let img = match self.read_special(special).await {
+                Ok(img) => img,
+                Err(IndexError::Verbs(VerbsError::Timeout(_))) if !self.planted("failed-read-undoes-split") => {
+                    self.counters.event(PUBLISH_READ_RETRIED);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let Some(j) = img.live().iter().position(|e| e.is_null()) else {
                 return Err(IndexError::Corrupt(format!("special node {special} is full")));
             };
@@ -1479,8 +1532,19 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             return Ok(false);
         }
         self.counters.event("prefix_split");
+        // Past the swing the trim must happen (readers reaching `n` through `m` re-read it until
+        // its header starts at `q + 1`): a failed READ of the header is tried again, not passed
+        // up (found with --read-failures: an untrimmed header after the insert reported failure).
         for _ in 0..self.o.max_retries {
-            let h = Header(self.read_word(n.add(8)).await?);
+            let word = match self.read_word(n.add(8)).await {
+                Ok(word) => word,
+                Err(e) if self.planted("failed-read-skips-trim") => return Err(e),
+                Err(_) => {
+                    self.counters.event(TRIM_READ_RETRIED);
+                    continue;
+                }
+            };
+            let h = Header(word);
             if h.first_pos() > q {
                 break;
             }

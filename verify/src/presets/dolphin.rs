@@ -1,8 +1,9 @@
 //! Checking presets of Dolphin (`dmkit_indexes::dolphin`).
 
-use crate::harness::{Checked, Mix, Preset, point};
+use crate::harness::{Checked, Mix, Preset, point, read_failures};
 use dmkit_indexes::dolphin::layout::Split;
 use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
+use dmkit_sim::Faults;
 
 /// Dolphin's checking keys: six in one 7-byte prefix (one special node, leaves of 4 slots that
 /// split), one in a sibling prefix (a new child of the first node) and two that leave the first
@@ -180,11 +181,35 @@ impl Checked for Dolphin {
                     mix: Mix { search: 30, insert: 30, update: 20, delete: 15, scan: 5 },
                     required_counters: &["leaf_split", "smo_wait"],
                     step_limit: 6_000_000,
-                    ..base
+                    ..base.clone()
                 },
                 DolphinOptions { max_retries: 1, ..dolphin_options(1) },
             ),
+            // Three READs failing (a transient transport error; the explorer places each) on a
+            // leaf that splits: an operation whose share's READ failed must give the share back,
+            // or the split waits for it until it gives up, and every later one too.
+            (
+                Preset {
+                    name: "read-failure",
+                    memory_nodes: 1,
+                    clients: 3,
+                    ops_per_client: 8,
+                    keys: 8,
+                    preload: 3,
+                    mix: Mix { search: 20, insert: 50, update: 20, delete: 10, scan: 0 },
+                    required_counters: &["leaf_split", "share_back_after_failed_read"],
+                    ..base
+                },
+                dolphin_options(1),
+            ),
         ]
+    }
+
+    fn faults(preset: &str, _: &DolphinOptions) -> Faults {
+        match preset {
+            "read-failure" => read_failures(1, 3),
+            _ => Faults::default(),
+        }
     }
 
     fn sweep() -> Vec<(Preset, DolphinOptions)> {
