@@ -123,6 +123,7 @@ mod explored {
             ("basic", Mode::Random),
             ("same-key", Mode::Random),
             ("pair", Mode::Dfs { preemptions: 2 }),
+            ("read-failure", Mode::Pct { depth: 3 }),
         ] {
             check_index(&scenario(preset, None, None), mode, 3, budget(), u64::MAX).assert_clean(
                 &format!("{preset} {mode:?}"),
@@ -168,6 +169,27 @@ mod explored {
                 Err(f.message.clone()),
                 "{bug}"
             );
+        }
+    }
+
+    /// With three READs failing, the releases and retries that keep a failed READ from leaving
+    /// a lock held or a split half done, each removed and found (bounded schedules, so the
+    /// test does not depend on the machine's speed), and replayed.
+    #[test]
+    fn failed_reads_leave_no_lock_held() {
+        for (bug, mode) in [
+            ("failed-read-keeps-insert-lock", Mode::Random),
+            ("failed-read-keeps-dir-lock", Mode::Pct { depth: 3 }),
+            ("failed-read-abandons-split", Mode::Random),
+        ] {
+            let scenario = || IndexScenario::<Race>::from_preset(Some("read-failure"), None, Some(bug), 1).unwrap();
+            let check = check_index(&scenario(), mode, 1, Duration::from_secs(600), 20_000);
+            let f = check
+                .exploration
+                .failure
+                .unwrap_or_else(|| panic!("{bug} not found in {} schedules", check.exploration.schedules));
+            assert!(f.message.contains("held with no operation in flight"), "{bug}: {}", f.message);
+            assert_eq!(explore::replay(&scenario(), f.variant, &f.choices), Err(f.message.clone()), "{bug}");
         }
     }
 

@@ -116,11 +116,11 @@
 
 pub mod layout;
 
-use crate::common::batch::post_per_node;
+use crate::common::batch::{post_per_node, post_per_node_keeping};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::primitive::{Mutex, lock};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
-use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request, VerbsError};
 use layout::{Entry, Geometry, Header, KeyHash, Slot};
 use std::collections::BTreeSet;
 use std::ops::Bound;
@@ -294,6 +294,12 @@ const SPLIT_UNNEEDED: &str = "split_unneeded";
 const SPLIT_WAITS_INSERT_LOCK: &str = "split_waits_insert_lock";
 /// A split's freeze CAS failed: the item changed since the mover read its bucket.
 const FREEZE_RETRY: &str = "freeze_retry";
+/// A split's READ failed before its publish: it releases the directory lock and gives up.
+const SPLIT_RELEASED_AFTER_FAILED_READ: &str = "split_released_after_failed_read";
+/// A split's READ failed past its publish: it reads again (the split cannot be undone).
+const SPLIT_READ_RETRIED: &str = "split_read_retried";
+/// The READ batched with an insert's lock CASes failed: the locks it took are released.
+const INSERT_UNLOCKED_AFTER_FAILED_READ: &str = "insert_unlocked_after_failed_read";
 
 /// The branches of safe mode (the default configuration) that exist only because of another
 /// client. Branches that exist only for one of the paper's behaviours ([`Paper`]) are not
@@ -377,7 +383,19 @@ const RACE_HANDLERS: [RaceHandler; 18] = [
     },
 ];
 
-const PLANTS: [PlantedBug; 6] = [
+const PLANTS: [PlantedBug; 9] = [
+    PlantedBug {
+        name: "failed-read-keeps-insert-lock",
+        description: "an insert whose [CAS lock, READ buckets] batch failed at a READ keeps the insert lock its CAS took: the bucket's inserts and splits wait for good",
+    },
+    PlantedBug {
+        name: "failed-read-keeps-dir-lock",
+        description: "a split whose READ failed before its publish returns holding the directory lock: no split runs again",
+    },
+    PlantedBug {
+        name: "failed-read-abandons-split",
+        description: "a split whose READ failed past its publish gives up: the moving entries stay locked and the directory lock held",
+    },
     PlantedBug {
         name: "no-freeze",
         description: "a split copies an item to the new subtable without freezing its slot: a write that lands between the copy and the clear is lost, or leaves a stale copy in the new subtable",
@@ -616,7 +634,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     /// `READ cb1 ‖ READ cb2` of `kh` in subtable `st`, with `extra` requests in the same
     /// round trip (a block WRITE); returns the view.
     async fn read_view(&mut self, st: RemoteAddr, kh: &KeyHash, extra: Vec<Request>) -> Result<View, IndexError> {
-        Ok(self.read_view_after(st, kh, Vec::new(), extra).await?.0)
+        Ok(self.read_view_after(st, kh, Vec::new(), extra).await.map_err(|(e, _)| e)?.0)
     }
 
     /// [`Self::read_view`] after `pre` (requests to the subtable's node, posted before the
@@ -628,7 +646,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         kh: &KeyHash,
         pre: Vec<Request>,
         extra: Vec<Request>,
-    ) -> Result<(View, Vec<dmkit_rdma::Response>), IndexError> {
+    ) -> Result<(View, Vec<dmkit_rdma::Response>), (IndexError, Vec<Option<dmkit_rdma::Response>>)> {
         let g = self.g;
         let firsts = kh.idx.map(|a| g.combined_first(a));
         // Buckets whose header shares no cache line with some of its slots: their headers are
@@ -647,13 +665,21 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         // Fenced: sampled after both bucket READs have completed, so after every slot they saw.
         reqs.extend(torn.iter().map(|&b| Request::read_len(st.add(g.bucket_at(b) as u64), 8).fenced()));
         reqs.extend(extra);
-        let mut resp = post_per_node(&self.ctx, reqs).await?;
+        // A failed batch hands back what `pre` did (its caller may hold locks by it).
+        let (done, error) = post_per_node_keeping(&self.ctx, reqs).await;
+        if let Some(e) = error {
+            let mut pre_done = done;
+            pre_done.truncate(n_pre);
+            return Err((e.into(), pre_done));
+        }
+        let mut resp: Vec<dmkit_rdma::Response> =
+            done.into_iter().map(|r| r.expect("every request answered")).collect();
         let reads: Vec<dmkit_rdma::Response> = resp.drain(n_pre..n_pre + 2 + torn.len()).collect();
         resp.truncate(n_pre);
         let mut reads = reads.into_iter();
         let mut buckets = Vec::with_capacity(4);
         for (first, r) in firsts.iter().zip(reads.by_ref().take(2)) {
-            let buf = r.into_buf()?;
+            let buf = r.into_buf().map_err(|e| (e.into(), Vec::new()))?;
             for half in 0..2 {
                 let at = half * g.bucket_bytes();
                 let header = Header::decode(buf.u64_at(at));
@@ -662,7 +688,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             }
         }
         for (b, r) in torn.iter().zip(reads) {
-            let header = Header::decode(r.into_buf()?.u64_at(0));
+            let header = Header::decode(r.into_buf().map_err(|e| (e.into(), Vec::new()))?.u64_at(0));
             for x in buckets.iter_mut().filter(|x| x.0 == *b) {
                 x.1 = header;
             }
@@ -933,7 +959,13 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         // enough; the move's waits are bounded by other clients' progress (see `move_bucket`).
         // Found by the sweep point `retries-1` (max_retries = 1: the first READ came back with
         // a deeper directory and the split returned with the lock held).
-        self.synchronize_within(self.o.max_retries.max(2)).await?;
+        // Before the publish nothing has changed but the lock: a READ that fails (a transport
+        // error) releases it (the word read above, unlocked: only its holder changes the depth).
+        let unlock = Request::write(root_addr(), w.to_le_bytes().to_vec());
+        if let Err(e) = self.synchronize_within(self.o.max_retries.max(2)).await {
+            self.release_after_failed_read(unlock).await;
+            return Err(e);
+        }
         let (mut gd, e, used) = {
             let d = lock(&self.node.dir);
             let e = Entry::decode(d.entries[layout::suffix(kh.dir, d.gd) as usize]);
@@ -943,7 +975,13 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         let (s, d) = (e.subtable, e.ld);
         let i0 = layout::suffix(kh.dir, d) as usize;
         // Still full? Someone may have split or deleted meanwhile.
-        let view = self.read_view(s, kh, Vec::new()).await?;
+        let view = match self.read_view(s, kh, Vec::new()).await {
+            Ok(view) => view,
+            Err(e) => {
+                self.release_after_failed_read(unlock).await;
+                return Err(e);
+            }
+        };
         if free_slot(&g, &view, kh).is_some() || !self.view_correct(&view, d, kh) {
             self.counters.event(SPLIT_UNNEEDED);
             self.ctx.post(vec![release(gd)]).await?;
@@ -984,7 +1022,11 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 .collect()
         };
         self.ctx.post(publish(true)).await?;
-        self.synchronize_within(self.o.max_retries.max(2)).await?;
+        // Past the publish the split cannot be undone: READs that fail are tried again.
+        let mut failed = 0;
+        while let Err(e) = self.synchronize_within(self.o.max_retries.max(2)).await {
+            self.split_read_failed(e, &mut failed)?;
+        }
         for b in 0..g.buckets() {
             self.move_bucket(s, t, b, d, i0 as u32).await?;
         }
@@ -992,6 +1034,39 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         self.ctx.post(vec![release(gd)]).await?;
         self.counters.event("split");
         self.synchronize().await
+    }
+
+    /// Releases the directory lock a split took and could not go on with (a READ failed before
+    /// the publish): `unlock` writes the root word as it was.
+    async fn release_after_failed_read(&mut self, unlock: Request) {
+        if self.planted("failed-read-keeps-dir-lock") {
+            return;
+        }
+        self.counters.event(SPLIT_RELEASED_AFTER_FAILED_READ);
+        let _ = self.ctx.post(vec![unlock]).await;
+    }
+
+    /// A READ of a split past its publish failed: a transport failure (`Timeout`) is tried again,
+    /// at most `max(max_retries, 8)` times per bucket or phase; anything else (a node down) is
+    /// passed up, and the split stays half done.
+    fn split_read_failed(&mut self, e: IndexError, failed: &mut u32) -> Result<(), IndexError> {
+        *failed += 1;
+        let transient = matches!(e, IndexError::Verbs(VerbsError::Timeout(_)));
+        if !transient || *failed > self.o.max_retries.max(8) || self.planted("failed-read-abandons-split") {
+            return Err(e);
+        }
+        self.counters.event(SPLIT_READ_RETRIED);
+        Ok(())
+    }
+
+    /// READs `len` bytes at `at` for a split past its publish, trying failed READs again.
+    async fn read_in_split(&mut self, at: RemoteAddr, len: usize, failed: &mut u32) -> Result<Buf, IndexError> {
+        loop {
+            match self.ctx.read(at, Buf::zeroed(len)).await {
+                Ok(buf) => return Ok(buf),
+                Err(e) => self.split_read_failed(e.into(), failed)?,
+            }
+        }
     }
 
     /// Moves bucket `b` of subtable `s` (local depth `d`, suffix `i0`): (1) CAS its header to
@@ -1008,13 +1083,34 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         let g = self.g;
         let at = s.add(g.bucket_at(b) as u64);
         let (old, new) = (Header { ld: d, suffix: i0 }.encode(), Header { ld: d + 1, suffix: i0 }.encode());
+        let mut failed = 0;
         let slots = loop {
-            let r = self.ctx.post(vec![Request::cas(at, old, new), Request::read_len(at, g.bucket_bytes())]).await?;
-            let mut r = r.into_iter();
-            let seen = r.next().expect("the CAS").atomic()?;
+            let done =
+                self.ctx.post_keeping(vec![Request::cas(at, old, new), Request::read_len(at, g.bucket_bytes())]).await;
+            let mut r = done.completed.into_iter();
+            let seen = match r.next() {
+                Some(cas) => cas.atomic()?,
+                // Nothing completed: the CAS did not happen; try again.
+                None => {
+                    self.split_read_failed(done.error.expect("a failed batch").into(), &mut failed)?;
+                    continue;
+                }
+            };
             if seen == old {
-                let buf = r.next().expect("the READ").into_buf()?;
+                let buf = match (r.next(), done.error) {
+                    (Some(read), _) => read.into_buf()?,
+                    // The CAS moved the header and the READ failed: read the bucket alone.
+                    (None, Some(e)) => {
+                        self.split_read_failed(e.into(), &mut failed)?;
+                        self.read_in_split(at, g.bucket_bytes(), &mut failed).await?
+                    }
+                    (None, None) => unreachable!("a batch that did not fail completes every verb"),
+                };
                 break (0..g.slots).map(|i| buf.u64_at(8 + 8 * i)).collect::<Vec<u64>>();
+            }
+            if let Some(e) = done.error {
+                // The CAS found the header taken and the READ failed: as a lost CAS, try again.
+                self.split_read_failed(e.into(), &mut failed)?;
             }
             // An insert holds this bucket's lock bit.
             self.counters.event(SPLIT_WAITS_INSERT_LOCK);
@@ -1026,11 +1122,11 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         for (i, mut w) in slots.into_iter().enumerate() {
             let slot_at = at.add(8 + 8 * i as u64);
             while let Some(slot) = Slot::decode(w) {
-                let block = self.ctx.read(slot.block, Buf::zeroed(slot.bytes())).await?;
+                let block = self.read_in_split(slot.block, slot.bytes(), &mut failed).await?;
                 let Some((key, _)) = layout::decode_block(block.as_slice()) else {
                     if self.o.paper.reuse {
                         // Replaced and reclaimed since the READ: look at the slot again.
-                        w = self.ctx.read(slot_at, Buf::zeroed(8)).await?.u64_at(0);
+                        w = self.read_in_split(slot_at, 8, &mut failed).await?.u64_at(0);
                         continue;
                     }
                     return Err(IndexError::Corrupt(format!("split: an invalid block at {}", slot.block)));
@@ -1140,7 +1236,26 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 Request::cas(e.subtable.add(g.bucket_at(b) as u64), header_of(b), header_of(b) | layout::LOCK_BIT)
             })
             .collect();
-        let (view, pre) = self.read_view_after(e.subtable, kh, cas, Vec::new()).await?;
+        let (view, pre) = match self.read_view_after(e.subtable, kh, cas, Vec::new()).await {
+            Ok(x) => x,
+            Err((err, pre)) => {
+                // A READ of the batch failed: release the insert locks its CASes took (a lock
+                // word is the header with the lock bit, so only the CAS's answer says it is ours).
+                let release: Vec<Request> = locked
+                    .iter()
+                    .zip(pre)
+                    .filter(|(b, r)| r.as_ref().and_then(|r| r.atomic().ok()) == Some(header_of(**b)))
+                    .map(|(&b, _)| {
+                        Request::write(e.subtable.add(g.bucket_at(b) as u64), header_of(b).to_le_bytes().to_vec())
+                    })
+                    .collect();
+                if !release.is_empty() && !self.planted("failed-read-keeps-insert-lock") {
+                    self.counters.event(INSERT_UNLOCKED_AFTER_FAILED_READ);
+                    let _ = self.ctx.post(release).await;
+                }
+                return Err(err);
+            }
+        };
         let mut unlock = Vec::new();
         let mut all = true;
         for (&b, r) in locked.iter().zip(pre) {

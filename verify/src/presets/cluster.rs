@@ -6,8 +6,8 @@
 //! block of two 64-byte units.
 
 use crate::harness::{Checked, Mix, Preset, be_key, point, read_failures};
-use dmkit_sim::Faults;
 use dmkit_indexes::cluster::{Cluster, ClusterOptions};
+use dmkit_sim::Faults;
 
 /// The options every preset starts from: 2 slots per bucket, 4 overflow buckets per main
 /// bucket (so the pool never runs out with the presets' key counts), small chunks.

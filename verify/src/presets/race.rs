@@ -1,7 +1,8 @@
 //! Checking presets of RACE hashing (`dmkit_indexes::race`).
 
-use crate::harness::{Checked, Mix, Preset, be_key, point};
+use crate::harness::{Checked, Mix, Preset, be_key, point, read_failures};
 use dmkit_indexes::race::{Race, RaceOptions};
+use dmkit_sim::Faults;
 
 /// RACE's checking tables: 2 groups of 3 buckets of 2 slots in one subtable, so few keys fill
 /// combined buckets, share them and collide on fingerprints' buckets.
@@ -93,6 +94,23 @@ impl Checked for Race {
                 Preset { name: "retries-1", ..default.clone() },
                 RaceOptions { slots: 1, initial_depth: 0, max_retries: 1, ..race_options(2) },
             ),
+            // "default" with three READs failing (a transient transport error; the explorer
+            // places each): an insert whose lock CAS won and whose READ failed releases its
+            // lock; a split whose READ failed releases the directory lock before its publish
+            // and reads again after it (a published split cannot be undone).
+            (
+                Preset {
+                    name: "read-failure",
+                    required_counters: &[
+                        "split",
+                        "insert_unlocked_after_failed_read",
+                        "split_released_after_failed_read",
+                        "split_read_retried",
+                    ],
+                    ..default.clone()
+                },
+                RaceOptions { slots: 1, initial_depth: 0, ..race_options(2) },
+            ),
             (
                 Preset {
                     name: "pair",
@@ -107,6 +125,13 @@ impl Checked for Race {
                 race_options(1),
             ),
         ]
+    }
+
+    fn faults(preset: &str, _: &RaceOptions) -> Faults {
+        match preset {
+            "read-failure" => read_failures(2, 3),
+            _ => Faults::default(),
+        }
     }
 
     fn sweep() -> Vec<(Preset, RaceOptions)> {
