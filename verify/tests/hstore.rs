@@ -545,6 +545,8 @@ mod clover {
         let budget = Duration::from_secs(if std::env::var("CI").is_ok() { 3 } else { 10 });
         let scenario = |plant| IndexScenario::<Clover>::from_preset(None, None, plant, 1).unwrap();
         check_index(&scenario(None), Mode::Random, 3, budget, u64::MAX).assert_clean("clover", 0, true);
+        let sizes = IndexScenario::<Clover>::from_preset(Some("sizes"), None, None, 1).unwrap();
+        check_index(&sizes, Mode::Random, 3, budget, u64::MAX).assert_clean("clover sizes", 0, true);
         for bug in ["write-next", "trust-shortcut"] {
             let message = find_replayable(bug, &scenario(Some(bug)), Mode::Random, 20_000);
             assert!(message.contains("not linearizable"), "{bug}: {message}");

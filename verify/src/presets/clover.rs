@@ -3,6 +3,11 @@
 use crate::harness::{Checked, Mix, Preset, be_key, point};
 use dmkit_indexes::clover::{Clover, CloverOptions};
 
+/// Key `k` as 3 big-endian bytes (of `k + 1`): shorter than the presets' 8-byte maximum.
+fn short_key(k: u64) -> Vec<u8> {
+    (k as u32 + 1).to_be_bytes()[1..].to_vec()
+}
+
 /// Clover (HStore's other baseline): four keys, so that writers of one key race on its tail's
 /// CAS, registrations race at the metadata server, and readers follow stale shortcuts.
 impl Checked for Clover {
@@ -41,9 +46,25 @@ impl Checked for Clover {
                     keys: 2,
                     required_counters: &[],
                     step_limit: 300_000,
+                    ..base.clone()
+                },
+                options.clone(),
+            ),
+            // Sizes at the edges of the version format: 3-byte keys (below the options'
+            // maximum of 8) and 109-byte values, so a version is 16 + 3 + 109 = 128 bytes, two
+            // 64-byte units exactly full. Added for the mutation run: no preset had a version
+            // of more than one unit, one that fills its units, or a key shorter than the
+            // maximum, so mutants of the unit count, of the length check and of the metadata
+            // server's key check survived.
+            (
+                Preset {
+                    name: "sizes",
+                    key_of: short_key,
+                    value_bytes: 109,
+                    required_counters: &["cas_failures", "registered", "ms_lookup"],
                     ..base
                 },
-                options,
+                CloverOptions { max_value_bytes: 128, ..options },
             ),
         ]
     }
