@@ -3,9 +3,11 @@
 use crate::harness::{Checked, Mix, Preset, be_key, point};
 use dmkit_indexes::clover::{Clover, CloverOptions};
 
-/// Key `k` as 3 big-endian bytes (of `k + 1`): shorter than the presets' 8-byte maximum.
-fn short_key(k: u64) -> Vec<u8> {
-    (k as u32 + 1).to_be_bytes()[1..].to_vec()
+/// Key `k` as the last `k % 8 + 1` big-endian bytes of `k + 1`: keys of 1 to 8 bytes, all but
+/// the eighth shorter than the presets' maximum, distinct for `k < 256`.
+fn varied_key(k: u64) -> Vec<u8> {
+    let len = (k % 8 + 1) as usize;
+    (k + 1).to_be_bytes()[8 - len..].to_vec()
 }
 
 /// Clover (HStore's other baseline): four keys, so that writers of one key race on its tail's
@@ -50,16 +52,16 @@ impl Checked for Clover {
                 },
                 options.clone(),
             ),
-            // Sizes at the edges of the version format: 3-byte keys (below the options'
-            // maximum of 8) and 109-byte values, so a version is 16 + 3 + 109 = 128 bytes, two
-            // 64-byte units exactly full. Added for the mutation run: no preset had a version
-            // of more than one unit, one that fills its units, or a key shorter than the
-            // maximum, so mutants of the unit count, of the length check and of the metadata
-            // server's key check survived.
+            // Sizes at the edges of the version format: keys of 1 to 4 bytes (below the
+            // options' maximum of 8) and 109-byte values, so versions are 126 to 129 bytes: two
+            // 64-byte units, exactly full for the 3-byte key, and three for the 4-byte one.
+            // Added for the mutation run: no preset had a version of more than one unit, one
+            // that fills its units, or a key shorter than the maximum, so mutants of the unit
+            // count, of the length check and of the metadata server's key check survived.
             (
                 Preset {
                     name: "sizes",
-                    key_of: short_key,
+                    key_of: varied_key,
                     value_bytes: 109,
                     required_counters: &["cas_failures", "registered", "ms_lookup"],
                     ..base
