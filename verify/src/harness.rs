@@ -105,6 +105,12 @@ pub fn read_failures(memory_nodes: u16, count: u32) -> Faults {
     }
 }
 
+/// The faults of a preset named `read-failure`: three READ failures ([`read_failures`]) over
+/// memory nodes `0..memory_nodes`; none for any other preset.
+pub fn read_failure_preset(preset: &str, memory_nodes: u16) -> Faults {
+    if preset == "read-failure" { read_failures(memory_nodes, 3) } else { Faults::default() }
+}
+
 /// A sweep point: `preset` under the name `name`, with `options`.
 pub fn point<O>(name: &'static str, preset: Preset, options: O) -> (Preset, O) {
     (Preset { name, ..preset }, options)

@@ -5,7 +5,7 @@
 //! forward (the compaction a lock-free search has to survive). Values of 48 bytes make a KV
 //! block of two 64-byte units.
 
-use crate::harness::{Checked, Mix, Preset, be_key, point, read_failures};
+use crate::harness::{Checked, Mix, Preset, be_key, point, read_failure_preset};
 use dmkit_indexes::cluster::{Cluster, ClusterOptions};
 use dmkit_sim::Faults;
 
@@ -103,10 +103,7 @@ impl Checked for Cluster {
     }
 
     fn faults(preset: &str, _: &ClusterOptions) -> Faults {
-        match preset {
-            "read-failure" => read_failures(1, 3),
-            _ => Faults::default(),
-        }
+        read_failure_preset(preset, 1)
     }
 
     fn sweep() -> Vec<(Preset, ClusterOptions)> {

@@ -1,6 +1,6 @@
 //! Checking presets of Dolphin (`dmkit_indexes::dolphin`).
 
-use crate::harness::{Checked, Mix, Preset, point, read_failures};
+use crate::harness::{Checked, Mix, Preset, point, read_failure_preset};
 use dmkit_indexes::dolphin::layout::Split;
 use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
 use dmkit_sim::Faults;
@@ -206,10 +206,7 @@ impl Checked for Dolphin {
     }
 
     fn faults(preset: &str, _: &DolphinOptions) -> Faults {
-        match preset {
-            "read-failure" => read_failures(1, 3),
-            _ => Faults::default(),
-        }
+        read_failure_preset(preset, 1)
     }
 
     fn sweep() -> Vec<(Preset, DolphinOptions)> {

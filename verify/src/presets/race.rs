@@ -1,6 +1,6 @@
 //! Checking presets of RACE hashing (`dmkit_indexes::race`).
 
-use crate::harness::{Checked, Mix, Preset, be_key, point, read_failures};
+use crate::harness::{Checked, Mix, Preset, be_key, point, read_failure_preset};
 use dmkit_indexes::race::{Race, RaceOptions};
 use dmkit_sim::Faults;
 
@@ -128,10 +128,7 @@ impl Checked for Race {
     }
 
     fn faults(preset: &str, _: &RaceOptions) -> Faults {
-        match preset {
-            "read-failure" => read_failures(2, 3),
-            _ => Faults::default(),
-        }
+        read_failure_preset(preset, 2)
     }
 
     fn sweep() -> Vec<(Preset, RaceOptions)> {

@@ -1,6 +1,6 @@
 //! Checking presets of SMART and of ART, its baseline configuration (`dmkit_indexes::smart`, `dmkit_indexes::art`).
 
-use crate::harness::{Checked, Mix, Preset, be_key, point, read_failures};
+use crate::harness::{Checked, Mix, Preset, be_key, point, read_failure_preset};
 use dmkit_indexes::art::{Art, ArtOptions};
 use dmkit_indexes::smart::layout::NodeTypes;
 use dmkit_indexes::smart::{Smart, SmartOptions};
@@ -106,14 +106,6 @@ fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
             smart_options(config, 1),
         ),
     ]
-}
-
-/// Faults of SMART's and ART's presets: three READ failures in "read-failure".
-fn smart_faults(preset: &str) -> Faults {
-    match preset {
-        "read-failure" => read_failures(1, 3),
-        _ => Faults::default(),
-    }
 }
 
 /// A node filled one key at a time: keys `0..20` as [`be_key`] differ only in their last byte,
@@ -278,7 +270,7 @@ impl Checked for Smart {
     }
 
     fn faults(preset: &str, _: &SmartOptions) -> Faults {
-        smart_faults(preset)
+        read_failure_preset(preset, 1)
     }
 
     fn configure(options: &mut SmartOptions, config: &str) -> Result<(), String> {
@@ -318,7 +310,7 @@ impl Checked for Art {
     }
 
     fn faults(preset: &str, _: &ArtOptions) -> Faults {
-        smart_faults(preset)
+        read_failure_preset(preset, 1)
     }
 
     fn sweep() -> Vec<(Preset, ArtOptions)> {
