@@ -97,6 +97,10 @@
 //!   as the old one rewrites the published block in place instead of out of place. A search
 //!   that READs the block across the WRITE gets units of both values; the block checksum fails
 //!   and the search reports [`IndexError::Corrupt`] (a torn block is a broken invariant here).
+//! - `failed-read-keeps-lock`: a writer whose `[CAS lock, READ bucket]` batch took the lock and
+//!   failed at the READ (a transport error) returns with the chain locked. The fix asks
+//!   [`dmkit_rdma::Verbs::post_keeping`] whether the CAS completed and won (the lock bit names no
+//!   owner) and clears the bit; the preset `read-failure` finds the plant.
 
 pub mod layout;
 

@@ -85,6 +85,12 @@
 //!   the window closing right before the leaf READ it folds over (plant `rdwc-late-close` closes
 //!   it after); a delegating search marks before each leaf READ (plant `rdwc-late-mark` marks
 //!   after it). With no per-key lock to hold a window open, writes combine less than SMART's.
+//! - A failed READ (a transport error, `--read-failures`) leaves no share and no half-done
+//!   change: the share of a failed `[FAA, READ]` batch is given back when the FAA completed
+//!   ([`dmkit_rdma::Verbs::post_keeping`]), a split's drain gives back its mark, and the steps a
+//!   visible change cannot undo (a split's publish READ after the shrunk left leaf is written, an
+//!   interposition's header READ before its trim) read again. Plants `failed-read-keeps-share`,
+//!   `failed-read-undoes-split`, `failed-read-skips-trim`; preset `read-failure`.
 
 pub mod cache;
 pub mod invariants;

@@ -113,6 +113,17 @@
 //! pointer leaves its slot is retired and never reused (deferred reclamation taken to the
 //! limit, the digest's fix for K1 and K2; the paper's immediate reuse is `paper-reuse`'s, where
 //! a block another compute node carved is zeroed but not reused).
+//!
+//! ## Failed READs (a transport error, `--read-failures`)
+//!
+//! A failure must leave no lock held: an insert whose `[CAS insert locks, READ buckets]` batch
+//! failed at a READ releases the locks its CASes won ([`dmkit_rdma::Verbs::post_keeping`] says
+//! which: the lock word is the header with the lock bit, and names no owner); a split releases
+//! the directory lock on a READ failure before its publish, and past the publish, where it
+//! cannot be undone, reads again on a `Timeout` (at most `max(max_retries, 8)` times per bucket
+//! or phase; a node that is down still ends it, half done). Plants
+//! `failed-read-keeps-insert-lock`, `failed-read-keeps-dir-lock`, `failed-read-abandons-split`;
+//! preset `read-failure`.
 
 pub mod layout;
 
