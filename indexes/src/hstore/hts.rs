@@ -353,7 +353,7 @@ impl Hts {
                         self.counters.add("hts_recovery_failed", 1);
                         return;
                     }
-                    ctx.sleep(self.o.backoff_ns * 8).await;
+                    ctx.sleep(self.o.backoff_ns.saturating_mul(8)).await;
                 }
             }
         }

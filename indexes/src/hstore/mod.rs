@@ -227,9 +227,10 @@ pub const CONFIGS: [&str; 4] = ["hstore", "hstore-sync", "faithful", "faithful-s
 
 impl HStoreOptions {
     /// The wait before try `attempt` (0-based) again after a blocked or failed call:
-    /// `backoff_ns`, doubling, up to 64 times it.
+    /// `backoff_ns`, doubling, up to 64 times it (saturating: `validate` accepts any positive
+    /// `backoff_ns`, and a shift of one above 2^57 would wrap to a short wait).
     pub fn retry_wait_ns(&self, attempt: u32) -> u64 {
-        self.backoff_ns << attempt.min(6)
+        self.backoff_ns.saturating_mul(1 << attempt.min(6))
     }
 
     /// The named configuration `name` (see [`CONFIGS`]).
@@ -732,5 +733,22 @@ impl ServerCounters {
 
     pub(crate) fn snapshot(&self) -> BTreeMap<&'static str, u64> {
         lock(&self.0).iter().copied().collect()
+    }
+}
+
+#[cfg(test)]
+mod retry_wait_tests {
+    use super::HStoreOptions;
+
+    #[test]
+    fn the_retry_wait_doubles_up_to_64_times_and_never_wraps() {
+        let o = HStoreOptions { backoff_ns: 2_000, ..HStoreOptions::default() };
+        assert_eq!(
+            (0..8).map(|a| o.retry_wait_ns(a)).collect::<Vec<_>>(),
+            [2, 4, 8, 16, 32, 64, 128, 128].map(|k| k * 1_000)
+        );
+        let huge = HStoreOptions { backoff_ns: 1 << 60, ..HStoreOptions::default() };
+        assert_eq!(huge.retry_wait_ns(0), 1 << 60);
+        assert_eq!(huge.retry_wait_ns(6), u64::MAX, "saturates instead of wrapping (2^60 << 6 would be 0)");
     }
 }
