@@ -540,6 +540,25 @@ mod clover {
         }
     }
 
+    /// With shortcut words for three keys, a fourth new key is refused as `Full` (an error
+    /// the checker can judge: it had no effect), and the three are intact.
+    #[test]
+    fn clover_with_every_shortcut_taken_is_full_and_loses_nothing() {
+        use dmkit_indexes::IndexError;
+        use dmkit_indexes::spec::{Op, Outcome};
+        let o = CloverOptions { max_keys: 3, ..options() };
+        let mut ops: Vec<Op> = (0..4u16).map(|k| Op::Insert { key: key(k), value: vec![k as u8 + 1; 8] }).collect();
+        ops.extend((0..4u16).map(|k| Op::Search { key: key(k) }));
+        let (got, _, walk) = run_sequence_checked::<Clover>(&o, &ops);
+        walk.unwrap();
+        assert!(got[..3].iter().all(|r| *r == Outcome::Existed(false)), "{got:?}");
+        assert!(matches!(got[3], Outcome::Failed(IndexError::Full)), "{got:?}");
+        for k in 0..3 {
+            assert_eq!(got[4 + k], Outcome::Found(Some(vec![k as u8 + 1; 8])), "{got:?}");
+        }
+        assert_eq!(got[7], Outcome::Found(None));
+    }
+
     #[test]
     fn clover_is_clean_and_each_protection_is_needed() {
         let budget = Duration::from_secs(if std::env::var("CI").is_ok() { 3 } else { 10 });

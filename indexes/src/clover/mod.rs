@@ -190,22 +190,22 @@ pub struct MetadataServer {
     /// Keys inline (`SmallBytes`): a lookup or a rehash of millions of keys then does not chase
     /// a pointer per key.
     keys: Mutex<FixedHashMap<SmallBytes, u64>>,
-    /// Shortcut slots handed out.
-    next_slot: Mutex<u64>,
+    /// Shortcut slots: the next never handed out, and those a raced registration gave back.
+    slots: Mutex<(u64, Vec<u64>)>,
     /// Registrations that found the key registered by a concurrent one (`MS_REGISTER_RACED`).
     register_raced: AtomicU64,
 }
 
 /// MS requests: `[0][key]` looks a key up; `[1][first version u64][key]` registers it. Replies:
 /// `[0]` unknown, `[1][shortcut offset u64]` known, `[2][shortcut offset u64]` registered now,
-/// `[3][message]` refused.
+/// `[3][message]` refused, `[4]` no shortcut left (`max_keys` keys registered).
 impl<C: ServerCtx> Service<C> for MetadataServer {
     /// A copy for another run from a loaded image: the key directory and the bump pointer.
     fn fork(&self) -> Option<MetadataServer> {
         Some(MetadataServer {
             o: self.o.clone(),
             keys: Mutex::new(lock(&self.keys).clone()),
-            next_slot: Mutex::new(*lock(&self.next_slot)),
+            slots: Mutex::new(lock(&self.slots).clone()),
             register_raced: AtomicU64::new(0),
         })
     }
@@ -230,16 +230,20 @@ impl<C: ServerCtx> Service<C> for MetadataServer {
                 (None, None) => return vec![0],
                 (None, Some(_)) => {}
             }
-            let mut next = lock(&self.next_slot);
-            if *next >= self.o.max_keys {
-                return bad("the metadata server has no shortcut left");
+            let mut slots = lock(&self.slots);
+            let (next, free) = &mut *slots;
+            match free.pop() {
+                Some(slot) => slot,
+                None if *next >= self.o.max_keys => return vec![4],
+                None => {
+                    *next += 1;
+                    SHORTCUTS_OFFSET + 8 * (*next - 1)
+                }
             }
-            *next += 1;
-            SHORTCUTS_OFFSET + 8 * (*next - 1)
         };
         // The shortcut is written before the key is published: a lookup never finds an empty
-        // one. Two registrations of one key may race here; the second publishes nothing (its
-        // slot stays unused) and answers like a lookup.
+        // one. Two registrations of one key may race here; the second publishes nothing, gives
+        // its slot back (unpublished, nobody reads it) and answers like a lookup.
         let first = first.expect("a registration");
         if let Err(e) = ctx.local_write(slot, Buf::from(first.to_le_bytes().to_vec())).await {
             return bad(&e.to_string());
@@ -248,6 +252,7 @@ impl<C: ServerCtx> Service<C> for MetadataServer {
         let (slot, fresh) = match keys.get(key) {
             Some(&existing) => {
                 self.register_raced.fetch_add(1, Ordering::Relaxed);
+                lock(&self.slots).1.push(slot);
                 (existing, false)
             }
             None => {
@@ -282,6 +287,8 @@ enum Ms {
     Unknown,
     Known(u64),
     Registered(u64),
+    /// No shortcut left for a new key.
+    Full,
 }
 
 impl<C: Client + Clone + 'static> CloverHandle<C> {
@@ -297,6 +304,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
             (Some(0), _) => Ms::Unknown,
             (Some(1), Some(s)) => Ms::Known(s),
             (Some(2), Some(s)) => Ms::Registered(s),
+            (Some(4), _) => Ms::Full,
             _ => return Err(VerbsError::Protocol(format!("clover MS: {}", String::from_utf8_lossy(&r))).into()),
         })
     }
@@ -308,7 +316,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         }
         self.counters.event("ms_lookup");
         match self.ms(0, None, key).await? {
-            Ms::Unknown => Ok(None),
+            Ms::Unknown | Ms::Full => Ok(None),
             Ms::Known(s) | Ms::Registered(s) => {
                 lock(&self.node.shortcuts).insert(SmallBytes::from(key), s);
                 Ok(Some(s))
@@ -379,6 +387,10 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                     self.counters.event(REGISTER_LOST);
                     lock(&self.node.shortcuts).insert(SmallBytes::from(key), s);
                     s
+                }
+                Ms::Full => {
+                    self.node.chunks.free(at, units * UNIT)?;
+                    return Err(IndexError::Full);
                 }
                 Ms::Unknown => return Err(IndexError::Corrupt("the MS refused a registration".into())),
             },
@@ -477,7 +489,7 @@ impl IndexKind for Clover {
         host.add_service(o.ms_node(), MS_SERVICE, move || MetadataServer {
             o: o2.clone(),
             keys: Mutex::new(FixedHashMap::default()),
-            next_slot: Mutex::new(0),
+            slots: Mutex::new((0, Vec::new())),
             register_raced: AtomicU64::new(0),
         })
     }
