@@ -813,7 +813,22 @@ fn run_run(a: RunArgs) -> Result<ExitCode, String> {
     if a.check {
         let r = results.first().ok_or("no run to check")?;
         let history = r.history.as_ref().ok_or("internal: the run recorded no history")?;
-        code = judge_history(history, r.supports_scan, &Default::default());
+        // In the simulator with no crash, a transport error has no cause but the index.
+        let faultless = a.backend == "sim" && a.crash_server.is_none();
+        code = match history.unexplained_transport_error().filter(|_| faultless) {
+            Some(rec) => {
+                println!(
+                    "history: {} operations: NOT CLEAN: an operation failed with a transport error although no \
+                     fault was injected: client {} {:?} -> {:?}",
+                    history.records.len(),
+                    rec.client,
+                    rec.op,
+                    rec.outcome
+                );
+                ExitCode::from(1)
+            }
+            None => judge_history(history, r.supports_scan, &Default::default()),
+        };
     }
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;

@@ -15,7 +15,7 @@ use crate::explore::{self, Exploration, Judge, Mode, Phase, Scenario};
 use crate::history::{History, Record};
 use crate::linearizability;
 use dmkit_indexes::spec::{self, Op};
-use dmkit_indexes::{Counters, Index, IndexError, IndexKind};
+use dmkit_indexes::{Counters, Index, IndexKind};
 use dmkit_sim::{Faults, MemoryModel, Sim, SimConfig, SimError, Topology};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -391,17 +391,10 @@ impl<K: Checked> Scenario for IndexScenario<K> {
                 }
                 Err(e) => return Err(format!("the run failed: {e}")),
             }
-            // A transport or protocol error has no cause in a run without crashed nodes or failed
-            // READs: the index misread a reply or posted a bad verb. Counted as an operation of
-            // unknown effect it would vanish from the history (an index failing every operation
-            // so would pass), so it is a violation of its own.
-            if !faulted
-                && let Some(r) = history
-                    .borrow()
-                    .records
-                    .iter()
-                    .find(|r| matches!(r.outcome, spec::Outcome::Failed(IndexError::Verbs(_))))
-            {
+            // A transport error without an injected fault: a violation of its own (see
+            // `History::unexplained_transport_error`; an index failing every operation so would
+            // pass otherwise).
+            if !faulted && let Some(r) = history.borrow().unexplained_transport_error() {
                 return Err(format!(
                     "an operation failed with a transport error although no fault was injected: client {} {:?} -> {:?}",
                     r.client, r.op, r.outcome

@@ -269,6 +269,14 @@ impl Record {
 }
 
 impl History {
+    /// The first operation that failed with a transport or protocol error (`IndexError::Verbs`).
+    /// In a run with no crashed node and no failed READ such an error has no cause but the index
+    /// (a misread reply, a bad verb), and judged as an operation of unknown effect it would
+    /// vanish from the history: the checkers report it as a violation of its own.
+    pub fn unexplained_transport_error(&self) -> Option<&Record> {
+        self.records.iter().find(|r| matches!(r.outcome, Outcome::Failed(IndexError::Verbs(_))))
+    }
+
     /// The history as JSON lines.
     pub fn to_json_lines(&self) -> String {
         let mut out = String::new();
@@ -296,6 +304,27 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transport_error_is_found_and_other_failures_are_not() {
+        let failed = |client, e| Record {
+            client,
+            op: Op::Search { key: vec![1] },
+            outcome: Outcome::Failed(e),
+            invoke: 1,
+            respond: Some(2),
+        };
+        let mut h = History {
+            records: vec![
+                failed(0, IndexError::Full),
+                failed(1, IndexError::RetriesExhausted { op: "x", retries: 1 }),
+                failed(2, IndexError::Corrupt("x".into())),
+            ],
+        };
+        assert!(h.unexplained_transport_error().is_none(), "only transport errors count");
+        h.records.push(failed(3, IndexError::Verbs(VerbsError::Protocol("bad reply".into()))));
+        assert_eq!(h.unexplained_transport_error().map(|r| r.client), Some(3));
+    }
 
     #[test]
     fn json_lines_round_trip() {
