@@ -816,15 +816,8 @@ fn run_run(a: RunArgs) -> Result<ExitCode, String> {
         // In the simulator with no crash, a transport error has no cause but the index.
         let faultless = a.backend == "sim" && a.crash_server.is_none();
         code = match history.unexplained_transport_error().filter(|_| faultless) {
-            Some(rec) => {
-                println!(
-                    "history: {} operations: NOT CLEAN: an operation failed with a transport error although no \
-                     fault was injected: client {} {:?} -> {:?}",
-                    history.records.len(),
-                    rec.client,
-                    rec.op,
-                    rec.outcome
-                );
+            Some(violation) => {
+                println!("history: {} operations: NOT CLEAN: {violation}", history.records.len());
                 ExitCode::from(1)
             }
             None => judge_history(history, r.supports_scan, &Default::default()),

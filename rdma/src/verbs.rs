@@ -155,6 +155,24 @@ pub struct Caps {
     pub max_outstanding_reads_per_qp: u32,
 }
 
+/// What [`Verbs::post_keeping`] returns: the responses of the verbs that completed, in request
+/// order (all of them, or the ones before the failed verb), and the failure if there was one.
+#[derive(Debug)]
+pub struct BatchOutcome {
+    pub completed: Vec<Response>,
+    pub error: Option<VerbsError>,
+}
+
+impl BatchOutcome {
+    /// The whole batch's responses, or its failure (what [`Verbs::post`] returns).
+    pub fn into_result(self) -> Result<Vec<Response>, VerbsError> {
+        match self.error {
+            None => Ok(self.completed),
+            Some(e) => Err(e),
+        }
+    }
+}
+
 /// A client's access to remote memory: on hardware, RC queue pairs from this client to every
 /// node; in the simulator, the same semantics in virtual time.
 ///
@@ -200,24 +218,6 @@ pub struct Caps {
 /// 4. **Completion.** A delivered completion means the verb and every earlier verb of its QP are
 ///    visible to every later verb of any client.
 ///
-/// What [`Verbs::post_keeping`] returns: the responses of the verbs that completed, in request
-/// order (all of them, or the ones before the failed verb), and the failure if there was one.
-#[derive(Debug)]
-pub struct BatchOutcome {
-    pub completed: Vec<Response>,
-    pub error: Option<VerbsError>,
-}
-
-impl BatchOutcome {
-    /// The whole batch's responses, or its failure (what [`Verbs::post`] returns).
-    pub fn into_result(self) -> Result<Vec<Response>, VerbsError> {
-        match self.error {
-            None => Ok(self.completed),
-            Some(e) => Err(e),
-        }
-    }
-}
-
 /// Atomics act on little-endian 64-bit words (x86 responders).
 pub trait Verbs {
     /// What this backend can do.

@@ -975,12 +975,8 @@ impl Verbs for SimClient {
     }
 
     fn post(&self, requests: Vec<Request>) -> impl Future<Output = Result<Vec<Response>, VerbsError>> {
-        let posted = self.core.borrow_mut().post(self.id, requests, true);
-        let done = BatchFuture::new(&self.core, posted);
-        async move {
-            let (completed, error) = done.await?;
-            error.map_or(Ok(completed), Err)
-        }
+        let done = self.post_keeping(requests);
+        async move { done.await.into_result() }
     }
 
     fn post_keeping(&self, requests: Vec<Request>) -> impl Future<Output = dmkit_rdma::BatchOutcome> {

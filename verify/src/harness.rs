@@ -394,11 +394,8 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             // A transport error without an injected fault: a violation of its own (see
             // `History::unexplained_transport_error`; an index failing every operation so would
             // pass otherwise).
-            if !faulted && let Some(r) = history.borrow().unexplained_transport_error() {
-                return Err(format!(
-                    "an operation failed with a transport error although no fault was injected: client {} {:?} -> {:?}",
-                    r.client, r.op, r.outcome
-                ));
+            if !faulted && let Some(violation) = history.borrow().unexplained_transport_error() {
+                return Err(violation);
             }
             // An index that detects a broken invariant reports it: the checker judges that a
             // violation of its own kind (`IndexReportedCorruption`), not an operation of unknown

@@ -269,12 +269,17 @@ impl Record {
 }
 
 impl History {
-    /// The first operation that failed with a transport or protocol error (`IndexError::Verbs`).
-    /// In a run with no crashed node and no failed READ such an error has no cause but the index
-    /// (a misread reply, a bad verb), and judged as an operation of unknown effect it would
-    /// vanish from the history: the checkers report it as a violation of its own.
-    pub fn unexplained_transport_error(&self) -> Option<&Record> {
-        self.records.iter().find(|r| matches!(r.outcome, Outcome::Failed(IndexError::Verbs(_))))
+    /// The violation to report for the first operation that failed with a transport or protocol
+    /// error (`IndexError::Verbs`), if any. In a run with no crashed node and no failed READ such
+    /// an error has no cause but the index (a misread reply, a bad verb), and judged as an
+    /// operation of unknown effect it would vanish from the history: the checkers report it as a
+    /// violation of its own.
+    pub fn unexplained_transport_error(&self) -> Option<String> {
+        let r = self.records.iter().find(|r| matches!(r.outcome, Outcome::Failed(IndexError::Verbs(_))))?;
+        Some(format!(
+            "an operation failed with a transport error although no fault was injected: client {} {:?} -> {:?}",
+            r.client, r.op, r.outcome
+        ))
     }
 
     /// The history as JSON lines.
@@ -323,7 +328,8 @@ mod tests {
         };
         assert!(h.unexplained_transport_error().is_none(), "only transport errors count");
         h.records.push(failed(3, IndexError::Verbs(VerbsError::Protocol("bad reply".into()))));
-        assert_eq!(h.unexplained_transport_error().map(|r| r.client), Some(3));
+        let message = h.unexplained_transport_error().expect("the Protocol error is found");
+        assert!(message.contains("client 3 "), "{message}");
     }
 
     #[test]

@@ -847,9 +847,8 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         if let Some(e) = done.error {
             // The READ failed (a transport error) after the FAA took a share: give it back, or
             // the leaf's structure changes wait for it for good.
-            if !done.completed.is_empty() && !self.planted("failed-read-keeps-share") {
-                self.counters.event(SHARE_BACK_AFTER_FAILED_READ);
-                let _ = self.ctx.faa(lock, (-1i64) as u64).await;
+            if !done.completed.is_empty() {
+                self.give_back_after_failed_read(lock, 1).await;
             }
             return Err(e.into());
         }
@@ -865,6 +864,16 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             return Ok(None);
         }
         Ok(Some(LeafImage::decode(&self.layout, &bytes)))
+    }
+
+    /// Takes `amount` (a share, or a split's mark and share) off the lock word at `lock` after a
+    /// READ failed under it. Best effort: the operation reports its failure anyway.
+    async fn give_back_after_failed_read(&mut self, lock: RemoteAddr, amount: i64) {
+        if self.planted("failed-read-keeps-share") {
+            return;
+        }
+        self.counters.event(SHARE_BACK_AFTER_FAILED_READ);
+        let _ = self.ctx.faa(lock, amount.wrapping_neg() as u64).await;
     }
 
     /// Polls the lock word until no structure change holds the leaf, backing off between polls
@@ -1124,10 +1133,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                     Ok(w) => w,
                     Err(e) => {
                         // The mark and the share go back together, as when the drain gives up.
-                        if !self.planted("failed-read-keeps-share") {
-                            self.counters.event(SHARE_BACK_AFTER_FAILED_READ);
-                            let _ = self.ctx.faa(lock, (-SPEAR_SMO - 1) as u64).await;
-                        }
+                        self.give_back_after_failed_read(lock, SPEAR_SMO + 1).await;
                         return Err(e);
                     }
                 };

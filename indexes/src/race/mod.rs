@@ -971,8 +971,8 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         // Found by the sweep point `retries-1` (max_retries = 1: the first READ came back with
         // a deeper directory and the split returned with the lock held).
         // Before the publish nothing has changed but the lock: a READ that fails (a transport
-        // error) releases it (the word read above, unlocked: only its holder changes the depth).
-        let unlock = Request::write(root_addr(), w.to_le_bytes().to_vec());
+        // error) releases it (at the depth read above: only the lock's holder changes it).
+        let unlock = release(layout::root_gd(w));
         if let Err(e) = self.synchronize_within(self.o.max_retries.max(2)).await {
             self.release_after_failed_read(unlock).await;
             return Err(e);
@@ -1241,6 +1241,9 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         locked.dedup();
         let header_of =
             |b: usize| seen.buckets.iter().find(|(x, _, _)| *x == b).map(|(_, h, _)| h.encode()).expect("read");
+        // The WRITE that releases bucket `b`'s insert lock: its header as read, unlocked.
+        let unlock_of =
+            |b: usize| Request::write(e.subtable.add(g.bucket_at(b) as u64), header_of(b).to_le_bytes().to_vec());
         let cas: Vec<Request> = locked
             .iter()
             .map(|&b| {
@@ -1256,9 +1259,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                     .iter()
                     .zip(pre)
                     .filter(|(b, r)| r.as_ref().and_then(|r| r.atomic().ok()) == Some(header_of(**b)))
-                    .map(|(&b, _)| {
-                        Request::write(e.subtable.add(g.bucket_at(b) as u64), header_of(b).to_le_bytes().to_vec())
-                    })
+                    .map(|(&b, _)| unlock_of(b))
                     .collect();
                 if !release.is_empty() && !self.planted("failed-read-keeps-insert-lock") {
                     self.counters.event(INSERT_UNLOCKED_AFTER_FAILED_READ);
@@ -1271,7 +1272,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         let mut all = true;
         for (&b, r) in locked.iter().zip(pre) {
             if r.atomic()? == header_of(b) {
-                unlock.push(Request::write(e.subtable.add(g.bucket_at(b) as u64), header_of(b).to_le_bytes().to_vec()));
+                unlock.push(unlock_of(b));
             } else {
                 all = false;
             }

@@ -537,8 +537,6 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         }
         let (mut p, mut from_cache) = (root, None);
         let mut at_root = true;
-        // The node read next is the one a cached copy routed to.
-        let mut below_copy = false;
         if use_cache && root_level >= self.o.cache_min_root_level && self.o.cache_bytes > 0 {
             self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
             if let Some(e) = self.node.cache.lookup(key).filter(|e| e.node.level > target) {
@@ -548,12 +546,14 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 if e.node.level == target + 1 {
                     return Ok(Found { addr: child, from_cache: Some(e), path });
                 }
-                (p, from_cache, at_root, below_copy) = (child, Some(e), false, true);
+                (p, from_cache, at_root) = (child, Some(e), false);
             } else {
                 self.counters.event("cache_miss");
             }
         }
-        for _ in 0..self.o.max_retries {
+        for step in 0..self.o.max_retries {
+            // The first node read after a cache hit is the one the cached copy routed to.
+            let below_copy = step == 0 && from_cache.is_some();
             let image = self.read_image(p).await?;
             let v = self.g.view_accepted(&image, self.checks_versions());
             // Most nodes read here are left for their sibling: compare the fences in place,
@@ -585,7 +585,6 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                         self.counters.event("cache_stale_internal");
                     }
                 }
-                below_copy = false;
                 if at_root {
                     // The root split: learn the new root next time.
                     self.node.root.forget();
@@ -595,7 +594,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             }
             let n = v.node();
             self.spare = Some(image);
-            (at_root, below_copy) = (false, false);
+            at_root = false;
             if let Some(slot) = path.get_mut(n.level as usize) {
                 *slot = Some(p);
             }
