@@ -390,11 +390,20 @@ impl LeafLayout {
     }
 
     pub fn clear_item(&self, img: &mut [u8], i: usize) {
-        let zero = vec![0u8; self.key_bytes + self.value_bytes];
         let at = self.entry_at(i) + 3;
-        img[at..at + zero.len()].copy_from_slice(&zero);
+        img[at..at + self.key_bytes + self.value_bytes].fill(0);
         let b = self.bitmap(img, i) & !(TOMBSTONE | OCCUPIED);
         self.set_bitmap(img, i, b);
+    }
+
+    /// Moves entry `from`'s key, value and tombstone flag to entry `to` and clears `from`
+    /// (both keep their own home bits and versions).
+    pub fn move_item(&self, img: &mut [u8], from: usize, to: usize) {
+        let (a, b) = (self.entry_at(from) + 3, self.entry_at(to) + 3);
+        img.copy_within(a..a + self.key_bytes + self.value_bytes, b);
+        let flags = self.bitmap(img, from) & (TOMBSTONE | OCCUPIED);
+        self.set_bitmap(img, to, self.bitmap(img, to) & !(TOMBSTONE | OCCUPIED) | flags);
+        self.clear_item(img, from);
     }
 
     /// The hop bit of offset `d` from the home.
@@ -679,37 +688,52 @@ pub struct Hopped {
     pub moves: Vec<(usize, usize)>,
 }
 
-/// Hopscotch insert of `(key, value)` (home `h`) into `img`, using only entries at forward
-/// distance `< n` from `h` (the fetched range; `n == S` is the whole table). `None` if the
-/// range has no empty entry or no key can hop toward `h`. Moves the farthest movable key first
-/// (the invariant I4 readers rely on).
-pub fn hop_insert(l: &LeafLayout, img: &mut [u8], h: usize, key: &[u8], value: &[u8], n: usize) -> Option<Hopped> {
-    let mut j = (0..n).find(|&t| l.is_empty(img, l.at(h, t)))?;
-    let mut changed = Vec::new();
-    let mut moves = Vec::new();
+/// One hop of a hopscotch insert: the key at entry `from` (home `home`, `dist` from it) moves
+/// `off` entries forward to the empty entry `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hop {
+    pub from: usize,
+    pub to: usize,
+    pub home: usize,
+    pub dist: usize,
+    pub off: usize,
+}
+
+/// Where a hopscotch insert at home `h` would put the key, and the hops that free that entry,
+/// using only entries at forward distance `< n` from `h`: `(distance of the key's entry from
+/// h, distance of the first empty entry, hops in the order they apply)`. `None` if the range
+/// has no empty entry or no key can hop toward `h`. Moves the farthest movable key first (the
+/// invariant I4 readers rely on).
+///
+/// Needs only the table as it is before the insert: each hop moves a key from `p` into the
+/// empty entry `j > p`, and the next looks only below `p`, where nothing has moved yet. So
+/// `is_empty` and `home` describe the original table, and a caller can ask "what if entry `s`
+/// were empty" without copying it (see CHIME's critical keys).
+pub fn hop_plan(
+    l: &LeafLayout,
+    h: usize,
+    n: usize,
+    is_empty: impl Fn(usize) -> bool,
+    mut home: impl FnMut(usize) -> usize,
+) -> Option<(usize, usize, Vec<Hop>)> {
+    let mut j = (0..n).find(|&t| is_empty(l.at(h, t)))?;
     let reach = j;
+    let mut hops = Vec::new();
     while j >= l.hood {
         let mut moved = false;
         for off in (1..l.hood).rev() {
             let p = j - off;
             let ps = l.at(h, p);
-            if l.is_empty(img, ps) {
+            if is_empty(ps) {
                 continue;
             }
-            let q = l.home(l.key(img, ps));
+            let q = home(ps);
             let dq = l.dist(q, ps);
             // The key at p may move to j if j stays in its home's neighbourhood.
             if dq >= l.hood || dq + off >= l.hood {
                 continue;
             }
-            let js = l.at(h, j);
-            let (k2, v2, tomb) = (l.key(img, ps).to_vec(), l.value(img, ps).to_vec(), l.is_tombstone(img, ps));
-            l.set_item(img, js, &k2, &v2, tomb);
-            l.clear_item(img, ps);
-            let b = l.bitmap(img, q) & !l.hop_bit(dq) | l.hop_bit(dq + off);
-            l.set_bitmap(img, q, b);
-            changed.extend([js, ps, q]);
-            moves.push((ps, js));
+            hops.push(Hop { from: ps, to: l.at(h, j), home: q, dist: dq, off });
             j = p;
             moved = true;
             break;
@@ -717,6 +741,27 @@ pub fn hop_insert(l: &LeafLayout, img: &mut [u8], h: usize, key: &[u8], value: &
         if !moved {
             return None;
         }
+    }
+    Some((j, reach, hops))
+}
+
+/// Hopscotch insert of `(key, value)` (home `h`) into `img`, using only entries at forward
+/// distance `< n` from `h` (the fetched range; `n == S` is the whole table): [`hop_plan`],
+/// applied. `None`, with `img` untouched, where the plan is `None`.
+pub fn hop_insert(l: &LeafLayout, img: &mut [u8], h: usize, key: &[u8], value: &[u8], n: usize) -> Option<Hopped> {
+    let (j, reach, hops) = {
+        let img = &*img;
+        hop_plan(l, h, n, |s| l.is_empty(img, s), |s| l.home(l.key(img, s)))?
+    };
+    let mut changed = Vec::with_capacity(3 * hops.len() + 2);
+    let mut moves = Vec::with_capacity(hops.len());
+    for hop in hops {
+        let Hop { from, to, home, dist, off } = hop;
+        l.move_item(img, from, to);
+        let b = l.bitmap(img, home) & !l.hop_bit(dist) | l.hop_bit(dist + off);
+        l.set_bitmap(img, home, b);
+        changed.extend([to, from, home]);
+        moves.push((from, to));
     }
     let slot = l.at(h, j);
     l.set_item(img, slot, key, value, false);
@@ -907,6 +952,41 @@ mod tests {
             }
         }
         assert!(n > 16, "a 32-entry table with H = 4 holds more than half before failing: {n}");
+    }
+
+    /// A failed insert leaves the table as it was, and a plan that pretends one entry is empty
+    /// answers as an insert into a copy with that entry cleared does (how CHIME's split finds
+    /// its critical keys without copying the leaf).
+    #[test]
+    fn a_plan_on_the_original_table_is_the_insert() {
+        let l = LeafLayout { span: 32, hood: 4, ..chime() };
+        let (mut full_tables, mut what_ifs, mut feasible) = (0, 0, 0);
+        for seed in 0..40u64 {
+            let mut img = l.empty(RemoteAddr::NULL, &[], &[]);
+            for k in 1..10_000u64 {
+                let key = (k * 7919 + seed * 1_000_003).to_be_bytes();
+                let h = l.home(&key);
+                let before = img.clone();
+                if hop_insert(&l, &mut img, h, &key, &k.to_le_bytes(), l.span).is_some() {
+                    continue;
+                }
+                assert_eq!(img, before, "seed {seed}: a failed insert changed the table");
+                full_tables += 1;
+                let homes: Vec<usize> = (0..l.span).map(|s| l.home(l.key(&img, s))).collect();
+                for s in (0..l.span).filter(|&s| !l.is_empty(&img, s)) {
+                    let mut copy = img.clone();
+                    l.clear_item(&mut copy, s);
+                    let want = hop_insert(&l, &mut copy, h, &key, &[1; 8], l.span).map(|hop| hop.slot);
+                    let plan = hop_plan(&l, h, l.span, |t| t == s || l.is_empty(&img, t), |t| homes[t]);
+                    assert_eq!(plan.map(|(j, _, _)| l.at(h, j)), want, "seed {seed}, entry {s} cleared");
+                    what_ifs += 1;
+                    feasible += usize::from(want.is_some());
+                }
+                break;
+            }
+        }
+        assert_eq!(full_tables, 40);
+        assert!(feasible > 0 && feasible < what_ifs, "both answers occur: {feasible} of {what_ifs}");
     }
 
     /// Digest G1: with H = 12 a 2-byte bitmap can straddle a line. A hop that changes a home's

@@ -92,7 +92,9 @@ use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pai
 pub use config::ChimeOptions;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
 use hotspot::HotspotBuffer;
-use layout::{Internal, InternalLayout, LOCK_BIT, LeafLayout, LockWord, Torn, fingerprint, hop_insert, raw_of};
+use layout::{
+    Internal, InternalLayout, LOCK_BIT, LeafLayout, LockWord, Torn, fingerprint, hop_insert, hop_plan, raw_of,
+};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -1163,12 +1165,11 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         };
         let slot = self.slot_key(key).into_owned();
         let key = slot.as_slice();
-        let before = lk.img.clone();
+        // A hop that fails leaves the image as it was.
         let mut hopped = hop_insert(&l, &mut lk.img, h, key, &field, lk.have);
         if hopped.is_none() && lk.have < l.span {
             // The bitmap hinted at room the range does not have: read all of the leaf.
             self.counters.event("hop_read_all");
-            lk.img = before;
             let rest = l.span - lk.have;
             if let Err(e) = self.read_entries_retry(lk.addr, &mut lk.img, l.at(h, lk.have), rest).await {
                 self.unlock(lk.addr, lk.word, vec![]).await?;
@@ -1233,21 +1234,16 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     }
 
     /// The keys whose removal alone would let `key` (home `h`) hop into its neighbourhood.
-    fn critical_keys(&self, img: &[u8], h: usize, key: &[u8], field: &[u8]) -> Vec<Vec<u8>> {
+    fn critical_keys(&self, img: &[u8], h: usize) -> Vec<Vec<u8>> {
         let l = &self.l;
-        let mut out = Vec::new();
-        let mut probe = img.to_vec();
-        for s in 0..l.span {
-            if l.is_empty(img, s) {
-                continue;
-            }
-            probe.copy_from_slice(img);
-            l.clear_item(&mut probe, s);
-            if hop_insert(l, &mut probe, h, key, field, l.span).is_some() {
-                out.push(l.key(img, s).to_vec());
-            }
-        }
-        out
+        // Each key's home, hashed once: the plans below ask again and again.
+        let homes: Vec<usize> =
+            (0..l.span).map(|s| if l.is_empty(img, s) { 0 } else { l.home(l.key(img, s)) }).collect();
+        (0..l.span)
+            .filter(|&s| !l.is_empty(img, s))
+            .filter(|&s| hop_plan(l, h, l.span, |t| t == s || l.is_empty(img, t), |t| homes[t]).is_some())
+            .map(|s| l.key(img, s).to_vec())
+            .collect()
     }
 
     /// Splits the locked, wholly read leaf and inserts `key` into the half it belongs to.
@@ -1256,7 +1252,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         self.counters.event("leaf_split");
         let img = lk.img;
         let occupied: Vec<usize> = (0..l.span).filter(|&s| !l.is_empty(&img, s)).collect();
-        let mut candidates = self.critical_keys(&img, h, key, field);
+        let mut candidates = self.critical_keys(&img, h);
         candidates.push(key.to_vec());
         candidates.sort();
         // Indirect keys that share a prefix share a key field and move together: split between
