@@ -148,7 +148,10 @@ impl Wake for TaskWaker {
 /// A simulation: nodes, clients and their tasks.
 pub struct Sim {
     core: Rc<RefCell<Core>>,
-    tasks: Vec<Option<Task>>,
+    /// Every task ever spawned, by id (ids are never reused: stale wake-ups of a finished task
+    /// find `None`). Boxed, so a finished task's slot is one pointer, not the task's 56 bytes:
+    /// a load spawns a task per RPC, tens of millions at 10 M keys.
+    tasks: Vec<Option<Box<Task>>>,
     services: BTreeMap<(u16, u16), ServiceEntry>,
     started: bool,
     live_tasks: usize,
@@ -383,7 +386,7 @@ impl Sim {
         let id = self.tasks.len() as TaskId;
         let waker =
             Waker::from(Arc::new(TaskWaker { id, woken: self.woken.clone(), any_woken: self.any_woken.clone() }));
-        self.tasks.push(Some(Task { future, waker, last_poll_ns: u64::MAX, polls_at_same_time: 0, daemon }));
+        self.tasks.push(Some(Box::new(Task { future, waker, last_poll_ns: u64::MAX, polls_at_same_time: 0, daemon })));
         if !daemon {
             self.live_tasks += 1;
         }
@@ -487,7 +490,7 @@ impl Sim {
                 task.last_poll_ns = now_ns;
                 task.polls_at_same_time = 0;
             }
-            let Task { future, waker, .. } = task;
+            let Task { future, waker, .. } = &mut **task;
             let poll = future.as_mut().poll(&mut Context::from_waker(waker));
             self.core.borrow_mut().current_task = None;
             if poll.is_ready() {
