@@ -126,6 +126,7 @@ mod explored {
             ("default", Mode::Random),
             ("default", Mode::Pct { depth: 3 }),
             ("local", Mode::Random),
+            ("host-locks", Mode::Random),
             ("pair", Mode::Dfs { preemptions: 2 }),
         ] {
             let s = scenario(preset, None, None, 5);

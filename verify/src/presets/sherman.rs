@@ -65,6 +65,22 @@ impl Checked for Sherman {
                 },
                 sherman_options("sherman-fixed", 1),
             ),
+            // Lock words in each memory node's host table (where the NIC has no device memory,
+            // Sherman's fallback), and the write-back and unlock in two round trips, on two
+            // compute nodes: found by mutation, as no other preset put a lock word anywhere but
+            // device memory or posted an unlock on its own.
+            (
+                Preset {
+                    name: "host-locks",
+                    required_counters: &["leaf_split", "internal_split", "root_split", "lock_failures"],
+                    ..base.clone()
+                },
+                ShermanOptions {
+                    lock_placement: LockPlacement::HostTable,
+                    combine_writeback_unlock: false,
+                    ..sherman_options("sherman-fixed", 2)
+                },
+            ),
             // Found by the sweep (`sweep-long-local`, failed before the fix): a root helper and
             // the root's splitter both insert the old root's separator into the new level; when
             // the new root split in between and the separator went up as the right node's
