@@ -166,6 +166,8 @@ mod explored {
             ("no-sibling-chase", &[Mode::Random, Mode::Pct { depth: 3 }][..]),
             ("no-version-check", &[Mode::Random][..]),
             ("unlock-before-write", &[Mode::Random][..]),
+            // The walk's check that every finished split reached its parent.
+            ("split-skips-parent", &[Mode::Random][..]),
         ] {
             for &mode in modes {
                 let s = scenario("default", None, Some(bug), 3);
@@ -177,7 +179,7 @@ mod explored {
                 assert_eq!(explore::replay(&again, f.variant, &f.choices), Err(f.message.clone()), "{bug} {mode:?}");
             }
         }
-        assert_eq!(Sherman::planted_bugs().len(), 4);
+        assert_eq!(Sherman::planted_bugs().len(), 5);
     }
 }
 

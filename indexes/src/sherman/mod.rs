@@ -202,7 +202,7 @@ const RACE_HANDLERS: [RaceHandler; 15] = [
     RDWC_WRITE_FALLBACK,
 ];
 
-const PLANTS: [PlantedBug; 4] = [
+const PLANTS: [PlantedBug; 5] = [
     PlantedBug {
         name: "no-sibling-chase",
         description: "a key at or above a node's highest fence does not move right: searches miss moved keys, inserts land in the wrong leaf",
@@ -214,6 +214,10 @@ const PLANTS: [PlantedBug; 4] = [
     PlantedBug {
         name: "unlock-before-write",
         description: "the unlock precedes the write-back in the batch: the next writer reads the node before the change lands",
+    },
+    PlantedBug {
+        name: "split-skips-parent",
+        description: "a leaf split never inserts its separator into the parent: the new leaf is reachable only through its left sibling, though the operation finished",
     },
     PlantedBug {
         name: "split-write-unsignaled",
@@ -892,6 +896,9 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         n.sibling = sibling_at;
         n.bump(self.g.versioning);
         self.write_split(addr, held, n, sibling_at, &sibling).await?;
+        if self.planted("split-skips-parent") {
+            return Ok(());
+        }
         self.insert_parent(addr, 0, sep, sibling_at, path).await
     }
 
