@@ -84,6 +84,13 @@ pub trait Combined {
     fn no_fallback(&self) -> bool {
         false
     }
+
+    /// The planted bug of SMART's artifact's hand-over: a writer queued behind a window takes
+    /// the window's outcome as its own (the key existed, its change applied) instead of running
+    /// its change, although it may have queued after the leader's write took effect.
+    fn late_handover(&self) -> bool {
+        false
+    }
 }
 
 /// A delegated read whose leader gave up without a result (its own search failed) reads
@@ -91,6 +98,13 @@ pub trait Combined {
 pub const RDWC_READ_FALLBACK: RaceHandler = RaceHandler {
     event: "rdwc_read_fallback",
     race: "a read follower's leader failed or gave up: the follower searches itself instead of answering with nothing",
+};
+
+/// A write that found its key's window closed, in a table that queues late writers (the
+/// hand-over of SMART's baselines), waits for the window to end.
+pub const RDWC_WRITE_QUEUED: RaceHandler = RaceHandler {
+    event: "rdwc_write_queued",
+    race: "a same-key write found the compute node's window closed (another write of the key is publishing): it waits for that write to end, then leads or joins the next window",
 };
 
 /// A combined write whose leader gave up before applying it applies it itself.
@@ -131,14 +145,28 @@ pub async fn search_via<T: Combined>(
 }
 
 /// A write through `table`: lead a window (applying every change it admits), have the
-/// change combined into a leader's, or bypass.
+/// change combined into a leader's, bypass, or (a table that queues late writers) wait for the
+/// key's closed window to end and try again.
 pub async fn write_via<T: Combined>(
     t: &mut T,
     table: &Rdwc<Change, Reply>,
     key: &[u8],
-    change: Change,
+    mut change: Change,
 ) -> Result<bool, IndexError> {
-    match table.begin_write(key, change.clone()) {
+    let role = loop {
+        match table.begin_write(key, change.clone()) {
+            WriteRole::Queued(back, turn) => {
+                t.counters_mut().event(RDWC_WRITE_QUEUED.event);
+                turn.await;
+                if t.late_handover() {
+                    return Ok(true);
+                }
+                change = back;
+            }
+            role => break role,
+        }
+    };
+    match role {
         WriteRole::Leader(mut leader) => {
             let (mine, replies) = t.modify_remote(key, vec![], Some(&mut leader)).await;
             if let Some(replies) = replies {
@@ -164,6 +192,7 @@ pub async fn write_via<T: Combined>(
             }
         },
         WriteRole::Bypass(change) => t.modify_remote(key, vec![change], None).await.0,
+        WriteRole::Queued(..) => unreachable!("the loop above waits out every queued turn"),
     }
 }
 

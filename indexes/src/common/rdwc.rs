@@ -91,6 +91,20 @@
 //! application to the state read under the remote lock produced. No intermediate state is ever
 //! visible, which is allowed since all of them linearize at one instant.
 //!
+//! ## Queued late writers (the baselines' hand-over)
+//!
+//! SMART's artifact builds its baselines (the ART port and the factor analysis's steps before write
+//! combining) with a *hand-over* of same-key leaf updates instead: a per-key ticket lock on each
+//! compute node serialises them, and writers queued behind the winner take its result. A table
+//! built with [`Rdwc::queue_late_writers`] models it: a same-key writer that finds the window
+//! closed does not bypass but is [`WriteRole::Queued`]: it waits until the leader ends its window
+//! and then calls `begin_write` again, so the first of the queue leads the next window and the
+//! others are combined into it. At most one remote write per key and compute node is then in
+//! flight. (The artifact hands the winner's result to every writer queued before the winner's
+//! *release*, up to 8 in a row; one that queued after the winner's CAS took effect then returns
+//! without its value ever being written, which is not linearizable. Here a writer is combined only
+//! if it deposited before `close`, as above.)
+//!
 //! ## Failures and cancellation
 //!
 //! - A read leader dropped without `finish`: its followers get `None` and search again.
@@ -236,9 +250,12 @@ struct WriteWindow<O> {
     key: Vec<u8>,
     leader: u64,
     /// `close` froze the admitted set: the followers here are exactly the admitted ones, in
-    /// deposit order, and later writers bypass.
+    /// deposit order, and later writers bypass (or queue, see [`Rdwc::queue_late_writers`]).
     closed: bool,
     followers: Vec<WriteFollower<O>>,
+    /// Same-key writers that came after `close` and wait for the window to end: their ids and
+    /// wakers, once polled.
+    queued: Vec<(u64, Option<Waker>)>,
 }
 
 /// One slot, behind its mutex.
@@ -271,7 +288,10 @@ impl<O, R> Slot<O, R> {
             .as_ref()
             .map_or(0, |w| size_of::<ReadWindow>() + w.key.len() + w.followers.len() * size_of::<ReadFollower>());
         let write = self.write.as_ref().map_or(0, |w| {
-            size_of::<WriteWindow<O>>() + w.key.len() + w.followers.len() * size_of::<WriteFollower<O>>()
+            size_of::<WriteWindow<O>>()
+                + w.key.len()
+                + w.followers.len() * size_of::<WriteFollower<O>>()
+                + w.queued.len() * size_of::<(u64, Option<Waker>)>()
         });
         read + write + self.delivered.len() * size_of::<(u64, Option<R>)>()
     }
@@ -329,6 +349,8 @@ fn slot_count(slots: usize) -> usize {
 /// the node's clients; every method takes `&self`.
 pub struct Rdwc<O, R> {
     enabled: bool,
+    /// Same-key writers finding the window closed wait for it to end instead of bypassing.
+    queue_late: bool,
     /// A power of two of them; none when disabled.
     slots: Vec<Mutex<Slot<O, R>>>,
     /// Bypasses of a disabled table (an enabled one counts in its slots).
@@ -349,6 +371,7 @@ impl<O, R> Rdwc<O, R> {
         let n = if enabled { slot_count(slots) } else { 0 };
         Rdwc {
             enabled,
+            queue_late: false,
             slots: (0..n).map(|_| Mutex::new(Slot::new())).collect(),
             disabled_reads: AtomicU64::new(0),
             disabled_writes: AtomicU64::new(0),
@@ -357,6 +380,14 @@ impl<O, R> Rdwc<O, R> {
 
     pub fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// The table, with same-key writers that find the write window closed queued behind it
+    /// ([`WriteRole::Queued`]) instead of bypassing: the hand-over of SMART's baselines (see the
+    /// module doc). Hash-conflicting keys still bypass.
+    pub fn queue_late_writers(mut self) -> Rdwc<O, R> {
+        self.queue_late = true;
+        self
     }
 
     /// The number of slots (0 when disabled).
@@ -431,8 +462,13 @@ impl<O, R> Rdwc<O, R> {
         match &mut s.write {
             None => {
                 let id = s.take_id();
-                s.write =
-                    Some(Box::new(WriteWindow { key: key.to_vec(), leader: id, closed: false, followers: Vec::new() }));
+                s.write = Some(Box::new(WriteWindow {
+                    key: key.to_vec(),
+                    leader: id,
+                    closed: false,
+                    followers: Vec::new(),
+                    queued: Vec::new(),
+                }));
                 s.stats.writes_led += 1;
                 WriteRole::Leader(WriteLeader { table: self, slot, id, op: Some(op), closed: false, done: false })
             }
@@ -441,6 +477,13 @@ impl<O, R> Rdwc<O, R> {
                 s.next_id += 1;
                 w.followers.push(WriteFollower { id, op: Some(op), waker: None, gone: false });
                 WriteRole::Follower(WriteWait { table: self, slot, id, done: false })
+            }
+            Some(w) if self.queue_late && w.key == key => {
+                let id = s.next_id;
+                s.next_id += 1;
+                let behind = w.leader;
+                w.queued.push((id, None));
+                WriteRole::Queued(op, TurnWait { table: self, slot, id, behind })
             }
             Some(_) => {
                 s.stats.writes_bypassed += 1;
@@ -606,6 +649,9 @@ pub enum WriteRole<'a, O, R> {
     Follower(WriteWait<'a, O, R>),
     /// Run the operation (given back) independently.
     Bypass(O),
+    /// The same key's window is closed and the table queues late writers: await the end of
+    /// the window, then call `begin_write` again with the operation (given back).
+    Queued(O, TurnWait<'a, O, R>),
 }
 
 impl<O, R> fmt::Debug for WriteRole<'_, O, R> {
@@ -614,6 +660,7 @@ impl<O, R> fmt::Debug for WriteRole<'_, O, R> {
             WriteRole::Leader(l) => f.debug_tuple("Leader").field(l).finish(),
             WriteRole::Follower(w) => f.debug_tuple("Follower").field(w).finish(),
             WriteRole::Bypass(_) => f.write_str("Bypass(..)"),
+            WriteRole::Queued(_, w) => f.debug_tuple("Queued").field(w).finish(),
         }
     }
 }
@@ -672,7 +719,7 @@ impl<O, R> WriteLeader<'_, O, R> {
         }
         // Not closed: no operation was taken, so every follower runs its own.
         let mut results = results.filter(|_| window.closed).map(|r| r.into_iter().skip(1));
-        let mut wakers = Vec::new();
+        let mut wakers: Vec<Waker> = window.queued.into_iter().filter_map(|(_, w)| w).collect();
         for f in window.followers {
             let out = results.as_mut().and_then(Iterator::next);
             if f.gone {
@@ -753,6 +800,58 @@ impl<O, R> Drop for WriteWait<'_, O, R> {
         } else {
             // Not admitted yet: withdraw the operation.
             w.followers.retain(|f| f.id != self.id);
+        }
+    }
+}
+
+/// A writer queued behind a closed window ([`WriteRole::Queued`]): resolves when that window
+/// has ended. Dropped before, it leaves the queue.
+#[must_use = "futures do nothing unless polled"]
+pub struct TurnWait<'a, O, R> {
+    table: &'a Rdwc<O, R>,
+    slot: usize,
+    id: u64,
+    /// The leader of the window waited for.
+    behind: u64,
+}
+
+impl<O, R> fmt::Debug for TurnWait<'_, O, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TurnWait")
+            .field("slot", &self.slot)
+            .field("id", &self.id)
+            .field("behind", &self.behind)
+            .finish()
+    }
+}
+
+impl<O, R> Future for TurnWait<'_, O, R> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let mut guard = lock(&this.table.slots[this.slot]);
+        match guard.write.as_mut() {
+            Some(w) if w.leader == this.behind => {
+                let id = this.id;
+                let (_, waker) = w
+                    .queued
+                    .iter_mut()
+                    .find(|(i, _)| *i == id)
+                    .expect("a queued writer stays queued until its window ends");
+                register(waker, cx);
+                Poll::Pending
+            }
+            _ => Poll::Ready(()),
+        }
+    }
+}
+
+impl<O, R> Drop for TurnWait<'_, O, R> {
+    fn drop(&mut self) {
+        let mut guard = lock(&self.table.slots[self.slot]);
+        if let Some(w) = guard.write.as_mut().filter(|w| w.leader == self.behind) {
+            w.queued.retain(|(i, _)| *i != self.id);
         }
     }
 }
@@ -1125,5 +1224,45 @@ mod tests {
         let mut sum = one;
         sum.add(&one);
         assert_eq!((sum.reads_led, sum.reads_delegated, sum.writes_led, sum.writes_combined), (2, 2, 2, 2));
+    }
+
+    #[test]
+    fn queued_late_writers_wait_for_the_window_then_lead_or_follow_the_next() {
+        let t = Table::new(16, true).queue_late_writers();
+        let f = flag();
+        let mut l = write_leader(&t, b"hot", 1);
+        assert_eq!(l.close(), [1]);
+        // Two same-key writers after `close` queue; another key still bypasses.
+        let WriteRole::Queued(2, mut a) = t.begin_write(b"hot", 2) else { panic!("expected to queue") };
+        let WriteRole::Queued(3, mut b) = t.begin_write(b"hot", 3) else { panic!("expected to queue") };
+        assert!(poll(&mut a, &f).is_pending() && poll(&mut b, &f).is_pending());
+        let conflict = (0..10_000u32).map(u32::to_le_bytes).find(|k| t.slot_of(k) == t.slot_of(b"hot"));
+        let conflict = conflict.expect("16 slots: some key shares the slot");
+        assert!(matches!(t.begin_write(&conflict, 9), WriteRole::Bypass(9)), "a hash conflict bypasses");
+        // A queued writer that gives up leaves the queue.
+        let WriteRole::Queued(4, c) = t.begin_write(b"hot", 4) else { panic!("expected to queue") };
+        drop(c);
+        l.finish(vec![10]);
+        assert_eq!(wakes(&f), 2, "both queued writers are woken when the window ends");
+        assert_eq!(poll(&mut a, &f), Poll::Ready(()));
+        assert_eq!(poll(&mut b, &f), Poll::Ready(()));
+        // Again: the first leads the next window, the second is combined into it.
+        let mut next = write_leader(&t, b"hot", 2);
+        let mut w = write_follower(&t, b"hot", 3);
+        assert_eq!(next.close(), [2, 3]);
+        next.finish(vec![20, 30]);
+        assert_eq!(poll(&mut w, &f), Poll::Ready(Some(30)));
+        let s = t.stats();
+        assert_eq!((s.writes_led, s.writes_combined, s.writes_bypassed), (2, 1, 1));
+        assert_eq!(t.bytes(), Table::new(16, true).bytes(), "nothing is left in the slot");
+    }
+
+    #[test]
+    fn without_queueing_late_writers_bypass() {
+        let t = Table::new(16, true);
+        let mut l = write_leader(&t, b"hot", 1);
+        l.close();
+        assert!(matches!(t.begin_write(b"hot", 2), WriteRole::Bypass(2)));
+        l.finish(vec![10]);
     }
 }

@@ -35,6 +35,14 @@ pub struct SmartOptions {
     pub rear_lock: bool,
     pub read_delegation: bool,
     pub write_combining: bool,
+    /// The hand-over of same-key out-of-place updates on a compute node (SMART's artifact builds
+    /// every configuration without write combining with it, `TREE_TEST_HOCL_HANDOVER`): updates
+    /// of one key on one compute node are serialised, and those that queued while another was
+    /// running are combined into the next one's slot CAS ([`crate::common::rdwc`], queued
+    /// mode). Applies to updates of out-of-place configurations only (the artifact's
+    /// `out_of_place_update_leaf` disables it for inserts); the artifact's other hand-over, of
+    /// in-place updates' leaf locks, is not modelled.
+    pub update_handover: bool,
     /// Local RDWC slots per compute node (the digest's 1,024; the paper's knee is 128).
     pub rdwc_slots: u32,
     /// Radix cache budget per compute node, bytes.
@@ -78,6 +86,7 @@ impl SmartOptions {
             rear_lock: true,
             read_delegation: true,
             write_combining: true,
+            update_handover: false,
             rdwc_slots: 1024,
             cache_bytes: 600 * MB,
             lock_table_bytes: 128 << 10,
@@ -94,9 +103,11 @@ impl SmartOptions {
             "smart-inplace" => (o.read_delegation, o.write_combining, o.rear_lock) = (false, false, false),
             "smart-lockfree" => {
                 (o.read_delegation, o.write_combining, o.out_of_place_update) = (false, false, true);
+                o.update_handover = true;
             }
             "art" => {
                 (o.read_delegation, o.write_combining, o.out_of_place_update) = (false, false, true);
+                o.update_handover = true;
                 o.internal_locks = true;
                 o.node_types = NodeTypes::art();
             }
@@ -121,8 +132,11 @@ impl SmartOptions {
         if self.node_types.count() == 0 || self.node_types.capacity(self.node_types.largest()) != 256 {
             return Err("the largest node type must hold 256 slots".into());
         }
-        if self.rdwc_slots == 0 && (self.read_delegation || self.write_combining) {
-            return Err("RDWC needs at least one local slot".into());
+        if self.rdwc_slots == 0 && (self.read_delegation || self.write_combining || self.update_handover) {
+            return Err("RDWC and the update hand-over need at least one local slot".into());
+        }
+        if self.update_handover && (self.write_combining || !self.out_of_place_update) {
+            return Err("the update hand-over is for out-of-place updates without write combining".into());
         }
         if self.internal_locks && self.lock_table_bytes < 8 {
             return Err("internal-node locks need a lock table of at least one word".into());

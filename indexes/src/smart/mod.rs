@@ -75,7 +75,9 @@ pub mod layout;
 
 use crate::common::bounds::{above_start, below_end, in_bounds};
 use crate::common::change::{Change, Reply, fold};
-use crate::common::change::{Combined, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK, replies, search_via, write_via};
+use crate::common::change::{
+    Combined, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK, RDWC_WRITE_QUEUED, replies, search_via, write_via,
+};
 use crate::common::chunk::LocalChunkAllocator;
 use crate::common::hocl::{HOCL_HANDED_OVER, HOCL_LOCK_FAILED, HoclHeld, LocalLockTable, acquire_global};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
@@ -214,9 +216,10 @@ pub const RACE_HANDLERS: [RaceHandler; 22] = [
 ];
 
 /// ART's (configuration `art`): no in-place updates (so no torn leaf, and no dead leaf: a
-/// delete swings the slot to a tombstone) and no RDWC, but out-of-place updates and the
-/// hierarchical node locks.
-pub const ART_RACE_HANDLERS: [RaceHandler; 18] = [
+/// delete swings the slot to a tombstone) and no RDWC, but out-of-place updates with the
+/// artifact's same-key hand-over (a window of RDWC's write table whose late writers queue), and
+/// the hierarchical node locks.
+pub const ART_RACE_HANDLERS: [RaceHandler; 20] = [
     STALE_ROUTE,
     TYPE_STALE_READ,
     LEAF_MOVED,
@@ -235,6 +238,8 @@ pub const ART_RACE_HANDLERS: [RaceHandler; 18] = [
     RCU_LOST,
     HOCL_LOCK_FAILED,
     HOCL_HANDED_OVER,
+    RDWC_WRITE_QUEUED,
+    RDWC_WRITE_FALLBACK,
 ];
 
 const PLANTS: [PlantedBug; 9] = [
@@ -346,7 +351,11 @@ pub fn node_state(o: &SmartOptions, caps: &Caps) -> SmartNode {
         types: o.node_types.clone(),
         leaf: leaf_geometry(o),
         cache: RadixCache::new(o.cache_bytes),
-        rdwc: Rdwc::new(o.rdwc_slots.max(1) as usize, o.read_delegation || o.write_combining),
+        rdwc: {
+            let rdwc =
+                Rdwc::new(o.rdwc_slots.max(1) as usize, o.read_delegation || o.write_combining || o.update_handover);
+            if o.update_handover { rdwc.queue_late_writers() } else { rdwc }
+        },
         chunks,
         locks,
         local_locks,
@@ -746,7 +755,8 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         if let Change::Upsert(v) | Change::Update(v) = &change {
             limits(&self.o).check_value(v)?;
         }
-        if !self.o.write_combining {
+        let handed_over = self.o.update_handover && matches!(change, Change::Update(_));
+        if !self.o.write_combining && !handed_over {
             return self.modify_remote(key, vec![change], None).await.0;
         }
         let node = self.node.clone();
@@ -1594,6 +1604,10 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
 
     fn no_fallback(&self) -> bool {
         self.planted("rdwc-no-fallback")
+    }
+
+    fn late_handover(&self) -> bool {
+        self.planted("late-handover")
     }
 }
 
