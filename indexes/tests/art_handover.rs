@@ -75,7 +75,7 @@ fn same_key_updates_of_one_compute_node_never_lose_a_cas_with_the_handover() {
     assert_eq!(last % 1000, UPDATES - 1, "the final value {last} is a client's last update");
 
     // The same clients without the hand-over race each other's CAS: the test can fail.
-    let mut without = ArtOptions::default();
+    let mut without = ArtOptions::new(8, 8);
     without.update_handover = false;
     without.validate().unwrap();
     let (lost, updates, combined, _) = hammer(&without);
