@@ -40,6 +40,14 @@
 //! hundreds of milliseconds. A cache warmed by running the workload, as on hardware, starts
 //! nearer that equilibrium; the means of those runs overstate it by a few percent, and the
 //! figure's peak (512 clients) converges.
+//!
+//! Open: YCSB LOAD (fresh hashed keys after 1 M, 16 CNs x 24 clients) falls from 16 to 3.6
+//! Mops/s over 50 ms with 1.35 failed lock CASes per insert, p99 1.6 ms and 4.3% of inserts
+//! missing the cache. The leading hypothesis, not yet shown: a cache miss starts at the root
+//! and ROWEX locks it, and misses grow as second-level nodes cross NODE_16 (a type switch
+//! makes the parent's cached slot stale and drops that snapshot), so inserts queue on the
+//! root's lock word. The artifact locks the root on a miss too; what differs, if anything, is
+//! not known.
 
 use crate::smart::{self, SmartHandle, SmartNode, SmartOptions};
 use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
