@@ -226,5 +226,8 @@ mod explored {
         assert_eq!(Smart::planted_bugs().len(), 9, "a new plant needs a line above");
         found::<Art>("retire-after-publish", "default", Mode::Random, 1);
         found::<Art>("no-reverse-check", "default", Mode::Random, 1);
+        // The artifact's hand-over until the winner's release, not its CAS (schedule 29).
+        found::<Art>("late-handover", "local", Mode::Random, 1);
+        assert_eq!(Art::planted_bugs().len(), 3, "a new plant needs a line above");
     }
 }

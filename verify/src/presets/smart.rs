@@ -299,7 +299,10 @@ impl Checked for Art {
             .into_iter()
             .map(|(mut p, o)| {
                 match p.name {
-                    "local" => p.required_counters = &["lock_handed_over", "rcu_update", "leaf_split"],
+                    "local" => {
+                        p.required_counters =
+                            &["lock_handed_over", "rcu_update", "leaf_split", "rdwc_write_queued", "rdwc_combined"]
+                    }
                     // No combining in ART: the failed READs meet its locks and splits instead.
                     "read-failure" => p.required_counters = &["lock_handed_over", "leaf_split"],
                     _ => {}
@@ -343,6 +346,13 @@ impl Checked for Art {
                 "sweep-handover-1",
                 Preset { required_counters: &["rcu_update", "leaf_split", "lock_failures"], ..local.clone() },
                 with(&lo, &|o| o.max_handover = 1),
+            ),
+            // No update hand-over (the option off): one node's same-key updates race each
+            // other's slot CAS, as across nodes.
+            point(
+                "sweep-no-update-handover",
+                Preset { required_counters: &["rcu_update", "rcu_lost"], ..local.clone() },
+                with(&lo, &|o| o.update_handover = false),
             ),
             // Unbounded hand-over on two compute nodes of two clients each: the other node's
             // inserts wait while one node's clients pass the lock among themselves.
