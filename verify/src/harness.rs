@@ -19,7 +19,7 @@ use dmkit_indexes::{Counters, Index, IndexKind};
 use dmkit_sim::{Faults, MemoryModel, Sim, SimConfig, SimError, Topology};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Bound;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -82,6 +82,14 @@ pub trait Checked: IndexKind {
     fn faults(preset: &str, options: &Self::Options) -> Faults {
         let _ = (preset, options);
         Faults::default()
+    }
+
+    /// Why a preset's operations may give up under a fair schedule with no fault (see
+    /// [`IndexScenario::fair_schedule`]), if they may: a liveness limit of the configuration the
+    /// preset chose on purpose. `None` (the default): such a give-up is a violation.
+    fn gives_up_by_design(preset: &str, options: &Self::Options) -> Option<&'static str> {
+        let _ = (preset, options);
+        None
     }
 
     /// Replaces a preset's options with the index's named configuration `config`, keeping what
@@ -149,7 +157,19 @@ pub struct IndexScenario<K: Checked> {
     /// Faults injected into every run ([`Checked::faults`] of the preset). Node crashes are
     /// timed from the start of the explored phase (the set-up runs before them).
     pub faults: Faults,
+    /// The schedules are fair (random): an operation that gives up after a retry bound of
+    /// [`FAIR_GIVE_UP_BOUND`] or more, with no fault injected, is a violation (a livelock or a
+    /// broken retry condition, not bad luck). Under PCT or DFS a client may be starved by
+    /// construction, so there a give-up is an indeterminate outcome like any failure.
+    /// [`check_index`] sets it from the mode; a replay takes it from `--mode`.
+    pub fair_schedule: Cell<bool>,
 }
+
+/// The smallest retry bound whose exhaustion under a fair schedule is a violation. Presets that
+/// test give-ups set bounds of 1 to 3; indexes' defaults are 200 and up. Under a random
+/// schedule a lock holder among three runnable tasks stays unscheduled for 100 of a spinner's
+/// steps with probability (2/3)^100 < 1e-17.
+pub const FAIR_GIVE_UP_BOUND: u32 = 100;
 
 impl<K: Checked> std::fmt::Debug for IndexScenario<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -169,6 +189,7 @@ impl<K: Checked> IndexScenario<K> {
             script: None,
             qp_actors: false,
             faults: Faults::default(),
+            fair_schedule: Cell::new(false),
         }
     }
 
@@ -377,6 +398,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
         let (options, last, total, scans) =
             (self.options.clone(), self.last_history.clone(), self.counters.clone(), K::SUPPORTS_SCAN);
         let faulted = !self.faults.node_crashes.is_empty() || !self.faults.read_failures.is_empty();
+        let fair = self.fair_schedule.get() && K::gives_up_by_design(self.preset.name, &self.options).is_none();
         Box::new(move |sim: &Sim, outcome: Result<(), SimError>| {
             *last.borrow_mut() = history.borrow().clone();
             total.borrow_mut().merge(&run_counters.borrow());
@@ -395,6 +417,12 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             // `History::unexplained_transport_error`; an index failing every operation so would
             // pass otherwise).
             if !faulted && let Some(violation) = history.borrow().unexplained_transport_error() {
+                return Err(violation);
+            }
+            if !faulted
+                && fair
+                && let Some(violation) = history.borrow().unfair_give_up(FAIR_GIVE_UP_BOUND)
+            {
                 return Err(violation);
             }
             // An index that detects a broken invariant reports it: the checker judges that a
@@ -510,6 +538,7 @@ pub fn check_index<K: Checked>(
     budget: Duration,
     max_schedules: u64,
 ) -> IndexCheck {
+    scenario.fair_schedule.set(matches!(mode, Mode::Random));
     let exploration = explore::explore(scenario, mode, seed, budget, max_schedules);
     let counters = scenario.counters.borrow().clone();
     let vacuous = if exploration.failure.is_none() {

@@ -282,6 +282,19 @@ impl History {
         ))
     }
 
+    /// A violation if some operation gave up after a retry bound of at least `bound` attempts
+    /// ([`IndexError::RetriesExhausted`]): under a fair schedule with no fault injected, a
+    /// bound that large is exhausted only by a livelock or a retry condition that never clears.
+    pub fn unfair_give_up(&self, bound: u32) -> Option<String> {
+        let r = self.records.iter().find(
+            |r| matches!(&r.outcome, Outcome::Failed(IndexError::RetriesExhausted { retries, .. }) if *retries >= bound),
+        )?;
+        Some(format!(
+            "an operation gave up under a fair (random) schedule with no fault injected (a livelock, or a retry condition that never clears): client {} {:?} -> {:?}",
+            r.client, r.op, r.outcome
+        ))
+    }
+
     /// The history as JSON lines.
     pub fn to_json_lines(&self) -> String {
         let mut out = String::new();
@@ -330,6 +343,29 @@ mod tests {
         h.records.push(failed(3, IndexError::Verbs(VerbsError::Protocol("bad reply".into()))));
         let message = h.unexplained_transport_error().expect("the Protocol error is found");
         assert!(message.contains("client 3 "), "{message}");
+    }
+
+    #[test]
+    fn a_give_up_counts_only_at_a_large_bound() {
+        let failed = |client, e| Record {
+            client,
+            op: Op::Search { key: vec![1] },
+            outcome: Outcome::Failed(e),
+            invoke: 1,
+            respond: Some(2),
+        };
+        let mut h = History {
+            records: vec![
+                failed(0, IndexError::Full),
+                failed(1, IndexError::RetriesExhausted { op: "x", retries: 3 }),
+                failed(2, IndexError::Verbs(VerbsError::Protocol("x".into()))),
+            ],
+        };
+        assert!(h.unfair_give_up(100).is_none(), "a bound of 3 may run out; other failures are not give-ups");
+        h.records.push(failed(3, IndexError::RetriesExhausted { op: "lock", retries: 2000 }));
+        let message = h.unfair_give_up(100).expect("a bound of 2000 ran out");
+        assert!(message.contains("client 3 ") && message.contains("fair"), "{message}");
+        assert!(h.unfair_give_up(2001).is_none());
     }
 
     #[test]

@@ -184,6 +184,9 @@ fn run<K: Checked>(req: &CheckRequest) -> Result<CheckOutcome, String> {
     );
     if let Some(replay) = &req.replay {
         let (variant, choices) = explore::decode_replay(replay)?;
+        // A schedule found in random mode is judged as fair (give-ups are violations): its
+        // replay line says `--mode random`.
+        scenario.fair_schedule.set(matches!(req.mode, Some(Mode::Random)));
         let verdict = explore::replay(&scenario, variant, &choices);
         let history = scenario.last_history.borrow().to_json_lines();
         return Ok(match verdict {
@@ -248,7 +251,8 @@ fn run<K: Checked>(req: &CheckRequest) -> Result<CheckOutcome, String> {
         if let Some(f) = e.failure {
             let _ = writeln!(report, "VIOLATION in schedule {} ({name}):\n{}", f.schedule, f.message);
             let qp = if extra_qp { " --qp-actors" } else { "" };
-            let _ = writeln!(report, "replay: {command}{qp} --replay {}", f.replay_string());
+            let fair = if mode == Mode::Random { " --mode random" } else { "" };
+            let _ = writeln!(report, "replay: {command}{qp}{fair} --replay {}", f.replay_string());
             let history = scenario.last_history.borrow().to_json_lines();
             let counters = scenario.counters.borrow().clone();
             return Ok(CheckOutcome { passed: false, report, history, counters, vacuous: Vec::new() });

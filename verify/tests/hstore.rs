@@ -568,7 +568,10 @@ mod clover {
         check_index(&sizes, Mode::Random, 3, budget, u64::MAX).assert_clean("clover sizes", 0, true);
         for bug in ["write-next", "trust-shortcut"] {
             let message = find_replayable(bug, &scenario(Some(bug)), Mode::Random, 20_000);
-            assert!(message.contains("not linearizable"), "{bug}: {message}");
+            // Trusting a stale shortcut also makes writers chase a version that is no longer
+            // the tail until their bound: under a fair schedule that give-up is found first.
+            let livelock = bug == "trust-shortcut" && message.contains("gave up under a fair");
+            assert!(message.contains("not linearizable") || livelock, "{bug}: {message}");
         }
         let _ = key(0);
     }
