@@ -323,15 +323,13 @@ impl History {
 mod tests {
     use super::*;
 
+    /// A search of client `client` that failed with `e`.
+    fn failed(client: u32, e: IndexError) -> Record {
+        Record { client, op: Op::Search { key: vec![1] }, outcome: Outcome::Failed(e), invoke: 1, respond: Some(2) }
+    }
+
     #[test]
     fn a_transport_error_is_found_and_other_failures_are_not() {
-        let failed = |client, e| Record {
-            client,
-            op: Op::Search { key: vec![1] },
-            outcome: Outcome::Failed(e),
-            invoke: 1,
-            respond: Some(2),
-        };
         let mut h = History {
             records: vec![
                 failed(0, IndexError::Full),
@@ -347,13 +345,6 @@ mod tests {
 
     #[test]
     fn a_give_up_counts_only_at_a_large_bound() {
-        let failed = |client, e| Record {
-            client,
-            op: Op::Search { key: vec![1] },
-            outcome: Outcome::Failed(e),
-            invoke: 1,
-            respond: Some(2),
-        };
         let mut h = History {
             records: vec![
                 failed(0, IndexError::Full),
