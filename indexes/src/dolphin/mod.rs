@@ -1293,12 +1293,21 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     /// Writes a new right leaf and CASes it into a free entry of its special node.
     async fn publish(&mut self, split: (RemoteAddr, LeafImage, RemoteAddr, u8)) -> Result<(), IndexError> {
         let (special, mut right, at, partial) = split;
-        for _ in 0..self.o.max_retries {
-            // The shrunk left leaf is already visible: a failed READ here is tried again, since
-            // undoing the split would hide what readers of the left leaf have seen.
+        // The shrunk left leaf is already visible, so giving up (the caller then puts the old
+        // leaf back) would hide what its readers have seen: the inserting key, if it sorts
+        // below the split key. A lost CAS is therefore not an attempt: another publisher took
+        // that entry, which stays taken, so losses are bounded by the special node's entries
+        // (it never fills). Only failed READs count against the retry bound. (Counting lost
+        // CASes too lost a key seen by a search: the sweep point `sweep-splits-retries-1`.)
+        let mut attempts = 0;
+        loop {
+            if attempts >= self.o.max_retries {
+                return Err(self.exhausted("publish leaf"));
+            }
             let img = match self.read_special(special).await {
                 Ok(img) => img,
                 Err(IndexError::Verbs(VerbsError::Timeout(_))) if !self.planted("failed-read-undoes-split") => {
+                    attempts += 1;
                     self.counters.event(PUBLISH_READ_RETRIED);
                     continue;
                 }
@@ -1316,7 +1325,6 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             self.counters.cas_failures += 1;
             self.counters.event(PUBLISH_RACED);
         }
-        Err(self.exhausted("publish leaf"))
     }
 
     /// Builds the nodes a key with no leaf needs below key position `from`: regular nodes while

@@ -231,6 +231,14 @@ impl Checked for Dolphin {
                 },
                 DolphinOptions { split: Split::Even, ..so.clone() },
             ),
+            // One attempt per operation while neighbouring leaves split: a publish whose CAS
+            // loses gives up, and its split is undone (the put-back) after the shrunk left leaf
+            // was visible.
+            point(
+                "sweep-splits-retries-1",
+                Preset { clients: 4, required_counters: &["leaf_split", "publish_raced"], ..splits.clone() },
+                DolphinOptions { max_retries: 1, ..so.clone() },
+            ),
             // The artifact's 65-slot leaf (17 lines, one version each), one slot short of full:
             // the first insert of a new key splits it while others update and delete in it.
             point(
