@@ -84,12 +84,13 @@ pub trait Checked: IndexKind {
         Faults::default()
     }
 
-    /// Why a preset's operations may give up under a fair schedule with no fault (see
-    /// [`IndexScenario::fair_schedule`]), if they may: a liveness limit of the configuration the
-    /// preset chose on purpose. `None` (the default): such a give-up is a violation.
-    fn gives_up_by_design(preset: &str, options: &Self::Options) -> Option<&'static str> {
+    /// Whether a preset's operations may give up under a fair schedule with no fault (see
+    /// [`IndexScenario::fair_schedule`]): a liveness limit of the configuration the preset chose
+    /// on purpose, which the implementation states. False (the default): such a give-up is a
+    /// violation.
+    fn gives_up_by_design(preset: &str, options: &Self::Options) -> bool {
         let _ = (preset, options);
-        None
+        false
     }
 
     /// Replaces a preset's options with the index's named configuration `config`, keeping what
@@ -398,7 +399,10 @@ impl<K: Checked> Scenario for IndexScenario<K> {
         let (options, last, total, scans) =
             (self.options.clone(), self.last_history.clone(), self.counters.clone(), K::SUPPORTS_SCAN);
         let faulted = !self.faults.node_crashes.is_empty() || !self.faults.read_failures.is_empty();
-        let fair = self.fair_schedule.get() && K::gives_up_by_design(self.preset.name, &self.options).is_none();
+        // Give-ups are judged in fault-free runs of fair schedules, unless the preset has them
+        // by design.
+        let judge_give_ups =
+            !faulted && self.fair_schedule.get() && !K::gives_up_by_design(self.preset.name, &self.options);
         Box::new(move |sim: &Sim, outcome: Result<(), SimError>| {
             *last.borrow_mut() = history.borrow().clone();
             total.borrow_mut().merge(&run_counters.borrow());
@@ -419,10 +423,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             if !faulted && let Some(violation) = history.borrow().unexplained_transport_error() {
                 return Err(violation);
             }
-            if !faulted
-                && fair
-                && let Some(violation) = history.borrow().unfair_give_up(FAIR_GIVE_UP_BOUND)
-            {
+            if judge_give_ups && let Some(violation) = history.borrow().unfair_give_up(FAIR_GIVE_UP_BOUND) {
                 return Err(violation);
             }
             // An index that detects a broken invariant reports it: the checker judges that a

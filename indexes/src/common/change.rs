@@ -151,17 +151,17 @@ pub async fn write_via<T: Combined>(
     t: &mut T,
     table: &Rdwc<Change, Reply>,
     key: &[u8],
-    mut change: Change,
+    change: Change,
 ) -> Result<bool, IndexError> {
     let role = loop {
+        // The table takes a copy: `change` stays here for a fallback or the next turn.
         match table.begin_write(key, change.clone()) {
-            WriteRole::Queued(back, turn) => {
+            WriteRole::Queued(_, turn) => {
                 t.counters_mut().event(RDWC_WRITE_QUEUED.event);
                 turn.await;
                 if t.late_handover() {
                     return Ok(true);
                 }
-                change = back;
             }
             role => break role,
         }
