@@ -388,9 +388,14 @@ struct RunArgs {
     /// The index's cache budget per compute node, in bytes.
     #[arg(long, conflicts_with = "file")]
     cache_bytes: Option<u64>,
-    /// Operations per client after the warm-up, instead of --duration-us.
+    /// Operations per client (the warm-up's included), instead of --duration-us; the measured
+    /// window ends when the first client is done, so every client runs throughout it
     #[arg(long, conflicts_with_all = ["file", "duration_us"])]
     ops_per_client: Option<u64>,
+    /// LOAD: insert this many fresh keys in all, then stop (a fixed window, as the papers'
+    /// insert phases); hash tables are sized for --keys plus these, with any workload
+    #[arg(long, conflicts_with_all = ["file", "duration_us", "ops_per_client"])]
+    inserts: Option<u64>,
     /// NIC profile: an embedded name (cx6-100g, cx5-100g) or a TOML file.
     #[arg(long, default_value = "cx6-100g", conflicts_with = "file")]
     profile: String,
@@ -723,6 +728,7 @@ fn run_run(a: RunArgs) -> Result<ExitCode, String> {
                 email_keys: a.email_keys,
                 theta: a.theta,
                 ops_per_client: a.ops_per_client,
+                inserts: a.inserts,
                 cache_bytes: a.cache_bytes,
                 profile: a.profile.clone(),
                 compute_nodes: a.compute_nodes,

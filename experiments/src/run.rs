@@ -527,9 +527,22 @@ pub struct RunRequest {
     pub theta: Option<f64>,
     /// Run this many operations per client after the warm-up instead of a fixed duration.
     pub ops_per_client: Option<u64>,
+    /// The fresh keys a LOAD inserts in all (`--inserts`): hash tables are sized for
+    /// `keys + inserts` items (see [`RunRequest::items`]).
+    pub inserts: Option<u64>,
     /// The index's cache budget per compute node (indexes with a compute-node cache).
     pub cache_bytes: Option<u64>,
     pub setup: RunSetup,
+}
+
+impl RunRequest {
+    /// The items the index must hold: the loaded keys and the run's budget of fresh inserts.
+    /// Hash tables without resizing (or, for RACE, without a split in the run: the RACE
+    /// digest's D4, "pre-create enough subtables to hold the target item count") are sized
+    /// for it, as the papers size theirs for the whole experiment.
+    pub fn items(&self) -> u64 {
+        self.keys.saturating_add(self.inserts.unwrap_or(0))
+    }
 }
 
 /// Applies a request's key size, θ and value size to a workload spec.
@@ -750,7 +763,7 @@ pub fn dispatch<V: IndexVisitor>(req: &RunRequest, v: V) -> Result<V::Out, Strin
             // more than 16 of Poisson(2) keys).
             let slots = 16u32;
             let options = ExampleOptions {
-                buckets: req.keys.div_ceil(2).max(1),
+                buckets: req.items().div_ceil(2).max(1),
                 slots_per_bucket: slots,
                 max_key_bytes: spec.key_format.key_bytes().max(8) as u32,
                 max_value_bytes: spec.value_bytes.max(8) as u32,
@@ -768,10 +781,10 @@ pub fn dispatch<V: IndexVisitor>(req: &RunRequest, v: V) -> Result<V::Out, Strin
                 return Err("index cluster has no cache and no named configurations".into());
             }
             // The paper's geometry (8 slots, overflow ratio 3), sized like the RACE paper's
-            // tables for the loaded items: 75% of all slots (main and overflow) full after
-            // loading, room for the run's inserts.
+            // tables for the run's items (`RunRequest::items`): 75% of all slots (main and
+            // overflow) full when they are all in.
             let options = ClusterOptions {
-                main_buckets: (req.keys as f64 / (8.0 * 4.0 * 0.75)).ceil().max(1.0) as u64,
+                main_buckets: (req.items() as f64 / (8.0 * 4.0 * 0.75)).ceil().max(1.0) as u64,
                 key_bytes: spec.key_format.key_bytes().max(8) as u32,
                 value_bytes: spec.value_bytes.max(1) as u32,
                 memory_nodes: req.setup.memory_nodes,
@@ -788,12 +801,14 @@ pub fn dispatch<V: IndexVisitor>(req: &RunRequest, v: V) -> Result<V::Out, Strin
                 return Err("index race caches only its directory: --cache-bytes does not apply".into());
             }
             let paper = dmkit_indexes::race::Paper::named(&req.config)?;
-            // Subtables of 4,096 groups, as many as hold the loaded keys at about 75% of their
-            // slots (the paper sizes its tables for the loaded items); inserts split them.
+            // Subtables of 4,096 groups, as many (a power of two) as hold the run's items
+            // (`RunRequest::items`) at about 75% of their slots: the digest's D4, no split in a
+            // run that stays within them. Inserts beyond split a subtable, one client moving
+            // its items (see the module doc: a growing table stalls while it splits).
             let groups = 4096u64;
             let per_subtable = (3 * groups * 7) as f64 * 0.75;
             let depth =
-                ((req.keys.max(1) as f64 / per_subtable).ceil() as u64).next_power_of_two().trailing_zeros() as u8;
+                ((req.items().max(1) as f64 / per_subtable).ceil() as u64).next_power_of_two().trailing_zeros() as u8;
             let options = RaceOptions {
                 key_bytes: spec.key_format.key_bytes().max(8) as u32,
                 value_bytes: spec.value_bytes.max(1) as u32,
@@ -899,7 +914,7 @@ pub fn dispatch<V: IndexVisitor>(req: &RunRequest, v: V) -> Result<V::Out, Strin
                 max_key_bytes: spec.key_format.key_bytes().max(1) as u32,
                 max_value_bytes: spec.value_bytes as u32,
                 // A shortcut per loaded key, and room for the run's inserts.
-                max_keys: req.keys.saturating_mul(2).max(1 << 16),
+                max_keys: req.items().saturating_mul(2).max(1 << 16),
                 ..CloverOptions::default()
             };
             options.validate().map_err(|e| format!("index clover: {e}"))?;
@@ -913,7 +928,7 @@ pub fn dispatch<V: IndexVisitor>(req: &RunRequest, v: V) -> Result<V::Out, Strin
             let config = if req.config == "default" { "hstore" } else { req.config.as_str() };
             // The table is sized for the loaded keys at about 3 a bucket (no resizing: the
             // paper over-provisions), with overflow pools for the chains and the run's inserts.
-            let mut options = HStoreOptions::named(config)?.sized_for(req.keys);
+            let mut options = HStoreOptions::named(config)?.sized_for(req.items());
             options.memory_nodes = req.setup.memory_nodes;
             options.max_key_bytes = spec.key_format.key_bytes().max(1) as u32;
             options.max_value_bytes = spec.value_bytes as u32;
@@ -997,6 +1012,10 @@ pub struct RunFile {
     pub email_keys: bool,
     pub theta: Option<f64>,
     pub ops_per_client: Option<u64>,
+    /// LOAD: the fresh keys inserted in all, then the run stops (a fixed window, as the papers'
+    /// insert phases: RACE's 10 M into a table of 100 M); every workload's hash tables are
+    /// sized for `keys + inserts`.
+    pub inserts: Option<u64>,
     pub cache_bytes: Option<u64>,
     #[serde(default = "default_profile")]
     pub profile: String,
@@ -1180,6 +1199,24 @@ impl RunFile {
         Ok(window)
     }
 
+    /// `inserts` on a LOAD point: the operations per client that insert them all (the budget
+    /// spread evenly, rounded up). `None` for other workloads, where `inserts` sizes tables only.
+    fn load_quota(&self) -> Result<Option<u64>, String> {
+        let Some(n) = self.inserts else { return Ok(None) };
+        if n == 0 {
+            return Err("--inserts must be positive".into());
+        }
+        if self.duration_us.is_some() || self.ops_per_client.is_some() {
+            return Err("--inserts fixes a LOAD's window: not with --duration-us or --ops-per-client".into());
+        }
+        let spec = crate::workload::WorkloadSpec::from_name(&self.workload, self.keys).map_err(|e| e.to_string())?;
+        if !spec.mix.is_insert_only() {
+            return Ok(None);
+        }
+        let clients = self.compute_nodes as u64 * self.threads_per_cn as u64 * self.coroutines as u64;
+        Ok(Some(n.div_ceil(clients)))
+    }
+
     /// Parses a run file; errors are one line.
     pub fn parse(text: &str) -> Result<RunFile, String> {
         toml::from_str(text).map_err(|e| format!("bad run file: {}", e.message().replace('\n', " ")))
@@ -1251,6 +1288,8 @@ impl RunFile {
                 if p.compute_nodes == 0 || p.memory_nodes == 0 || p.threads_per_cn == 0 || p.coroutines == 0 {
                     return Err("compute_nodes, memory_nodes, threads_per_cn and coroutines must be positive".into());
                 }
+                let mut p = p;
+                p.ops_per_client = p.load_quota()?.or(p.ops_per_client);
                 let window = p.window()?;
                 let tick_ns = p.tick_us.unwrap_or(crate::measure::TICK_NS / 1000) * 1000;
                 if tick_ns == 0 {
@@ -1266,6 +1305,7 @@ impl RunFile {
                     email_keys: p.email_keys,
                     theta: p.theta,
                     ops_per_client: p.ops_per_client,
+                    inserts: p.inserts,
                     cache_bytes: p.cache_bytes,
                     setup: RunSetup {
                         profile: profile.clone(),

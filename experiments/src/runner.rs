@@ -325,6 +325,9 @@ pub fn run_loaded<K: IndexKind>(
         _ => u64::MAX,
     }));
     let running = Rc::new(Cell::new(0usize));
+    // When the first client ran out of operations (from `start`): a run of a fixed number of
+    // operations per client is measured while every client runs, not through the ramp-down.
+    let first_done = Rc::new(Cell::new(u64::MAX));
     let timeseries = setup.timeseries_ns > 0;
     let record = setup.record_history;
     let tally = Rc::new(RefCell::new(Tally::default()));
@@ -342,6 +345,7 @@ pub fn run_loaded<K: IndexKind>(
                 index += 1;
                 let mut handle = K::open(options, nodes[cn as usize].clone(), client.clone());
                 let (c, tally, end, running) = (client.clone(), tally.clone(), end.clone(), running.clone());
+                let first_done = first_done.clone();
                 running.set(running.get() + 1);
                 sim.spawn(&client, async move {
                     use dmkit_indexes::Index;
@@ -411,6 +415,7 @@ pub fn run_loaded<K: IndexKind>(
                         lat.1.push(tick as u32);
                     }
                     tally.borrow_mut().counters.merge(handle.counters());
+                    first_done.set(first_done.get().min(c.now_ns() - start));
                     running.set(running.get() - 1);
                 });
             }
@@ -440,7 +445,16 @@ pub fn run_loaded<K: IndexKind>(
                 last_report = std::time::Instant::now();
             }
         }
-        let decision = monitor.check(&tally.borrow().ticks, now, ended);
+        // Operations per client: the window ends at the tick the first client finished in (when
+        // that is past the warm-up), so every measured tick had every client running.
+        let judged_until = match setup.window {
+            Window::Fixed { warmup_ns, duration_ns: None } if ended => {
+                let cut = first_done.get() / tick_ns * tick_ns;
+                if cut > warmup_ns { cut.min(now) } else { now }
+            }
+            _ => now,
+        };
+        let decision = monitor.check(&tally.borrow().ticks, judged_until, ended);
         match decision {
             Decision::RunUntil { interim, .. } => {
                 if let Some(e) = interim {

@@ -797,6 +797,11 @@ impl OpKind {
 }
 
 impl Mix {
+    /// Inserts of fresh keys and nothing else (a LOAD).
+    pub fn is_insert_only(&self) -> bool {
+        self.insert > 0.0 && OpKind::ALL.iter().all(|&k| k == OpKind::Insert || self.weight(k) == 0.0)
+    }
+
     pub fn weight(&self, kind: OpKind) -> f64 {
         match kind {
             OpKind::Search => self.read,

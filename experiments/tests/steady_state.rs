@@ -111,6 +111,36 @@ fn runs_whose_last_ticks_complete_nothing_are_measured() {
 }
 
 #[test]
+fn an_insert_budget_sizes_the_table_and_ends_the_load() {
+    // The paper's insert phase: a fixed number of fresh keys into a table sized for them.
+    let sweep = requests(
+        "index = \"cluster\"\nworkload = \"load\"\nkeys = 2000\ninserts = 1000\ncompute_nodes = 2\n\
+         threads_per_cn = 3\n[sweep]\nworkload = [\"load\", \"c\"]\n",
+    );
+    let (load, search) = (&sweep[0], &sweep[1]);
+    // 1000 over 6 clients: 167 each (rounded up), the warm-up's included; searches are not
+    // budgeted, and run to steady state on the same table.
+    assert_eq!((load.ops_per_client, search.ops_per_client), (Some(167), None));
+    assert_eq!(load.items(), 3000);
+    assert_eq!(dmkit_experiments::run::image_key(load), dmkit_experiments::run::image_key(search));
+    let r = run_request(load).unwrap();
+    assert!(r.errors.is_empty(), "a table sized for the inserts takes them all: {:?}", r.errors);
+    // Measured while every client runs: the first client to finish ends the window, so fewer
+    // than the budget are measured, and no ramp-down.
+    assert!(r.operations > 0 && r.operations < 6 * 167, "{}", r.operations);
+    let ran_ns = r.series_mops.len() as u64 * r.series_bin_ns;
+    assert!(ran_ns > r.warmup_ns + r.measured_ns, "the last clients ran on after the window: {ran_ns} ns");
+    let loaded_only =
+        requests("index = \"cluster\"\nworkload = \"load\"\nkeys = 2000\ncompute_nodes = 2\nthreads_per_cn = 3\n");
+    assert_ne!(dmkit_experiments::run::image_key(&loaded_only[0]), dmkit_experiments::run::image_key(load));
+    for bad in ["inserts = 0", "inserts = 10\nduration_us = 100", "inserts = 10\nops_per_client = 5"] {
+        let file = RunFile::parse(&format!("index = \"cluster\"\nworkload = \"load\"\n{bad}\n")).unwrap();
+        let e = file.requests().unwrap_err();
+        assert!(e.contains("--inserts"), "{bad}: {e}");
+    }
+}
+
+#[test]
 fn failed_operations_are_errors_not_throughput() {
     // DrTM cluster hashing does not grow: LOAD fills its table within the window, and every
     // insert after that fails fast. Those are errors, not operations.

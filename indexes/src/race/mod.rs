@@ -124,6 +124,24 @@
 //! or phase; a node that is down still ends it, half done). Plants
 //! `failed-read-keeps-insert-lock`, `failed-read-keeps-dir-lock`, `failed-read-abandons-split`;
 //! preset `read-failure`.
+//!
+//! ## Dynamics: a table that grows stalls while it splits
+//!
+//! Found on the throughput series of a LOAD into tables sized for the loaded keys only (`dmkit
+//! run --index race --workload load --keys 1000000 --key-bytes 16 --value-bytes 32 --profile
+//! cx5-100g --compute-nodes 4 --threads-per-cn 8 --duration-us 120000 --timeseries-us 5000`
+//! before `--inserts`): 3.45 Mops/s for 60 ms, then no operation completes. Not a deadlock:
+//! keys hash uniformly, so the 16 subtables fill together; the first insert to find its
+//! subtable full takes the directory lock and splits it, and every other client soon finds its
+//! own subtable full too and waits for the lock (`split_lock_busy`, `split_wait` in millions).
+//! The split is one client moving about 32,000 items of a 768 KiB subtable, four dependent round
+//! trips each (READ the block, CAS freeze, CAS into the new subtable, CAS clear): over 300 ms of
+//! simulated time per split, one split at a time. So a table that must grow during a measured
+//! phase measures its splits. The papers do not: RACE's Fig. 14 loads 100 M items into tables
+//! sized for the experiment (the digest's D4), and `dmkit run --inserts N` sizes the tables for
+//! the loaded keys plus N and stops the LOAD after them. Left as they are: splits of different
+//! subtables at once (the paper's) and a move batched per bucket (the four round trips of every
+//! moving item of a bucket in one batch each), which would shorten the stall about threefold.
 
 pub mod layout;
 
