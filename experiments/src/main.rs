@@ -24,7 +24,7 @@ enum Command {
     /// Model-check an index: explore schedules, check linearizability and invariants.
     Check(CheckArgs),
     /// Run one experiment: load an index, warm up, measure; print the metric schema.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Join the result files of a sweep's shards (`dmkit run FILE --shard K/N`) in point order.
     Merge(MergeArgs),
     /// Plot results (JSON lines from `dmkit run --out`) as SVG and PNG.
@@ -655,7 +655,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Perftest(args) => run_perftest(args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => run_check(args),
-        Command::Run(args) => run_run(args),
+        Command::Run(args) => run_run(*args),
         Command::CheckHistory(args) => run_check_history(args),
         Command::Plot(args) => run_plot(args).map(|()| ExitCode::SUCCESS),
         Command::Merge(args) => run_merge(args).map(|()| ExitCode::SUCCESS),
