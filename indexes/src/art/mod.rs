@@ -41,13 +41,28 @@
 //! nearer that equilibrium; the means of those runs overstate it by a few percent, and the
 //! figure's peak (512 clients) converges.
 //!
-//! Open: YCSB LOAD (fresh hashed keys after 1 M, 16 CNs x 24 clients) falls from 16 to 3.6
-//! Mops/s over 50 ms with 1.35 failed lock CASes per insert, p99 1.6 ms and 4.3% of inserts
-//! missing the cache. The leading hypothesis, not yet shown: a cache miss starts at the root
-//! and ROWEX locks it, and misses grow as second-level nodes cross NODE_16 (a type switch
-//! makes the parent's cached slot stale and drops that snapshot), so inserts queue on the
-//! root's lock word. The artifact locks the root on a miss too; what differs, if anything, is
-//! not known.
+//! YCSB LOAD at 1 M keys is a reduced-scale artifact, and the mechanism is known. With fresh
+//! hashed keys after 1 M loaded (16 CNs x 24 clients), throughput falls from 11 to 2.8 Mops/s
+//! within 50 ms and stays there, with 2.2 failed lock CASes per insert. Counted by the depth of
+//! the node locked (an instrumented build, 40 ms): 11,571 inserts missed the cache and every one
+//! of them locked the root, failing 367,607 CASes on it (32 per acquisition), while the 262,047
+//! that hit locked a level-2 node and failed 2,848 in all. Why they miss: 1 M hashed 8-byte keys
+//! put ART's level-2 nodes (65,536 of them) at 15.3 children on average, right at the NODE_16
+//! limit, so a LOAD switches them to NODE_48 by the thousand; a type switch changes the type
+//! bits of the parent's slot, so every compute node's cached snapshot of the level-1 parent
+//! fails its type check and is dropped (`type_stale_read`, `cache_invalidated`), and the next
+//! inserts under that parent start at the root, which is never cached (nor in the artifact).
+//! Insert traversals lock every node they visit (ROWEX with HOCL, as the artifact: a miss there
+//! locks a null address and then the root, no better), so those inserts queue on one lock word;
+//! the queue delays the traversal that would cache the level-1 node again, so more inserts miss:
+//! a convoy. Not the lock table: 1-bit-like lock words (a table of 2^20 words instead of 2^14,
+//! on a profile with 8 MiB of device memory) gave the same series (4.16 against 4.18 Mops/s).
+//! At 8 M keys the level-2 nodes are NODE_256 and stay so: the same LOAD runs flat at 17.1
+//! Mops/s for 150 ms with no cache miss and 0.017 failed lock CASes per insert (`dmkit run
+//! --index art --workload load --keys 8000000 --compute-nodes 16 --memory-nodes 2
+//! --threads-per-cn 12 --coroutines 2 --duration-us 150000 --timeseries-us 5000`). The paper's
+//! 60 M keys are further still from the boundary. So SMART's Fig. 18 LOAD ratio at 1 M keys
+//! (README) measures this boundary, not ART against SMART.
 
 use crate::smart::{self, SmartHandle, SmartNode, SmartOptions};
 use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
