@@ -55,11 +55,26 @@ pub struct Preset {
     pub preload: u64,
     pub mix: Mix,
     pub scan_limit: usize,
+    /// How scans choose their bounds and limits.
+    pub scan_bounds: ScanBounds,
     /// Counters that must be non-zero over an exploration: `retries`, `lock_failures`,
     /// `cas_failures`, or an index event name.
     pub required_counters: &'static [&'static str],
     /// Steps after which a run is reported as making no progress.
     pub step_limit: u64,
+}
+
+/// How a preset's scans choose their bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanBounds {
+    /// `[key, unbounded)` from a preset key, `scan_limit` pairs at most.
+    From,
+    /// Each end drawn from included, excluded and unbounded, the ends from the preset's keys (so
+    /// some ranges are empty and some end before keys the index holds), and a limit from 0 to
+    /// `scan_limit + 2`. With `other_lengths`, a bound is sometimes a key without its last byte
+    /// or with a 0xFF byte appended (for indexes whose scans take bounds of any length): bounds
+    /// between keys, and bounds that are a prefix of keys.
+    Shapes { other_lengths: bool },
 }
 
 /// An index the checker knows presets for.
@@ -246,12 +261,48 @@ impl<K: Checked> IndexScenario<K> {
                     1 => Op::Insert { key, value: value_of(client, seq, self.preset.value_bytes) },
                     2 => Op::Update { key, value: value_of(client, seq, self.preset.value_bytes) },
                     3 => Op::Delete { key },
-                    _ => Op::Scan { start: Bound::Included(key), end: Bound::Unbounded, limit: self.preset.scan_limit },
+                    _ => self.scan(rng, key),
                 };
             }
             pick -= weight;
         }
         Op::Search { key }
+    }
+}
+
+impl<K: Checked> IndexScenario<K> {
+    /// A scan from `key`, shaped by the preset's [`ScanBounds`].
+    fn scan(&self, rng: &mut ChaCha8Rng, key: Vec<u8>) -> Op {
+        let p = &self.preset;
+        let ScanBounds::Shapes { other_lengths } = p.scan_bounds else {
+            return Op::Scan { start: Bound::Included(key), end: Bound::Unbounded, limit: p.scan_limit };
+        };
+        let reshape = |rng: &mut ChaCha8Rng, mut k: Vec<u8>| {
+            if other_lengths {
+                match rng.random_range(0..4) {
+                    0 if k.len() > 1 => {
+                        k.pop();
+                    }
+                    1 => k.push(0xFF),
+                    _ => {}
+                }
+            }
+            k
+        };
+        let start = match rng.random_range(0..3) {
+            0 => Bound::Included(reshape(rng, key)),
+            1 => Bound::Excluded(reshape(rng, key)),
+            _ => Bound::Unbounded,
+        };
+        let end_kind = rng.random_range(0..3);
+        let end = if end_kind == 0 {
+            Bound::Unbounded
+        } else {
+            let k = (p.key_of)(rng.random_range(0..p.keys.max(1)));
+            let k = reshape(rng, k);
+            if end_kind == 1 { Bound::Included(k) } else { Bound::Excluded(k) }
+        };
+        Op::Scan { start, end, limit: rng.random_range(0..=p.scan_limit + 2) }
     }
 }
 

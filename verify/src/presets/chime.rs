@@ -1,6 +1,6 @@
 //! Checking presets of CHIME (`dmkit_indexes::chime`).
 
-use crate::harness::{Checked, Mix, Preset, point};
+use crate::harness::{Checked, Mix, Preset, point, ScanBounds};
 use dmkit_indexes::chime::{Chime, ChimeOptions};
 
 /// CHIME's checking keys: `k + 1` big-endian (the all-zero key marks empty entries).
@@ -50,6 +50,7 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
         preload: 8,
         mix: Mix { search: 35, insert: 35, update: 10, delete: 10, scan: 10 },
         scan_limit: 8,
+        scan_bounds: ScanBounds::From,
         required_counters: &["leaf_split", "internal_split", "hop", "cache_hit", "half_split_right", "scan_next_leaf"],
         step_limit: 400_000,
     };

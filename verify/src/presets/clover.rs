@@ -1,6 +1,6 @@
 //! Checking presets of Clover (`dmkit_indexes::clover`).
 
-use crate::harness::{Checked, Mix, Preset, be_key, point};
+use crate::harness::{Checked, Mix, Preset, be_key, point, ScanBounds};
 use dmkit_indexes::clover::{Clover, CloverOptions};
 
 /// Key `k` as the last `k % 8 + 1` big-endian bytes of `k + 1`: keys of 1 to 8 bytes, all but
@@ -35,6 +35,7 @@ impl Checked for Clover {
             preload: 2,
             mix: Mix { search: 35, insert: 30, update: 20, delete: 15, scan: 0 },
             scan_limit: 4,
+            scan_bounds: ScanBounds::From,
             required_counters: &["cas_failures", "stale_hint", "registered", "ms_lookup"],
             step_limit: 1_000_000,
         };

@@ -5,7 +5,7 @@
 //! forward (the compaction a lock-free search has to survive). Values of 48 bytes make a KV
 //! block of two 64-byte units.
 
-use crate::harness::{Checked, Mix, Preset, be_key, point, read_failure_preset};
+use crate::harness::{Checked, Mix, Preset, be_key, point, read_failure_preset, ScanBounds};
 use dmkit_indexes::cluster::{Cluster, ClusterOptions};
 use dmkit_sim::Faults;
 
@@ -38,6 +38,7 @@ impl Checked for Cluster {
             preload: 5,
             mix: Mix { search: 40, insert: 25, update: 10, delete: 25, scan: 0 },
             scan_limit: 4,
+            scan_bounds: ScanBounds::From,
             required_counters: &["overflow_linked", "delete_moved", "lock_failures", "search_revalidated"],
             step_limit: 400_000,
             key_of: be_key,

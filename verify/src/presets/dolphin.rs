@@ -1,6 +1,6 @@
 //! Checking presets of Dolphin (`dmkit_indexes::dolphin`).
 
-use crate::harness::{Checked, Mix, Preset, point, read_failure_preset};
+use crate::harness::{Checked, Mix, Preset, point, read_failure_preset, ScanBounds};
 use dmkit_indexes::dolphin::layout::Split;
 use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
 use dmkit_sim::Faults;
@@ -15,6 +15,26 @@ pub fn dolphin_key(k: u64) -> Vec<u8> {
         6 => 0x1_05,
         7 => 0x0000_0001_0000_0003,
         _ => 0x0100_0000_0000_0000 + k,
+    };
+    word.to_be_bytes().to_vec()
+}
+
+/// Keys whose scans have edges (the `scan-shapes` preset): the hot 7-byte prefix (11, 9, 7, 5,
+/// then 3, 1 and 0xFF, its largest last byte), a prefix whose first key ends in 0x00 (0x100
+/// beside 0x105), and a special node whose compressed path bytes are not zero (0x01AB_CDEF_0123_45
+/// ..): scan arithmetic that shifts or masks a compressed byte, or steps past a 0xFF last byte,
+/// shows on them. Key 11 leaves the first node's compressed prefix (a prefix split).
+pub fn dolphin_shape_key(k: u64) -> Vec<u8> {
+    let word: u64 = match k {
+        0..=3 => 11 - 2 * k,
+        4 => 0x01AB_CDEF_0123_4508,
+        5 => 0x1_00,
+        6 => 0x1_05,
+        7 => 0xFF,
+        8 => 3,
+        9 => 1,
+        10 => 0x01AB_CDEF_0123_4510,
+        _ => 0x0000_0001_0000_0003,
     };
     word.to_be_bytes().to_vec()
 }
@@ -69,6 +89,7 @@ impl Checked for Dolphin {
             preload: 3,
             mix: Mix { search: 30, insert: 35, update: 15, delete: 10, scan: 10 },
             scan_limit: 4,
+            scan_bounds: ScanBounds::From,
             required_counters: &[
                 "leaf_split",
                 "backtrack",
@@ -184,6 +205,23 @@ impl Checked for Dolphin {
                     ..base.clone()
                 },
                 DolphinOptions { max_retries: 1, ..dolphin_options(1) },
+            ),
+            // Scans of every shape (both ends included, excluded or open, bounds between and
+            // beside keys, limits from 0) over keys at the edges of scan arithmetic, while
+            // inserts split the hot leaf and interpose a prefix. Made for the mutants of
+            // Dolphin's scan bounds that no preset reached (README, mutation scores).
+            (
+                Preset {
+                    name: "scan-shapes",
+                    keys: 12,
+                    key_of: dolphin_shape_key,
+                    preload: 7,
+                    mix: Mix { search: 15, insert: 35, update: 10, delete: 10, scan: 30 },
+                    scan_bounds: ScanBounds::Shapes { other_lengths: true },
+                    required_counters: &["leaf_split", "prefix_split"],
+                    ..base.clone()
+                },
+                dolphin_options(2),
             ),
             // Three READs failing (a transient transport error; the explorer places each) on a
             // leaf that splits: an operation whose share's READ failed must give the share back,

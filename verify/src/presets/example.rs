@@ -1,6 +1,6 @@
 //! Checking presets of the example index (`dmkit_indexes::example`).
 
-use crate::harness::{Checked, Mix, Preset, be_key, point};
+use crate::harness::{Checked, Mix, Preset, be_key, point, ScanBounds};
 use dmkit_indexes::example::{Example, ExampleOptions};
 
 impl Checked for Example {
@@ -19,6 +19,7 @@ impl Checked for Example {
                     preload: 2,
                     mix: Mix { search: 35, insert: 25, update: 20, delete: 20, scan: 0 },
                     scan_limit: 4,
+                    scan_bounds: ScanBounds::From,
                     required_counters: &["lock_failures"],
                     step_limit: 200_000,
                     key_of: be_key,
@@ -37,6 +38,7 @@ impl Checked for Example {
                     preload: 1,
                     mix: Mix { search: 40, insert: 30, update: 20, delete: 10, scan: 0 },
                     scan_limit: 4,
+                    scan_bounds: ScanBounds::From,
                     required_counters: &["lock_failures", "retries"],
                     step_limit: 400_000,
                     key_of: be_key,
@@ -56,6 +58,7 @@ impl Checked for Example {
                     preload: 1,
                     mix: Mix { search: 30, insert: 40, update: 20, delete: 10, scan: 0 },
                     scan_limit: 4,
+                    scan_bounds: ScanBounds::From,
                     required_counters: &["lock_failures"],
                     step_limit: 100_000,
                     key_of: be_key,
@@ -77,6 +80,7 @@ impl Checked for Example {
                     preload: 1,
                     mix: Mix { search: 40, insert: 40, update: 0, delete: 20, scan: 0 },
                     scan_limit: 4,
+                    scan_bounds: ScanBounds::From,
                     required_counters: &["lock_failures"],
                     step_limit: 200_000,
                     key_of: be_key,

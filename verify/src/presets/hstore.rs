@@ -7,7 +7,7 @@
 //! blocks are reused within a schedule (and a read that outlives its lease restarts). One
 //! compute node: blocks another node carved are never reused (see the module doc).
 
-use crate::harness::{Checked, Mix, Preset, be_key, point, read_failures};
+use crate::harness::{Checked, Mix, Preset, be_key, point, read_failures, ScanBounds};
 use dmkit_indexes::hstore::{HStore, HStoreOptions, layout, wire};
 use dmkit_sim::{Faults, NodeCrash};
 
@@ -56,6 +56,7 @@ impl Checked for HStore {
             preload: 3,
             mix: Mix { search: 30, insert: 25, update: 15, delete: 10, scan: 20 },
             scan_limit: 4,
+            scan_bounds: ScanBounds::From,
             required_counters: &[
                 "batch_shared",
                 "scan_drained",

@@ -1,6 +1,6 @@
 //! Checking presets of RACE hashing (`dmkit_indexes::race`).
 
-use crate::harness::{Checked, Mix, Preset, be_key, point, read_failure_preset};
+use crate::harness::{Checked, Mix, Preset, be_key, point, read_failure_preset, ScanBounds};
 use dmkit_indexes::race::{Race, RaceOptions};
 use dmkit_sim::Faults;
 
@@ -34,6 +34,7 @@ impl Checked for Race {
             preload: 2,
             mix: Mix { search: 35, insert: 35, update: 15, delete: 15, scan: 0 },
             scan_limit: 4,
+            scan_bounds: ScanBounds::From,
             required_counters: &["cas_failures", "lock_failures"],
             step_limit: 400_000,
         };

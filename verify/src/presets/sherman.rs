@@ -1,6 +1,6 @@
 //! Checking presets of Sherman (`dmkit_indexes::sherman`).
 
-use crate::harness::{Checked, Mix, Preset, be_key, point};
+use crate::harness::{Checked, Mix, Preset, be_key, point, ScanBounds};
 use dmkit_indexes::sherman::cache::{CacheLevels, ENTRY_OVERHEAD};
 use dmkit_indexes::sherman::{LockPlacement, Sherman, ShermanOptions};
 
@@ -28,6 +28,7 @@ impl Checked for Sherman {
             preload: 5,
             mix: Mix { search: 30, insert: 40, update: 10, delete: 10, scan: 10 },
             scan_limit: 6,
+            scan_bounds: ScanBounds::From,
             required_counters: &["leaf_split", "internal_split", "root_split", "move_right", "scan_next_leaf"],
             step_limit: 400_000,
             key_of: be_key,

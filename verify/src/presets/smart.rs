@@ -1,6 +1,6 @@
 //! Checking presets of SMART and of ART, its baseline configuration (`dmkit_indexes::smart`, `dmkit_indexes::art`).
 
-use crate::harness::{Checked, Mix, Preset, be_key, point, read_failure_preset};
+use crate::harness::{Checked, Mix, Preset, be_key, point, read_failure_preset, ScanBounds};
 use dmkit_indexes::art::{Art, ArtOptions};
 use dmkit_indexes::smart::layout::NodeTypes;
 use dmkit_indexes::smart::{Smart, SmartOptions};
@@ -51,6 +51,7 @@ fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
         preload: 4,
         mix: Mix { search: 35, insert: 35, update: 10, delete: 10, scan: 10 },
         scan_limit: 6,
+        scan_bounds: ScanBounds::From,
         required_counters: &["leaf_split", "header_split", "type_switch", "cache_hit", "cache_invalidated"],
         step_limit: 400_000,
     };
