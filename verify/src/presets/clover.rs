@@ -1,6 +1,6 @@
 //! Checking presets of Clover (`dmkit_indexes::clover`).
 
-use crate::harness::{Checked, Mix, Preset, be_key, point, ScanBounds};
+use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point};
 use dmkit_indexes::clover::{Clover, CloverOptions};
 
 /// Key `k` as the last `k % 8 + 1` big-endian bytes of `k + 1`: keys of 1 to 8 bytes, all but

@@ -5,7 +5,7 @@
 //! forward (the compaction a lock-free search has to survive). Values of 48 bytes make a KV
 //! block of two 64-byte units.
 
-use crate::harness::{Checked, Mix, Preset, be_key, point, read_failure_preset, ScanBounds};
+use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, read_failure_preset};
 use dmkit_indexes::cluster::{Cluster, ClusterOptions};
 use dmkit_sim::Faults;
 

@@ -1,6 +1,6 @@
 //! Checking presets of Dolphin (`dmkit_indexes::dolphin`).
 
-use crate::harness::{Checked, Mix, Preset, point, read_failure_preset, ScanBounds};
+use crate::harness::{Checked, Mix, Preset, ScanBounds, point, read_failure_preset};
 use dmkit_indexes::dolphin::layout::Split;
 use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
 use dmkit_sim::Faults;

@@ -1,6 +1,6 @@
 //! Checking presets of the example index (`dmkit_indexes::example`).
 
-use crate::harness::{Checked, Mix, Preset, be_key, point, ScanBounds};
+use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point};
 use dmkit_indexes::example::{Example, ExampleOptions};
 
 impl Checked for Example {

@@ -1,6 +1,6 @@
 //! Checking presets of RACE hashing (`dmkit_indexes::race`).
 
-use crate::harness::{Checked, Mix, Preset, be_key, point, read_failure_preset, ScanBounds};
+use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, read_failure_preset};
 use dmkit_indexes::race::{Race, RaceOptions};
 use dmkit_sim::Faults;
 
