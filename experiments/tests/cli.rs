@@ -411,9 +411,11 @@ fn run_takes_key_size_skew_and_an_operation_count() {
     let small = json(&["--workload", "c", "--duration-us", "200"]);
     let wide = json(&["--workload", "c", "--duration-us", "200", "--key-bytes", "64", "--email-keys"]);
     assert!(wide["bytes_read_per_op"].as_f64().unwrap() > small["bytes_read_per_op"].as_f64().unwrap());
-    // An operation count replaces the duration: every operation after the warm-up is measured.
+    // An operation count replaces the duration: the window runs until the first client is done
+    // (every client runs throughout it), so nearly all of the 1600 are measured, never more.
     let counted = json(&["--workload", "c", "--ops-per-client", "100", "--warmup-us", "0"]);
-    assert_eq!(counted["operations"], 1600);
+    let n = counted["operations"].as_u64().unwrap();
+    assert!((1500..1600).contains(&n), "{n} of 1600 measured");
     // YCSB F: a read-modify-write is one measured operation (a search then an update).
     let f = json(&["--workload", "f", "--duration-us", "200"]);
     assert!(f["per_op"]["read_modify_write"]["operations"].as_u64().unwrap() > 0, "{}", f["per_op"]);

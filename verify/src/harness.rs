@@ -77,6 +77,18 @@ pub enum ScanBounds {
     Shapes { other_lengths: bool },
 }
 
+/// The `scan-shapes` preset of an index with scans: `base` with a write-heavy mix, 30% of it
+/// scans of every shape ([`ScanBounds::Shapes`]), so that bounds meet splits.
+pub fn scan_shapes_preset(base: &Preset, other_lengths: bool, required_counters: &'static [&'static str]) -> Preset {
+    Preset {
+        name: "scan-shapes",
+        mix: Mix { search: 15, insert: 40, update: 10, delete: 5, scan: 30 },
+        scan_bounds: ScanBounds::Shapes { other_lengths },
+        required_counters,
+        ..base.clone()
+    }
+}
+
 /// An index the checker knows presets for.
 pub trait Checked: IndexKind {
     /// Presets with the options each uses; the first is the default.

@@ -1,6 +1,6 @@
 //! Checking presets of CHIME (`dmkit_indexes::chime`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, point};
+use crate::harness::{Checked, Mix, Preset, ScanBounds, point, scan_shapes_preset};
 use dmkit_indexes::chime::{Chime, ChimeOptions};
 
 /// CHIME's checking keys: `k + 1` big-endian (the all-zero key marks empty entries).
@@ -57,17 +57,8 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
     vec![
         (base.clone(), chime_options(config, 2)),
         // Scans of every shape (`ScanBounds::Shapes`) while inserts split leaves.
-        (
-            Preset {
-                name: "scan-shapes",
-                mix: Mix { search: 15, insert: 40, update: 10, delete: 5, scan: 30 },
-                // Keys of one length: a bound of another is refused (`KeyTooShort`/`KeyTooLong`).
-                scan_bounds: ScanBounds::Shapes { other_lengths: false },
-                required_counters: &["leaf_split", "scan_next_leaf"],
-                ..base.clone()
-            },
-            chime_options(config, 2),
-        ),
+        // Keys of one length: a bound of another is refused (`KeyTooShort`/`KeyTooLong`).
+        (scan_shapes_preset(&base, false, &["leaf_split", "scan_next_leaf"]), chime_options(config, 2)),
         // One compute node, hot keys: delegation, combining, speculation, lock contention.
         (
             Preset {

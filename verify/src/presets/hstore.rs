@@ -7,7 +7,7 @@
 //! blocks are reused within a schedule (and a read that outlives its lease restarts). One
 //! compute node: blocks another node carved are never reused (see the module doc).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, read_failures};
+use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, read_failures, scan_shapes_preset};
 use dmkit_indexes::hstore::{HStore, HStoreOptions, layout, wire};
 use dmkit_sim::{Faults, NodeCrash};
 
@@ -72,16 +72,7 @@ impl Checked for HStore {
         vec![
             (base.clone(), hstore_checking_options()),
             // Scans of every shape (`ScanBounds::Shapes`) beside the writes they must order.
-            (
-                Preset {
-                    name: "scan-shapes",
-                    mix: Mix { search: 15, insert: 40, update: 10, delete: 5, scan: 30 },
-                    scan_bounds: ScanBounds::Shapes { other_lengths: true },
-                    required_counters: &["scan_drained"],
-                    ..base.clone()
-                },
-                hstore_checking_options(),
-            ),
+            (scan_shapes_preset(&base, true, &["scan_drained"]), hstore_checking_options()),
             // The default with three READs failing (a transient transport error on a memory
             // node that keeps its memory; the explorer places each): the HTS applies a logged
             // entry again and reads a slot's key at apply time when its verification READ

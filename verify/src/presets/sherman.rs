@@ -1,6 +1,6 @@
 //! Checking presets of Sherman (`dmkit_indexes::sherman`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point};
+use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, scan_shapes_preset};
 use dmkit_indexes::sherman::cache::{CacheLevels, ENTRY_OVERHEAD};
 use dmkit_indexes::sherman::{LockPlacement, Sherman, ShermanOptions};
 
@@ -49,17 +49,8 @@ impl Checked for Sherman {
         vec![
             (base.clone(), sherman_options("sherman-fixed", 2)),
             // Scans of every shape (`ScanBounds::Shapes`) while inserts split leaves.
-            (
-                Preset {
-                    name: "scan-shapes",
-                    mix: Mix { search: 15, insert: 40, update: 10, delete: 5, scan: 30 },
-                    // Keys of one length: a bound of another is refused (`KeyTooShort`/`KeyTooLong`).
-                    scan_bounds: ScanBounds::Shapes { other_lengths: false },
-                    required_counters: &["leaf_split", "scan_next_leaf"],
-                    ..base.clone()
-                },
-                sherman_options("sherman-fixed", 2),
-            ),
+            // Keys of one length: a bound of another is refused (`KeyTooShort`/`KeyTooLong`).
+            (scan_shapes_preset(&base, false, &["leaf_split", "scan_next_leaf"]), sherman_options("sherman-fixed", 2)),
             (local.clone(), local_options.clone()),
             // Small enough for DFS: two clients, a few inserts around one split.
             (

@@ -1,6 +1,6 @@
 //! Checking presets of SMART and of ART, its baseline configuration (`dmkit_indexes::smart`, `dmkit_indexes::art`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, read_failure_preset};
+use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, read_failure_preset, scan_shapes_preset};
 use dmkit_indexes::art::{Art, ArtOptions};
 use dmkit_indexes::smart::layout::NodeTypes;
 use dmkit_indexes::smart::{Smart, SmartOptions};
@@ -58,16 +58,7 @@ fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
     vec![
         (base.clone(), smart_options(config, 2)),
         // Scans of every shape (`ScanBounds::Shapes`) while inserts split leaves and headers.
-        (
-            Preset {
-                name: "scan-shapes",
-                mix: Mix { search: 15, insert: 40, update: 10, delete: 5, scan: 30 },
-                scan_bounds: ScanBounds::Shapes { other_lengths: true },
-                required_counters: &["leaf_split"],
-                ..base.clone()
-            },
-            smart_options(config, 2),
-        ),
+        (scan_shapes_preset(&base, true, &["leaf_split"]), smart_options(config, 2)),
         // One compute node, hot keys: delegation, combining, lock contention.
         (
             Preset {
