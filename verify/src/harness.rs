@@ -147,6 +147,12 @@ pub fn read_failure_preset(preset: &str, memory_nodes: u16) -> Faults {
     if preset == "read-failure" { read_failures(memory_nodes, 3) } else { Faults::default() }
 }
 
+/// The preset named `name` in `presets`, with its options (sweeps build on presets by name, so
+/// that adding a preset moves none of them).
+pub fn preset_named<O: Clone>(presets: &[(Preset, O)], name: &str) -> (Preset, O) {
+    presets.iter().find(|(p, _)| p.name == name).cloned().unwrap_or_else(|| panic!("no preset named {name}"))
+}
+
 /// A sweep point: `preset` under the name `name`, with `options`.
 pub fn point<O>(name: &'static str, preset: Preset, options: O) -> (Preset, O) {
     (Preset { name, ..preset }, options)

@@ -1,6 +1,6 @@
 //! Checking presets of CHIME (`dmkit_indexes::chime`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, point, scan_shapes_preset};
+use crate::harness::{Checked, Mix, Preset, ScanBounds, point, preset_named, scan_shapes_preset};
 use dmkit_indexes::chime::{Chime, ChimeOptions};
 
 /// CHIME's checking keys: `k + 1` big-endian (the all-zero key marks empty entries).
@@ -173,8 +173,8 @@ impl Checked for Chime {
     fn sweep() -> Vec<(Preset, ChimeOptions)> {
         let presets = Self::presets();
         let (base, chime) = presets[0].clone();
-        let (local, local_options) = presets[1].clone();
-        let (zero_prefix, zero_prefix_options) = presets[4].clone();
+        let (local, local_options) = preset_named(&presets, "local");
+        let (zero_prefix, zero_prefix_options) = preset_named(&presets, "zero-prefix");
         // A configuration of the ladder with the presets' small nodes and budgets.
         let ladder = |config: &str| {
             let mut o = chime.clone();

@@ -1,6 +1,6 @@
 //! Checking presets of Sherman (`dmkit_indexes::sherman`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, scan_shapes_preset};
+use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, preset_named, scan_shapes_preset};
 use dmkit_indexes::sherman::cache::{CacheLevels, ENTRY_OVERHEAD};
 use dmkit_indexes::sherman::{LockPlacement, Sherman, ShermanOptions};
 
@@ -124,7 +124,7 @@ impl Checked for Sherman {
     fn sweep() -> Vec<(Preset, ShermanOptions)> {
         let presets = Self::presets();
         let (base, fixed) = presets[0].clone();
-        let (local, local_options) = presets[1].clone();
+        let (local, local_options) = preset_named(&presets, "local");
         let geometry = fixed.geometry().expect("the presets' geometry is valid");
         vec![
             // The smallest nodes the geometry accepts (2 slots per leaf, 3 records per internal

@@ -1,6 +1,8 @@
 //! Checking presets of SMART and of ART, its baseline configuration (`dmkit_indexes::smart`, `dmkit_indexes::art`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, read_failure_preset, scan_shapes_preset};
+use crate::harness::{
+    Checked, Mix, Preset, ScanBounds, be_key, point, preset_named, read_failure_preset, scan_shapes_preset,
+};
 use dmkit_indexes::art::{Art, ArtOptions};
 use dmkit_indexes::smart::layout::NodeTypes;
 use dmkit_indexes::smart::{Smart, SmartOptions};
@@ -148,9 +150,9 @@ impl Checked for Smart {
     }
 
     fn sweep() -> Vec<(Preset, SmartOptions)> {
-        let mut presets = smart_presets("smart").into_iter();
-        let (base, o) = presets.next().expect("the default preset");
-        let (local, lo) = presets.next().expect("the local preset");
+        let presets = smart_presets("smart");
+        let (base, o) = preset_named(&presets, "default");
+        let (local, lo) = preset_named(&presets, "local");
         let splits = &["leaf_split", "header_split", "cache_hit"][..];
         vec![
             // NODE_256 only (Fig. 22(d)'s one type): no node ever switches type, every READ of
@@ -320,9 +322,9 @@ impl Checked for Art {
     }
 
     fn sweep() -> Vec<(Preset, ArtOptions)> {
-        let mut presets = Self::presets().into_iter();
-        let (base, o) = presets.next().expect("the default preset");
-        let (local, lo) = presets.next().expect("the local preset");
+        let presets = Self::presets();
+        let (base, o) = preset_named(&presets, "default");
+        let (local, lo) = preset_named(&presets, "local");
         let with = |o: &ArtOptions, f: &dyn Fn(&mut SmartOptions)| {
             let mut o = o.clone();
             f(&mut o.0);
