@@ -1,7 +1,8 @@
 //! Checking presets of CHIME (`dmkit_indexes::chime`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, point, preset_named, scan_shapes_preset};
+use crate::harness::{Checked, Mix, Preset, ScanBounds, point, preset_named, read_failure_preset, scan_shapes_preset};
 use dmkit_indexes::chime::{Chime, ChimeOptions};
+use dmkit_sim::Faults;
 
 /// CHIME's checking keys: `k + 1` big-endian (the all-zero key marks empty entries).
 pub fn chime_key(k: u64) -> Vec<u8> {
@@ -107,6 +108,20 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
             },
             ChimeOptions { prefix: 1, ..chime_options("chime-indirect", 2) },
         ),
+        // The default on one memory node with three READs failing (a transient transport error;
+        // the explorer places each): a writer whose READ under a leaf or internal-node lock
+        // fails must unlock before it gives up.
+        (
+            Preset {
+                name: "read-failure",
+                memory_nodes: 1,
+                ops_per_client: 8,
+                mix: Mix { search: 20, insert: 55, update: 15, delete: 10, scan: 0 },
+                required_counters: &["leaf_split", "internal_split"],
+                ..base.clone()
+            },
+            chime_options(config, 1),
+        ),
         // Small enough for DFS: two clients around one split.
         (
             Preset {
@@ -168,6 +183,10 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
 impl Checked for Chime {
     fn presets() -> Vec<(Preset, ChimeOptions)> {
         chime_presets("chime")
+    }
+
+    fn faults(preset: &str, _: &ChimeOptions) -> Faults {
+        read_failure_preset(preset, 1)
     }
 
     fn sweep() -> Vec<(Preset, ChimeOptions)> {
