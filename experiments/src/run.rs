@@ -1284,11 +1284,10 @@ impl RunFile {
         expand!(crash_server, Some);
         points
             .into_iter()
-            .map(|p| {
+            .map(|mut p| {
                 if p.compute_nodes == 0 || p.memory_nodes == 0 || p.threads_per_cn == 0 || p.coroutines == 0 {
                     return Err("compute_nodes, memory_nodes, threads_per_cn and coroutines must be positive".into());
                 }
-                let mut p = p;
                 p.ops_per_client = p.load_quota()?.or(p.ops_per_client);
                 let window = p.window()?;
                 let tick_ns = p.tick_us.unwrap_or(crate::measure::TICK_NS / 1000) * 1000;

@@ -286,9 +286,7 @@ impl<K: Checked> IndexScenario<K> {
         }
         Op::Search { key }
     }
-}
 
-impl<K: Checked> IndexScenario<K> {
     /// A scan from `key`, shaped by the preset's [`ScanBounds`].
     fn scan(&self, rng: &mut ChaCha8Rng, key: Vec<u8>) -> Op {
         let p = &self.preset;
