@@ -13,7 +13,7 @@
 //!    crosses back and the completion is delivered.
 
 use crate::config::{MemoryModel, SimConfig};
-use crate::memory::{FixedMap, SparseMemory};
+use crate::memory::{FixedMap, NodeMemories, SparseMemory};
 use crate::nic::{PS_PER_NS, Server, StageCosts};
 use crate::profile::rdma_op::Kind;
 use crate::sched::{Actor, Step, StepClass, StepInfo, StepKind, StepQueue, WHOLE};
@@ -24,6 +24,7 @@ use dmkit_rdma::{
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 
 pub(crate) type TaskId = u32;
 
@@ -1878,29 +1879,37 @@ impl Core {
     // ---------------------------------------------------------------- images
 
     /// Copies of every target node's host and device memory; every node must be up.
-    pub(crate) fn node_memories(&self) -> Result<Vec<(SparseMemory, SparseMemory)>, String> {
+    pub(crate) fn node_memories(&self) -> Result<NodeMemories, String> {
         self.nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| if n.up { Ok((n.host.clone(), n.device.clone())) } else { Err(format!("node {i} is down")) })
+            .map(|(i, n)| {
+                if n.up {
+                    Ok((Arc::new(n.host.flatten()), Arc::new(n.device.flatten())))
+                } else {
+                    Err(format!("node {i} is down"))
+                }
+            })
             .collect()
     }
 
     /// Moves every target node's memories out (leaving them empty): an image of a simulation
     /// that ends.
-    pub(crate) fn take_node_memories(&mut self) -> Result<Vec<(SparseMemory, SparseMemory)>, String> {
+    pub(crate) fn take_node_memories(&mut self) -> Result<NodeMemories, String> {
         if let Some(i) = self.nodes.iter().position(|n| !n.up) {
             return Err(format!("node {i} is down"));
         }
-        Ok(self.nodes.iter_mut().map(|n| (std::mem::take(&mut n.host), std::mem::take(&mut n.device))).collect())
+        let take = |m: &mut SparseMemory| Arc::new(std::mem::take(m).into_flat());
+        Ok(self.nodes.iter_mut().map(|n| (take(&mut n.host), take(&mut n.device))).collect())
     }
 
-    /// Replaces every target node's memories (an image; the caller checked the node count).
-    pub(crate) fn set_node_memories(&mut self, memories: &[(SparseMemory, SparseMemory)]) {
+    /// Replaces every target node's memories with copy-on-write forks of an image's (the
+    /// caller checked the node count): the simulation holds only the pages it writes.
+    pub(crate) fn set_node_memories(&mut self, memories: &[(Arc<SparseMemory>, Arc<SparseMemory>)]) {
         assert_eq!(memories.len(), self.nodes.len(), "one pair of memories per target node");
         for (n, (host, device)) in self.nodes.iter_mut().zip(memories) {
-            n.host = host.clone();
-            n.device = device.clone();
+            n.host = SparseMemory::fork(host);
+            n.device = SparseMemory::fork(device);
         }
     }
 

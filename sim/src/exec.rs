@@ -657,7 +657,9 @@ pub struct Image {
     server_nodes: u16,
     host_memory_bytes: u64,
     /// Per memory or server node: host and device memory.
-    nodes: Vec<(crate::SparseMemory, crate::SparseMemory)>,
+    /// Per memory or server node: host and device memory (frozen: a restored simulation forks
+    /// them copy-on-write, so the image is shared, never copied).
+    nodes: crate::memory::NodeMemories,
     /// Per (node, service id): the service's copied state.
     services: BTreeMap<(u16, u16), ForkedState>,
 }

@@ -4,10 +4,18 @@
 //! 64-bit presence mask and exactly as many 64-byte lines as are non-zero, in address order, so
 //! a dense page costs 4 KiB plus a few dozen bytes of bookkeeping. The page map uses a fixed
 //! hasher: no random state anywhere in the simulator.
+//!
+//! A memory can be a copy-on-write *fork* of a frozen one ([`SparseMemory::fork`]): it shares
+//! the frozen memory's pages and holds only the pages it has written since (a page is copied on
+//! its first write; a page emptied that the base still holds is kept as an empty tombstone). A
+//! sweep's points run from one loaded image this way (DESIGN.md §5a, "load once"): each point
+//! costs the host the pages it touches, not a copy of every loaded byte, and reads and writes
+//! give exactly what a full copy would.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 /// Bytes per stored line (also the default atomicity unit).
 pub const LINE_BYTES: usize = 64;
@@ -42,6 +50,9 @@ impl Hasher for PageHasher {
     }
 }
 
+/// Per node: its host and device memory, frozen (an image's).
+pub(crate) type NodeMemories = Vec<(Arc<SparseMemory>, Arc<SparseMemory>)>;
+
 pub(crate) type FixedMap<K, V> = HashMap<K, V, BuildHasherDefault<PageHasher>>;
 
 /// Whether every byte is zero, eight at a time (stopping at the first non-zero word).
@@ -54,23 +65,41 @@ fn is_zero(bytes: &[u8]) -> bool {
 /// One region (host or device memory) of one node.
 #[derive(Debug, Default)]
 pub struct SparseMemory {
+    /// This memory's own pages; with a base, they override the base's page for page (an own
+    /// page with no lines is a tombstone: the page is all zeros here).
     pages: FixedMap<u64, Page>,
+    /// The frozen memory this one is a fork of (it has no base itself).
+    base: Option<Arc<SparseMemory>>,
+    /// Non-zero lines of the contents (the base's included).
     nonzero_lines: u64,
-    /// Lines the pages' arrays have room for (at least `nonzero_lines`).
+    /// Lines the own pages' arrays have room for.
     line_capacity: u64,
 }
 
 impl Clone for SparseMemory {
-    /// A copy with no spare capacity: each page's lines exactly.
+    /// A copy with no spare capacity: each own page's lines exactly (a fork's copy shares its base).
     fn clone(&self) -> SparseMemory {
-        SparseMemory { pages: self.pages.clone(), nonzero_lines: self.nonzero_lines, line_capacity: self.nonzero_lines }
+        let line_capacity = self.pages.values().map(|p| p.lines.len() as u64).sum();
+        SparseMemory {
+            pages: self
+                .pages
+                .iter()
+                .map(|(&no, p)| (no, Page { present: p.present, lines: p.lines.clone() }))
+                .collect(),
+            base: self.base.clone(),
+            nonzero_lines: self.nonzero_lines,
+            line_capacity,
+        }
     }
 }
 
-/// Equal contents (spare capacity does not count).
+/// Equal contents (spare capacity, and how the contents are split between a base and own
+/// pages, do not count).
 impl PartialEq for SparseMemory {
     fn eq(&self, other: &SparseMemory) -> bool {
-        self.nonzero_lines == other.nonzero_lines && self.pages == other.pages
+        self.nonzero_lines == other.nonzero_lines
+            && self.stored_pages().count() == other.stored_pages().count()
+            && self.stored_pages().all(|(no, p)| other.page(no) == Some(p))
     }
 }
 
@@ -97,19 +126,78 @@ impl SparseMemory {
     }
 
     /// Host heap bytes this region holds: the lines and the spare room of their arrays, each
-    /// page's allocation header (16 bytes, glibc's on 64-bit), and the page map's buckets.
+    /// page's allocation header (16 bytes, glibc's on 64-bit), and the page map's buckets; a
+    /// fork counts its base too (shared with other forks: see [`SparseMemory::own_host_bytes`]).
     pub fn host_bytes(&self) -> u64 {
+        self.own_host_bytes() + self.base.as_ref().map_or(0, |b| b.host_bytes())
+    }
+
+    /// Host heap bytes of this memory's own pages only (a fork's cost beyond its shared base).
+    pub fn own_host_bytes(&self) -> u64 {
         let bucket = std::mem::size_of::<(u64, Page)>() as u64 + 1;
         let pages = self.pages.len() as u64;
         self.pages.capacity() as u64 * bucket + pages * 16 + self.line_capacity * LINE_BYTES as u64
+    }
+
+    /// A copy-on-write fork of `base`: the same contents, sharing `base`'s pages until written.
+    /// A base that is itself a fork is flattened first (so a base never has one).
+    pub fn fork(base: &Arc<SparseMemory>) -> SparseMemory {
+        let base = if base.base.is_some() { Arc::new(base.flatten()) } else { base.clone() };
+        SparseMemory {
+            pages: FixedMap::default(),
+            nonzero_lines: base.nonzero_lines,
+            line_capacity: 0,
+            base: Some(base),
+        }
+    }
+
+    /// Whether this memory is a fork (shares a base).
+    pub fn is_fork(&self) -> bool {
+        self.base.is_some()
+    }
+
+    /// The same contents with no base: every page its own.
+    pub fn flatten(&self) -> SparseMemory {
+        if self.base.is_none() {
+            return self.clone();
+        }
+        let pages: FixedMap<u64, Page> =
+            self.stored_pages().map(|(no, p)| (no, Page { present: p.present, lines: p.lines.clone() })).collect();
+        let line_capacity = pages.values().map(|p| p.lines.len() as u64).sum();
+        SparseMemory { pages, base: None, nonzero_lines: self.nonzero_lines, line_capacity }
+    }
+
+    /// [`SparseMemory::flatten`] that moves the pages of a memory with no base.
+    pub fn into_flat(self) -> SparseMemory {
+        if self.base.is_none() { self } else { self.flatten() }
+    }
+
+    /// The page numbered `no` as the contents have it (`None`: all zeros and nothing stored).
+    fn page(&self, no: u64) -> Option<&Page> {
+        match self.pages.get(&no) {
+            Some(p) => Some(p).filter(|p| p.present != 0),
+            None => self.base.as_ref().and_then(|b| b.pages.get(&no)),
+        }
+    }
+
+    /// Every page holding a non-zero line, own or the base's (in no particular order).
+    fn stored_pages(&self) -> impl Iterator<Item = (u64, &Page)> {
+        let own = self.pages.iter().filter(|(_, p)| p.present != 0).map(|(&no, p)| (no, p));
+        let shared = self
+            .base
+            .iter()
+            .flat_map(|b| b.pages.iter())
+            .filter(|(no, _)| !self.pages.contains_key(no))
+            .map(|(&no, p)| (no, p));
+        own.chain(shared)
     }
 
     /// A digest of the contents (FNV-1a over every non-zero line and its address, in address
     /// order): equal memories give equal digests however they were written, so it shows that
     /// two ways of building a state (a load before and after an optimisation) agree bit for bit.
     pub fn digest(&self) -> u64 {
-        let mut pages: Vec<(&u64, &Page)> = self.pages.iter().collect();
-        pages.sort_unstable_by_key(|(no, _)| **no);
+        let mut pages: Vec<(u64, &Page)> = self.stored_pages().collect();
+        pages.sort_unstable_by_key(|(no, _)| *no);
         let mut h = 0xcbf2_9ce4_8422_2325u64;
         let mut eat = |bytes: &[u8]| {
             for &b in bytes {
@@ -134,7 +222,7 @@ impl SparseMemory {
             let in_page = (at % PAGE_BYTES) as usize;
             let n = (PAGE_BYTES as usize - in_page).min(out.len() - done);
             let dst = &mut out[done..done + n];
-            match self.pages.get(&(at / PAGE_BYTES)) {
+            match self.page(at / PAGE_BYTES) {
                 None => dst.fill(0),
                 Some(page) => {
                     // One page look-up; stored lines' slots advance with the presence bits.
@@ -198,11 +286,19 @@ impl SparseMemory {
             let hi = ((l + 1) * LINE_BYTES).min(in_page + data.len());
             (lo - l * LINE_BYTES, &data[lo - in_page..hi - in_page])
         };
+        let base_page = self.base.as_ref().and_then(|b| b.pages.get(&page_no));
         let page = match self.pages.entry(page_no) {
             Entry::Occupied(e) => e.into_mut(),
             // Zeros over an unstored page: nothing to do.
-            Entry::Vacant(_) if is_zero(data) => return,
-            Entry::Vacant(e) => e.insert(Page { present: 0, lines: Vec::new() }),
+            Entry::Vacant(_) if base_page.is_none() && is_zero(data) => return,
+            Entry::Vacant(e) => match base_page {
+                // A fork's first write to a shared page copies it (exactly its lines).
+                Some(p) => {
+                    self.line_capacity += p.lines.len() as u64;
+                    e.insert(Page { present: p.present, lines: p.lines.clone() })
+                }
+                None => e.insert(Page { present: 0, lines: Vec::new() }),
+            },
         };
         let capacity = page.lines.capacity();
         let before = page.present.count_ones();
@@ -230,8 +326,12 @@ impl SparseMemory {
         }
         let after = page.present.count_ones();
         self.nonzero_lines = self.nonzero_lines + after as u64 - before as u64;
-        if after == 0 {
+        if after == 0 && base_page.is_none() {
             self.pages.remove(&page_no);
+            self.line_capacity -= capacity as u64;
+        } else if after == 0 {
+            // The base still holds the page: keep an empty tombstone over it.
+            page.lines = Vec::new();
             self.line_capacity -= capacity as u64;
         } else {
             self.line_capacity = self.line_capacity + page.lines.capacity() as u64 - capacity as u64;
@@ -306,6 +406,69 @@ mod tests {
             nonzero,
             "a copy holds no spare room"
         );
+    }
+
+    #[test]
+    fn a_fork_reads_and_writes_as_a_full_copy_would() {
+        // Random writes (some of zeros, emptying pages the base holds) to a fork and to a flat
+        // copy of the same base, compared after every write; the base never changes.
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let mut base = SparseMemory::new();
+        let mut flat = vec![0u8; 6 * PAGE_BYTES as usize];
+        for _ in 0..300 {
+            let at = rng.random_range(0..flat.len() - 64);
+            let data: Vec<u8> = (0..64).map(|_| rng.random_range(0..3)).collect();
+            base.write(at as u64, &data);
+            flat[at..at + 64].copy_from_slice(&data);
+        }
+        let base = Arc::new(base);
+        let (base_digest, base_copy) = (base.digest(), base.flatten());
+        let mut fork = SparseMemory::fork(&base);
+        let mut copy = base.flatten();
+        assert_eq!(fork, copy);
+        assert_eq!(fork.own_host_bytes(), 0, "a fresh fork holds nothing of its own");
+        for round in 0..3000 {
+            let at = rng.random_range(0..flat.len() - 1);
+            let len = rng.random_range(1..=(flat.len() - at).min(900));
+            let zeros = rng.random_bool(0.4);
+            let data: Vec<u8> = (0..len).map(|_| if zeros { 0 } else { rng.random_range(0..4) }).collect();
+            fork.write(at as u64, &data);
+            copy.write(at as u64, &data);
+            flat[at..at + len].copy_from_slice(&data);
+            if round % 100 == 0 {
+                let mut out = vec![0u8; flat.len()];
+                fork.read(0, &mut out);
+                assert_eq!(out, flat, "round {round}");
+                assert_eq!(fork.nonzero_lines(), copy.nonzero_lines());
+                assert_eq!(fork, copy);
+                assert_eq!(fork.digest(), copy.digest());
+            }
+        }
+        let nonzero = flat.chunks(LINE_BYTES).filter(|l| l.iter().any(|&b| b != 0)).count() as u64;
+        assert_eq!(fork.nonzero_lines(), nonzero);
+        assert_eq!(fork.flatten(), copy);
+        assert!(!fork.flatten().is_fork());
+        // A fork of a fork flattens its base; the original base is untouched.
+        let twice = SparseMemory::fork(&Arc::new(fork.clone()));
+        assert_eq!(twice, copy);
+        assert_eq!((base.digest(), base.as_ref()), (base_digest, &base_copy));
+    }
+
+    #[test]
+    fn a_fork_emptying_a_shared_page_reads_zeros() {
+        let mut base = SparseMemory::new();
+        base.write_u64(4096 + 8, 5);
+        let base = Arc::new(base);
+        let mut fork = SparseMemory::fork(&base);
+        fork.write_u64(4096 + 8, 0);
+        assert_eq!((fork.read_u64(4096 + 8), fork.nonzero_lines()), (0, 0));
+        assert_eq!(fork, SparseMemory::new());
+        assert_eq!(fork.digest(), SparseMemory::new().digest());
+        assert_eq!(base.read_u64(4096 + 8), 5);
+        // Writing zeros over a page neither holds stores nothing.
+        fork.write(1 << 20, &[0; 128]);
+        assert_eq!(fork.pages.len(), 1, "only the tombstone");
     }
 
     #[test]
