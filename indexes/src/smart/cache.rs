@@ -24,10 +24,52 @@ use std::hash::Hasher;
 use std::sync::Arc;
 
 /// A cached internal node: the slots of its type as read, where they live, the key position
-/// they discriminate on, and the byte path that identifies the node. One host allocation:
-/// `[address, depth | type | prefix length | charged bytes, prefix words..., slots...]`.
+/// they discriminate on, and the byte path that identifies the node. One host allocation,
+/// shared by every cache holding the same snapshot ([`intern`]):
+/// `[address, depth | type | prefix length | charged bytes, prefix words..., slots...]`; and
+/// which insertion into its cache this is (the identity FIFO eviction and invalidation go by).
 #[derive(Clone, Debug)]
-pub struct CacheEntry(Arc<[u64]>);
+pub struct CacheEntry {
+    words: Arc<[u64]>,
+    seq: u64,
+}
+
+/// The process's distinct snapshots, by content. A snapshot is immutable, and the compute nodes
+/// of a run cache the same internal nodes as read (after loading, mostly the same versions), so
+/// each distinct snapshot is held once whatever the number of compute nodes holding it: sixteen
+/// compute nodes' caches cost the host one copy of their contents plus each cache's own map and
+/// queue. Nothing but host memory changes (`interned_snapshots_change_nothing_but_sharing`).
+struct Interner {
+    map: FixedHashMap<u64, Arc<[u64]>>,
+    /// Entries after the last sweep of snapshots no cache holds any more.
+    live_after_sweep: usize,
+}
+
+static INTERNER: std::sync::LazyLock<std::sync::Mutex<Interner>> =
+    std::sync::LazyLock::new(|| std::sync::Mutex::new(Interner { map: FixedHashMap::default(), live_after_sweep: 0 }));
+
+/// The shared copy of `words`. A hash collision between different contents keeps the newer in
+/// the table (the older stays valid in the caches holding it). Snapshots no cache holds are
+/// dropped when the table has doubled since the last sweep (amortised: at most as many dead as
+/// live snapshots are held).
+fn intern(words: Vec<u64>) -> Arc<[u64]> {
+    let mut h = Fnv::default();
+    for w in &words {
+        h.write_u64(*w);
+    }
+    let h = h.finish();
+    let mut i = INTERNER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(a) = i.map.get(&h).filter(|a| ***a == *words) {
+        return a.clone();
+    }
+    let a: Arc<[u64]> = words.into();
+    i.map.insert(h, a.clone());
+    if i.map.len() >= 2 * i.live_after_sweep.max(1 << 12) {
+        i.map.retain(|_, a| Arc::strong_count(a) > 1);
+        i.live_after_sweep = i.map.len();
+    }
+    a
+}
 
 /// Packs bytes into little-endian words (the last one zero-padded).
 fn pack(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
@@ -39,21 +81,29 @@ fn pack(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
 }
 
 impl CacheEntry {
-    fn new(addr: RemoteAddr, depth: usize, node_type: u8, prefix: &[u8], slots: &[Slot], bytes: u64) -> CacheEntry {
+    fn new(
+        addr: RemoteAddr,
+        depth: usize,
+        node_type: u8,
+        prefix: &[u8],
+        slots: &[Slot],
+        bytes: u64,
+        seq: u64,
+    ) -> CacheEntry {
         debug_assert!(depth < 1 << 16 && prefix.len() < 1 << 16 && bytes < 1 << 24);
         let meta = depth as u64 | u64::from(node_type) << 16 | (prefix.len() as u64) << 24 | bytes << 40;
         let words: Vec<u64> =
             [addr.raw(), meta].into_iter().chain(pack(prefix)).chain(slots.iter().map(|s| s.0)).collect();
-        CacheEntry(words.into())
+        CacheEntry { words: intern(words), seq }
     }
 
     fn meta(&self) -> u64 {
-        self.0[1]
+        self.words[1]
     }
 
     /// The node's address (its first slot is at `addr + 16`).
     pub fn addr(&self) -> RemoteAddr {
-        RemoteAddr::from_raw(self.0[0])
+        RemoteAddr::from_raw(self.words[0])
     }
 
     /// The key position (1-based) of the slots' partials.
@@ -74,7 +124,7 @@ impl CacheEntry {
     }
 
     fn prefix_words(&self) -> &[u64] {
-        &self.0[2..2 + self.prefix_len().div_ceil(8)]
+        &self.words[2..2 + self.prefix_len().div_ceil(8)]
     }
 
     fn is_prefix(&self, prefix: &[u8]) -> bool {
@@ -82,11 +132,11 @@ impl CacheEntry {
     }
 
     pub fn slot_count(&self) -> usize {
-        self.0.len() - 2 - self.prefix_len().div_ceil(8)
+        self.words.len() - 2 - self.prefix_len().div_ceil(8)
     }
 
     pub fn slot(&self, i: usize) -> Slot {
-        Slot(self.0[2 + self.prefix_len().div_ceil(8) + i])
+        Slot(self.words[2 + self.prefix_len().div_ceil(8) + i])
     }
 
     /// The remote address of slot `i`.
@@ -94,12 +144,13 @@ impl CacheEntry {
         self.addr().add(16 + 8 * i as u64)
     }
 
+    /// Whether both are the same insertion into one cache.
     fn same(&self, other: &CacheEntry) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        self.seq == other.seq
     }
 
-    fn id(&self) -> usize {
-        Arc::as_ptr(&self.0) as *const u64 as usize
+    fn id(&self) -> u64 {
+        self.seq
     }
 }
 
@@ -114,7 +165,9 @@ struct State {
     /// Entries per prefix length, so a lookup probes only lengths that exist.
     lengths: Vec<u32>,
     /// Insertion order: (prefix hash, entry identity).
-    fifo: VecDeque<(u64, usize)>,
+    fifo: VecDeque<(u64, u64)>,
+    /// Insertions so far (the next entry's identity).
+    inserted: u64,
     stats: CacheStats,
 }
 
@@ -191,8 +244,9 @@ impl RadixCache {
         }
         let prefix = &key[..plen];
         let h = prefix_hash(plen, pack(prefix));
-        let entry = CacheEntry::new(addr, depth, node_type, prefix, &slots, bytes);
         let mut s = lock(&self.state);
+        s.inserted += 1;
+        let entry = CacheEntry::new(addr, depth, node_type, prefix, &slots, bytes, s.inserted);
         let id = entry.id();
         match s.map.insert(h, entry) {
             Some(old) => {
@@ -282,6 +336,36 @@ mod tests {
         c.invalidate(&hit.expect("a hit").0);
         assert_eq!(c.lookup(&[1, 2, 3, 4]).0.expect("fallback").0.addr(), at(1));
         assert_eq!(c.stats().invalidations, 1);
+    }
+
+    #[test]
+    fn interned_snapshots_change_nothing_but_sharing() {
+        // Two compute nodes cache the same snapshot: one host copy.
+        let (a, b) = (RadixCache::new(1 << 20), RadixCache::new(1 << 20));
+        a.add(&[7, 7, 1], 2, at(70), 1, vec![slot(7, 71)]);
+        b.add(&[7, 7, 1], 2, at(70), 1, vec![slot(7, 71)]);
+        let (ea, eb) = (a.lookup(&[7, 7, 1]).0.expect("hit").0, b.lookup(&[7, 7, 1]).0.expect("hit").0);
+        assert!(Arc::ptr_eq(&ea.words, &eb.words), "one copy of a snapshot");
+        // Invalidating it in one cache leaves the other's.
+        a.invalidate(&ea);
+        assert!(a.lookup(&[7, 7, 1]).0.is_none());
+        assert!(b.lookup(&[7, 7, 1]).0.is_some());
+        // The same snapshot added again is another insertion: the stale handle no longer
+        // invalidates it, and the first insertion's queue record does not evict it.
+        b.add(&[7, 7, 1], 2, at(70), 1, vec![slot(7, 71)]);
+        b.invalidate(&eb);
+        assert!(b.lookup(&[7, 7, 1]).0.is_some(), "a handle invalidates only its own insertion");
+        let per = RadixCache::entry_bytes(1, 1);
+        let c = RadixCache::new(2 * per);
+        c.add(&[1, 0], 2, at(1), 1, vec![slot(0, 1)]);
+        c.add(&[2, 0], 2, at(2), 1, vec![slot(0, 1)]);
+        c.add(&[1, 0], 2, at(1), 1, vec![slot(0, 1)]);
+        c.add(&[3, 0], 2, at(3), 1, vec![slot(0, 1)]);
+        // Over budget: the oldest live insertion ([2]) goes, not the re-added [1] (whose
+        // first insertion's queue record is stale, though its snapshot is the same allocation).
+        assert!(c.lookup(&[1, 0]).0.is_some(), "the replaced insertion's record evicted nothing");
+        assert!(c.lookup(&[2, 0]).0.is_none());
+        assert_eq!(c.stats().evictions, 1);
     }
 
     #[test]
