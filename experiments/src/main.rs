@@ -331,6 +331,10 @@ struct ReproduceArgs {
     /// it, `reproduce` exits 0 whenever it ran: the report says what matched).
     #[arg(long)]
     strict: bool,
+    /// Run a figure whose estimated host memory exceeds 90% of this machine's (refused
+    /// before it starts otherwise).
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Args, Debug)]
@@ -445,6 +449,10 @@ struct RunArgs {
     /// not linearizable, 3 if the check is inconclusive.
     #[arg(long)]
     check: bool,
+    /// Run even if the estimated host memory exceeds 90% of this machine's (refused before
+    /// loading otherwise, with the estimate).
+    #[arg(long)]
+    force: bool,
     /// Add a throughput time series with this interval (microseconds) to the JSON.
     #[arg(long, default_value_t = 0, conflicts_with = "file")]
     timeseries_us: u64,
@@ -692,6 +700,7 @@ fn main() -> ExitCode {
 
 fn run_run(a: RunArgs) -> Result<ExitCode, String> {
     use dmkit_experiments::run::{self, RunFile, RunRequest};
+    run::force_memory(a.force);
     // A run file's points are numbered in file order, under a digest of the file's settings.
     let mut sweep_of: Option<(String, usize)> = None;
     let requests: Vec<RunRequest> = match &a.file {
@@ -797,6 +806,7 @@ fn run_run(a: RunArgs) -> Result<ExitCode, String> {
         }
         (other, _) => return Err(format!("--backend is sim or rdma, not '{other}'")),
     };
+    dmkit_experiments::run::check_memory(&requests, threads)?;
     // Independent runs go on every core; results come back in file order.
     let results = run::run_requests(&requests, threads, "dmkit run");
     let mut results: Vec<_> = results.into_iter().collect::<Result<_, _>>()?;
@@ -1027,6 +1037,7 @@ fn run_plot(a: PlotArgs) -> Result<(), String> {
 
 fn run_reproduce(a: ReproduceArgs) -> Result<ExitCode, String> {
     use dmkit_experiments::reproduce::{self, Figure};
+    dmkit_experiments::run::force_memory(a.force);
     let all = a.paper == "all";
     if all && a.figure.is_some() {
         return Err("reproduce all takes no figure name".into());

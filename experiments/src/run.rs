@@ -683,6 +683,105 @@ impl IndexVisitor for KeyOnly {
     }
 }
 
+/// Host memory a request is estimated to need: its loaded image (with the simulation's own
+/// state) and its compute nodes' caches, each full. From measured costs per item
+/// ([`IndexKind::HOST_BYTES_PER_ITEM`], at 16-byte items; larger items add 1.5 bytes per byte)
+/// and [`IndexKind::cache_host_bytes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryEstimate {
+    pub image: u64,
+    pub caches: u64,
+}
+
+impl MemoryEstimate {
+    pub fn total(&self) -> u64 {
+        self.image + self.caches
+    }
+}
+
+struct EstimateOnly;
+
+impl IndexVisitor for EstimateOnly {
+    type Out = MemoryEstimate;
+    fn visit<K: IndexKind>(
+        self,
+        req: &RunRequest,
+        options: &K::Options,
+        _names: (&str, &str),
+        work: Work,
+    ) -> Result<MemoryEstimate, String> {
+        let items = req.items();
+        let item_bytes = (work.spec.key_format.key_bytes() + work.spec.value_bytes) as u64;
+        let per_item = K::HOST_BYTES_PER_ITEM + item_bytes.saturating_sub(16) * 3 / 2;
+        Ok(MemoryEstimate {
+            image: items.saturating_mul(per_item) + (64 << 20),
+            caches: K::cache_host_bytes(options, req.setup.compute_nodes, items),
+        })
+    }
+}
+
+/// [`MemoryEstimate`] of one request (or the request's error).
+pub fn memory_estimate(req: &RunRequest) -> Result<MemoryEstimate, String> {
+    dispatch(req, EstimateOnly)
+}
+
+static FORCE_MEMORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Runs requests [`check_memory`] would refuse (`--force`).
+pub fn force_memory(yes: bool) {
+    FORCE_MEMORY.store(yes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// This machine's memory (`MemTotal`), if it can be read.
+pub fn machine_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+/// Refuses, before anything runs, requests whose estimated host memory exceeds 90% of
+/// `machine` bytes: with `threads` points at once, the `threads` largest distinct images are
+/// held together, each with its points' largest caches. Hardware runs are not estimated.
+pub fn check_memory_on(requests: &[RunRequest], threads: usize, machine: u64) -> Result<(), String> {
+    let mut images: Vec<(String, MemoryEstimate)> = Vec::new();
+    for r in requests.iter().filter(|r| r.setup.cluster.is_none()) {
+        // A bad request is left to its run, which reports the error.
+        let (Some(key), Ok(e)) = (image_key(r), memory_estimate(r)) else { continue };
+        match images.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, held)) => held.caches = held.caches.max(e.caches),
+            None => images.push((key, e)),
+        }
+    }
+    images.sort_by_key(|(_, e)| std::cmp::Reverse(e.total()));
+    let held = &images[..images.len().min(threads.max(1))];
+    let need: u64 = held.iter().map(|(_, e)| e.total()).sum();
+    if need <= machine / 10 * 9 {
+        return Ok(());
+    }
+    let gb = |b: u64| b as f64 / 1e9;
+    let parts: Vec<String> =
+        held.iter().map(|(_, e)| format!("{:.1} GB loaded + {:.1} GB of caches", gb(e.image), gb(e.caches))).collect();
+    Err(format!(
+        "this needs an estimated {:.1} GB of host memory ({}{}), more than 90% of this machine's {:.1} GB: \
+         refused before starting (fewer --keys, fewer points at once, or --force to run it anyway)",
+        gb(need),
+        parts.join("; "),
+        if held.len() > 1 { format!(", {} points at once", held.len()) } else { String::new() },
+        gb(machine)
+    ))
+}
+
+/// [`check_memory_on`] this machine, unless [`force_memory`] was set or its memory is unknown.
+pub fn check_memory(requests: &[RunRequest], threads: usize) -> Result<(), String> {
+    if FORCE_MEMORY.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(());
+    }
+    match machine_memory_bytes() {
+        Some(machine) => check_memory_on(requests, threads, machine),
+        None => Ok(()),
+    }
+}
+
 /// The key of the image a request loads: requests with equal keys load the same state and
 /// may share it. `None` on hardware (each run loads its cluster) and for bad requests (their
 /// run reports the error).

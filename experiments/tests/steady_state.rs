@@ -172,3 +172,28 @@ fn caches_warm_from_the_image_before_the_run_starts() {
     assert!(r.operations > 100);
     assert_eq!(r.index_counters.get("ms_lookup"), None, "{:?}", r.index_counters);
 }
+
+#[test]
+fn a_run_too_large_for_the_machine_is_refused_with_its_estimate() {
+    use dmkit_experiments::run::{check_memory_on, memory_estimate};
+    const GB: u64 = 1_000_000_000;
+    let sweep = requests(
+        "index = \"smart\"\nworkload = \"c\"\nkeys = 60000000\ncompute_nodes = 16\nmemory_nodes = 2\n\
+         [sweep]\nindex = [\"smart\", \"sherman:sherman-smart\"]\nthreads_per_cn = [8, 16]\n",
+    );
+    let smart = memory_estimate(&sweep[0]).unwrap();
+    // 147 B an item loaded; the default 600 MB cache shared by 16 compute nodes.
+    assert_eq!(smart.image, 60_000_000 * 147 + (64 << 20));
+    assert!(smart.caches > 5 * GB && smart.caches < 6 * GB, "{smart:?}");
+    // Points of one image count once; two at a time hold both images.
+    assert!(check_memory_on(&sweep[..2], 2, 24 * GB).is_ok());
+    let err = check_memory_on(&sweep, 2, 16 * GB).unwrap_err();
+    assert!(err.contains("GB of host memory") && err.contains("2 points at once") && err.contains("--force"), "{err}");
+    assert!(check_memory_on(&sweep, 1, 18 * GB).is_ok(), "one point at a time holds one image");
+    // Larger items cost more; a bad request is left to its run's error.
+    let big = requests("index = \"example\"\nworkload = \"c\"\nkeys = 1000000\nvalue_bytes = 1024\n");
+    let small = requests("index = \"example\"\nworkload = \"c\"\nkeys = 1000000\n");
+    assert!(memory_estimate(&big[0]).unwrap().image > memory_estimate(&small[0]).unwrap().image + 1_000_000_000);
+    let bad = requests("index = \"sherman\"\nworkload = \"c\"\nkeys = 1000000\nconfig = \"no-such\"\n");
+    assert!(memory_estimate(&bad[0]).is_err() && check_memory_on(&bad, 1, GB).is_ok());
+}

@@ -270,8 +270,22 @@ pub trait IndexKind: 'static {
     /// One client's handle.
     type Handle<C: Client + Clone + 'static>: Index;
 
+    /// Host bytes a loaded item costs (8-byte keys and values; the loaded image and the
+    /// simulation's own state), as `dmkit bench-load` measures it at 10 M items: peak RSS over
+    /// items. The basis of a run's memory estimate, which refuses a run this machine cannot
+    /// hold before it starts; an index that does not say is assumed to cost 512 bytes an item.
+    const HOST_BYTES_PER_ITEM: u64 = 512;
+
     /// The key and value sizes these options accept.
     fn limits(options: &Self::Options) -> Limits;
+
+    /// Host bytes `compute_nodes` compute nodes' caches may take at most with `items` items
+    /// loaded (each full: its budget, or every cacheable node of the index if that is less),
+    /// for the memory estimate; 0 (no cache) by default.
+    fn cache_host_bytes(options: &Self::Options, compute_nodes: u16, items: u64) -> u64 {
+        let _ = (options, compute_nodes, items);
+        0
+    }
 
     /// Checks options before anything is built: a clear error, never a panic later.
     fn validate(options: &Self::Options) -> Result<(), String>;

@@ -120,6 +120,8 @@ const PLANTS: [PlantedBug; 3] = [
 
 impl IndexKind for Art {
     const NAME: &'static str = "art";
+    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
+    const HOST_BYTES_PER_ITEM: u64 = 144;
     type Options = ArtOptions;
     type NodeState = SmartNode;
     type Handle<C: Client + Clone + 'static> = SmartHandle<C>;
@@ -142,6 +144,10 @@ impl IndexKind for Art {
 
     fn inherit(node: &SmartNode, loader: &SmartNode) {
         node.chunks.inherit(&loader.chunks);
+    }
+
+    fn cache_host_bytes(o: &ArtOptions, compute_nodes: u16, items: u64) -> u64 {
+        smart::cache_host_bytes(o, compute_nodes, items)
     }
 
     fn node_state_bytes(n: &SmartNode) -> u64 {

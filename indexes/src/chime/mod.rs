@@ -315,6 +315,8 @@ pub struct ChimeHandle<C> {
 
 impl IndexKind for Chime {
     const NAME: &'static str = "chime";
+    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
+    const HOST_BYTES_PER_ITEM: u64 = 44;
     type Options = ChimeOptions;
     type NodeState = ChimeNode;
     type Handle<C: Client + Clone + 'static> = ChimeHandle<C>;
@@ -358,6 +360,16 @@ impl IndexKind for Chime {
 
     fn inherit(node: &ChimeNode, loader: &ChimeNode) {
         node.chunks.inherit(&loader.chunks);
+    }
+
+    /// A full cache (tree cache and hotspot buffer) cost the host 1.06 times its budget per
+    /// compute node (`dmkit run --index chime --workload c --keys 1000000 --duration-us 10000`
+    /// with 1 and 10 compute nodes); 1.3 with a margin.
+    /// Every internal node costs 0.48 B an item (`dmkit reproduce chime fig14`; 1 with a
+    /// margin), beside the hotspot buffer.
+    fn cache_host_bytes(o: &ChimeOptions, compute_nodes: u16, items: u64) -> u64 {
+        let full = o.cache_bytes.min(items + o.hotspot_bytes);
+        full * 13 / 10 * compute_nodes as u64
     }
 
     fn node_state_bytes(n: &ChimeNode) -> u64 {

@@ -461,6 +461,8 @@ pub struct Clover;
 
 impl IndexKind for Clover {
     const NAME: &'static str = "clover";
+    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
+    const HOST_BYTES_PER_ITEM: u64 = 426;
     const SUPPORTS_SCAN: bool = false;
     type Options = CloverOptions;
     type NodeState = CloverNode;

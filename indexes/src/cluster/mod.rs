@@ -305,6 +305,8 @@ pub struct ClusterHandle<C> {
 
 impl IndexKind for Cluster {
     const NAME: &'static str = "cluster";
+    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
+    const HOST_BYTES_PER_ITEM: u64 = 85;
     const SUPPORTS_SCAN: bool = false;
     type Options = ClusterOptions;
     type NodeState = ClusterNode;

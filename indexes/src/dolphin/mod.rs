@@ -419,6 +419,8 @@ pub struct DolphinHandle<C> {
 
 impl IndexKind for Dolphin {
     const NAME: &'static str = "dolphin";
+    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
+    const HOST_BYTES_PER_ITEM: u64 = 274;
     type Options = DolphinOptions;
     type NodeState = DolphinNode;
     type Handle<C: Client + Clone + 'static> = DolphinHandle<C>;
@@ -451,6 +453,12 @@ impl IndexKind for Dolphin {
 
     fn inherit(node: &DolphinNode, loader: &DolphinNode) {
         node.chunks.inherit(&loader.chunks);
+    }
+
+    /// Not measured: twice the budget per compute node, as Sherman's.
+    fn cache_host_bytes(o: &DolphinOptions, compute_nodes: u16, items: u64) -> u64 {
+        let _ = items;
+        o.cache_bytes * 2 * compute_nodes as u64
     }
 
     fn node_state_bytes(n: &DolphinNode) -> u64 {

@@ -129,6 +129,8 @@ pub struct ExampleHandle<C> {
 
 impl IndexKind for Example {
     const NAME: &'static str = "example";
+    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
+    const HOST_BYTES_PER_ITEM: u64 = 84;
     const SUPPORTS_SCAN: bool = false;
     type Options = ExampleOptions;
     type NodeState = NodeCache;

@@ -597,6 +597,8 @@ pub struct HStore;
 
 impl IndexKind for HStore {
     const NAME: &'static str = "hstore";
+    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
+    const HOST_BYTES_PER_ITEM: u64 = 406;
     type Options = HStoreOptions;
     type NodeState = HStoreNode;
     type Handle<C: Client + Clone + 'static> = HStoreHandle<C>;

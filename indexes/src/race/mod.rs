@@ -481,6 +481,8 @@ pub struct RaceHandle<C> {
 
 impl IndexKind for Race {
     const NAME: &'static str = "race";
+    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
+    const HOST_BYTES_PER_ITEM: u64 = 88;
     const SUPPORTS_SCAN: bool = false;
     type Options = RaceOptions;
     type NodeState = RaceNode;

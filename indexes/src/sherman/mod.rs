@@ -320,6 +320,8 @@ pub struct ShermanHandle<C> {
 
 impl IndexKind for Sherman {
     const NAME: &'static str = "sherman";
+    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
+    const HOST_BYTES_PER_ITEM: u64 = 36;
     type Options = ShermanOptions;
     type NodeState = ShermanNode;
     type Handle<C: Client + Clone + 'static> = ShermanHandle<C>;
@@ -374,6 +376,13 @@ impl IndexKind for Sherman {
 
     fn inherit(node: &ShermanNode, loader: &ShermanNode) {
         node.chunks.inherit(&loader.chunks);
+    }
+
+    /// 1.9 host bytes per cached byte per compute node (`dmkit run --index sherman --workload c
+    /// --keys 1000000 --duration-us 10000` with 1 and 10 compute nodes); 2 with a margin.
+    /// Every internal node costs 0.65 B an item (`dmkit reproduce chime fig14`; 1 with a margin).
+    fn cache_host_bytes(o: &ShermanOptions, compute_nodes: u16, items: u64) -> u64 {
+        o.cache_bytes.min(items) * 2 * compute_nodes as u64
     }
 
     fn node_state_bytes(n: &ShermanNode) -> u64 {

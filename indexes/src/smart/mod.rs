@@ -392,6 +392,14 @@ pub fn open<C: Client + Clone + 'static>(o: &SmartOptions, node: Arc<SmartNode>,
     SmartHandle { o: o.clone(), node, ctx, me, counters: Counters::default() }
 }
 
+/// [`IndexKind::cache_host_bytes`] for SMART and ART.
+/// Every internal node cached costs 17.6 B an item at 2 M items (`dmkit reproduce chime fig14`);
+/// 20 with a margin.
+pub fn cache_host_bytes(o: &SmartOptions, compute_nodes: u16, items: u64) -> u64 {
+    let full = o.cache_bytes.min(items.saturating_mul(20));
+    full / 2 * compute_nodes as u64 + full * 3 / 2
+}
+
 pub fn node_state_bytes(n: &SmartNode) -> u64 {
     n.cache.stats().bytes + n.rdwc.bytes() + n.chunks.bytes() + n.local_locks.as_ref().map_or(0, |t| t.bytes())
 }
@@ -450,6 +458,8 @@ pub fn plant(o: &mut SmartOptions, bug: &str, index: &str, plants: &'static [Pla
 
 impl IndexKind for Smart {
     const NAME: &'static str = "smart";
+    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
+    const HOST_BYTES_PER_ITEM: u64 = 147;
     type Options = SmartOptions;
     type NodeState = SmartNode;
     type Handle<C: Client + Clone + 'static> = SmartHandle<C>;
@@ -472,6 +482,14 @@ impl IndexKind for Smart {
 
     fn inherit(node: &SmartNode, loader: &SmartNode) {
         node.chunks.inherit(&loader.chunks);
+    }
+
+    /// Snapshots are shared between compute nodes (`cache::intern`): each further node costs
+    /// its map and queue, about half its budget (0.48 measured: `dmkit run --index smart
+    /// --workload c --keys 1000000 --memory-nodes 2 --duration-us 20000` with 1 and 16 compute
+    /// nodes), and the shared snapshots at most 1.5 budgets.
+    fn cache_host_bytes(o: &SmartOptions, compute_nodes: u16, items: u64) -> u64 {
+        cache_host_bytes(o, compute_nodes, items)
     }
 
     fn node_state_bytes(n: &SmartNode) -> u64 {
