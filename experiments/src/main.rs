@@ -806,7 +806,7 @@ fn run_run(a: RunArgs) -> Result<ExitCode, String> {
         }
         (other, _) => return Err(format!("--backend is sim or rdma, not '{other}'")),
     };
-    dmkit_experiments::run::check_memory(&requests, threads)?;
+    let threads = dmkit_experiments::run::check_memory(&requests, threads)?;
     // Independent runs go on every core; results come back in file order.
     let results = run::run_requests(&requests, threads, "dmkit run");
     let mut results: Vec<_> = results.into_iter().collect::<Result<_, _>>()?;

@@ -741,7 +741,7 @@ pub fn judge_figure(
         }
         results
     } else {
-        crate::run::check_memory(&requests, threads)?;
+        let threads = crate::run::check_memory(&requests, threads)?;
         crate::run::run_requests(&requests, threads, &format!("{} {}", figure.paper, figure.figure))
             .into_iter()
             .collect::<Result<_, _>>()?

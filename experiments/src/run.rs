@@ -739,46 +739,56 @@ pub fn machine_memory_bytes() -> Option<u64> {
     Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
-/// Refuses, before anything runs, requests whose estimated host memory exceeds 90% of
-/// `machine` bytes: with `threads` points at once, the `threads` largest distinct images are
-/// held together, each with its points' largest caches. Hardware runs are not estimated.
-pub fn check_memory_on(requests: &[RunRequest], threads: usize, machine: u64) -> Result<(), String> {
-    let mut images: Vec<(String, MemoryEstimate)> = Vec::new();
+/// How many points of `requests` may run at once (at most `threads`) within 90% of `machine`
+/// bytes, by their estimated host memory: `t` points at once hold at most the `t` largest
+/// distinct images and `t` sets of the largest caches. Refuses (before anything runs) when one
+/// point at a time does not fit. Hardware runs are not estimated.
+pub fn check_memory_on(requests: &[RunRequest], threads: usize, machine: u64) -> Result<usize, String> {
+    let mut images: Vec<(String, u64)> = Vec::new();
+    let mut caches = 0u64;
     for r in requests.iter().filter(|r| r.setup.cluster.is_none()) {
         // A bad request is left to its run, which reports the error.
         let (Some(key), Ok(e)) = (image_key(r), memory_estimate(r)) else { continue };
-        match images.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, held)) => held.caches = held.caches.max(e.caches),
-            None => images.push((key, e)),
+        caches = caches.max(e.caches);
+        if !images.iter().any(|(k, _)| *k == key) {
+            images.push((key, e.image));
         }
     }
-    images.sort_by_key(|(_, e)| std::cmp::Reverse(e.total()));
-    let held = &images[..images.len().min(threads.max(1))];
-    let need: u64 = held.iter().map(|(_, e)| e.total()).sum();
-    if need <= machine / 10 * 9 {
-        return Ok(());
+    images.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
+    let need = |t: usize| images.iter().take(t).map(|(_, bytes)| bytes).sum::<u64>() + t as u64 * caches;
+    let limit = machine / 10 * 9;
+    let threads = threads.max(1);
+    if let Some(t) = (1..=threads).rev().find(|&t| need(t) <= limit) {
+        if t < threads && t < requests.len() {
+            eprintln!(
+                "dmkit: {t} point(s) at a time instead of {threads}: {threads} at once would need an estimated \
+                 {:.1} GB of host memory, more than 90% of this machine's {:.1} GB",
+                need(threads) as f64 / 1e9,
+                machine as f64 / 1e9
+            );
+        }
+        return Ok(t);
     }
-    let gb = |b: u64| b as f64 / 1e9;
-    let parts: Vec<String> =
-        held.iter().map(|(_, e)| format!("{:.1} GB loaded + {:.1} GB of caches", gb(e.image), gb(e.caches))).collect();
     Err(format!(
-        "this needs an estimated {:.1} GB of host memory ({}{}), more than 90% of this machine's {:.1} GB: \
-         refused before starting (fewer --keys, fewer points at once, or --force to run it anyway)",
-        gb(need),
-        parts.join("; "),
-        if held.len() > 1 { format!(", {} points at once", held.len()) } else { String::new() },
-        gb(machine)
+        "this needs an estimated {:.1} GB of host memory ({:.1} GB loaded + {:.1} GB of caches), more than 90% \
+         of this machine's {:.1} GB: refused before starting (fewer --keys or compute nodes, a smaller \
+         cache, or --force to run it anyway)",
+        need(1) as f64 / 1e9,
+        images[0].1 as f64 / 1e9,
+        caches as f64 / 1e9,
+        machine as f64 / 1e9
     ))
 }
 
-/// [`check_memory_on`] this machine, unless [`force_memory`] was set or its memory is unknown.
-pub fn check_memory(requests: &[RunRequest], threads: usize) -> Result<(), String> {
+/// [`check_memory_on`] this machine: the points to run at once (`threads` if
+/// [`force_memory`] was set or the machine's memory is unknown).
+pub fn check_memory(requests: &[RunRequest], threads: usize) -> Result<usize, String> {
     if FORCE_MEMORY.load(std::sync::atomic::Ordering::Relaxed) {
-        return Ok(());
+        return Ok(threads);
     }
     match machine_memory_bytes() {
         Some(machine) => check_memory_on(requests, threads, machine),
-        None => Ok(()),
+        None => Ok(threads),
     }
 }
 

@@ -185,15 +185,18 @@ fn a_run_too_large_for_the_machine_is_refused_with_its_estimate() {
     // 147 B an item loaded; the default 600 MB cache shared by 16 compute nodes.
     assert_eq!(smart.image, 60_000_000 * 147 + (64 << 20));
     assert!(smart.caches > 5 * GB && smart.caches < 6 * GB, "{smart:?}");
-    // Points of one image count once; two at a time hold both images.
-    assert!(check_memory_on(&sweep[..2], 2, 24 * GB).is_ok());
-    let err = check_memory_on(&sweep, 2, 16 * GB).unwrap_err();
-    assert!(err.contains("GB of host memory") && err.contains("2 points at once") && err.contains("--force"), "{err}");
-    assert!(check_memory_on(&sweep, 1, 18 * GB).is_ok(), "one point at a time holds one image");
+    // Points at once hold the largest distinct images and a set of caches each: two of one
+    // image fit this machine, one of each of two images does not (one at a time does), and a
+    // machine that holds neither refuses.
+    assert_eq!(check_memory_on(&sweep[..2], 2, 24 * GB), Ok(2));
+    assert_eq!(check_memory_on(&sweep, 2, 24 * GB), Ok(1));
+    assert_eq!(check_memory_on(&sweep, 2, 30 * GB), Ok(2));
+    let err = check_memory_on(&sweep, 2, 12 * GB).unwrap_err();
+    assert!(err.contains("GB of host memory") && err.contains("--force"), "{err}");
     // Larger items cost more; a bad request is left to its run's error.
     let big = requests("index = \"example\"\nworkload = \"c\"\nkeys = 1000000\nvalue_bytes = 1024\n");
     let small = requests("index = \"example\"\nworkload = \"c\"\nkeys = 1000000\n");
     assert!(memory_estimate(&big[0]).unwrap().image > memory_estimate(&small[0]).unwrap().image + 1_000_000_000);
     let bad = requests("index = \"sherman\"\nworkload = \"c\"\nkeys = 1000000\nconfig = \"no-such\"\n");
-    assert!(memory_estimate(&bad[0]).is_err() && check_memory_on(&bad, 1, GB).is_ok());
+    assert!(memory_estimate(&bad[0]).is_err() && check_memory_on(&bad, 1, GB) == Ok(1));
 }
