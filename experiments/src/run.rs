@@ -668,21 +668,6 @@ impl IndexVisitor for Run<'_, '_> {
     }
 }
 
-struct KeyOnly;
-
-impl IndexVisitor for KeyOnly {
-    type Out = String;
-    fn visit<K: IndexKind>(
-        self,
-        req: &RunRequest,
-        options: &K::Options,
-        _names: (&str, &str),
-        work: Work,
-    ) -> Result<String, String> {
-        Ok(crate::runner::image_key::<K>(&req.setup, options, &work.items))
-    }
-}
-
 /// Host memory a request is estimated to need: its loaded image (with the simulation's own
 /// state) and its compute nodes' caches, each full. From measured costs per item
 /// ([`IndexKind::HOST_BYTES_PER_ITEM`], at 16-byte items; larger items add 1.5 bytes per byte)
@@ -699,30 +684,32 @@ impl MemoryEstimate {
     }
 }
 
-struct EstimateOnly;
+/// A request's image key and memory estimate, without running it.
+struct Plan;
 
-impl IndexVisitor for EstimateOnly {
-    type Out = MemoryEstimate;
+impl IndexVisitor for Plan {
+    type Out = (String, MemoryEstimate);
     fn visit<K: IndexKind>(
         self,
         req: &RunRequest,
         options: &K::Options,
         _names: (&str, &str),
         work: Work,
-    ) -> Result<MemoryEstimate, String> {
+    ) -> Result<(String, MemoryEstimate), String> {
         let items = req.items();
         let item_bytes = (work.spec.key_format.key_bytes() + work.spec.value_bytes) as u64;
         let per_item = K::HOST_BYTES_PER_ITEM + item_bytes.saturating_sub(16) * 3 / 2;
-        Ok(MemoryEstimate {
+        let estimate = MemoryEstimate {
             image: items.saturating_mul(per_item) + (64 << 20),
             caches: K::cache_host_bytes(options, req.setup.compute_nodes, items),
-        })
+        };
+        Ok((crate::runner::image_key::<K>(&req.setup, options, &work.items), estimate))
     }
 }
 
 /// [`MemoryEstimate`] of one request (or the request's error).
 pub fn memory_estimate(req: &RunRequest) -> Result<MemoryEstimate, String> {
-    dispatch(req, EstimateOnly)
+    dispatch(req, Plan).map(|(_, e)| e)
 }
 
 static FORCE_MEMORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -748,7 +735,7 @@ pub fn check_memory_on(requests: &[RunRequest], threads: usize, machine: u64) ->
     let mut caches = 0u64;
     for r in requests.iter().filter(|r| r.setup.cluster.is_none()) {
         // A bad request is left to its run, which reports the error.
-        let (Some(key), Ok(e)) = (image_key(r), memory_estimate(r)) else { continue };
+        let Ok((key, e)) = dispatch(r, Plan) else { continue };
         caches = caches.max(e.caches);
         if !images.iter().any(|(k, _)| *k == key) {
             images.push((key, e.image));
@@ -799,7 +786,7 @@ pub fn image_key(req: &RunRequest) -> Option<String> {
     if req.setup.cluster.is_some() {
         return None;
     }
-    dispatch(req, KeyOnly).ok()
+    dispatch(req, Plan).ok().map(|(key, _)| key)
 }
 
 /// Runs every request on up to `threads` cores, loading each distinct state once (see

@@ -182,15 +182,16 @@ fn a_run_too_large_for_the_machine_is_refused_with_its_estimate() {
          [sweep]\nindex = [\"smart\", \"sherman:sherman-smart\"]\nthreads_per_cn = [8, 16]\n",
     );
     let smart = memory_estimate(&sweep[0]).unwrap();
-    // 147 B an item loaded; the default 600 MB cache shared by 16 compute nodes.
-    assert_eq!(smart.image, 60_000_000 * 147 + (64 << 20));
+    // 240 B an item loaded; the default 600 MB cache shared by 16 compute nodes.
+    assert_eq!(smart.image, 60_000_000 * 240 + (64 << 20));
     assert!(smart.caches > 5 * GB && smart.caches < 6 * GB, "{smart:?}");
-    // Points at once hold the largest distinct images and a set of caches each: two of one
-    // image fit this machine, one of each of two images does not (one at a time does), and a
+    // Points at once hold the largest distinct images and a set of caches each: on 24 GB one
+    // point at a time; on 30 GB two of one image, not one of each of two; on 36 GB both; and a
     // machine that holds neither refuses.
-    assert_eq!(check_memory_on(&sweep[..2], 2, 24 * GB), Ok(2));
-    assert_eq!(check_memory_on(&sweep, 2, 24 * GB), Ok(1));
-    assert_eq!(check_memory_on(&sweep, 2, 30 * GB), Ok(2));
+    assert_eq!(check_memory_on(&sweep[..2], 2, 24 * GB), Ok(1));
+    assert_eq!(check_memory_on(&sweep[..2], 2, 30 * GB), Ok(2));
+    assert_eq!(check_memory_on(&sweep, 2, 30 * GB), Ok(1));
+    assert_eq!(check_memory_on(&sweep, 2, 36 * GB), Ok(2));
     let err = check_memory_on(&sweep, 2, 12 * GB).unwrap_err();
     assert!(err.contains("GB of host memory") && err.contains("--force"), "{err}");
     // Larger items cost more; a bad request is left to its run's error.

@@ -120,8 +120,11 @@ const PLANTS: [PlantedBug; 3] = [
 
 impl IndexKind for Art {
     const NAME: &'static str = "art";
-    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
-    const HOST_BYTES_PER_ITEM: u64 = 144;
+    /// 147 B at 10 M keys (`dmkit bench-load`, 2026-11-27) but about 230 at 60 M (`dmkit run
+    /// --index smart --workload a --keys 60000000 --compute-nodes 16 --memory-nodes 2`: 14 GB
+    /// loaded, 2026-11-28): from 10 M keys on, the third level's nodes fill in, each a 256-slot
+    /// allocation with a few lines written. The larger, as the estimate's basis.
+    const HOST_BYTES_PER_ITEM: u64 = 240;
     type Options = ArtOptions;
     type NodeState = SmartNode;
     type Handle<C: Client + Clone + 'static> = SmartHandle<C>;
