@@ -298,7 +298,9 @@ pub fn run_loaded<K: IndexKind>(
     K::inherit(&nodes[0], &loader_state);
     // Warm every compute node's caches outside time: the papers measure after tens of seconds
     // of warm-up, which a bandwidth-bound index would need minutes of simulation to reach.
-    for node in &nodes {
+    for (i, node) in nodes.iter().enumerate() {
+        // Minutes at 60 M keys with sixteen full caches: say so.
+        progress.measuring(0, &format!("warming compute node {}/{}'s caches", i + 1, nodes.len()));
         K::warm(options, node, &sim).map_err(|e| format!("warming the caches: {e}"))?;
     }
     let start = sim.now_ns();
@@ -467,7 +469,7 @@ pub fn run_loaded<K: IndexKind>(
     // Stop the clients and let the operations in flight finish (they are not measured).
     end.set(end.get().min(start + now));
     sim.run().map_err(|e| e.to_string())?;
-    progress.measuring(now, "done");
+    progress.measuring(now, "done; walking the structure's invariants");
     let stats = sim.stats();
     let report = K::check_invariants(options, &sim).map_err(|e| format!("after the run, invariant violated: {e}"))?;
     let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
