@@ -678,12 +678,6 @@ pub struct MemoryEstimate {
     pub caches: u64,
 }
 
-impl MemoryEstimate {
-    pub fn total(&self) -> u64 {
-        self.image + self.caches
-    }
-}
-
 /// A request's image key and memory estimate, without running it.
 struct Plan;
 

@@ -656,7 +656,6 @@ pub struct Image {
     memory_nodes: u16,
     server_nodes: u16,
     host_memory_bytes: u64,
-    /// Per memory or server node: host and device memory.
     /// Per memory or server node: host and device memory (frozen: a restored simulation forks
     /// them copy-on-write, so the image is shared, never copied).
     nodes: crate::memory::NodeMemories,

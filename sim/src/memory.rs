@@ -81,11 +81,7 @@ impl Clone for SparseMemory {
     fn clone(&self) -> SparseMemory {
         let line_capacity = self.pages.values().map(|p| p.lines.len() as u64).sum();
         SparseMemory {
-            pages: self
-                .pages
-                .iter()
-                .map(|(&no, p)| (no, Page { present: p.present, lines: p.lines.clone() }))
-                .collect(),
+            pages: self.pages.clone(),
             base: self.base.clone(),
             nonzero_lines: self.nonzero_lines,
             line_capacity,
@@ -161,8 +157,7 @@ impl SparseMemory {
         if self.base.is_none() {
             return self.clone();
         }
-        let pages: FixedMap<u64, Page> =
-            self.stored_pages().map(|(no, p)| (no, Page { present: p.present, lines: p.lines.clone() })).collect();
+        let pages: FixedMap<u64, Page> = self.stored_pages().map(|(no, p)| (no, p.clone())).collect();
         let line_capacity = pages.values().map(|p| p.lines.len() as u64).sum();
         SparseMemory { pages, base: None, nonzero_lines: self.nonzero_lines, line_capacity }
     }
@@ -295,7 +290,7 @@ impl SparseMemory {
                 // A fork's first write to a shared page copies it (exactly its lines).
                 Some(p) => {
                     self.line_capacity += p.lines.len() as u64;
-                    e.insert(Page { present: p.present, lines: p.lines.clone() })
+                    e.insert(p.clone())
                 }
                 None => e.insert(Page { present: 0, lines: Vec::new() }),
             },
@@ -326,13 +321,14 @@ impl SparseMemory {
         }
         let after = page.present.count_ones();
         self.nonzero_lines = self.nonzero_lines + after as u64 - before as u64;
-        if after == 0 && base_page.is_none() {
-            self.pages.remove(&page_no);
+        if after == 0 {
             self.line_capacity -= capacity as u64;
-        } else if after == 0 {
-            // The base still holds the page: keep an empty tombstone over it.
-            page.lines = Vec::new();
-            self.line_capacity -= capacity as u64;
+            if base_page.is_some() {
+                // The base still holds the page: keep an empty tombstone over it.
+                page.lines = Vec::new();
+            } else {
+                self.pages.remove(&page_no);
+            }
         } else {
             self.line_capacity = self.line_capacity + page.lines.capacity() as u64 - capacity as u64;
         }

@@ -148,10 +148,6 @@ impl CacheEntry {
     fn same(&self, other: &CacheEntry) -> bool {
         self.seq == other.seq
     }
-
-    fn id(&self) -> u64 {
-        self.seq
-    }
 }
 
 pub use crate::common::CacheStats;
@@ -246,8 +242,8 @@ impl RadixCache {
         let h = prefix_hash(plen, pack(prefix));
         let mut s = lock(&self.state);
         s.inserted += 1;
-        let entry = CacheEntry::new(addr, depth, node_type, prefix, &slots, bytes, s.inserted);
-        let id = entry.id();
+        let id = s.inserted;
+        let entry = CacheEntry::new(addr, depth, node_type, prefix, &slots, bytes, id);
         match s.map.insert(h, entry) {
             Some(old) => {
                 s.stats.bytes -= old.bytes();
@@ -277,7 +273,7 @@ impl RadixCache {
                 s.stats.entries = 0;
                 break;
             };
-            if s.map.get(&h).is_some_and(|e| e.id() == id) {
+            if s.map.get(&h).is_some_and(|e| e.seq == id) {
                 Self::remove(&mut s, h);
                 s.stats.evictions += 1;
             }
