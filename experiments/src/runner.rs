@@ -298,10 +298,15 @@ pub fn run_loaded<K: IndexKind>(
     K::inherit(&nodes[0], &loader_state);
     // Warm every compute node's caches outside time: the papers measure after tens of seconds
     // of warm-up, which a bandwidth-bound index would need minutes of simulation to reach.
+    // Every node warms to the same state: warm the first, give the others its state.
     for (i, node) in nodes.iter().enumerate() {
         // Minutes at 60 M keys with sixteen full caches: say so.
         progress.measuring(0, &format!("warming compute node {}/{}'s caches", i + 1, nodes.len()));
-        K::warm(options, node, &sim).map_err(|e| format!("warming the caches: {e}"))?;
+        match i {
+            0 => K::warm(options, node, &sim),
+            _ => K::warm_like(options, node, &nodes[0], &sim),
+        }
+        .map_err(|e| format!("warming the caches: {e}"))?;
     }
     let start = sim.now_ns();
     for c in &setup.server_crashes {

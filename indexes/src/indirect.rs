@@ -209,6 +209,15 @@ impl<K: IndexKind> IndexKind for Indirect<K> {
         K::warm(&o.inner, &node.inner, memory)
     }
 
+    fn warm_like(
+        o: &Self::Options,
+        node: &Self::NodeState,
+        warmed: &Self::NodeState,
+        memory: &dyn MemoryView,
+    ) -> Result<(), String> {
+        K::warm_like(&o.inner, &node.inner, &warmed.inner, memory)
+    }
+
     fn node_counters(node: &Self::NodeState) -> BTreeMap<&'static str, u64> {
         K::node_counters(&node.inner)
     }

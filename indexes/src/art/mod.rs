@@ -169,6 +169,11 @@ impl IndexKind for Art {
         smart::warm(o, node, memory)
     }
 
+    fn warm_like(_: &ArtOptions, node: &SmartNode, warmed: &SmartNode, _: &dyn MemoryView) -> Result<(), String> {
+        node.cache.copy_from(&warmed.cache);
+        Ok(())
+    }
+
     fn node_counters(n: &SmartNode) -> std::collections::BTreeMap<&'static str, u64> {
         n.rdwc.stats().counters()
     }

@@ -155,7 +155,7 @@ pub use crate::common::CacheStats;
 /// Entries are keyed by the hash of their prefix (an entry holds its prefix, and a lookup
 /// compares it: two prefixes with one hash share a place, the later replacing the earlier), so
 /// the host pays one small allocation per entry beyond its slots, not three.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct State {
     map: FixedHashMap<u64, CacheEntry>,
     /// Entries per prefix length, so a lookup probes only lengths that exist.
@@ -191,6 +191,27 @@ impl RadixCache {
 
     pub fn budget(&self) -> u64 {
         self.budget
+    }
+
+    /// Makes this cache the state `other` is in — entries, their insertion order and
+    /// identities, counters — sharing its snapshots (they are immutable). A compute node given
+    /// another's warmed cache this way is in exactly the state warming it would have left.
+    pub fn copy_from(&self, other: &RadixCache) {
+        assert_eq!(self.budget, other.budget, "caches of one budget");
+        let copy = lock(&other.state).clone();
+        *lock(&self.state) = copy;
+    }
+
+    /// Whether both hold the same entries (content and identity), in the same insertion order,
+    /// with the same counters.
+    pub fn same_state(&self, other: &RadixCache) -> bool {
+        let (a, b) = (lock(&self.state), lock(&other.state));
+        a.lengths == b.lengths
+            && a.fifo == b.fifo
+            && a.inserted == b.inserted
+            && a.stats == b.stats
+            && a.map.len() == b.map.len()
+            && a.map.iter().all(|(h, e)| b.map.get(h).is_some_and(|f| f.seq == e.seq && f.words == e.words))
     }
 
     /// Bytes charged for a snapshot of `slots` slots under a prefix of `prefix` bytes: the
