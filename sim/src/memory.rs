@@ -6,12 +6,14 @@
 //! hasher: no random state anywhere in the simulator.
 //!
 //! A memory can be a copy-on-write *fork* of a frozen one ([`SparseMemory::fork`]): it shares
-//! the frozen memory's pages and holds only the pages it has written since (a page is copied on
-//! its first write; a page emptied that the base still holds is kept as an empty tombstone). A
-//! sweep's points run from one loaded image this way (DESIGN.md §5a, "load once"): each point
-//! costs the host the pages it touches, not a copy of every loaded byte, and reads and writes
-//! give exactly what a full copy would.
+//! the frozen memory's pages and holds only the lines it has written since (a line is copied on
+//! its first write; a shared line zeroed is kept as an all-zero line over the base's). A sweep's
+//! points run from one loaded image this way (DESIGN.md §5a, "load once"): each point costs the
+//! host the lines it writes, not a copy of every loaded byte nor of every page it touches
+//! (copying whole pages, a YCSB A point at 60 M keys held 3.5 GB of copies for its Zipfian
+//! updates), and reads and writes give exactly what a full copy would.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -29,6 +31,14 @@ struct Page {
     present: u64,
     /// The stored lines in address order (`len` = the number of bits in `present`).
     lines: Vec<Line>,
+}
+
+impl Page {
+    /// Line `l` of the page, if stored.
+    fn line(&self, l: usize) -> Option<&Line> {
+        let bit = 1u64 << l;
+        (self.present & bit != 0).then(|| &self.lines[(self.present & (bit - 1)).count_ones() as usize])
+    }
 }
 
 /// A multiplicative hasher for page numbers (deterministic, and fast for sequential keys).
@@ -65,8 +75,9 @@ fn is_zero(bytes: &[u8]) -> bool {
 /// One region (host or device memory) of one node.
 #[derive(Debug, Default)]
 pub struct SparseMemory {
-    /// This memory's own pages; with a base, they override the base's page for page (an own
-    /// page with no lines is a tombstone: the page is all zeros here).
+    /// This memory's own lines, by page. With no base, every stored line is non-zero. In a
+    /// fork they override the base's line for line, and a stored line may be all zeros only
+    /// where the base's line is not (a zeroed shared line).
     pages: FixedMap<u64, Page>,
     /// The frozen memory this one is a fork of (it has no base itself).
     base: Option<Arc<SparseMemory>>,
@@ -157,7 +168,7 @@ impl SparseMemory {
         if self.base.is_none() {
             return self.clone();
         }
-        let pages: FixedMap<u64, Page> = self.stored_pages().map(|(no, p)| (no, p.clone())).collect();
+        let pages: FixedMap<u64, Page> = self.stored_pages().map(|(no, p)| (no, p.into_owned())).collect();
         let line_capacity = pages.values().map(|p| p.lines.len() as u64).sum();
         SparseMemory { pages, base: None, nonzero_lines: self.nonzero_lines, line_capacity }
     }
@@ -167,31 +178,42 @@ impl SparseMemory {
         if self.base.is_none() { self } else { self.flatten() }
     }
 
-    /// The page numbered `no` as the contents have it (`None`: all zeros and nothing stored).
-    fn page(&self, no: u64) -> Option<&Page> {
-        match self.pages.get(&no) {
-            Some(p) => Some(p).filter(|p| p.present != 0),
-            None => self.base.as_ref().and_then(|b| b.pages.get(&no)),
-        }
+    fn base_page(&self, no: u64) -> Option<&Page> {
+        self.base.as_ref().and_then(|b| b.pages.get(&no))
+    }
+
+    /// The page numbered `no` as the contents have it: its non-zero lines (`None`: all zeros).
+    fn page(&self, no: u64) -> Option<Cow<'_, Page>> {
+        let page = match (self.pages.get(&no), self.base_page(no)) {
+            (None, None) => return None,
+            // Own lines over no shared ones are all non-zero.
+            (Some(p), None) | (None, Some(p)) => Cow::Borrowed(p),
+            (Some(own), Some(shared)) => {
+                let mut merged = Page { present: 0, lines: Vec::new() };
+                for l in 0..PAGE_LINES {
+                    if let Some(line) = own.line(l).or_else(|| shared.line(l)).filter(|line| !is_zero(&line[..])) {
+                        merged.present |= 1 << l;
+                        merged.lines.push(*line);
+                    }
+                }
+                Cow::Owned(merged)
+            }
+        };
+        Some(page).filter(|p| p.present != 0)
     }
 
     /// Every page holding a non-zero line, own or the base's (in no particular order).
-    fn stored_pages(&self) -> impl Iterator<Item = (u64, &Page)> {
-        let own = self.pages.iter().filter(|(_, p)| p.present != 0).map(|(&no, p)| (no, p));
-        let shared = self
-            .base
-            .iter()
-            .flat_map(|b| b.pages.iter())
-            .filter(|(no, _)| !self.pages.contains_key(no))
-            .map(|(&no, p)| (no, p));
-        own.chain(shared)
+    fn stored_pages(&self) -> impl Iterator<Item = (u64, Cow<'_, Page>)> {
+        let own = self.pages.keys().copied();
+        let shared = self.base.iter().flat_map(|b| b.pages.keys()).filter(|no| !self.pages.contains_key(no)).copied();
+        own.chain(shared).filter_map(|no| self.page(no).map(|p| (no, p)))
     }
 
     /// A digest of the contents (FNV-1a over every non-zero line and its address, in address
     /// order): equal memories give equal digests however they were written, so it shows that
     /// two ways of building a state (a load before and after an optimisation) agree bit for bit.
     pub fn digest(&self) -> u64 {
-        let mut pages: Vec<(u64, &Page)> = self.stored_pages().collect();
+        let mut pages: Vec<(u64, Cow<'_, Page>)> = self.stored_pages().collect();
         pages.sort_unstable_by_key(|(no, _)| *no);
         let mut h = 0xcbf2_9ce4_8422_2325u64;
         let mut eat = |bytes: &[u8]| {
@@ -217,9 +239,24 @@ impl SparseMemory {
             let in_page = (at % PAGE_BYTES) as usize;
             let n = (PAGE_BYTES as usize - in_page).min(out.len() - done);
             let dst = &mut out[done..done + n];
-            match self.page(at / PAGE_BYTES) {
-                None => dst.fill(0),
-                Some(page) => {
+            let no = at / PAGE_BYTES;
+            match (self.pages.get(&no), self.base_page(no)) {
+                (None, None) => dst.fill(0),
+                // A fork's own lines over the base's, line by line.
+                (Some(own), Some(shared)) => {
+                    let mut copied = 0usize;
+                    while copied < n {
+                        let (l, in_line) = ((in_page + copied) / LINE_BYTES, (in_page + copied) % LINE_BYTES);
+                        let m = (LINE_BYTES - in_line).min(n - copied);
+                        let d = &mut dst[copied..copied + m];
+                        match own.line(l).or_else(|| shared.line(l)) {
+                            Some(line) => d.copy_from_slice(&line[in_line..in_line + m]),
+                            None => d.fill(0),
+                        }
+                        copied += m;
+                    }
+                }
+                (Some(page), None) | (None, Some(page)) => {
                     // One page look-up; stored lines' slots advance with the presence bits.
                     let first = in_page / LINE_BYTES;
                     let mut slot = (page.present & ((1u64 << first) - 1)).count_ones() as usize;
@@ -267,11 +304,13 @@ impl SparseMemory {
     }
 
     /// Stores `data` at byte `in_page` of page `page_no` (it does not cross the page), line by
-    /// line: a stored line is written in place (and dropped if it becomes all zero), an unstored
-    /// one is inserted at its slot only if it gets a non-zero byte. A page's line array grows
-    /// by one line in place (exact size: the allocator's size classes give the slack), so
-    /// filling a page costs one move of its tail per new line, not a rebuild of the whole page (which copied every stored line for each new one:
-    /// 40% of a load's time in this function went to those copies).
+    /// line: a stored line is written in place (and dropped if it becomes all zero, unless it
+    /// zeroes a fork's shared line), an unstored one is inserted at its slot only if the write
+    /// changes it (a fork's shared line is copied first). A page's line array grows by one line
+    /// in place (exact size: the allocator's size classes give the slack), so filling a page
+    /// costs one move of its tail per new line, not a rebuild of the whole page (which copied
+    /// every stored line for each new one: 40% of a load's time in this function went to those
+    /// copies).
     fn write_in_page(&mut self, page_no: u64, in_page: usize, data: &[u8]) {
         let first = in_page / LINE_BYTES;
         let last = (in_page + data.len() - 1) / LINE_BYTES;
@@ -286,49 +325,50 @@ impl SparseMemory {
             Entry::Occupied(e) => e.into_mut(),
             // Zeros over an unstored page: nothing to do.
             Entry::Vacant(_) if base_page.is_none() && is_zero(data) => return,
-            Entry::Vacant(e) => match base_page {
-                // A fork's first write to a shared page copies it (exactly its lines).
-                Some(p) => {
-                    self.line_capacity += p.lines.len() as u64;
-                    e.insert(p.clone())
-                }
-                None => e.insert(Page { present: 0, lines: Vec::new() }),
-            },
+            Entry::Vacant(e) => e.insert(Page { present: 0, lines: Vec::new() }),
         };
         let capacity = page.lines.capacity();
-        let before = page.present.count_ones();
+        // Non-zero lines gained, less those lost.
+        let mut gained = 0i64;
         for l in first..=last {
             let bit = 1u64 << l;
             let (at, bytes) = part(l);
             let slot = (page.present & (bit - 1)).count_ones() as usize;
+            let shared = base_page.and_then(|b| b.line(l));
             if page.present & bit != 0 {
                 let line = &mut page.lines[slot];
+                // Own lines are non-zero but for a fork's zeroed shared lines.
+                let was = shared.is_none() || !is_zero(line);
                 line[at..at + bytes.len()].copy_from_slice(bytes);
                 // Non-zero bytes written keep the line; only zeros can empty it.
-                if is_zero(bytes) && is_zero(line) {
+                let now = !is_zero(bytes) || !is_zero(line);
+                if !now && shared.is_none() {
                     page.lines.remove(slot);
                     page.present &= !bit;
                 }
-            } else if !is_zero(bytes) {
-                let mut line = [0u8; LINE_BYTES];
+                gained += now as i64 - was as i64;
+            } else {
+                let mut line = shared.copied().unwrap_or([0u8; LINE_BYTES]);
                 line[at..at + bytes.len()].copy_from_slice(bytes);
+                let now = match shared {
+                    // Unchanged: the shared line still reads right.
+                    Some(s) if *s == line => continue,
+                    Some(_) => !is_zero(&line),
+                    None if is_zero(bytes) => continue,
+                    None => true,
+                };
                 // Exact growth: the allocator's size classes give the slack (mimalloc grows a
                 // block in place within its class), so no spare room is held.
                 page.lines.reserve_exact(1);
                 page.lines.insert(slot, line);
                 page.present |= bit;
+                gained += now as i64 - shared.is_some() as i64;
             }
         }
-        let after = page.present.count_ones();
-        self.nonzero_lines = self.nonzero_lines + after as u64 - before as u64;
-        if after == 0 {
+        self.nonzero_lines = (self.nonzero_lines as i64 + gained) as u64;
+        if page.present == 0 {
             self.line_capacity -= capacity as u64;
-            if base_page.is_some() {
-                // The base still holds the page: keep an empty tombstone over it.
-                page.lines = Vec::new();
-            } else {
-                self.pages.remove(&page_no);
-            }
+            self.pages.remove(&page_no);
         } else {
             self.line_capacity = self.line_capacity + page.lines.capacity() as u64 - capacity as u64;
         }
@@ -464,7 +504,33 @@ mod tests {
         assert_eq!(base.read_u64(4096 + 8), 5);
         // Writing zeros over a page neither holds stores nothing.
         fork.write(1 << 20, &[0; 128]);
-        assert_eq!(fork.pages.len(), 1, "only the tombstone");
+        assert_eq!(fork.pages.len(), 1, "only the zeroed shared line's page");
+        assert_eq!(fork.pages.values().map(|p| p.lines.len()).sum::<usize>(), 1);
+    }
+
+    #[test]
+    fn a_fork_copies_the_lines_it_writes_not_their_pages() {
+        // A dense base page; the fork writes one word of one line.
+        let mut base = SparseMemory::new();
+        base.write(0, &[0x5au8; PAGE_BYTES as usize]);
+        let base = Arc::new(base);
+        let mut fork = SparseMemory::fork(&base);
+        fork.write_u64(130, 7);
+        assert_eq!(fork.line_capacity, 1, "one line copied, not 64");
+        assert_eq!(fork.read_u64(130), 7);
+        assert_eq!(fork.read_u64(138), 0x5a5a_5a5a_5a5a_5a5a, "the rest of the line as the base has it");
+        assert_eq!(fork.read_u64(200), 0x5a5a_5a5a_5a5a_5a5a, "the next line is the base's");
+        assert_eq!(fork.nonzero_lines(), 64);
+        // Writing a shared line's own bytes back copies nothing.
+        fork.write(1000, &[0x5a; 24]);
+        assert_eq!(fork.line_capacity, 1);
+        // Zeroing a shared line keeps a zero line over it, and counts it out.
+        fork.write(192, &[0; 64]);
+        assert_eq!((fork.line_capacity, fork.nonzero_lines(), fork.read_u64(200)), (2, 63, 0));
+        let mut copy = base.flatten();
+        copy.write_u64(130, 7);
+        copy.write(192, &[0; 64]);
+        assert_eq!((fork.digest(), fork.flatten()), (copy.digest(), copy));
     }
 
     #[test]
