@@ -95,6 +95,12 @@ pub struct Compare {
     pub x: Option<String>,
     #[serde(default)]
     pub at: Option<f64>,
+    /// With `extrapolate`: test the model on the largest `x` measured — the line through the
+    /// points below it, evaluated there, against the measurement there (the report's
+    /// held-out table: the extrapolation's own error at the largest scale this machine runs,
+    /// whichever scale the figure ran at). The comparison's fit uses every point.
+    #[serde(default)]
+    pub holdout: bool,
 }
 
 /// Which results a number is about: every field named must match.
@@ -203,6 +209,9 @@ impl Figure {
                 f.compare.over
             ));
         }
+        if f.compare.holdout && f.compare.over != "extrapolate" {
+            return Err("bad figure file: compare.holdout tests an extrapolation (over = \"extrapolate\")".into());
+        }
         if f.compare.over == "extrapolate" && (f.compare.x.is_none() || f.compare.at.is_none()) {
             return Err("bad figure file: compare.over = \"extrapolate\" needs compare.x and compare.at".into());
         }
@@ -242,12 +251,21 @@ pub struct Fit {
 /// The line of `compare.metric` over `compare.x` through the selected results (two or more
 /// distinct x values), or `None`.
 pub fn fit(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<Fit> {
-    let x = compare.x.as_ref()?;
-    let points: Vec<(f64, f64)> = rows
-        .iter()
+    fit_below(rows, compare, sel, f64::INFINITY)
+}
+
+/// The selected results' (x, metric) points, in row order.
+fn fit_points(rows: &[Value], compare: &Compare, sel: &Selector) -> Vec<(f64, f64)> {
+    let Some(x) = compare.x.as_ref() else { return Vec::new() };
+    rows.iter()
         .filter(|r| matches(r, sel))
         .filter_map(|r| Some((field(r, x)?.as_f64()?, field(r, &compare.metric)?.as_f64()?)))
-        .collect();
+        .collect()
+}
+
+/// [`fit`] through the points with x below `limit` only.
+fn fit_below(rows: &[Value], compare: &Compare, sel: &Selector, limit: f64) -> Option<Fit> {
+    let points: Vec<(f64, f64)> = fit_points(rows, compare, sel).into_iter().filter(|p| p.0 < limit).collect();
     let n = points.len() as f64;
     let (mx, my) = (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
     let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
@@ -256,6 +274,37 @@ pub fn fit(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<Fit> {
     }
     let slope = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx;
     Some(Fit { intercept: my - slope * mx, slope, points })
+}
+
+/// The test of an extrapolation on one series: the line through the points below the
+/// largest x, its value there, and the mean of the measurements there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Holdout {
+    pub at: f64,
+    pub fit: Fit,
+    pub predicted: f64,
+    pub measured: f64,
+}
+
+impl Holdout {
+    /// (predicted − measured) / measured.
+    pub fn error(&self) -> f64 {
+        (self.predicted - self.measured) / self.measured
+    }
+}
+
+/// The held-out test of `sel`'s extrapolation, if the figure asks for one and the results
+/// have two smaller x values below the largest.
+pub fn holdout(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<Holdout> {
+    if !compare.holdout {
+        return None;
+    }
+    let points = fit_points(rows, compare, sel);
+    let at = points.iter().map(|p| p.0).reduce(f64::max)?;
+    let there: Vec<f64> = points.iter().filter(|p| p.0 == at).map(|p| p.1).collect();
+    let fit = fit_below(rows, compare, sel, at)?;
+    let predicted = fit.intercept + fit.slope * at;
+    Some(Holdout { at, fit, predicted, measured: there.iter().sum::<f64>() / there.len() as f64 })
 }
 
 /// The comparison value of the results `sel` selects: peak, min or last of the metric, or its
@@ -550,6 +599,34 @@ fn report_text(figure: &Figure, rows: &[Value], scale: &str, all: &[Comparison],
             }
         }
         out.push('\n');
+        if figure.compare.holdout {
+            let _ = writeln!(
+                out,
+                "The model tested on the largest {x} measured: the line through the smaller points, evaluated \
+                 there, against the measurement there:\n\n| series | fitted on | at | predicted | measured | error |\n|---|---|---|---|---|---|"
+            );
+            for sel in &seen {
+                match holdout(rows, &figure.compare, sel) {
+                    Some(t) => {
+                        let xs: Vec<String> = t.fit.points.iter().map(|p| format!("{}", p.0)).collect();
+                        let _ = writeln!(
+                            out,
+                            "| {} | {x} = {} | {} | {:.4e} | {:.4e} | {:+.1}% |",
+                            describe(sel),
+                            xs.join(", "),
+                            t.at,
+                            t.predicted,
+                            t.measured,
+                            100.0 * t.error()
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(out, "| {} | fewer than three sizes | - | - | - | - |", describe(sel));
+                    }
+                }
+            }
+            out.push('\n');
+        }
     }
     let ratio_of = |c: &Comparison| c.ours_over_paper.map_or("-".into(), |r| format!("{r:.2}"));
     let within = |c: &Comparison| match (c.ours, c.within) {

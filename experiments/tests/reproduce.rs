@@ -2,7 +2,7 @@
 //! "published" numbers here are test inputs chosen around what the run gives, to check the
 //! comparison point, the ratio, the tolerance and the report; they are no paper's claims.
 
-use dmkit_experiments::reproduce::{self, Compare, Figure, Selector, comparison_point, report};
+use dmkit_experiments::reproduce::{self, Compare, Figure, Selector, comparison_point, holdout, report};
 use serde_json::json;
 
 fn sel(pairs: &[(&str, &str)]) -> Selector {
@@ -61,7 +61,14 @@ threads_per_cn = [1, 4]
 
 #[test]
 fn comparison_points_are_peak_min_or_last() {
-    let mut c = Compare { metric: "throughput_mops".into(), over: "peak".into(), series: vec![], x: None, at: None };
+    let mut c = Compare {
+        metric: "throughput_mops".into(),
+        over: "peak".into(),
+        series: vec![],
+        x: None,
+        at: None,
+        holdout: false,
+    };
     let a = sel(&[("workload", "ycsb-a")]);
     assert_eq!(comparison_point(&rows(), &c, &a), Some(10.0));
     c.over = "min".into();
@@ -274,4 +281,54 @@ fn the_fidelity_summary_counts_every_number_and_ranking() {
     assert!(md.contains("of 1 rankings the papers state, 1 hold"), "{md}");
     assert_eq!(json["total"], 4);
     assert_eq!(json["comparisons"].as_array().unwrap().len(), 4);
+}
+
+/// An extrapolation is tested on the largest scale measured: the line through the smaller
+/// points, evaluated there, against the measurement there; the comparison fits every point.
+#[test]
+fn an_extrapolation_is_tested_on_a_held_out_scale() {
+    let text = r#"
+paper = "test"
+figure = "holdout"
+title = "a line tested at its largest point"
+source = "a test figure"
+tolerance = 0.1
+
+[compare]
+metric = "cache_bytes_per_cn"
+over = "extrapolate"
+series = ["index"]
+x = "keys"
+at = 100.0
+holdout = true
+
+[[published]]
+series = { index = "example" }
+value = 300.0
+
+[run.reduced]
+index = "example"
+keys = 1000
+"#;
+    let figure = Figure::parse(text).unwrap();
+    // y = 2x + 1 below the held-out x = 10, where the measurement is 25 (the line says 21).
+    let rows: Vec<serde_json::Value> = [(1, 3.0), (2, 5.0), (4, 9.0), (10, 25.0)]
+        .iter()
+        .map(|(k, y)| json!({"index": "example", "keys": k, "cache_bytes_per_cn": y}))
+        .collect();
+    let h = holdout(&rows, &figure.compare, &sel(&[("index", "example")])).expect("a held-out test");
+    assert_eq!((h.at, h.fit.points.len(), h.predicted, h.measured), (10.0, 3, 21.0, 25.0));
+    assert!((h.error() + 0.16).abs() < 1e-12);
+    let (report_text, _) = report(&figure, &rows, "reduced");
+    assert!(
+        report_text.contains("| index=example | keys = 1, 2, 4 | 10 | 2.1000e1 | 2.5000e1 | -16.0% |"),
+        "{report_text}"
+    );
+    // With two sizes only, the test says so and the comparison still fits.
+    let (report_text, _) = report(&figure, &rows[..2], "reduced");
+    assert!(report_text.contains("| index=example | fewer than three sizes | - |"), "{report_text}");
+    assert!(report_text.contains("| index=example | (1, 3.0000e0) (2, 5.0000e0) |"), "{report_text}");
+    // A held-out scale needs an extrapolation.
+    let bad = text.replace("over = \"extrapolate\"", "over = \"peak\"");
+    assert!(Figure::parse(&bad).unwrap_err().contains("holdout"));
 }
