@@ -54,8 +54,8 @@ pub struct Loaded {
     /// a point runs from this image only if its own key is the same.
     pub key: String,
     pub image: Image,
-    /// The loader's compute-node state (an `Arc<K::NodeState>`): compute node 0 of each run
-    /// inherits its allocator ([`IndexKind::inherit`]).
+    /// The loader's allocator, in a compute-node state of its own (an `Arc<K::NodeState>`):
+    /// compute node 0 of each run inherits it ([`IndexKind::inherit`]).
     pub loader: Arc<dyn std::any::Any + Send + Sync>,
     pub keys: u64,
     /// Mean bytes of a loaded key plus its value.
@@ -118,7 +118,10 @@ pub fn load<K: IndexKind>(
     let mut sim = Sim::new(sim_config::<K>(setup, options, 1)).map_err(|e| e.to_string())?;
     K::install(options, &mut sim).map_err(|e| format!("starting the index's services: {e}"))?;
     let node = Arc::new(K::node_state(options, sim.caps()));
-    let loader_state: Arc<dyn std::any::Any + Send + Sync> = node.clone();
+    // What runs inherit from the loader: a fresh compute node given the loader's allocator
+    // (`inherit` copies it) once the load is done, not the loader's node, whose caches would
+    // stay with the image for nothing (SMART's at 60 M keys: its 600 MB budget, full).
+    let kept = K::node_state(options, sim.caps());
     sim.set_instant(setup.load == crate::run::LoadMethod::Bulk);
     let loader = sim.add_client(0).map_err(|e| e.to_string())?;
     let created = {
@@ -127,7 +130,7 @@ pub fn load<K: IndexKind>(
     };
     sim.run().map_err(|e| e.to_string())?;
     created.take().map_err(|e| format!("creating the index: {e}"))?;
-    let mut handle = Some(K::open(options, node, loader.clone()));
+    let mut handle = Some(K::open(options, node.clone(), loader.clone()));
     let mut items = items.into_iter();
     let mut done = 0u64;
     progress.loading(0, keys);
@@ -151,6 +154,9 @@ pub fn load<K: IndexKind>(
         progress.loading(done, keys);
     }
     drop(handle);
+    K::inherit(&kept, &node);
+    drop(node);
+    let loader_state: Arc<dyn std::any::Any + Send + Sync> = Arc::new(kept);
     let image = sim.into_image().map_err(|e| format!("imaging the loaded index: {e}"))?;
     let item_bytes = item_bytes_total as f64 / keys.max(1) as f64;
     Ok(Loaded { key, image, loader: loader_state, keys, item_bytes, load_wall_s: started.elapsed().as_secs_f64() })
