@@ -1,0 +1,55 @@
+//! CHIME's speculative read is one READ of one entry (digest §3.2: 19–30 B, no header): on a
+//! memory node bound by its NIC's operation rate, a second verb per speculative search made
+//! speculation cost throughput as the hotspot buffer filled, the reverse of the paper's Fig. 17.
+
+use dmkit_indexes::chime::{Chime, ChimeOptions};
+use dmkit_indexes::{Index, IndexKind};
+use dmkit_sim::{Sim, SimConfig, VerbKind};
+use std::sync::{Arc, Mutex};
+
+/// (READs, round trips, READ bytes, speculative hits) of the last of three searches of one key
+/// after loading 2,000 keys with configuration `config`.
+fn third_search(config: &str) -> (u64, u64, u64, u64) {
+    let o = ChimeOptions::named(config, 8, 8).unwrap();
+    let mut sim = Sim::new(SimConfig::default()).unwrap();
+    let node = Arc::new(Chime::node_state(&o, sim.caps()));
+    let client = sim.add_client(0).unwrap();
+    let out = Arc::new(Mutex::new((0, 0, 0, 0)));
+    let (c, opts, result) = (client.clone(), o.clone(), out.clone());
+    sim.spawn(&client, async move {
+        Chime::create(&opts, &c).await.unwrap();
+        let mut h = Chime::open(&opts, node, c.clone());
+        for k in 0u64..2000 {
+            h.insert(&k.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes(), &k.to_le_bytes()).await.unwrap();
+        }
+        let key = 77u64.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
+        // The first search caches the path and tells the hotspot buffer the key's slot.
+        for _ in 0..2 {
+            assert_eq!(h.search(&key).await.unwrap(), Some(77u64.to_le_bytes().to_vec()));
+        }
+        let hits =
+            |h: &dmkit_indexes::chime::ChimeHandle<_>| h.counters().events.get("speculation_hit").copied().unwrap_or(0);
+        let (before, hits_before) = (c.stats(), hits(&h));
+        assert_eq!(h.search(&key).await.unwrap(), Some(77u64.to_le_bytes().to_vec()));
+        let d = c.stats().since(&before);
+        let reads = d.verbs_of(VerbKind::Read);
+        *result.lock().unwrap() = (reads.count, d.round_trips, reads.payload_bytes, hits(&h) - hits_before);
+    });
+    sim.run().unwrap();
+    let r = *out.lock().unwrap();
+    r
+}
+
+#[test]
+fn a_speculative_search_is_one_read_of_one_entry() {
+    let (reads, round_trips, bytes, hits) = third_search("chime");
+    assert_eq!(hits, 1, "the search was speculative");
+    assert_eq!((reads, round_trips), (1, 1), "one READ, one round trip");
+    assert!(bytes <= 30, "one entry: {bytes} bytes");
+    // Without speculation the same search reads the key's neighbourhood (and the header, when
+    // the neighbourhood holds no replica of it), in one round trip.
+    let (reads, round_trips, bytes, hits) = third_search("chime-no-sr");
+    assert_eq!((round_trips, hits), (1, 0));
+    assert!(reads >= 1);
+    assert!(bytes > 100, "a neighbourhood: {bytes} bytes");
+}
