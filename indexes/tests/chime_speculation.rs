@@ -36,8 +36,7 @@ fn third_search(config: &str) -> (u64, u64, u64, u64) {
         *result.lock().unwrap() = (reads.count, d.round_trips, reads.payload_bytes, hits(&h) - hits_before);
     });
     sim.run().unwrap();
-    let r = *out.lock().unwrap();
-    r
+    *out.lock().unwrap()
 }
 
 #[test]
