@@ -1059,11 +1059,24 @@ fn run_reproduce(a: ReproduceArgs) -> Result<ExitCode, String> {
     let started = std::time::Instant::now();
     let mut outside = 0;
     let mut outcomes = Vec::new();
+    let mut not_run = Vec::new();
     for (i, figure) in figures.iter().enumerate() {
         let out = match (&a.out, all) {
             (Some(o), false) if figures.len() == 1 => o.clone(),
             _ => root.join(&figure.paper).join(&figure.figure),
         };
+        // Judging again everything that was run: a figure never run (at this scale) is listed,
+        // not an error, so a summary of the full-scale figures run so far can be made.
+        if all && a.rejudge && !out.join("result.jsonl").exists() {
+            eprintln!(
+                "dmkit: {} {}: no results in {} (not run at this scale)",
+                figure.paper,
+                figure.figure,
+                out.display()
+            );
+            not_run.push(format!("{} {}", figure.paper, figure.figure));
+            continue;
+        }
         eprintln!("dmkit: figure {}/{}: {} {} ...", i + 1, figures.len(), figure.paper, figure.figure);
         let outcome = reproduce::judge_figure(figure, &a.scale, &out, sweep::default_threads(), a.rejudge)?;
         print!("{}", outcome.report);
@@ -1072,7 +1085,10 @@ fn run_reproduce(a: ReproduceArgs) -> Result<ExitCode, String> {
         outcomes.push((format!("{} {}", figure.paper, figure.figure), outcome));
     }
     if all {
-        let (md, json) = reproduce::fidelity(&outcomes, &a.scale);
+        let (mut md, json) = reproduce::fidelity(&outcomes, &a.scale);
+        if !not_run.is_empty() {
+            md.push_str(&format!("\nNot run at this scale (no results to judge): {}.\n", not_run.join(", ")));
+        }
         std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
         std::fs::write(root.join("fidelity.md"), &md).map_err(|e| e.to_string())?;
         let json = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
