@@ -251,7 +251,7 @@ pub struct Fit {
 /// The line of `compare.metric` over `compare.x` through the selected results (two or more
 /// distinct x values), or `None`.
 pub fn fit(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<Fit> {
-    fit_below(rows, compare, sel, f64::INFINITY)
+    line(fit_points(rows, compare, sel))
 }
 
 /// The selected results' (x, metric) points, in row order.
@@ -263,9 +263,8 @@ fn fit_points(rows: &[Value], compare: &Compare, sel: &Selector) -> Vec<(f64, f6
         .collect()
 }
 
-/// [`fit`] through the points with x below `limit` only.
-fn fit_below(rows: &[Value], compare: &Compare, sel: &Selector, limit: f64) -> Option<Fit> {
-    let points: Vec<(f64, f64)> = fit_points(rows, compare, sel).into_iter().filter(|p| p.0 < limit).collect();
+/// The least-squares line through `points` (two or more distinct x values), or `None`.
+fn line(points: Vec<(f64, f64)>) -> Option<Fit> {
     let n = points.len() as f64;
     let (mx, my) = (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
     let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
@@ -302,7 +301,7 @@ pub fn holdout(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<Hold
     let points = fit_points(rows, compare, sel);
     let at = points.iter().map(|p| p.0).reduce(f64::max)?;
     let there: Vec<f64> = points.iter().filter(|p| p.0 == at).map(|p| p.1).collect();
-    let fit = fit_below(rows, compare, sel, at)?;
+    let fit = line(points.into_iter().filter(|p| p.0 < at).collect())?;
     let predicted = fit.intercept + fit.slope * at;
     Some(Holdout { at, fit, predicted, measured: there.iter().sum::<f64>() / there.len() as f64 })
 }

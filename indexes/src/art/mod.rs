@@ -170,8 +170,7 @@ impl IndexKind for Art {
     }
 
     fn warm_like(_: &ArtOptions, node: &SmartNode, warmed: &SmartNode, _: &dyn MemoryView) -> Result<(), String> {
-        node.cache.copy_from(&warmed.cache);
-        Ok(())
+        smart::warm_like(node, warmed)
     }
 
     fn node_counters(n: &SmartNode) -> std::collections::BTreeMap<&'static str, u64> {

@@ -211,7 +211,7 @@ impl RadixCache {
             && a.inserted == b.inserted
             && a.stats == b.stats
             && a.map.len() == b.map.len()
-            && a.map.iter().all(|(h, e)| b.map.get(h).is_some_and(|f| f.seq == e.seq && f.words == e.words))
+            && a.map.iter().all(|(h, e)| b.map.get(h).is_some_and(|f| f.same(e) && f.words == e.words))
     }
 
     /// Bytes charged for a snapshot of `slots` slots under a prefix of `prefix` bytes: the

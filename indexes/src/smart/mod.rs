@@ -449,6 +449,13 @@ pub fn warm(o: &SmartOptions, node: &SmartNode, memory: &dyn MemoryView) -> Resu
     Ok(())
 }
 
+/// Gives `node` the cache of `warmed`, a compute node [`warm`]ed on the same memory: the state
+/// warming `node` would leave ([`IndexKind::warm_like`]).
+pub fn warm_like(node: &SmartNode, warmed: &SmartNode) -> Result<(), String> {
+    node.cache.copy_from(&warmed.cache);
+    Ok(())
+}
+
 /// Plants `bug`, one of `plants` (SMART's, or ART's), for index `index`.
 pub fn plant(o: &mut SmartOptions, bug: &str, index: &str, plants: &'static [PlantedBug]) -> Result<(), String> {
     let known = PlantedBug::named(plants, index, bug)?;
@@ -512,8 +519,7 @@ impl IndexKind for Smart {
     }
 
     fn warm_like(_: &SmartOptions, node: &SmartNode, warmed: &SmartNode, _: &dyn MemoryView) -> Result<(), String> {
-        node.cache.copy_from(&warmed.cache);
-        Ok(())
+        warm_like(node, warmed)
     }
 
     fn node_counters(n: &SmartNode) -> std::collections::BTreeMap<&'static str, u64> {
