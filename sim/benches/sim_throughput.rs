@@ -68,31 +68,46 @@ fn resident_bytes() -> Option<u64> {
     Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
-/// Prints host bytes per non-zero simulated byte for three patterns.
+const PATTERNS: [(&str, u64); 3] =
+    [("dense (every line)", 1), ("half the lines", 2), ("sparse (1 line per 4 KiB page)", 64)];
+
+/// Prints host bytes per non-zero simulated byte for three patterns, each in a process of its
+/// own (this binary again, told the pattern by `DMKIT_MEMORY_PATTERN`), so one pattern's RSS is
+/// not measured over another's freed memory.
 fn memory_ratio() {
+    for (i, (name, _)) in PATTERNS.iter().enumerate() {
+        let exe = std::env::current_exe().expect("the bench binary");
+        match std::process::Command::new(exe).env("DMKIT_MEMORY_PATTERN", i.to_string()).output() {
+            Ok(out) if out.status.success() => print!("{}", String::from_utf8_lossy(&out.stdout)),
+            Ok(out) => println!("memory {name}: failed: {}", String::from_utf8_lossy(&out.stderr)),
+            Err(e) => println!("memory {name}: could not run: {e}"),
+        }
+    }
+}
+
+/// One pattern of [`memory_ratio`]: a quarter of a GiB of lines.
+fn memory_pattern(i: usize) {
+    let (name, every) = PATTERNS[i];
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64_compat(3);
     let gib_lines = (1u64 << 30) / 64;
-    for (name, every) in [("dense (every line)", 1u64), ("half the lines", 2), ("sparse (1 line per 4 KiB page)", 64)] {
-        let before = resident_bytes();
-        let mut m = SparseMemory::new();
-        let line = [0x5au8; 64];
-        let lines = gib_lines / 4;
-        for i in 0..lines {
-            let l = i * every + if every > 1 { rng.random_range(0..every) } else { 0 };
-            m.write(l * 64, &line);
-        }
-        let after = resident_bytes();
-        let accounted = m.host_bytes() as f64 / m.nonzero_line_bytes() as f64;
-        let rss = match (before, after) {
-            (Some(b), Some(a)) => format!("{:.3}", a.saturating_sub(b) as f64 / m.nonzero_line_bytes() as f64),
-            _ => "n/a".into(),
-        };
-        println!(
-            "memory {name}: {} MiB non-zero; host/non-zero = {accounted:.3} (store accounting), {rss} (RSS delta)",
-            m.nonzero_line_bytes() >> 20
-        );
-        black_box(&m);
+    let before = resident_bytes();
+    let mut m = SparseMemory::new();
+    let line = [0x5au8; 64];
+    for i in 0..gib_lines / 4 {
+        let l = i * every + if every > 1 { rng.random_range(0..every) } else { 0 };
+        m.write(l * 64, &line);
     }
+    let after = resident_bytes();
+    let accounted = m.host_bytes() as f64 / m.nonzero_line_bytes() as f64;
+    let rss = match (before, after) {
+        (Some(b), Some(a)) => format!("{:.3}", a.saturating_sub(b) as f64 / m.nonzero_line_bytes() as f64),
+        _ => "n/a".into(),
+    };
+    println!(
+        "memory {name}: {} MiB non-zero; host/non-zero = {accounted:.3} (store accounting), {rss} (RSS delta)",
+        m.nonzero_line_bytes() >> 20
+    );
+    black_box(&m);
 }
 
 trait SeedCompat {
@@ -136,6 +151,9 @@ fn random_reads(c: &mut Criterion) {
 criterion_group!(benches, verbs_per_second, random_reads);
 
 fn main() {
+    if let Some(i) = std::env::var("DMKIT_MEMORY_PATTERN").ok().and_then(|i| i.parse().ok()) {
+        return memory_pattern(i);
+    }
     memory_ratio();
     benches();
     Criterion::default().configure_from_args().final_summary();

@@ -1604,3 +1604,21 @@ impl<C: Client + Clone + 'static> Index for RaceHandle<C> {
         &self.counters
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Paper;
+
+    /// Every name finds its own configuration, `default` the safe one, and a wrong name an
+    /// error listing them (a mutation run found no test of the look-up).
+    #[test]
+    fn configurations_are_found_by_name() {
+        for (name, paper) in Paper::CONFIGS {
+            assert_eq!(Paper::named(name), Ok(paper), "{name}");
+        }
+        assert_eq!(Paper::named("default"), Ok(Paper::default()));
+        assert_eq!(Paper::named("safe"), Ok(Paper::default()));
+        let err = Paper::named("unsafe").expect_err("no such configuration");
+        assert!(err.contains("paper-split") && err.contains("'unsafe'"), "{err}");
+    }
+}
