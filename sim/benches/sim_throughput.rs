@@ -68,10 +68,14 @@ fn resident_bytes() -> Option<u64> {
     Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
-const PATTERNS: [(&str, u64); 3] =
-    [("dense (every line)", 1), ("half the lines", 2), ("sparse (1 line per 4 KiB page)", 64)];
+const PATTERNS: [(&str, u64); 4] = [
+    ("dense (every line)", 1),
+    ("half the lines", 2),
+    ("8 lines per 4 KiB page", 8),
+    ("sparse (1 line per 4 KiB page)", 64),
+];
 
-/// Prints host bytes per non-zero simulated byte for three patterns, each in a process of its
+/// Prints host bytes per non-zero simulated byte for four patterns, each in a process of its
 /// own (this binary again, told the pattern by `DMKIT_MEMORY_PATTERN`), so one pattern's RSS is
 /// not measured over another's freed memory.
 fn memory_ratio() {
