@@ -176,8 +176,8 @@ impl ChimeOptions {
         if self.indirect && self.prefix == 0 {
             return Err("the key prefix in leaf entries needs at least one byte".into());
         }
-        if !(1..=14).contains(&self.hood) {
-            return Err(format!("the neighbourhood is 1..=14 entries, not {}", self.hood));
+        if !(1..=super::layout::MAX_HOOD as u32).contains(&self.hood) {
+            return Err(format!("the neighbourhood is 1..={} entries, not {}", super::layout::MAX_HOOD, self.hood));
         }
         if self.span < self.hood.max(2) || self.span > 1024 {
             return Err(format!("the leaf span is {}..=1024 entries, not {}", self.hood.max(2), self.span));

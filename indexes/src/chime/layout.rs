@@ -55,9 +55,21 @@ pub const TOMBSTONE: u16 = 1 << 15;
 pub const OCCUPIED: u16 = 1 << 14;
 /// The lock bit of a lock word.
 pub const LOCK_BIT: u64 = 1 << 63;
+/// The widest neighbourhood: one hop bit per entry, below the two flags.
+pub const MAX_HOOD: usize = OCCUPIED.trailing_zeros() as usize;
 /// Seeds of the home-slot hash and of the hotspot fingerprint (independent bits, digest §8.9).
 const HOME_SEED: u64 = 0xc41e_5eed;
 const FP_SEED: u64 = 0xf1_9e59_7175;
+
+// An entry's bitmap: hop bits below the two flags (so a neighbourhood is at most 14 entries),
+// and every line after the first gives one byte to its version.
+const _: () = {
+    assert!(TOMBSTONE & OCCUPIED == 0, "distinct flags");
+    assert!(OCCUPIED.trailing_zeros() == 14 && TOMBSTONE.trailing_zeros() == 15, "bits 14 and 15");
+    assert!(MAX_HOOD == 14, "hop bits 0..14");
+    assert!(PAYLOAD + 1 == LINE, "one version byte a line");
+    assert!(LOCK_BIT == 1 << 63, "the lock bit is the lock word's top bit, above any vacancy bits");
+};
 
 /// A read saw parts of two writes: read again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

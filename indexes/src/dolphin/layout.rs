@@ -306,6 +306,12 @@ const W_MIN: usize = 2;
 const W_MAX: usize = 3;
 const W_KEYS: usize = 4;
 
+// A leaf's words in order: reverse pointer, meta, the two bounds, then the keys.
+const _: () =
+    assert!(W_REV == 0 && W_META == W_REV + 1 && W_MIN == W_META + 1 && W_MAX == W_MIN + 1 && W_KEYS == W_MAX + 1);
+// Empty, tombstone and null are three distinct masked words.
+const _: () = assert!(EMPTY != TOMBSTONE && EMPTY != NULL && TOMBSTONE != NULL && VALUE_MASK != VALUE_NULL);
+
 impl LeafLayout {
     fn lock_word(&self) -> usize {
         W_KEYS + 2 * self.slots

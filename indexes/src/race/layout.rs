@@ -26,6 +26,19 @@ pub const MAX_UNITS: usize = 256;
 const SEED_DIR: u64 = 0x5241_4345_0000_0001;
 const SEED_SECOND: u64 = 0x5241_4345_0000_0002;
 
+// A slot `[fp:8 | units−1:8 | node:8 | frozen:1 | offset/64:39]` fills its word exactly, and
+// the lock bit of a directory entry or root word is its top bit.
+const _: () = {
+    assert!(FROZEN & OFFSET_MASK == 0 && FROZEN == OFFSET_MASK + 1, "frozen sits right above the offset");
+    assert!(OFFSET_MASK.count_ones() + 1 + 3 * 8 == u64::BITS, "offset, frozen, node, units, fp fill the word");
+    assert!(MAX_UNITS == 1 << 8, "units − 1 in 8 bits");
+    assert!(
+        UNIT == 64 && OFFSET_MASK.count_ones() + UNIT.trailing_zeros() == 45,
+        "offsets of 64-byte blocks, 2^45 bytes"
+    );
+    assert!(LOCK_BIT == 1 << 63, "the lock is a word's top bit");
+};
+
 /// A directory entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {

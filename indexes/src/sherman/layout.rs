@@ -56,6 +56,19 @@ const OCCUPIED: u8 = 0x10;
 /// The line size of the cache-line versions.
 pub const LINE: usize = 64;
 
+// The header is laid out field after field as the table above says: the reserved word, then
+// each field right after the one before it, with its width. A changed offset that overlaps or
+// leaves a hole fails to build.
+const _: () = {
+    assert!(VERSION_AT == 8, "the reserved word comes first");
+    assert!(LEFTMOST_AT == VERSION_AT + 1, "version: 1 byte");
+    assert!(SIBLING_AT == LEFTMOST_AT + 8, "leftmost child: 8 bytes");
+    assert!(LEVEL_AT == SIBLING_AT + 8, "right sibling: 8 bytes");
+    assert!(LAST_INDEX_AT == LEVEL_AT + 1, "level: 1 byte");
+    assert!(LOWEST_AT == LAST_INDEX_AT + 2, "last_index: 2 bytes");
+    assert!(OCCUPIED & 0x0F == 0, "the meta byte's low nibble is the r-version");
+};
+
 /// How readers detect a node or slot read across a concurrent write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Versioning {

@@ -44,6 +44,21 @@ pub const NODE_PREFIX: u64 = 16;
 pub const MAX_PARTIALS: usize = 6;
 pub const LOCK_BIT: u64 = 1;
 pub const DEAD_BIT: u64 = 2;
+/// The most node types a header's five type bits can name (NODE_DELETED is type 0).
+pub const MAX_TYPES: usize = (TYPE_MASK >> 8) as usize;
+
+// The slot and header fields of the tables above do not overlap, and the 48 pointer bits start
+// above the flags (a changed mask or bit that collides fails to build).
+const _: () = {
+    assert!(TOMB_BIT == 1 << 8 && LEAF_BIT == 1 << 15, "slot flags: bits 8 and 15");
+    assert!(TOMB_BIT & 0xFF == 0 && LEAF_BIT & 0xFF == 0, "slot flags above the partial key");
+    assert!((TOMB_BIT | LEAF_BIT) >> 16 == 0, "slot flags below the memory node and offset");
+    assert!(TYPE_MASK & 0xFF == 0, "a header's node type is above its depth byte");
+    assert!(TYPE_MASK & (0x7 << 13) == 0, "and below its count of partials");
+    assert!(MAX_PARTIALS * 8 == 48 && MAX_PARTIALS < 8, "six partials in bits 16-63, counted in three bits");
+    assert!(NODE_PREFIX == 8 + 8, "an internal node: reverse pointer, header, slots");
+    assert!(LOCK_BIT & DEAD_BIT == 0, "a leaf's lock and dead bits are distinct");
+};
 
 /// Packs a 64-byte-aligned host address into the slot's 48 pointer bits.
 pub fn pack_ptr(addr: RemoteAddr) -> u64 {
@@ -196,8 +211,8 @@ impl NodeTypes {
 
     /// `n` types of sizes round(4·64^((i−1)/(n−1))), as Fig. 22(d) sweeps; 1 is NODE_256 only.
     pub fn geometric(n: usize) -> Result<NodeTypes, String> {
-        if !(1..=31).contains(&n) {
-            return Err(format!("node types: {n} is not within 1..=31"));
+        if !(1..=MAX_TYPES).contains(&n) {
+            return Err(format!("node types: {n} is not within 1..={MAX_TYPES}"));
         }
         if n == 1 {
             return Ok(NodeTypes { capacities: vec![256] });
@@ -276,6 +291,13 @@ impl Leaf {
 pub const VALID_AT: usize = 8;
 pub const CHECKSUM_AT: usize = 9;
 pub const KEY_AT: usize = 17;
+
+// A leaf: the reverse pointer, then each field right after the one before it.
+const _: () = {
+    assert!(VALID_AT == 8, "after the 8-byte reverse pointer");
+    assert!(CHECKSUM_AT == VALID_AT + 1, "valid: 1 byte");
+    assert!(KEY_AT == CHECKSUM_AT + 8, "checksum: 8 bytes");
+};
 
 impl LeafGeometry {
     pub fn lock_at(&self) -> usize {
