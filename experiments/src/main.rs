@@ -129,7 +129,7 @@ struct MemoryNodeArgs {
     node: u16,
     /// Bytes at the start of the memory the allocator never hands out (indexes' fixed
     /// superblocks), as in the simulator.
-    #[arg(long, default_value_t = 1 << 20)]
+    #[arg(long, default_value_t = dmkit_rdma::RESERVED_BYTES)]
     reserved: u64,
     /// RDMA device (default: the first).
     #[arg(long)]

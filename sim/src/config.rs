@@ -66,7 +66,7 @@ impl Default for Topology {
             memory_node_threads: 1,
             server_threads: 4,
             server_workers_share_cores: false,
-            reserved_bytes: 1 << 20,
+            reserved_bytes: dmkit_rdma::RESERVED_BYTES,
         }
     }
 }

@@ -90,7 +90,7 @@ use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::common::root::{self, CachedRoot};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 pub use config::ChimeOptions;
-use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, Fixed, MemoryView, NodeId, RemoteAddr, Request};
 use hotspot::HotspotBuffer;
 use layout::{
     Internal, InternalLayout, LOCK_BIT, LeafLayout, LockWord, Torn, fingerprint, hop_insert, hop_plan, raw_of,
@@ -99,7 +99,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 /// The superblock on memory node 0: `[root word u64][magic u64]`.
-pub const SUPERBLOCK_OFFSET: u64 = 8192;
+const SUPERBLOCK: Fixed = Fixed::new(8192, 16);
+pub const SUPERBLOCK_OFFSET: u64 = SUPERBLOCK.offset();
 const MAGIC: u64 = u64::from_le_bytes(*b"DMKCHIM1");
 const NODE_ALIGN: u64 = root::ROOT_ALIGN;
 /// The most key and value bytes an indirect block holds (63 lines less its two length words).

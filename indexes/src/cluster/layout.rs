@@ -41,13 +41,15 @@
 //! can tell that it saw both halves between the same two moves. All integers little-endian.
 
 use crate::hash::hash64;
-use dmkit_rdma::{NodeId, RemoteAddr};
+use dmkit_rdma::{Fixed, NodeId, RemoteAddr};
 
 pub const SUPERBLOCK_OFFSET: u64 = 4096;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMKCLST1");
 pub const MAX_MEMORY_NODES: usize = 64;
 pub const SUPERBLOCK_HEADER_BYTES: usize = 56;
 pub const HEADER_BYTES: usize = 8;
+/// The superblock at its largest (every memory node's base), in the reserved bytes.
+const _: Fixed = Fixed::new(SUPERBLOCK_OFFSET, (SUPERBLOCK_HEADER_BYTES + 8 * MAX_MEMORY_NODES) as u64);
 pub const SLOT_BYTES: usize = 8;
 /// The largest bucket: header, slots and version copy within two 64-byte units.
 pub const MAX_BUCKET_BYTES: usize = 128;

@@ -103,7 +103,7 @@ use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use cache::NodeCache;
-use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request, Response, VerbsError};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, Fixed, MemoryView, NodeId, RemoteAddr, Request, Response, VerbsError};
 use layout::*;
 use rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
@@ -111,7 +111,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 /// The root entry and superblock on memory node 0: `[root entry u64][magic u64]`.
-pub const SUPERBLOCK_OFFSET: u64 = 8192;
+const SUPERBLOCK: Fixed = Fixed::new(8192, 16);
+pub const SUPERBLOCK_OFFSET: u64 = SUPERBLOCK.offset();
 const MAGIC: u64 = u64::from_le_bytes(*b"DMKDLPN1");
 
 pub fn root_addr() -> RemoteAddr {

@@ -27,7 +27,7 @@
 //! match was read torn (a concurrent WRITE landed in some of its units) and is read again.
 
 use crate::hash::hash64;
-use dmkit_rdma::{NodeId, RemoteAddr};
+use dmkit_rdma::{Fixed, NodeId, RemoteAddr};
 
 pub const SUPERBLOCK_OFFSET: u64 = 4096;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMKEXHT1");
@@ -37,8 +37,9 @@ pub const LOCK_BYTES: usize = 8;
 pub const SLOT_HEADER_BYTES: usize = 16;
 const CHECKSUM_SEED: u64 = 0x5107_c4ec_5a17;
 
-const _: () = assert!(SUPERBLOCK_HEADER_BYTES + 8 * MAX_MEMORY_NODES <= 1024, "superblock fits in 1 KiB");
-const _: () = assert!(SUPERBLOCK_OFFSET >= 8, "offset 0 stays the null pointer");
+/// The superblock at its largest (every memory node's base), in the reserved bytes.
+const SUPERBLOCK: Fixed = Fixed::new(SUPERBLOCK_OFFSET, (SUPERBLOCK_HEADER_BYTES + 8 * MAX_MEMORY_NODES) as u64);
+const _: () = assert!(SUPERBLOCK.bytes() <= 1024, "superblock fits in 1 KiB");
 
 /// The geometry every client derives from the superblock.
 #[derive(Clone, Debug, PartialEq, Eq)]

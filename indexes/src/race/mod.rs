@@ -149,16 +149,18 @@ use crate::common::batch::{post_per_node, post_per_node_keeping};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::primitive::{Mutex, lock};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
-use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request, VerbsError};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, Fixed, MemoryView, NodeId, RemoteAddr, Request, VerbsError};
 use layout::{Entry, Geometry, Header, KeyHash, Slot};
 use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::Arc;
 
 /// The root word and directory on memory node 0: `[root u64][entry u64; 2^max_depth]`.
-pub const DIRECTORY_OFFSET: u64 = 8192;
-/// The memory node's reserved prefix the directory must fit in.
-const RESERVED_BYTES: u64 = 1 << 20;
+/// Room for the root word and the directory at the deepest `max_depth` the options accept.
+const DIRECTORY: Fixed = Fixed::new(8192, 8 + (8 << MAX_DEPTH));
+pub const DIRECTORY_OFFSET: u64 = DIRECTORY.offset();
+/// The deepest global depth (the directory's size is fixed by it, in the reserved bytes).
+const MAX_DEPTH: u8 = 16;
 
 fn root_addr() -> RemoteAddr {
     RemoteAddr::host(NodeId(0), DIRECTORY_OFFSET)
@@ -270,8 +272,11 @@ impl RaceOptions {
                 self.slots, self.groups
             ));
         }
-        if 8 * (1u64 << self.max_depth) + 8 + DIRECTORY_OFFSET > RESERVED_BYTES || self.max_depth > 16 {
-            return Err(format!("the directory reservation 2^{} does not fit (at most 2^16 entries)", self.max_depth));
+        if self.max_depth > MAX_DEPTH {
+            return Err(format!(
+                "the directory reservation 2^{} does not fit (at most 2^{MAX_DEPTH} entries)",
+                self.max_depth
+            ));
         }
         if self.initial_depth > self.max_depth {
             return Err("the initial depth exceeds the directory reservation".into());

@@ -100,26 +100,24 @@ use crate::hash::hash64;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use cache::{CachedNode, IndexCache};
 pub use config::{LockPlacement, ShermanOptions};
-use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, Fixed, MemoryView, NodeId, RemoteAddr, Request};
 use layout::{Geometry, LeafImage, Node, Reject, Slot};
 use std::ops::Bound;
 use std::sync::Arc;
 
 /// The superblock on memory node 0: `[root word u64][magic u64][placement u8, pad 3][locks u32]`.
-pub const SUPERBLOCK_OFFSET: u64 = 8192;
+const SUPERBLOCK: Fixed = Fixed::new(8192, SUPERBLOCK_BYTES as u64);
+pub const SUPERBLOCK_OFFSET: u64 = SUPERBLOCK.offset();
 const SUPERBLOCK_BYTES: usize = 24;
 const MAGIC: u64 = u64::from_le_bytes(*b"DMKSHRM1");
 /// Host lock tables live in each memory node's reserved region (DESIGN: below the allocator).
-pub const HOST_LOCK_TABLE_AT: u64 = 512 << 10;
-pub const HOST_LOCK_TABLE_MAX: u64 = 256 << 10;
-// The reserved region below the allocator's first chunk (1 MiB on every backend): the
-// superblock and the host lock table must not overlap, or a lock word aliases the root word
-// (found by mutation: a table moved to offset 0 went unnoticed by every preset, as only three of
-// its 32 768 words would alias it).
-const _: () = {
-    assert!(SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64 <= HOST_LOCK_TABLE_AT);
-    assert!(HOST_LOCK_TABLE_AT + HOST_LOCK_TABLE_MAX <= 1 << 20);
-};
+const HOST_LOCK_TABLE: Fixed = Fixed::new(512 << 10, 256 << 10);
+pub const HOST_LOCK_TABLE_AT: u64 = HOST_LOCK_TABLE.offset();
+pub const HOST_LOCK_TABLE_MAX: u64 = HOST_LOCK_TABLE.bytes();
+// Both in the reserved bytes (checked by `Fixed::new`), and apart: a lock word over the root
+// word would alias it (found by mutation: a table moved to offset 0 went unnoticed by every
+// preset, as only three of its 32 768 words would alias it).
+const _: () = assert!(SUPERBLOCK.disjoint(HOST_LOCK_TABLE), "the host lock table is clear of the superblock");
 /// Nodes are 64-byte aligned, so the root word packs the root's level into the low 6 bits.
 const NODE_ALIGN: u64 = root::ROOT_ALIGN;
 const LOCK_HASH_SEED: u64 = 0x5e1f_10c4;

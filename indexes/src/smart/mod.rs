@@ -85,18 +85,21 @@ use crate::hash::hash64;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use cache::{CacheEntry, RadixCache};
 pub use config::SmartOptions;
-use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, Request};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, Fixed, MemoryView, NodeId, RemoteAddr, Request};
 use layout::{CHECKSUM_AT, DEAD_BIT, Header, LOCK_BIT, Leaf, LeafGeometry, NODE_ALIGN, NodeTypes, Slot, TYPE_MASK};
 use layout::{LEAF_ALIGN, VALID_AT, kb};
 use std::ops::Bound;
 use std::sync::Arc;
 
 /// The root slot and superblock on memory node 0: `[root slot u64][magic u64][key u32][value u32]`.
-pub const SUPERBLOCK_OFFSET: u64 = 8192;
+const SUPERBLOCK: Fixed = Fixed::new(8192, 24);
+pub const SUPERBLOCK_OFFSET: u64 = SUPERBLOCK.offset();
 const MAGIC: u64 = u64::from_le_bytes(*b"DMKSMRT1");
 /// ART's node-lock table when the NIC has no device memory (the reserved region, as Sherman).
-const HOST_LOCK_TABLE_AT: u64 = 512 << 10;
-const HOST_LOCK_TABLE_MAX: u64 = 256 << 10;
+const HOST_LOCK_TABLE: Fixed = Fixed::new(512 << 10, 256 << 10);
+const HOST_LOCK_TABLE_AT: u64 = HOST_LOCK_TABLE.offset();
+const HOST_LOCK_TABLE_MAX: u64 = HOST_LOCK_TABLE.bytes();
+const _: () = assert!(SUPERBLOCK.disjoint(HOST_LOCK_TABLE), "the host lock table is clear of the superblock");
 const LOCK_HASH_SEED: u64 = 0x0a47_10c4;
 
 pub fn root_slot_addr() -> RemoteAddr {
