@@ -25,11 +25,11 @@
 //! to 64 bytes; `next` is `[units:8 | addr:48]` (0: the tail); flag bit 1 marks a tombstone.
 
 use crate::common::bytes::SmallBytes;
+use crate::common::checksum::crc64;
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
 use crate::common::hash::FixedHashMap;
 use crate::common::primitive::{Mutex, lock};
 use crate::hstore::layout::{decode_block_word, encode_block_word};
-use crate::smart::layout::crc64;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler, Servers};
 use dmkit_rdma::service::{ServerCtx, Service, ServiceHost};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, VerbsError};

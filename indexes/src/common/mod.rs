@@ -5,6 +5,7 @@
 //! - [`chunk`]: the local chunk allocator — remote memory fetched in large chunks from the
 //!   memory nodes' allocator service and carved into small blocks without a round trip.
 //! - [`bytes`]: short byte strings kept inline (decoded keys and values without allocations).
+//! - [`checksum`]: CRC-64/WE, over remote records (leaves, KV blocks, versions).
 //! - [`hash`]: a deterministic hasher for host-side maps.
 //! - [`batch`]: doorbell batches that span memory nodes (one per node, in flight together).
 //! - [`bounds`]: whether a key lies within a scan's start and end bounds.
@@ -23,6 +24,7 @@ pub mod batch;
 pub mod bounds;
 pub mod bytes;
 pub mod change;
+pub mod checksum;
 pub mod chunk;
 pub mod hash;
 pub mod hocl;

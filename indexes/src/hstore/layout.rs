@@ -15,8 +15,8 @@
 //!   SMART's CRC-64 over the header's first 4 bytes, `ts` and the key and value; `ts` is the
 //!   writer's `[client:16 | sequence:48]`.
 
+use crate::common::checksum::crc64;
 use crate::hash::hash64;
-use crate::smart::layout::crc64;
 use dmkit_rdma::{NodeId, RemoteAddr};
 
 /// Bytes of a bucket.

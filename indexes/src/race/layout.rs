@@ -11,8 +11,8 @@
 //! - **KV block**: `[klen u16][flags u16][vlen u32][key][value][padding][crc64 u64]`, a multiple
 //!   of 64 bytes, the checksum over everything before it.
 
+use crate::common::checksum::crc64;
 use crate::hash::hash64;
-use crate::smart::layout::crc64;
 use dmkit_rdma::{NodeId, RemoteAddr};
 
 pub const LOCK_BIT: u64 = 1 << 63;

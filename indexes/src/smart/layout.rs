@@ -29,6 +29,7 @@
 //! value; ours gives the lock its own aligned word (0–7 bytes of padding) so that a plain CAS
 //! takes it, no value byte shares a word with an atomic, and the dead bit has a home.
 
+use crate::common::checksum::crc64;
 use dmkit_rdma::{NodeId, RemoteAddr};
 
 /// A slot or header word's node type 0: a deleted internal node (never reachable in our v1).
@@ -338,36 +339,6 @@ impl LeafGeometry {
     }
 }
 
-const fn crc64_table() -> [u64; 256] {
-    const POLY: u64 = 0x42F0_E1EB_A9EA_3693;
-    let mut table = [0u64; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut crc = (i as u64) << 56;
-        let mut bit = 0;
-        while bit < 8 {
-            crc = if crc & (1 << 63) != 0 { (crc << 1) ^ POLY } else { crc << 1 };
-            bit += 1;
-        }
-        table[i] = crc;
-        i += 1;
-    }
-    table
-}
-
-static CRC64: [u64; 256] = crc64_table();
-
-/// CRC-64/WE (poly 0x42F0E1EBA9EA3693, init and xorout all ones, not reflected) over `parts`.
-pub fn crc64(parts: &[&[u8]]) -> u64 {
-    let mut crc = !0u64;
-    for part in parts {
-        for &b in *part {
-            crc = CRC64[((crc >> 56) as u8 ^ b) as usize] ^ (crc << 8);
-        }
-    }
-    !crc
-}
-
 /// The leaf checksum: CRC-64/WE over key‖value.
 pub fn checksum(key: &[u8], value: &[u8]) -> u64 {
     crc64(&[key, value])
@@ -376,12 +347,6 @@ pub fn checksum(key: &[u8], value: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn crc64_we_check_value() {
-        // The catalogue's check value of CRC-64/WE over "123456789".
-        assert_eq!(crc64(&[b"123456789"]), 0x62EC_59E3_F1A4_F00A);
-    }
 
     #[test]
     fn slot_fields_round_trip() {
