@@ -5,8 +5,9 @@
 //! Schedules, not seconds, bound each preset, so a mutant's verdict does not depend on how busy
 //! the machine is. Ignored in ordinary test runs: it is a benchmark-style measurement.
 //!
-//! `DMKIT_MUTANTS_INDEX` names the index; `DMKIT_MUTANTS_SCHEDULES` (default 2000) the
-//! schedules per preset and mode (random, then PCT).
+//! `DMKIT_MUTANTS_INDEX` names the index, or several separated by commas when they share the
+//! mutated code (SMART's module is ART's too: `smart,art`); `DMKIT_MUTANTS_SCHEDULES` (default
+//! 2000) the schedules per preset and mode (random, then PCT).
 
 use dmkit_verify::explore::Mode;
 use dmkit_verify::registry::{self, CheckRequest};
@@ -14,9 +15,15 @@ use dmkit_verify::registry::{self, CheckRequest};
 #[test]
 #[ignore = "run by scripts/mutants.sh under cargo-mutants"]
 fn every_preset_is_clean() {
-    let index = std::env::var("DMKIT_MUTANTS_INDEX").expect("DMKIT_MUTANTS_INDEX names the index");
+    let indexes = std::env::var("DMKIT_MUTANTS_INDEX").expect("DMKIT_MUTANTS_INDEX names the index");
     let schedules: u64 =
         std::env::var("DMKIT_MUTANTS_SCHEDULES").map_or(2000, |s| s.parse().expect("DMKIT_MUTANTS_SCHEDULES"));
+    for index in indexes.split(',').map(str::to_string) {
+        every_preset_of_one_index_is_clean(index, schedules);
+    }
+}
+
+fn every_preset_of_one_index_is_clean(index: String, schedules: u64) {
     let presets = registry::preset_names(&index).expect("a known index");
     for preset in presets {
         // Required counters that stayed zero in every mode so far: a preset is vacuous only if
