@@ -299,6 +299,18 @@ fn is_zero(bytes: &[u8]) -> bool {
     words.into_iter().all(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")) == 0) && rest.iter().all(|&b| b == 0)
 }
 
+/// Writes `bytes` at byte `at` of a stored line over `shared` (the base's line there, if any):
+/// whether the line was non-zero in the contents before, and is after. A line that is not, over
+/// no shared line, is for the caller to drop.
+fn write_stored(line: &mut Line, at: usize, bytes: &[u8], shared: Option<&Line>) -> (bool, bool) {
+    // Own lines are non-zero but for a fork's zeroed shared lines.
+    let was = shared.is_none() || !is_zero(line);
+    line[at..at + bytes.len()].copy_from_slice(bytes);
+    // Non-zero bytes written keep the line; only zeros can empty it.
+    let now = !is_zero(bytes) || !is_zero(line);
+    (was, now)
+}
+
 /// One region (host or device memory) of one node.
 #[derive(Clone, Debug, Default)]
 pub struct SparseMemory {
@@ -387,11 +399,9 @@ impl SparseMemory {
         self.base.is_some()
     }
 
-    /// The same contents with no base: every page its own, compactly stored.
+    /// The same contents with no base: every page its own, compactly stored (one copy of each
+    /// stored line, the base's or this memory's).
     pub fn flatten(&self) -> SparseMemory {
-        if self.base.is_none() {
-            return self.clone().into_flat();
-        }
         let mut pages: Vec<(u64, Contents<'_>)> = self.stored_pages().collect();
         pages.sort_unstable_by_key(|(no, _)| *no);
         let mut flat = SparseMemory::default();
@@ -609,10 +619,7 @@ impl SparseMemory {
         {
             let shared = base.and_then(|b| b.line(first));
             let (at, bytes) = part(first);
-            let line = &mut self.singles.get_mut(s).line;
-            let was = shared.is_none() || !is_zero(line);
-            line[at..at + bytes.len()].copy_from_slice(bytes);
-            let now = !is_zero(bytes) || !is_zero(line);
+            let (was, now) = write_stored(&mut self.singles.get_mut(s).line, at, bytes, shared);
             if !now && shared.is_none() {
                 self.singles.free(s);
                 self.dir.set(no, Handle::None);
@@ -644,12 +651,7 @@ impl SparseMemory {
             let slot = (present & (bit - 1)).count_ones() as usize;
             let shared = base.and_then(|b| b.line(l));
             if present & bit != 0 {
-                let line = &mut lines[slot];
-                // Own lines are non-zero but for a fork's zeroed shared lines.
-                let was = shared.is_none() || !is_zero(line);
-                line[at..at + bytes.len()].copy_from_slice(bytes);
-                // Non-zero bytes written keep the line; only zeros can empty it.
-                let now = !is_zero(bytes) || !is_zero(line);
+                let (was, now) = write_stored(&mut lines[slot], at, bytes, shared);
                 if !now && shared.is_none() {
                     lines.remove(slot);
                     present &= !bit;
