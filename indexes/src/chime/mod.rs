@@ -107,7 +107,7 @@ const NODE_ALIGN: u64 = root::ROOT_ALIGN;
 pub const MAX_BLOCK_PAYLOAD: usize = 63 * 64 - 8;
 
 fn superblock_addr() -> RemoteAddr {
-    RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
+    SUPERBLOCK.on(NodeId(0))
 }
 
 /// The leaf geometry of `o`.

@@ -49,7 +49,7 @@ pub const MAX_MEMORY_NODES: usize = 64;
 pub const SUPERBLOCK_HEADER_BYTES: usize = 56;
 pub const HEADER_BYTES: usize = 8;
 /// The superblock at its largest (every memory node's base), in the reserved bytes.
-const _: Fixed = Fixed::new(SUPERBLOCK_OFFSET, (SUPERBLOCK_HEADER_BYTES + 8 * MAX_MEMORY_NODES) as u64);
+const SUPERBLOCK: Fixed = Fixed::new(SUPERBLOCK_OFFSET, (SUPERBLOCK_HEADER_BYTES + 8 * MAX_MEMORY_NODES) as u64);
 pub const SLOT_BYTES: usize = 8;
 /// The largest bucket: header, slots and version copy within two 64-byte units.
 pub const MAX_BUCKET_BYTES: usize = 128;
@@ -146,7 +146,7 @@ pub struct Superblock {
 }
 
 pub fn superblock_addr() -> RemoteAddr {
-    RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
+    SUPERBLOCK.on(NodeId(0))
 }
 
 pub fn superblock_bytes(memory_nodes: usize) -> usize {

@@ -116,7 +116,7 @@ pub const SUPERBLOCK_OFFSET: u64 = SUPERBLOCK.offset();
 const MAGIC: u64 = u64::from_le_bytes(*b"DMKDLPN1");
 
 pub fn root_addr() -> RemoteAddr {
-    RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
+    SUPERBLOCK.on(NodeId(0))
 }
 
 /// Which protocol the leaves run.

@@ -52,7 +52,7 @@ pub struct Superblock {
 }
 
 pub fn superblock_addr() -> RemoteAddr {
-    RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
+    SUPERBLOCK.on(NodeId(0))
 }
 
 pub fn superblock_bytes(memory_nodes: usize) -> usize {

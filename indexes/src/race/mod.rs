@@ -163,7 +163,7 @@ pub const DIRECTORY_OFFSET: u64 = DIRECTORY.offset();
 const MAX_DEPTH: u8 = 16;
 
 fn root_addr() -> RemoteAddr {
-    RemoteAddr::host(NodeId(0), DIRECTORY_OFFSET)
+    DIRECTORY.on(NodeId(0))
 }
 
 fn entry_addr(i: usize) -> RemoteAddr {

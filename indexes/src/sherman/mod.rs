@@ -123,7 +123,7 @@ const NODE_ALIGN: u64 = root::ROOT_ALIGN;
 const LOCK_HASH_SEED: u64 = 0x5e1f_10c4;
 
 fn superblock_addr() -> RemoteAddr {
-    RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
+    SUPERBLOCK.on(NodeId(0))
 }
 
 /// A node READ overlapped a write-back or split (its versions disagree): read it again.

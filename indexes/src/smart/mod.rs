@@ -103,7 +103,7 @@ const _: () = assert!(SUPERBLOCK.disjoint(HOST_LOCK_TABLE), "the host lock table
 const LOCK_HASH_SEED: u64 = 0x0a47_10c4;
 
 pub fn root_slot_addr() -> RemoteAddr {
-    RemoteAddr::host(NodeId(0), SUPERBLOCK_OFFSET)
+    SUPERBLOCK.on(NodeId(0))
 }
 
 // The branches that exist because another client got there first, by the event each counts.
