@@ -2,8 +2,7 @@
 //! 12: insert unique keys until one fails; load factor = items stored over all slots, main and
 //! overflow). Tables that could grow are pinned to their first size (RACE: no splits).
 
-use dmkit_indexes::cluster::{Cluster, ClusterOptions};
-use dmkit_indexes::race::{Race, RaceOptions};
+use dmkit_indexes::registry::{self, TableShape, Visitor};
 use dmkit_indexes::{Index, IndexError, IndexKind};
 use dmkit_sim::{Sim, SimConfig};
 use rand::{Rng, SeedableRng};
@@ -38,33 +37,32 @@ pub fn fill(req: &FillRequest) -> Result<FillResult, String> {
     if req.key_bytes < 8 || req.value_bytes == 0 {
         return Err("--key-bytes must be at least 8 and --value-bytes at least 1".into());
     }
-    match req.index.as_str() {
-        "race" => {
-            let o = RaceOptions {
-                key_bytes: req.key_bytes as u32,
-                value_bytes: req.value_bytes as u32,
-                slots: req.slots.unwrap_or(7),
-                groups: u32::try_from(req.size).map_err(|_| "--size is too large for RACE's groups")?,
-                initial_depth: 0,
-                max_depth: 0,
-                ..RaceOptions::default()
-            };
-            Race::validate(&o)?;
-            fill_index::<Race>(&o, req)
+    let table = TableShape { slots: req.slots, size: req.size, key_bytes: req.key_bytes, value_bytes: req.value_bytes };
+    struct Fill<'a>(&'a FillRequest, TableShape);
+    impl Visitor for Fill<'_> {
+        type Out = Result<FillResult, String>;
+        fn visit<K: IndexKind>(self) -> Self::Out {
+            match K::fixed_table(&self.1) {
+                Some(options) => fill_index::<K>(&options?, self.0),
+                None => {
+                    Err(format!("dmkit fill fills fixed-size hash tables ({}), not {}", fillable().join(", "), K::NAME))
+                }
+            }
         }
-        "cluster" => {
-            let o = ClusterOptions {
-                main_buckets: req.size,
-                slots_per_bucket: req.slots.unwrap_or(8),
-                key_bytes: req.key_bytes as u32,
-                value_bytes: req.value_bytes as u32,
-                ..ClusterOptions::default()
-            };
-            Cluster::validate(&o)?;
-            fill_index::<Cluster>(&o, req)
-        }
-        other => Err(format!("dmkit fill knows the hash tables race and cluster, not '{other}'")),
     }
+    registry::visit(&req.index, "default", Fill(req, table))?
+}
+
+/// The registered indexes `dmkit fill` can fill.
+pub fn fillable() -> Vec<&'static str> {
+    struct Fixed;
+    impl Visitor for Fixed {
+        type Out = bool;
+        fn visit<K: IndexKind>(self) -> bool {
+            K::fixed_table(&TableShape { slots: None, size: 1, key_bytes: 8, value_bytes: 8 }).is_some()
+        }
+    }
+    registry::index_names().into_iter().filter(|name| registry::visit(name, "default", Fixed) == Ok(true)).collect()
 }
 
 fn fill_index<K: IndexKind>(o: &K::Options, req: &FillRequest) -> Result<FillResult, String> {

@@ -42,7 +42,8 @@
 
 use crate::cluster::{ClusterConfig, ServerRole};
 use crate::measure::{Decision, Estimate, Monitor, Window};
-use crate::run::{OpSource, RunResult, RunSetup, op_metrics, round3};
+use crate::run::schema::{OpSource, RunResult, RunSetup, coarse_series, round3};
+use crate::run::tally::OpLog;
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::spec::{self, Outcome};
 use dmkit_rdma::alloc::ALLOCATOR_SERVICE;
@@ -251,8 +252,7 @@ fn serve_index<K: IndexKind>(
     add_echo(&mut host, role)?;
     let device = host_device_name(cluster);
     serve_until_signal(host, &format!("server node {} ({})", role.node, K::NAME))?;
-    let none = op_metrics(Vec::new(), 1.0);
-    Ok(RunResult::measured(K::NAME, names, device, setup, (0, keys), 0, (none, BTreeMap::new())))
+    Ok(RunResult::measured(K::NAME, names, device, setup, (0, keys), &Default::default(), &OpLog::default()))
 }
 
 fn host_device_name(cluster: &ClusterConfig) -> String {
@@ -326,9 +326,7 @@ impl MemoryView for HardwareView {
 /// tick, and errors with their tick.
 #[derive(Default)]
 struct Tally {
-    latencies: BTreeMap<&'static str, (Vec<u64>, Vec<u32>)>,
-    errors: Vec<(u32, String)>,
-    counters: dmkit_indexes::Counters,
+    log: OpLog,
     /// The clients' operations, stamped (module doc), when a history is recorded.
     history: Vec<dmkit_verify::history::Record>,
     /// Why the history clock could not be read, if it could not.
@@ -530,73 +528,37 @@ pub fn run_index<K: IndexKind>(
             return Err(format!("reading the history clock on memory node 0: {e}"));
         }
         tally.history.extend(t.history);
-        for (name, (l, ticks)) in t.latencies {
-            let e = tally.latencies.entry(name).or_default();
-            e.0.extend(l);
-            e.1.extend(ticks);
-        }
-        tally.errors.extend(t.errors);
-        tally.counters.merge(&t.counters);
+        tally.log.merge(t.log);
     }
     let report = K::check_invariants(options, &view).map_err(|e| format!("after the run, invariant violated: {e}"))?;
-    report.check_unfinished(!tally.errors.is_empty()).map_err(|e| format!("after the run, invariant violated: {e}"))?;
-    let (from, to) = (estimate.warmup_ticks, estimate.warmup_ticks + estimate.measured_ticks);
-    let in_window = |t: &u32| (from..to).contains(&(*t as usize));
-    let measured_ns = (estimate.measured_ticks as u64 * setup.tick_ns).max(1);
-    let seconds = measured_ns as f64 / 1e9;
-    let samples = |(l, t): &(Vec<u64>, Vec<u32>)| -> Vec<u64> {
-        l.iter().zip(t).filter(|(_, t)| in_window(t)).map(|(l, _)| *l).collect()
-    };
-    let all: Vec<u64> = tally.latencies.values().flat_map(samples).collect();
-    let mut overall = op_metrics(all, seconds);
-    let mops = |per_tick: f64| round3(per_tick / setup.tick_ns as f64 * 1e3);
-    overall.throughput_mops = mops(estimate.mean);
-    let ops = overall.operations.max(1) as f64;
-    let per_op = tally.latencies.iter().map(|(k, v)| (k.to_string(), op_metrics(samples(v), seconds))).collect();
-    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-    for (t, e) in &tally.errors {
-        if in_window(t) {
-            *errors.entry(e.clone()).or_default() += 1;
-        }
-    }
+    report.check_unfinished(tally.log.has_errors()).map_err(|e| format!("after the run, invariant violated: {e}"))?;
+    let measured = RunResult::measured(
+        K::NAME,
+        names,
+        format!("rdma:{}", nic.caps().name),
+        setup,
+        (clients, keys),
+        &estimate,
+        &tally.log,
+    );
+    let ops = measured.operations.max(1) as f64;
     let metadata_bytes_per_item =
         (report.items > 0).then(|| round3((report.remote_bytes as f64 / report.items as f64 - item_bytes).max(0.0)));
-    let batch_ns = estimate.batch_ticks as u64 * setup.tick_ns;
-    let (series_mops, series_bin_ns) = crate::run::coarse_series(&clock.series(), setup.tick_ns);
+    let (series_mops, series_bin_ns) = coarse_series(&clock.series(), setup.tick_ns);
     Ok(RunResult {
         series_mops,
         series_bin_ns,
-        throughput_mops_ci95: mops(estimate.ci95),
-        steady: estimate.steady(),
-        unsteady_reasons: estimate.unsteady.clone(),
-        warmup_ns: estimate.warmup_ticks as u64 * setup.tick_ns,
-        measured_ns,
-        batches: estimate.batch_operations.len(),
-        batch_ns,
-        batch_mops: estimate.batch_mops(batch_ns),
-        trend_t: round3(estimate.slope_t),
-        von_neumann_z: round3(estimate.von_neumann_z),
         cache_bytes_per_cn: K::node_state_bytes(&node) as f64,
         remote_bytes_used: report.remote_bytes,
         metadata_bytes_per_item,
         load_factor: report.capacity_items.filter(|&c| c > 0).map(|c| round3(report.items as f64 / c as f64)),
-        retries_per_op: round3(tally.counters.retries as f64 / ops),
-        lock_failures: tally.counters.lock_failures,
-        cas_failures: tally.counters.cas_failures,
-        errors,
-        index_counters: tally.counters.events.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        retries_per_op: round3(tally.log.counters.retries as f64 / ops),
+        lock_failures: tally.log.counters.lock_failures,
+        cas_failures: tally.log.counters.cas_failures,
         history: setup.record_history.then_some(dmkit_verify::history::History { records: tally.history }),
         supports_scan: K::SUPPORTS_SCAN,
         // Verb-level costs and NIC utilisation are the simulator's: they stay 0 here.
-        ..RunResult::measured(
-            K::NAME,
-            names,
-            format!("rdma:{}", nic.caps().name),
-            setup,
-            (clients, keys),
-            measured_ns,
-            (overall, per_op),
-        )
+        ..measured
     })
 }
 
@@ -676,32 +638,18 @@ fn run_thread<K: IndexKind>(
                 let t1 = clock.now_ns();
                 if t1 <= clock.end_ns.load(Ordering::Relaxed) {
                     let tick = (t1 / clock.tick_ns) as usize;
-                    if outcomes.iter().any(|o| matches!(o, Outcome::Failed(_))) {
-                        // Counted in `errors`, not in throughput or latency (as in the simulator).
-                        let mut t = tally.borrow_mut();
-                        for outcome in &outcomes {
-                            if let Outcome::Failed(e) = outcome {
-                                t.errors.push((tick as u32, e.to_string()));
-                            }
+                    if tally.borrow_mut().log.task(task.name, &outcomes, t1 - t0, tick) {
+                        let mut series = ticks.lock().unwrap_or_else(|e| e.into_inner());
+                        if series.len() <= tick {
+                            series.resize(tick + 1, 0);
                         }
-                    } else {
-                        {
-                            let mut series = ticks.lock().unwrap_or_else(|e| e.into_inner());
-                            if series.len() <= tick {
-                                series.resize(tick + 1, 0);
-                            }
-                            series[tick] += 1;
-                        }
-                        let mut t = tally.borrow_mut();
-                        let lat = t.latencies.entry(task.name).or_default();
-                        lat.0.push(t1 - t0);
-                        lat.1.push(tick as u32);
+                        series[tick] += 1;
                     }
                 }
                 // Let the thread's other coroutines and the completion queue run.
                 c.yield_now().await;
             }
-            tally.borrow_mut().counters.merge(dmkit_indexes::Index::counters(&handle));
+            tally.borrow_mut().log.counters.merge(dmkit_indexes::Index::counters(&handle));
         });
     }
     exec.run().map_err(|e| e.to_string())?;

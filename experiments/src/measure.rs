@@ -151,7 +151,7 @@ impl Unsteady {
 }
 
 /// The statistics of one series.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Estimate {
     /// Ticks before the measured phase (the warm-up MSER-5 cut, or the fixed warm-up, plus the
     /// leftover ticks that did not fill a batch).
@@ -182,7 +182,10 @@ pub struct Estimate {
 impl Estimate {
     /// Each batch's throughput in Mops/s (three decimals), for batches of `batch_ns`.
     pub fn batch_mops(&self, batch_ns: u64) -> Vec<f64> {
-        self.batch_operations.iter().map(|&o| crate::run::round3(o as f64 / batch_ns.max(1) as f64 * 1e3)).collect()
+        self.batch_operations
+            .iter()
+            .map(|&o| crate::run::schema::round3(o as f64 / batch_ns.max(1) as f64 * 1e3))
+            .collect()
     }
 
     pub fn steady(&self) -> bool {

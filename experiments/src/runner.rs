@@ -17,10 +17,11 @@
 //! measured clients are numbered from 1, as they were when one simulation loaded and ran.
 
 use crate::measure::{Decision, Estimate, Monitor, Window};
-use crate::run::{OpMetrics, OpSource, RunResult, RunSetup, TimePoint, op_metrics, round3, useful_bytes};
+use crate::run::schema::{OpSource, RunResult, RunSetup, TimePoint, round3, useful_bytes};
+use crate::run::tally::OpLog;
 use crate::workload::LoadItems;
+use dmkit_indexes::IndexKind;
 use dmkit_indexes::spec::{self, Outcome};
-use dmkit_indexes::{Counters, IndexKind};
 use dmkit_sim::{ClientStats, Image, Sim, SimConfig, Topology, VerbKind};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -122,7 +123,7 @@ pub fn load<K: IndexKind>(
     // (`inherit` copies it) once the load is done, not the loader's node, whose caches would
     // stay with the image for nothing (SMART's at 60 M keys: its 600 MB budget, full).
     let kept = K::node_state(options, sim.caps());
-    sim.set_instant(setup.load == crate::run::LoadMethod::Bulk);
+    sim.set_instant(setup.load == crate::run::schema::LoadMethod::Bulk);
     let loader = sim.add_client(0).map_err(|e| e.to_string())?;
     let created = {
         let (c, o) = (loader.clone(), options.clone());
@@ -179,12 +180,9 @@ struct Tally {
     /// Operations completed per tick (the series the window is judged on).
     ticks: Vec<u64>,
     costs: Vec<TickCost>,
-    /// Per operation name: latency and completion tick of every operation.
-    latencies: BTreeMap<&'static str, (Vec<u64>, Vec<u32>)>,
-    errors: Vec<(u32, String)>,
+    log: OpLog,
     /// Completion times (ns from the start) of every operation, if a time series was asked for.
     completions: Vec<u64>,
-    counters: Counters,
 }
 
 /// Compute-node counters ([`IndexKind::node_counters`]) summed over nodes.
@@ -234,42 +232,6 @@ fn snapshot<K: IndexKind>(sim: &Sim, memory_nodes: u16, nodes: &[Arc<K::NodeStat
         link_out_busy_ns: mns.iter().map(|n| n.link_out_busy_ns).sum(),
         rdwc,
     }
-}
-
-/// The mean of per-batch 99th percentiles and its 95% half-width (the batch-quantile interval
-/// of the tail; see `RunResult::latency_ns_p99_ci95`).
-fn batch_p99_ci(latencies: &BTreeMap<&'static str, (Vec<u64>, Vec<u32>)>, e: &Estimate) -> f64 {
-    let k = e.batch_operations.len();
-    if k < 2 || e.batch_ticks == 0 {
-        return 0.0;
-    }
-    let mut per_batch: Vec<Vec<u64>> = vec![Vec::new(); k];
-    // The batches end with the measured phase (a fixed window may start before them).
-    let to = e.warmup_ticks + e.measured_ticks;
-    let from = to - k * e.batch_ticks;
-    for (lat, ticks) in latencies.values() {
-        for (&l, &t) in lat.iter().zip(ticks) {
-            let t = t as usize;
-            if (from..to).contains(&t) {
-                per_batch[(t - from) / e.batch_ticks].push(l);
-            }
-        }
-    }
-    let p99: Vec<f64> = per_batch
-        .into_iter()
-        .filter(|b| !b.is_empty())
-        .map(|mut b| {
-            b.sort_unstable();
-            crate::perftest::percentile(&b, 0.99) as f64
-        })
-        .collect();
-    if p99.len() < 2 {
-        return 0.0;
-    }
-    let n = p99.len() as f64;
-    let mean = p99.iter().sum::<f64>() / n;
-    let var = p99.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
-    crate::measure::t_975(p99.len() - 1) * (var / n).sqrt()
 }
 
 /// Runs `sources` (one per client) against the loaded index: a fresh simulation from a copy
@@ -395,16 +357,7 @@ pub fn run_loaded<K: IndexKind>(
                         let tick = ((t1 - start) / tick_ns) as usize;
                         let k1 = handle.counters();
                         let mut t = tally.borrow_mut();
-                        // A failed operation is counted in `errors`, not in throughput, latency
-                        // or the per-operation costs: a table that is full answers fast.
-                        let mut failed = false;
-                        for outcome in &outcomes {
-                            if let Outcome::Failed(e) = outcome {
-                                t.errors.push((tick as u32, e.to_string()));
-                                failed = true;
-                            }
-                        }
-                        if failed {
+                        if !t.log.task(task.name, &outcomes, t1 - t0, tick) {
                             continue;
                         }
                         if timeseries {
@@ -423,11 +376,8 @@ pub fn run_loaded<K: IndexKind>(
                         for (op, outcome) in task.ops.iter().zip(&outcomes) {
                             cost.useful_bytes += useful_bytes(op, outcome);
                         }
-                        let lat = t.latencies.entry(task.name).or_default();
-                        lat.0.push(t1 - t0);
-                        lat.1.push(tick as u32);
                     }
-                    tally.borrow_mut().counters.merge(handle.counters());
+                    tally.borrow_mut().log.counters.merge(handle.counters());
                     first_done.set(first_done.get().min(c.now_ns() - start));
                     running.set(running.get() - 1);
                 });
@@ -484,12 +434,9 @@ pub fn run_loaded<K: IndexKind>(
     let stats = sim.stats();
     let report = K::check_invariants(options, &sim).map_err(|e| format!("after the run, invariant violated: {e}"))?;
     let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
-    report.check_unfinished(!tally.errors.is_empty()).map_err(|e| format!("after the run, invariant violated: {e}"))?;
+    report.check_unfinished(tally.log.has_errors()).map_err(|e| format!("after the run, invariant violated: {e}"))?;
 
     let (from, to) = (estimate.warmup_ticks, estimate.warmup_ticks + estimate.measured_ticks);
-    let measured_ns = (estimate.measured_ticks as u64 * tick_ns).max(1);
-    let seconds = measured_ns as f64 / 1e9;
-    let in_window = |t: &u32| (from..to).contains(&(*t as usize));
     let mut cost = TickCost::default();
     for c in tally.costs.get(from..to.min(tally.costs.len())).unwrap_or(&[]) {
         cost.cost.add(&c.cost);
@@ -498,24 +445,16 @@ pub fn run_loaded<K: IndexKind>(
         cost.lock_failures += c.lock_failures;
         cost.cas_failures += c.cas_failures;
     }
-    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-    for (t, e) in &tally.errors {
-        if in_window(t) {
-            *errors.entry(e.clone()).or_default() += 1;
-        }
-    }
-    let p99_ci = batch_p99_ci(&tally.latencies, &estimate);
-    let window_samples = |(lat, ticks): &(Vec<u64>, Vec<u32>)| -> Vec<u64> {
-        lat.iter().zip(ticks).filter(|(_, t)| in_window(t)).map(|(l, _)| *l).collect()
-    };
-    let per_op: BTreeMap<String, OpMetrics> =
-        tally.latencies.iter().map(|(k, v)| (k.to_string(), op_metrics(window_samples(v), seconds))).collect();
-    let all: Vec<u64> = tally.latencies.values().flat_map(window_samples).collect();
-    let mut overall = op_metrics(all, seconds);
-    let ops = overall.operations.max(1) as f64;
-    let ns_per_tick = tick_ns as f64;
-    let mops = |per_tick: f64| per_tick / ns_per_tick * 1e3;
-    overall.throughput_mops = round3(mops(estimate.mean));
+    let measured = RunResult::measured(
+        K::NAME,
+        names,
+        setup.profile.name.clone(),
+        setup,
+        (clients, loaded.keys),
+        &estimate,
+        &tally.log,
+    );
+    let (ops, measured_ns) = (measured.operations.max(1) as f64, measured.measured_ns);
     let (s0, s1) = (&snapshots[from.min(snapshots.len() - 1)], &snapshots[to.min(snapshots.len() - 1)]);
     let busy = |a: u64, b: u64| (b - a) as f64 / setup.memory_nodes as f64 / measured_ns as f64;
     let mut series = Vec::new();
@@ -542,28 +481,15 @@ pub fn run_loaded<K: IndexKind>(
         .map(|k| (k.name().to_string(), round3(cost.cost.verbs_of(*k).count as f64 / ops)))
         .collect();
     let cache_bytes = nodes.iter().map(|n| K::node_state_bytes(n) as f64).sum::<f64>() / nodes.len() as f64;
-    let hits = tally.counters.events.get("cache_hit").copied();
-    let misses = tally.counters.events.get("cache_miss").copied();
-    let batch_ns = estimate.batch_ticks as u64 * tick_ns;
+    let hits = tally.log.counters.events.get("cache_hit").copied();
+    let misses = tally.log.counters.events.get("cache_miss").copied();
     // The series to the end of the run (trailing ticks without a completion are zeros).
     let mut whole = tally.ticks.clone();
     whole.resize((now / tick_ns) as usize, 0);
-    let (series_mops, series_bin_ns) = crate::run::coarse_series(&whole, tick_ns);
+    let (series_mops, series_bin_ns) = crate::run::schema::coarse_series(&whole, tick_ns);
     Ok(RunResult {
         series_mops,
         series_bin_ns,
-        throughput_mops_ci95: round3(mops(estimate.ci95)),
-        steady: estimate.steady(),
-        unsteady_reasons: estimate.unsteady.clone(),
-        measurement: crate::run::Measurement::of(&setup.window),
-        warmup_ns: estimate.warmup_ticks as u64 * tick_ns,
-        measured_ns,
-        batches: estimate.batch_operations.len(),
-        batch_ns,
-        batch_mops: estimate.batch_mops(batch_ns),
-        trend_t: round3(estimate.slope_t),
-        von_neumann_z: round3(estimate.von_neumann_z),
-        latency_ns_p99_ci95: p99_ci.round() as u64,
         round_trips_per_op: round3(cost.cost.round_trips as f64 / ops),
         bytes_read_per_op: round3(cost.cost.bytes_read() as f64 / ops),
         bytes_written_per_op: round3(cost.cost.bytes_written() as f64 / ops),
@@ -587,12 +513,7 @@ pub fn run_loaded<K: IndexKind>(
         lock_failures: cost.lock_failures,
         cas_failures: cost.cas_failures,
         rdwc: rdwc_ratios(&s1.rdwc, &s0.rdwc),
-        errors,
-        index_counters: tally
-            .counters
-            .events
-            .iter()
-            .map(|(k, v)| (k.to_string(), *v))
+        index_counters: (measured.index_counters.clone().into_iter())
             .chain(K::server_counters(options, &sim).into_iter().map(|(k, v)| (k.to_string(), v)))
             .collect(),
         timeseries: series,
@@ -600,15 +521,7 @@ pub fn run_loaded<K: IndexKind>(
         supports_scan: K::SUPPORTS_SCAN,
         sim_steps: stats.steps,
         trace_hash: stats.trace_hash,
-        ..RunResult::measured(
-            K::NAME,
-            names,
-            setup.profile.name.clone(),
-            setup,
-            (clients, loaded.keys),
-            measured_ns,
-            (overall, per_op),
-        )
+        ..measured
     })
 }
 
@@ -658,7 +571,7 @@ fn describe_progress(e: &Estimate) -> String {
 struct Done;
 
 impl OpSource for Done {
-    fn next_op(&mut self) -> Option<crate::run::Task> {
+    fn next_op(&mut self) -> Option<crate::run::schema::Task> {
         None
     }
 }

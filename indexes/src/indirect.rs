@@ -21,12 +21,17 @@
 
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
 use crate::hstore::layout::{self, Block};
+use crate::registry::RunShape;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
 use dmkit_rdma::{Buf, Caps, Client, MemoryView};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::ops::Bound;
 use std::sync::Arc;
+
+/// What names a configuration with values out of line: `sherman-hstore-ool` is
+/// `sherman-hstore` under this adapter (the registry's `Indirect<Sherman>` entry).
+pub const OUT_OF_LINE: &str = "-ool";
 
 /// An index with values out of line.
 #[derive(Debug)]
@@ -159,6 +164,20 @@ impl<K: IndexKind> IndexKind for Indirect<K> {
             return Err(format!("values of at most {} bytes fit a block", layout::max_value_bytes(key)));
         }
         ChunkOptions::paged(o.memory_nodes, o.chunk_bytes).validate()
+    }
+
+    /// A configuration of the inner index with [`OUT_OF_LINE`] appended: the inner index sized
+    /// for the run with 8-byte values (its block words), values up to the run's size in blocks.
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(Self::Options, String), String> {
+        let base = config.strip_suffix(OUT_OF_LINE).unwrap_or(config);
+        let (inner, _) = K::for_run(&RunShape { value_bytes: 8, ..shape.clone() }, base)?;
+        let options = IndirectOptions::new(inner, shape.value_bytes as u32, shape.memory_nodes);
+        Self::validate(&options).map_err(|e| format!("index {}, configuration {config}: {e}", Self::NAME))?;
+        Ok((options, config.to_string()))
+    }
+
+    fn serves(config: &str) -> bool {
+        config.ends_with(OUT_OF_LINE)
     }
 
     fn servers(o: &Self::Options) -> crate::Servers {

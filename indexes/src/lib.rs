@@ -9,6 +9,7 @@
 //!   first to learn how an index is written.
 //! - [`sherman`], [`smart`], [`art`], [`chime`], [`race`], [`dolphin`], [`hstore`]: the indexes of the papers and their baselines.
 //! - [`bulk`]: loading an initial structure with an index's own insert logic.
+//! - [`registry`]: every index, one line each, and how the commands find them by name.
 //!
 //! Three levels of state: remote memory; per compute node ([`IndexKind::NodeState`], shared by
 //! that node's clients, `Sync`, its bytes accounted); per client (the [`IndexKind::Handle`]).
@@ -25,6 +26,7 @@ pub mod hash;
 pub mod hstore;
 pub mod indirect;
 pub mod race;
+pub mod registry;
 pub mod sherman;
 pub mod smart;
 pub mod spec;
@@ -289,6 +291,28 @@ pub trait IndexKind: 'static {
 
     /// Checks options before anything is built: a clear error, never a panic later.
     fn validate(options: &Self::Options) -> Result<(), String>;
+
+    /// Options for a run of `shape` in the named configuration `config` (`default`: the index's
+    /// default), validated, and the configuration's name as results report it. The sizing a
+    /// run's shape implies (tables for its items, a cache budget) lives here, with the index.
+    /// Errors are one line naming the index (an unknown configuration, a budget the index has
+    /// no use for, keys or values it cannot store).
+    fn for_run(shape: &registry::RunShape<'_>, config: &str) -> Result<(Self::Options, String), String>;
+
+    /// Whether this type runs configuration `config` of the index named [`IndexKind::NAME`]:
+    /// true for an index's own type. A registry entry that runs some of another index's
+    /// configurations (values out of line) says which ([`registry`]).
+    fn serves(config: &str) -> bool {
+        let _ = config;
+        true
+    }
+
+    /// `dmkit fill`'s table: validated options for a hash table of `shape` that never grows, or
+    /// `None` if the index is not a fixed-size hash table (the default).
+    fn fixed_table(shape: &registry::TableShape) -> Option<Result<Self::Options, String>> {
+        let _ = shape;
+        None
+    }
 
     /// The server nodes the index's services need (none for one-sided indexes).
     fn servers(options: &Self::Options) -> Servers {

@@ -5,16 +5,6 @@ use crate::explore::{self, Mode};
 use crate::harness::{Checked, IndexCheck, IndexScenario, Preset, check_index, counter, read_failures};
 use dmkit_indexes::Counters;
 use dmkit_indexes::IndexKind;
-use dmkit_indexes::art::Art;
-use dmkit_indexes::chime::Chime;
-use dmkit_indexes::clover::Clover;
-use dmkit_indexes::cluster::Cluster;
-use dmkit_indexes::dolphin::Dolphin;
-use dmkit_indexes::example::Example;
-use dmkit_indexes::hstore::HStore;
-use dmkit_indexes::race::Race;
-use dmkit_indexes::sherman::Sherman;
-use dmkit_indexes::smart::Smart;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -28,37 +18,27 @@ pub trait Visit {
     fn visit<K: Checked>(self) -> Self::Output;
 }
 
-/// Calls `v` with the index named `index`, or returns an error naming the known ones.
-pub fn visit<V: Visit>(index: &str, v: V) -> Result<V::Output, String> {
-    Ok(match index {
-        "example" => v.visit::<Example>(),
-        "sherman" => v.visit::<Sherman>(),
-        "smart" => v.visit::<Smart>(),
-        "art" => v.visit::<Art>(),
-        "chime" => v.visit::<Chime>(),
-        "race" => v.visit::<Race>(),
-        "dolphin" => v.visit::<Dolphin>(),
-        "cluster" => v.visit::<Cluster>(),
-        "hstore" => v.visit::<HStore>(),
-        "clover" => v.visit::<Clover>(),
-        other => return Err(unknown(other)),
-    })
+macro_rules! checked {
+    (indexes: [$($index:ty),* $(,)?], configurations: [$($config:ty),* $(,)?]) => {
+        /// Calls `v` with the index named `index`, or returns an error naming the known ones.
+        /// The indexes are the registry's ([`dmkit_indexes::registry!`]); the checker runs each
+        /// index's own type (configurations another type runs, such as Sherman's values out of
+        /// line, are not checked by name).
+        pub fn visit<V: Visit>(index: &str, v: V) -> Result<V::Output, String> {
+            $(
+                if index == <$index as IndexKind>::NAME {
+                    return Ok(v.visit::<$index>());
+                }
+            )*
+            Err(unknown(index))
+        }
+    };
 }
+dmkit_indexes::registry!(checked);
 
-/// Names `dmkit check --index` accepts (those [`visit`] knows).
+/// Names `dmkit check --index` accepts: the registry's.
 pub fn index_names() -> Vec<&'static str> {
-    vec![
-        Example::NAME,
-        Sherman::NAME,
-        Smart::NAME,
-        Art::NAME,
-        Chime::NAME,
-        Race::NAME,
-        Dolphin::NAME,
-        Cluster::NAME,
-        HStore::NAME,
-        Clover::NAME,
-    ]
+    dmkit_indexes::registry::index_names()
 }
 
 /// What `dmkit check` was asked to do.
@@ -136,7 +116,7 @@ pub fn list_race_handlers(index: &str) -> Result<String, String> {
 }
 
 fn unknown(index: &str) -> String {
-    format!("unknown index '{index}' (known: {})", index_names().join(", "))
+    dmkit_indexes::registry::unknown(index)
 }
 
 /// Runs a check. `Err` is for bad arguments (exit 2); a failed check is `Ok` with `passed: false`.
@@ -466,6 +446,19 @@ mod tests {
             distinct.dedup();
             assert_eq!(distinct.len(), events.len(), "{name}: {events:?}");
         }
+    }
+
+    /// Every registered index is found by the checker's dispatcher and lists its plants and
+    /// presets there (the list is the registry's: `dmkit_indexes::registry!`).
+    #[test]
+    fn every_registered_index_lists_plants_and_presets() {
+        assert_eq!(index_names(), dmkit_indexes::registry::index_names());
+        for name in index_names() {
+            let plants = list_plants(name).unwrap();
+            assert!(plants.lines().count() >= 2, "{name} plants fewer than two bugs:\n{plants}");
+            assert!(!preset_names(name).unwrap().is_empty(), "{name} has no preset");
+        }
+        assert!(list_plants("btree").unwrap_err().contains("known: example, race"));
     }
 
     /// Sweep presets are named `sweep-...`, apart from the presets and each other, and the

@@ -64,6 +64,7 @@
 //! 60 M keys are further still from the boundary. So SMART's Fig. 18 LOAD ratio at 1 M keys
 //! (README) measures this boundary, not ART against SMART.
 
+use crate::registry::RunShape;
 use crate::smart::{self, SmartHandle, SmartNode, SmartOptions};
 use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
 use dmkit_rdma::{Caps, Client, MemoryView};
@@ -135,6 +136,20 @@ impl IndexKind for Art {
 
     fn validate(o: &ArtOptions) -> Result<(), String> {
         o.0.validate()
+    }
+
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(ArtOptions, String), String> {
+        let config = if config == "default" { Self::NAME } else { config };
+        if config != Self::NAME {
+            return Err(format!("index art has one configuration, 'art' (asked for '{config}'); try --index smart"));
+        }
+        let mut options = SmartOptions::named(config, shape.key_bytes as u32, shape.value_bytes.max(1) as u32)?;
+        options.memory_nodes = shape.memory_nodes;
+        if let Some(bytes) = shape.cache_bytes {
+            options.cache_bytes = bytes;
+        }
+        options.validate().map_err(|e| format!("index {}, configuration {config}: {e}", Self::NAME))?;
+        Ok((ArtOptions(options), config.to_string()))
     }
 
     async fn create<C: Client>(o: &ArtOptions, ctx: &C) -> Result<(), IndexError> {

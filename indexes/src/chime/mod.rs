@@ -88,6 +88,7 @@ use crate::common::chunk::LocalChunkAllocator;
 use crate::common::range_cache::{CacheLevels, CachedNode, IndexCache};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::common::root::{self, CachedRoot};
+use crate::registry::RunShape;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 pub use config::ChimeOptions;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, Fixed, MemoryView, NodeId, RemoteAddr, Request};
@@ -333,6 +334,17 @@ impl IndexKind for Chime {
 
     fn validate(o: &ChimeOptions) -> Result<(), String> {
         o.validate()
+    }
+
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(ChimeOptions, String), String> {
+        let config = if config == "default" { Self::NAME } else { config };
+        let mut options = ChimeOptions::named(config, shape.key_bytes as u32, shape.value_bytes.max(1) as u32)?;
+        options.memory_nodes = shape.memory_nodes;
+        if let Some(bytes) = shape.cache_bytes {
+            options.cache_bytes = bytes;
+        }
+        options.validate().map_err(|e| format!("index {}, configuration {config}: {e}", Self::NAME))?;
+        Ok((options, config.to_string()))
     }
 
     async fn create<C: Client>(o: &ChimeOptions, ctx: &C) -> Result<(), IndexError> {

@@ -30,6 +30,7 @@ use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocato
 use crate::common::hash::FixedHashMap;
 use crate::common::primitive::{Mutex, lock};
 use crate::hstore::layout::{decode_block_word, encode_block_word};
+use crate::registry::{self, RunShape};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler, Servers};
 use dmkit_rdma::service::{ServerCtx, Service, ServiceHost};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, VerbsError};
@@ -479,6 +480,25 @@ impl IndexKind for Clover {
 
     fn validate(o: &CloverOptions) -> Result<(), String> {
         o.validate()
+    }
+
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(CloverOptions, String), String> {
+        if shape.cache_bytes.is_some() {
+            return Err(registry::no_cache_budget(Self::NAME, "has no cache budget"));
+        }
+        if config != "default" {
+            return Err(registry::no_configuration(Self::NAME, config, &["default"]));
+        }
+        let options = CloverOptions {
+            memory_nodes: shape.memory_nodes,
+            max_key_bytes: shape.key_bytes.max(1) as u32,
+            max_value_bytes: shape.value_bytes as u32,
+            // A shortcut per loaded key, and room for the run's inserts.
+            max_keys: shape.items.saturating_mul(2).max(1 << 16),
+            ..CloverOptions::default()
+        };
+        options.validate().map_err(|e| format!("index {}: {e}", Self::NAME))?;
+        Ok((options, config.to_string()))
     }
 
     fn servers(o: &CloverOptions) -> Servers {

@@ -106,6 +106,7 @@ pub mod layout;
 
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
 use crate::common::primitive::{Mutex, lock};
+use crate::registry::{self, RunShape, TableShape};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MaskedAtomics, MemoryView, NodeId, RemoteAddr, Request};
 use layout::{Block, Bucket, Header, LOCK_BIT, SlotWord, Superblock};
@@ -323,6 +324,37 @@ impl IndexKind for Cluster {
 
     fn validate(o: &ClusterOptions) -> Result<(), String> {
         o.validate()
+    }
+
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(ClusterOptions, String), String> {
+        if shape.cache_bytes.is_some() {
+            return Err(registry::no_cache_budget(Self::NAME, "has no compute-node cache"));
+        }
+        if config != "default" {
+            return Err(registry::no_configuration(Self::NAME, config, &["default"]));
+        }
+        // The paper's geometry (8 slots, overflow ratio 3), sized like the RACE paper's tables
+        // for the run's items: 75% of all slots (main and overflow) full when they are all in.
+        let options = ClusterOptions {
+            main_buckets: (shape.items as f64 / (8.0 * 4.0 * 0.75)).ceil().max(1.0) as u64,
+            key_bytes: shape.key_bytes.max(8) as u32,
+            value_bytes: shape.value_bytes.max(1) as u32,
+            memory_nodes: shape.memory_nodes,
+            ..ClusterOptions::default()
+        };
+        options.validate().map_err(|e| format!("index {}: {e}", Self::NAME))?;
+        Ok((options, config.to_string()))
+    }
+
+    fn fixed_table(t: &TableShape) -> Option<Result<ClusterOptions, String>> {
+        let options = ClusterOptions {
+            main_buckets: t.size,
+            slots_per_bucket: t.slots.unwrap_or(8),
+            key_bytes: t.key_bytes as u32,
+            value_bytes: t.value_bytes as u32,
+            ..ClusterOptions::default()
+        };
+        Some(options.validate().map(|()| options))
     }
 
     async fn create<C: Client>(o: &ClusterOptions, ctx: &C) -> Result<(), IndexError> {

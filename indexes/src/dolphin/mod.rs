@@ -101,6 +101,7 @@ use crate::common::change::{
 };
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
+use crate::registry::RunShape;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use cache::NodeCache;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, Fixed, MemoryView, NodeId, RemoteAddr, Request, Response, VerbsError};
@@ -432,6 +433,23 @@ impl IndexKind for Dolphin {
 
     fn validate(o: &DolphinOptions) -> Result<(), String> {
         o.validate()
+    }
+
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(DolphinOptions, String), String> {
+        if shape.key_bytes != 8 || shape.value_bytes != 8 {
+            return Err(format!(
+                "index dolphin stores 8-byte keys and values; workload {} has {}-byte keys and {}-byte values",
+                shape.workload, shape.key_bytes, shape.value_bytes
+            ));
+        }
+        let config = if config == "default" { "hardened" } else { config };
+        let mut options = DolphinOptions { memory_nodes: shape.memory_nodes, ..DolphinOptions::default() };
+        options.configure(config)?;
+        if let Some(bytes) = shape.cache_bytes {
+            options.cache_bytes = bytes;
+        }
+        options.validate().map_err(|e| format!("index {}, configuration {config}: {e}", Self::NAME))?;
+        Ok((options, config.to_string()))
     }
 
     async fn create<C: Client>(o: &DolphinOptions, ctx: &C) -> Result<(), IndexError> {

@@ -44,6 +44,7 @@
 pub mod cache;
 pub mod layout;
 
+use crate::registry::{self, RunShape};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
 use cache::NodeCache;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, Request};
@@ -159,6 +160,29 @@ impl IndexKind for Example {
             return Err("max_retries must be positive".into());
         }
         Ok(())
+    }
+
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(ExampleOptions, String), String> {
+        if shape.cache_bytes.is_some() {
+            // Its only compute-node state is the superblock: a budget would change nothing.
+            return Err(registry::no_cache_budget(Self::NAME, "has no compute-node cache"));
+        }
+        if config != "default" {
+            return Err(registry::no_configuration(Self::NAME, config, &["default"]));
+        }
+        // The example table has no overflow buckets: 16 slots with 2 keys per bucket on
+        // average after loading leaves room for the run's inserts (a full bucket would need
+        // more than 16 of Poisson(2) keys).
+        let options = ExampleOptions {
+            buckets: shape.items.div_ceil(2).max(1),
+            slots_per_bucket: 16,
+            max_key_bytes: shape.key_bytes.max(8) as u32,
+            max_value_bytes: shape.value_bytes.max(8) as u32,
+            memory_nodes: shape.memory_nodes,
+            ..ExampleOptions::default()
+        };
+        Self::validate(&options).map_err(|e| format!("index {}: {e}", Self::NAME))?;
+        Ok((options, config.to_string()))
     }
 
     async fn create<C: Client>(o: &ExampleOptions, ctx: &C) -> Result<(), IndexError> {

@@ -124,6 +124,7 @@ pub mod wire;
 
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
 use crate::common::primitive::{Mutex, lock};
+use crate::registry::{self, RunShape};
 use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler, Servers};
 use client::HStoreHandle;
 use dmkit_rdma::service::ServiceHost;
@@ -614,6 +615,21 @@ impl IndexKind for HStore {
 
     fn validate(o: &HStoreOptions) -> Result<(), String> {
         o.validate()
+    }
+
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(HStoreOptions, String), String> {
+        if shape.cache_bytes.is_some() {
+            return Err(registry::no_cache_budget(Self::NAME, "has no compute-node cache"));
+        }
+        let config = if config == "default" { Self::NAME } else { config };
+        // The table is sized for the run's items at about 3 a bucket (no resizing: the paper
+        // over-provisions), with overflow pools for the chains and the run's inserts.
+        let mut options = HStoreOptions::named(config)?.sized_for(shape.items);
+        options.memory_nodes = shape.memory_nodes;
+        options.max_key_bytes = shape.key_bytes.max(1) as u32;
+        options.max_value_bytes = shape.value_bytes as u32;
+        options.validate().map_err(|e| format!("index {}, configuration {config}: {e}", Self::NAME))?;
+        Ok((options, config.to_string()))
     }
 
     fn servers(o: &HStoreOptions) -> Servers {

@@ -148,6 +148,7 @@ pub mod layout;
 use crate::common::batch::{post_per_node, post_per_node_keeping};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::primitive::{Mutex, lock};
+use crate::registry::{self, RunShape, TableShape};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, Fixed, MemoryView, NodeId, RemoteAddr, Request, VerbsError};
 use layout::{Entry, Geometry, Header, KeyHash, Slot};
@@ -504,6 +505,49 @@ impl IndexKind for Race {
 
     fn validate(o: &RaceOptions) -> Result<(), String> {
         o.validate()
+    }
+
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(RaceOptions, String), String> {
+        if shape.cache_bytes.is_some() {
+            return Err(registry::no_cache_budget(Self::NAME, "caches only its directory"));
+        }
+        let paper = Paper::named(config)?;
+        // Subtables of 4,096 groups, as many (a power of two) as hold the run's items at about
+        // 75% of their slots: the digest's D4, no split in a run that stays within them.
+        // Inserts beyond split a subtable, one client moving its items (see the module doc: a
+        // growing table stalls while it splits).
+        let groups = 4096u64;
+        let per_subtable = (3 * groups * 7) as f64 * 0.75;
+        let depth =
+            ((shape.items.max(1) as f64 / per_subtable).ceil() as u64).next_power_of_two().trailing_zeros() as u8;
+        let options = RaceOptions {
+            key_bytes: shape.key_bytes.max(8) as u32,
+            value_bytes: shape.value_bytes.max(1) as u32,
+            groups: groups as u32,
+            initial_depth: depth.min(16),
+            memory_nodes: shape.memory_nodes,
+            paper,
+            ..RaceOptions::default()
+        };
+        options.validate().map_err(|e| format!("index {}, configuration {config}: {e}", Self::NAME))?;
+        Ok((options, config.to_string()))
+    }
+
+    fn fixed_table(t: &TableShape) -> Option<Result<RaceOptions, String>> {
+        let Ok(groups) = u32::try_from(t.size) else {
+            return Some(Err("--size is too large for RACE's groups".into()));
+        };
+        // One subtable that never splits.
+        let options = RaceOptions {
+            key_bytes: t.key_bytes as u32,
+            value_bytes: t.value_bytes as u32,
+            slots: t.slots.unwrap_or(7),
+            groups,
+            initial_depth: 0,
+            max_depth: 0,
+            ..RaceOptions::default()
+        };
+        Some(options.validate().map(|()| options))
     }
 
     async fn create<C: Client>(o: &RaceOptions, ctx: &C) -> Result<(), IndexError> {

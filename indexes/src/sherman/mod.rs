@@ -97,6 +97,7 @@ use crate::common::hocl::{HOCL_HANDED_OVER, HOCL_LOCK_FAILED, HoclHeld, LocalLoc
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::common::root::{self, CachedRoot};
 use crate::hash::hash64;
+use crate::registry::RunShape;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use cache::{CachedNode, IndexCache};
 pub use config::{LockPlacement, ShermanOptions};
@@ -335,6 +336,22 @@ impl IndexKind for Sherman {
 
     fn validate(o: &ShermanOptions) -> Result<(), String> {
         o.validate()
+    }
+
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(ShermanOptions, String), String> {
+        let config = if config == "default" { "sherman-fixed" } else { config };
+        let mut options = ShermanOptions::named(config, shape.key_bytes as u32, shape.value_bytes.max(1) as u32)?;
+        options.memory_nodes = shape.memory_nodes;
+        if let Some(bytes) = shape.cache_bytes {
+            options.cache_bytes = bytes;
+        }
+        options.validate().map_err(|e| format!("index {}, configuration {config}: {e}", Self::NAME))?;
+        Ok((options, config.to_string()))
+    }
+
+    /// Configurations with values out of line are the registry's `Indirect<Sherman>`.
+    fn serves(config: &str) -> bool {
+        !config.ends_with(crate::indirect::OUT_OF_LINE)
     }
 
     async fn create<C: Client>(o: &ShermanOptions, ctx: &C) -> Result<(), IndexError> {

@@ -82,6 +82,7 @@ use crate::common::chunk::LocalChunkAllocator;
 use crate::common::hocl::{HOCL_HANDED_OVER, HOCL_LOCK_FAILED, HoclHeld, LocalLockTable, acquire_global};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::hash::hash64;
+use crate::registry::RunShape;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use cache::{CacheEntry, RadixCache};
 pub use config::SmartOptions;
@@ -483,6 +484,17 @@ impl IndexKind for Smart {
 
     fn validate(o: &SmartOptions) -> Result<(), String> {
         o.validate()
+    }
+
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(SmartOptions, String), String> {
+        let config = if config == "default" { Self::NAME } else { config };
+        let mut options = SmartOptions::named(config, shape.key_bytes as u32, shape.value_bytes.max(1) as u32)?;
+        options.memory_nodes = shape.memory_nodes;
+        if let Some(bytes) = shape.cache_bytes {
+            options.cache_bytes = bytes;
+        }
+        options.validate().map_err(|e| format!("index {}, configuration {config}: {e}", Self::NAME))?;
+        Ok((options, config.to_string()))
     }
 
     async fn create<C: Client>(o: &SmartOptions, ctx: &C) -> Result<(), IndexError> {

@@ -1,6 +1,7 @@
 //! Checking presets of CHIME (`dmkit_indexes::chime`).
 
 use crate::harness::{Checked, Mix, Preset, ScanBounds, point, preset_named, read_failure_preset, scan_shapes_preset};
+use dmkit_indexes::IndexKind;
 use dmkit_indexes::chime::{Chime, ChimeOptions};
 use dmkit_sim::Faults;
 
@@ -182,7 +183,7 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
 
 impl Checked for Chime {
     fn presets() -> Vec<(Preset, ChimeOptions)> {
-        chime_presets("chime")
+        chime_presets(Chime::NAME)
     }
 
     fn faults(preset: &str, _: &ChimeOptions) -> Faults {

@@ -3,6 +3,7 @@
 use crate::harness::{
     Checked, Mix, Preset, ScanBounds, be_key, point, preset_named, read_failure_preset, scan_shapes_preset,
 };
+use dmkit_indexes::IndexKind;
 use dmkit_indexes::art::{Art, ArtOptions};
 use dmkit_indexes::smart::layout::NodeTypes;
 use dmkit_indexes::smart::{Smart, SmartOptions};
@@ -135,7 +136,7 @@ fn long(base: &Preset) -> Preset {
 
 impl Checked for Smart {
     fn presets() -> Vec<(Preset, SmartOptions)> {
-        let mut presets = smart_presets("smart");
+        let mut presets = smart_presets(Smart::NAME);
         let (base, o) = presets[0].clone();
         presets.push((
             // One attempt per operation: a writer that loses any race gives up (an
@@ -150,7 +151,7 @@ impl Checked for Smart {
     }
 
     fn sweep() -> Vec<(Preset, SmartOptions)> {
-        let presets = smart_presets("smart");
+        let presets = smart_presets(Smart::NAME);
         let (base, o) = preset_named(&presets, "default");
         let (local, lo) = preset_named(&presets, "local");
         let splits = &["leaf_split", "header_split", "cache_hit"][..];
@@ -300,7 +301,7 @@ fn configured(o: &SmartOptions, config: &str) -> SmartOptions {
 
 impl Checked for Art {
     fn presets() -> Vec<(Preset, ArtOptions)> {
-        smart_presets("art")
+        smart_presets(Art::NAME)
             .into_iter()
             .map(|(mut p, o)| {
                 match p.name {

@@ -1,0 +1,63 @@
+//! Every registered index runs through the one dispatcher `dmkit run`, `reproduce` and
+//! `bench-load` use (`dmkit_indexes::registry`), with its options sized in its own folder, and
+//! a request the index cannot serve is one line naming the problem.
+
+use dmkit_experiments::run::{RunFile, RunRequest, run_request};
+
+fn request(toml: &str) -> RunRequest {
+    RunFile::parse(toml).unwrap().requests().unwrap().remove(0)
+}
+
+fn small(index: &str, extra: &str) -> RunRequest {
+    request(&format!(
+        "index = \"{index}\"\nkeys = 2000\ncompute_nodes = 1\nthreads_per_cn = 2\nduration_us = 100\nwarmup_us = 20\n{extra}"
+    ))
+}
+
+#[test]
+fn every_registered_index_runs_through_the_dispatcher() {
+    let names = dmkit_indexes::registry::index_names();
+    assert_eq!(names, dmkit_experiments::run::index_names());
+    assert_eq!(names, dmkit_verify::registry::index_names(), "dmkit run and dmkit check know the same indexes");
+    for index in names {
+        let r = run_request(&small(index, "workload = \"a\"\n")).unwrap_or_else(|e| panic!("{index}: {e}"));
+        assert_eq!(r.index, index);
+        assert!(r.operations > 0, "{index} ran no operation");
+    }
+}
+
+#[test]
+fn a_configuration_run_by_another_type_goes_through_its_entry() {
+    // `sherman-hstore-ool` is the registry's `Indirect<Sherman>` over `sherman-hstore`: the
+    // 64-byte values in blocks, the tree holding 8-byte block words.
+    let inline = run_request(&small("sherman", "workload = \"c\"\nconfig = \"sherman-hstore\"\nvalue_bytes = 64\n"));
+    let out_of_line =
+        run_request(&small("sherman", "workload = \"c\"\nconfig = \"sherman-hstore-ool\"\nvalue_bytes = 64\n"));
+    let (inline, out_of_line) = (inline.unwrap(), out_of_line.unwrap());
+    assert_eq!(out_of_line.config, "sherman-hstore-ool");
+    assert_eq!(inline.config, "sherman-hstore");
+    // A GET out of line is the tree's READs and one more for the block.
+    assert!(
+        out_of_line.round_trips_per_op > inline.round_trips_per_op + 0.5,
+        "out of line {} round trips per GET, inline {}",
+        out_of_line.round_trips_per_op,
+        inline.round_trips_per_op
+    );
+}
+
+#[test]
+fn requests_an_index_cannot_serve_are_refused_by_name() {
+    let refused = |index: &str, extra: &str| run_request(&small(index, extra)).unwrap_err();
+    let e = refused("btree", "workload = \"a\"\n");
+    assert!(e.contains("unknown index 'btree'") && e.contains("smart"), "{e}");
+    let e = refused("race", "workload = \"e\"\n");
+    assert!(e.contains("index race has no scans"), "{e}");
+    let e = refused("race", "workload = \"a\"\ncache_bytes = 1000000\n");
+    assert!(e.contains("--cache-bytes does not apply"), "{e}");
+    let e = refused("example", "workload = \"a\"\nconfig = \"fast\"\n");
+    assert!(e.contains("index example has no configuration 'fast'"), "{e}");
+    let e = refused("dolphin", "workload = \"a\"\nvalue_bytes = 16\n");
+    assert!(e.contains("8-byte keys and values"), "{e}");
+    let e = refused("art", "workload = \"a\"\nconfig = \"smart\"\n");
+    assert!(e.contains("try --index smart"), "{e}");
+}
