@@ -1,13 +1,13 @@
 //! Sherman's options and the named configurations later papers ran (digest §5.1).
 //!
-//! | name | versions | spans | lock | local table | RDWC | cache | split WRITE |
-//! |---|---|---|---|---|---|---|---|
-//! | `sherman-fixed` (default) | cache-line | from 1 KiB | on-chip, else host table | ≤ 8 holders | switch (off) | all internal, 1000 MB | awaited |
-//! | `sherman-artifact` | bookend | from 1 KiB | on-chip (256 KiB) | ≤ 8 | off | level 1, 1000 MB, root level ≥ 3 | unsignaled |
-//! | `sherman-smart` | bookend | 32 / 32 | on-chip (128 KiB) | ≤ 8 | off | level 1, 600 MB, root level ≥ 3 | unsignaled |
-//! | `sherman-chime` | cache-line | 64 / 64 | embedded after the node | none | on | all internal, 100 MB | unsignaled |
-//! | `sherman-hstore` | bookend | from 1 KiB | on-chip | ≤ 8 | off | level 1, 1000 MB, root level ≥ 3 | unsignaled |
-//! | `sherman-dolphin` | bookend | from 1 KiB | on-chip | ≤ 8 | off | level 1, 2000 MB, root level ≥ 3 | unsignaled |
+//! | name | versions | spans | lock | local table | RDWC | cache | charged per copy | split WRITE |
+//! |---|---|---|---|---|---|---|---|---|
+//! | `sherman-fixed` (default) | cache-line | from 1 KiB | on-chip, else host table | ≤ 8 holders | switch (off) | all internal, 1000 MB | host bytes | awaited |
+//! | `sherman-artifact` | bookend | from 1 KiB | on-chip (256 KiB) | ≤ 8 | off | level 1, 1000 MB, root level ≥ 3 | page | unsignaled |
+//! | `sherman-smart` | bookend | 32 / 32 | on-chip (128 KiB) | ≤ 8 | off | level 1, 600 MB, root level ≥ 3 | page | unsignaled |
+//! | `sherman-chime` | cache-line | 64 / 64 | embedded after the node | none | on | all internal, 100 MB | occupied | unsignaled |
+//! | `sherman-hstore` | bookend | from 1 KiB | on-chip | ≤ 8 | off | level 1, 1000 MB, root level ≥ 3 | page | unsignaled |
+//! | `sherman-dolphin` | bookend | from 1 KiB | on-chip | ≤ 8 | off | level 1, 2000 MB, root level ≥ 3 | page | unsignaled |
 //!
 //! Key and value sizes come from the run; configurations with 1-KiB nodes derive their spans
 //! from them (the artifact's 54 leaf slots and 61 records at 8-byte keys and values).
@@ -17,7 +17,7 @@
 //! D1, are not offered); the device-memory lock table is clamped to the NIC's device memory
 //! (the CX-6 profile has 128 KiB, the artifact asks for 256 KiB, D2).
 
-use super::cache::CacheLevels;
+use super::cache::{CacheCharge, CacheLevels};
 use super::layout::{Geometry, Versioning};
 use std::collections::BTreeSet;
 
@@ -58,6 +58,9 @@ pub struct ShermanOptions {
     pub rdwc_slots: u32,
     /// Index cache budget per compute node, bytes.
     pub cache_bytes: u64,
+    /// What a cached copy costs against `cache_bytes`: as the artifact the configuration comes
+    /// from counts it (`cache` module doc).
+    pub cache_charge: CacheCharge,
     pub cache_levels: CacheLevels,
     /// The cache is used only once the root is at least this level (3 in the artifact).
     pub cache_min_root_level: u8,
@@ -112,6 +115,7 @@ impl ShermanOptions {
             rdwc: false,
             rdwc_slots: 1024,
             cache_bytes: 1000 * MB,
+            cache_charge: CacheCharge::Page,
             cache_levels: CacheLevels::Level1,
             cache_min_root_level: 3,
             split_write_signaled: false,
@@ -125,6 +129,7 @@ impl ShermanOptions {
         match config {
             "sherman-fixed" => {
                 o.versioning = Versioning::CacheLine;
+                o.cache_charge = CacheCharge::Host;
                 o.cache_levels = CacheLevels::AllInternal;
                 o.cache_min_root_level = 0;
                 o.split_write_signaled = true;
@@ -147,6 +152,7 @@ impl ShermanOptions {
                 o.max_handover = 0;
                 o.rdwc = true;
                 o.cache_bytes = 100 * MB;
+                o.cache_charge = CacheCharge::Occupied;
                 o.cache_levels = CacheLevels::AllInternal;
                 o.cache_min_root_level = 0;
                 o.chunk_bytes = 16 * MB;

@@ -437,10 +437,10 @@ impl IndexKind for Sherman {
                 let image = memory.read_memory(at, g.node_bytes).map_err(|e| e.to_string())?;
                 let n = g.decode(&image).map_err(|e| format!("node at {at}: {e:?}"))?;
                 if node.cache.caches_level(level) {
-                    if node.cache.stats().bytes + cache::ENTRY_OVERHEAD + g.node_bytes as u64 * 2 > o.cache_bytes {
+                    if node.cache.stats().bytes + cache::max_charge(o.cache_charge, &g) * 2 > o.cache_bytes {
                         return Ok(());
                     }
-                    node.cache.insert(at, &n, cache::charge(g.node_bytes as u64, &n));
+                    node.cache.insert(at, &n, cache::charge(o.cache_charge, &g, &n));
                 }
                 children.push(n.leftmost);
                 children.extend(n.records.iter().map(|r| r.1));
@@ -635,7 +635,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 *slot = Some(p);
             }
             let (level, child) = (n.level, n.route(key));
-            let charged = cache::charge(self.g.node_bytes as u64, &n);
+            let charged = cache::charge(self.o.cache_charge, &self.g, &n);
             self.node.cache.insert_owned(p, n, charged);
             if level == target + 1 {
                 return Ok(Found { addr: child, from_cache, path });
