@@ -15,6 +15,7 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod figure;
 pub mod fill;
 #[cfg(feature = "connectx")]
 pub mod hardware;

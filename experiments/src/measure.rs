@@ -182,10 +182,7 @@ pub struct Estimate {
 impl Estimate {
     /// Each batch's throughput in Mops/s (three decimals), for batches of `batch_ns`.
     pub fn batch_mops(&self, batch_ns: u64) -> Vec<f64> {
-        self.batch_operations
-            .iter()
-            .map(|&o| crate::run::schema::round3(o as f64 / batch_ns.max(1) as f64 * 1e3))
-            .collect()
+        self.batch_operations.iter().map(|&o| round3(o as f64 / batch_ns.max(1) as f64 * 1e3)).collect()
     }
 
     pub fn steady(&self) -> bool {
@@ -493,6 +490,11 @@ impl Monitor {
             }
         }
     }
+}
+
+/// `x` to three decimals: how results print rates and ratios.
+pub(crate) fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 #[cfg(test)]

@@ -202,7 +202,7 @@ fn system_label(row: &Value, fields: &[String]) -> String {
 /// The panels of a figure's throughput–latency plot: one per workload, one curve per system
 /// (points in the order of their client counts, with the throughput's 95% error bar), p99
 /// latency in µs, and the paper's published throughputs as marks.
-pub fn figure_panels(figure: &crate::reproduce::Figure, rows: &[Value]) -> Vec<Panel> {
+pub fn figure_panels(figure: &crate::figure::Figure, rows: &[Value]) -> Vec<Panel> {
     let series = &figure.compare.series;
     let mut workloads: Vec<String> = Vec::new();
     for r in rows {
@@ -446,12 +446,7 @@ pub fn plot_panels(panels: &[Panel], title: &str, axes: (&str, &str), out: &Path
 /// A figure's plots: `curve.{svg,png}` (throughput against p99 latency with 95% error bars, the
 /// paper's published throughputs marked) and `timeseries.{svg,png}` (every run's batches).
 /// `rows` are the judged points (seeds averaged), `raw` every run.
-pub fn figure_plots(
-    figure: &crate::reproduce::Figure,
-    rows: &[Value],
-    raw: &[Value],
-    out: &Path,
-) -> Result<(), String> {
+pub fn figure_plots(figure: &crate::figure::Figure, rows: &[Value], raw: &[Value], out: &Path) -> Result<(), String> {
     let title = format!("{} {}: {}", figure.paper, figure.figure, figure.title);
     match (&figure.compare.x, figure.compare.over.as_str()) {
         // A quantity fitted over a scale (memory over keys): that quantity against the scale.

@@ -263,9 +263,7 @@ pub(crate) fn op_metrics(mut samples: Vec<u64>, seconds: f64) -> OpMetrics {
     }
 }
 
-pub(crate) fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
+pub(crate) use crate::measure::round3;
 
 pub(crate) fn useful_bytes(op: &Op, outcome: &Outcome) -> u64 {
     match (op, outcome) {
