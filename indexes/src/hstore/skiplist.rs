@@ -126,9 +126,17 @@ pub struct SkipList {
 impl SkipList {
     /// An empty list whose node levels come from `seed`.
     pub fn new(seed: u64) -> SkipList {
+        SkipList::with_capacity(seed, 0)
+    }
+
+    /// An empty list with room for `keys` keys before its node arrays grow: a load of many
+    /// keys otherwise copies them at every doubling, and the old and new arrays coexist while
+    /// it does. Room is only reserved: untouched pages cost no host memory. (Loading 300 k
+    /// keys: peak RSS 164 → 157 MB; the time did not change measurably.)
+    pub fn with_capacity(seed: u64, keys: usize) -> SkipList {
         let mut list = SkipList {
-            hot: Vec::new(),
-            cold: Vec::new(),
+            hot: Vec::with_capacity(keys + 1),
+            cold: Vec::with_capacity(keys + 1),
             tall: Vec::new(),
             tall_free: Vec::new(),
             free: Vec::new(),

@@ -138,7 +138,11 @@ impl Sls {
                     appended: 0,
                     applied: 0,
                     tasks: VecDeque::new(),
-                    list: SkipList::new(0x534c_0000 ^ o.hash_seed ^ p as u64),
+                    // The table is sized for about 3 keys a bucket (`sized_for`).
+                    list: SkipList::with_capacity(
+                        0x534c_0000 ^ o.hash_seed ^ p as u64,
+                        (o.buckets * 3 / u64::from(o.sls_partitions.max(1))) as usize,
+                    ),
                     applied_max: BTreeMap::new(),
                 }),
                 work: Notify::new(),
