@@ -322,8 +322,8 @@ impl MemoryView for HardwareView {
     }
 }
 
-/// What one compute thread's clients record: per operation name its latency and completion
-/// tick, and errors with their tick.
+/// What one compute thread's clients record: their operations ([`OpLog`]), and the history
+/// when one is recorded.
 #[derive(Default)]
 struct Tally {
     log: OpLog,

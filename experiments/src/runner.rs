@@ -445,7 +445,7 @@ pub fn run_loaded<K: IndexKind>(
         cost.lock_failures += c.lock_failures;
         cost.cas_failures += c.cas_failures;
     }
-    let measured = RunResult::measured(
+    let mut measured = RunResult::measured(
         K::NAME,
         names,
         setup.profile.name.clone(),
@@ -454,6 +454,8 @@ pub fn run_loaded<K: IndexKind>(
         &estimate,
         &tally.log,
     );
+    // The servers' counters beside the clients' (a name both count takes the server's).
+    measured.index_counters.extend(K::server_counters(options, &sim).into_iter().map(|(k, v)| (k.to_string(), v)));
     let (ops, measured_ns) = (measured.operations.max(1) as f64, measured.measured_ns);
     let (s0, s1) = (&snapshots[from.min(snapshots.len() - 1)], &snapshots[to.min(snapshots.len() - 1)]);
     let busy = |a: u64, b: u64| (b - a) as f64 / setup.memory_nodes as f64 / measured_ns as f64;
@@ -513,9 +515,6 @@ pub fn run_loaded<K: IndexKind>(
         lock_failures: cost.lock_failures,
         cas_failures: cost.cas_failures,
         rdwc: rdwc_ratios(&s1.rdwc, &s0.rdwc),
-        index_counters: (measured.index_counters.clone().into_iter())
-            .chain(K::server_counters(options, &sim).into_iter().map(|(k, v)| (k.to_string(), v)))
-            .collect(),
         timeseries: series,
         history: record.then_some(tally.history),
         supports_scan: K::SUPPORTS_SCAN,

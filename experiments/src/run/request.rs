@@ -236,7 +236,7 @@ pub fn dispatch<V: IndexVisitor>(req: &RunRequest, v: V) -> Result<V::Out, Strin
     };
     // Every workload starts from `keys` loaded items; LOAD then inserts fresh keys beyond them
     // (the papers' LOAD: SMART and CHIME preload 5 M keys, then insert).
-    let work = Work { items: load_items(&spec), spec: spec.clone(), shared };
+    let work = Work { items: load_items(&spec), spec, shared };
     dmkit_indexes::registry::visit(&req.index, &req.config, Sized { req, v, work })?
 }
 
@@ -252,7 +252,7 @@ impl<V: IndexVisitor> dmkit_indexes::registry::Visitor for Sized<'_, V> {
     type Out = Result<V::Out, String>;
     fn visit<K: IndexKind>(self) -> Self::Out {
         let Sized { req, v, work } = self;
-        let spec = work.spec.clone();
+        let spec = &work.spec;
         if spec.mix.scan > 0.0 && !K::SUPPORTS_SCAN {
             return Err(format!("index {} has no scans, and workload {} has them", K::NAME, spec.name));
         }
@@ -265,6 +265,8 @@ impl<V: IndexVisitor> dmkit_indexes::registry::Visitor for Sized<'_, V> {
             workload: &spec.name,
         };
         let (options, config) = K::for_run(&shape, &req.config)?;
-        v.visit::<K>(req, &options, (&config, &spec.name), work)
+        // `work` moves into the visitor: the workload's name is kept apart.
+        let workload = spec.name.clone();
+        v.visit::<K>(req, &options, (&config, &workload), work)
     }
 }
