@@ -16,6 +16,7 @@
 
 pub mod art;
 pub mod bulk;
+pub mod checking;
 pub mod chime;
 pub mod clover;
 pub mod cluster;

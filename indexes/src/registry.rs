@@ -3,13 +3,15 @@
 //! An index owns its registration: its name ([`IndexKind::NAME`]), how its options follow
 //! from a run's shape and a named configuration ([`IndexKind::for_run`]), and whether it is a
 //! fixed-size hash table `dmkit fill` can fill ([`IndexKind::fixed_table`]), all in its own
-//! folder. This file adds the one line that makes the commands know it: `dmkit run`,
-//! `reproduce`, `bench-load`, `server-node` and `fill` go through [`visit`]; `dmkit check` and
-//! `--list-plants` through [`registry!`](crate::registry), which hands the same list to a
-//! dispatcher the checker writes with its own bound (its presets live in `dmkit-verify`).
+//! folder, and what `dmkit check` explores ([`Checked`](crate::checking::Checked), in
+//! `src/<name>/presets.rs`). This file adds the one line that makes the commands know it:
+//! `dmkit run`, `reproduce`, `bench-load`, `server-node` and `fill` go through [`visit`];
+//! `dmkit check` and `--list-plants` through [`registry!`](crate::registry), which hands the
+//! same list to the checker's dispatcher (every listed type must implement `Checked`, or the
+//! checker does not compile).
 //!
-//! To add an index: implement [`IndexKind`] in `src/<name>/` and add its type to the list in
-//! [`registry!`](crate::registry).
+//! To add an index: implement [`IndexKind`] and [`Checked`](crate::checking::Checked) in
+//! `src/<name>/` and add its type to the list in [`registry!`](crate::registry).
 
 use crate::IndexKind;
 

@@ -25,108 +25,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Percentages of each operation (they need not sum to 100; they are weights).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Mix {
-    pub search: u32,
-    pub insert: u32,
-    pub update: u32,
-    pub delete: u32,
-    pub scan: u32,
-}
-
-/// A checking preset.
-#[derive(Clone, Debug)]
-pub struct Preset {
-    pub name: &'static str,
-    pub compute_nodes: u16,
-    pub memory_nodes: u16,
-    pub clients: u32,
-    pub ops_per_client: u32,
-    /// Keys are `key_of(0..keys)`.
-    pub keys: u64,
-    /// Key number to key bytes: [`be_key`] (8-byte big-endian) unless an index needs keys
-    /// with shape (SMART's shared prefixes).
-    pub key_of: fn(u64) -> Vec<u8>,
-    /// Bytes of each written value (at least 8): long enough to span atomicity units, so that
-    /// a torn read shows as a value nobody wrote.
-    pub value_bytes: usize,
-    /// Keys inserted before the explored part.
-    pub preload: u64,
-    pub mix: Mix,
-    pub scan_limit: usize,
-    /// How scans choose their bounds and limits.
-    pub scan_bounds: ScanBounds,
-    /// Counters that must be non-zero over an exploration: `retries`, `lock_failures`,
-    /// `cas_failures`, or an index event name.
-    pub required_counters: &'static [&'static str],
-    /// Steps after which a run is reported as making no progress.
-    pub step_limit: u64,
-}
-
-/// How a preset's scans choose their bounds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScanBounds {
-    /// `[key, unbounded)` from a preset key, `scan_limit` pairs at most.
-    From,
-    /// Each end drawn from included, excluded and unbounded, the ends from the preset's keys (so
-    /// some ranges are empty and some end before keys the index holds), and a limit from 0 to
-    /// `scan_limit + 2`. With `other_lengths`, a bound is sometimes a key without its last byte
-    /// or with a 0xFF byte appended (for indexes whose scans take bounds of any length): bounds
-    /// between keys, and bounds that are a prefix of keys.
-    Shapes { other_lengths: bool },
-}
-
-/// The `scan-shapes` preset of an index with scans: `base` with a write-heavy mix, 30% of it
-/// scans of every shape ([`ScanBounds::Shapes`]), so that bounds meet splits.
-pub fn scan_shapes_preset(base: &Preset, other_lengths: bool, required_counters: &'static [&'static str]) -> Preset {
-    Preset {
-        name: "scan-shapes",
-        mix: Mix { search: 15, insert: 40, update: 10, delete: 5, scan: 30 },
-        scan_bounds: ScanBounds::Shapes { other_lengths },
-        required_counters,
-        ..base.clone()
-    }
-}
-
-/// An index the checker knows presets for.
-pub trait Checked: IndexKind {
-    /// Presets with the options each uses; the first is the default.
-    fn presets() -> Vec<(Preset, Self::Options)>;
-
-    /// The option-space sweep: presets that each take one option the index accepts (a bucket,
-    /// leaf or span size, a neighbourhood, a lease, a retry bound) to an extreme, with the
-    /// structure changes it affects, or run more operations per client so that rare
-    /// combinations are reached. Not run by `--coverage` or the tests; `dmkit check --sweep`
-    /// runs them all, and `--preset` finds them by name. Names start with `sweep-`.
-    fn sweep() -> Vec<(Preset, Self::Options)> {
-        Vec::new()
-    }
-
-    /// Faults a preset injects (crashes of server nodes for an index with services); none by
-    /// default. In a checking run a fault is a step like any other: the explorer chooses when
-    /// it happens, and a restart comes its configured delay after the crash.
-    fn faults(preset: &str, options: &Self::Options) -> Faults {
-        let _ = (preset, options);
-        Faults::default()
-    }
-
-    /// Whether a preset's operations may give up under a fair schedule with no fault (see
-    /// [`IndexScenario::fair_schedule`]): a liveness limit of the configuration the preset chose
-    /// on purpose, which the implementation states. False (the default): such a give-up is a
-    /// violation.
-    fn gives_up_by_design(preset: &str, options: &Self::Options) -> bool {
-        let _ = (preset, options);
-        false
-    }
-
-    /// Replaces a preset's options with the index's named configuration `config`, keeping what
-    /// the preset needs (small nodes, key and value sizes).
-    fn configure(options: &mut Self::Options, config: &str) -> Result<(), String> {
-        let _ = options;
-        Err(format!("index {} has no named configurations (asked for '{config}')", Self::NAME))
-    }
-}
+pub use dmkit_indexes::checking::{
+    Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point, preset_named, scan_shapes_preset,
+};
 
 /// `count` READ failures ([`dmkit_sim::ReadFailure`]) spread over memory nodes
 /// `0..memory_nodes` in turn: in a checking run each is a fault step the explorer places, so the
@@ -141,26 +42,17 @@ pub fn read_failures(memory_nodes: u16, count: u32) -> Faults {
     }
 }
 
-/// The faults of a preset named `read-failure`: three READ failures ([`read_failures`]) over
-/// memory nodes `0..memory_nodes`; none for any other preset.
-pub fn read_failure_preset(preset: &str, memory_nodes: u16) -> Faults {
-    if preset == "read-failure" { read_failures(memory_nodes, 3) } else { Faults::default() }
-}
-
-/// The preset named `name` in `presets`, with its options (sweeps build on presets by name, so
-/// that adding a preset moves none of them).
-pub fn preset_named<O: Clone>(presets: &[(Preset, O)], name: &str) -> (Preset, O) {
-    presets.iter().find(|(p, _)| p.name == name).cloned().unwrap_or_else(|| panic!("no preset named {name}"))
-}
-
-/// A sweep point: `preset` under the name `name`, with `options`.
-pub fn point<O>(name: &'static str, preset: Preset, options: O) -> (Preset, O) {
-    (Preset { name, ..preset }, options)
-}
-
-/// Key `k` as 8 big-endian bytes: the default [`Preset::key_of`].
-pub fn be_key(k: u64) -> Vec<u8> {
-    k.to_be_bytes().to_vec()
+/// The simulator's faults for a preset's [`FaultPlan`]. The times do not matter in a checking
+/// run (the explorer places each fault); a restart follows its crash by 5 µs of virtual time.
+pub fn simulated(plan: &FaultPlan) -> Faults {
+    Faults {
+        node_crashes: plan
+            .crashes
+            .iter()
+            .map(|node| dmkit_sim::NodeCrash { node: node.0, at_ns: 1_000_000, restart_at_ns: Some(1_005_000) })
+            .collect(),
+        ..read_failures(plan.memory_nodes, plan.read_failures)
+    }
 }
 
 /// The value client `client` writes in its `seq`-th operation: unique, so the checker can tell
@@ -255,7 +147,7 @@ impl<K: Checked> IndexScenario<K> {
             K::plant(&mut options, bug)?;
         }
         K::validate(&options)?;
-        let faults = K::faults(preset.name, &options);
+        let faults = simulated(&K::faults(preset.name, &options));
         Ok(IndexScenario { faults, ..IndexScenario::new(preset, options, workload_seed) })
     }
 

@@ -6,11 +6,11 @@
 //! - [`linearizability`]: a per-key linearizability checker (Wing–Gong with Lowe's memoisation),
 //!   scans judged by the per-key property of DESIGN.md §3.
 //! - [`harness`]: presets and the judged, explored workload for any index.
-//! - [`registry`]: the indexes `dmkit check` knows; each index's presets are in `presets/`.
+//! - [`registry`]: the indexes `dmkit check` knows; each index's presets are in its own folder
+//!   (`dmkit_indexes::<name>::presets`).
 
 pub mod explore;
 pub mod harness;
 pub mod history;
 pub mod linearizability;
-mod presets;
 pub mod registry;

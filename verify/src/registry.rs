@@ -8,7 +8,9 @@ use dmkit_indexes::IndexKind;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-pub use crate::presets::{chime_key, chime_var_key, dolphin_key, dolphin_options, smart_key};
+pub use dmkit_indexes::chime::presets::{chime_key, chime_var_key};
+pub use dmkit_indexes::dolphin::presets::{dolphin_key, dolphin_options};
+pub use dmkit_indexes::smart::presets::smart_key;
 
 /// Something done with one index, whichever it is: [`visit`] finds the index by name and
 /// calls `visit::<K>()` with its type, so each command is one generic function instead of a

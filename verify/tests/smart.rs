@@ -162,7 +162,7 @@ mod explored {
         if let Some(bug) = plant {
             K::plant(&mut options, bug).unwrap();
         }
-        let faults = K::faults(preset.name, &options);
+        let faults = dmkit_verify::harness::simulated(&K::faults(preset.name, &options));
         IndexScenario { faults, ..IndexScenario::new(preset, options, seed) }
     }
 

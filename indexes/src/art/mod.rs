@@ -64,6 +64,8 @@
 //! 60 M keys are further still from the boundary. So SMART's Fig. 18 LOAD ratio at 1 M keys
 //! (README) measures this boundary, not ART against SMART.
 
+pub mod presets;
+
 use crate::registry::RunShape;
 use crate::smart::{self, SmartHandle, SmartNode, SmartOptions};
 use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};

@@ -80,6 +80,7 @@ pub mod config;
 pub mod hotspot;
 mod invariants;
 pub mod layout;
+pub mod presets;
 
 use crate::common::bounds::{above_start, below_end};
 pub use crate::common::change::{Change, Reply};

@@ -24,6 +24,8 @@
 //! Block format: `[next u64][key_len u8][flags u8][val_len u16][check u32][key][value]`, padded
 //! to 64 bytes; `next` is `[units:8 | addr:48]` (0: the tail); flag bit 1 marks a tombstone.
 
+pub mod presets;
+
 use crate::common::bytes::SmallBytes;
 use crate::common::checksum::crc64;
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};

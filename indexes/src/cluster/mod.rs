@@ -103,6 +103,7 @@
 //!   owner) and clears the bit; the preset `read-failure` finds the plant.
 
 pub mod layout;
+pub mod presets;
 
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
 use crate::common::primitive::{Mutex, lock};

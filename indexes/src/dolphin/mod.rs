@@ -95,6 +95,7 @@
 pub mod cache;
 pub mod invariants;
 pub mod layout;
+pub mod presets;
 
 use crate::common::change::{
     Change, Combined, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK, Reply, fold, replies, search_via, write_via,

@@ -43,6 +43,7 @@
 
 pub mod cache;
 pub mod layout;
+pub mod presets;
 
 use crate::registry::{self, RunShape};
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};

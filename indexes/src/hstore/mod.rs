@@ -118,6 +118,7 @@ pub mod client;
 pub mod hts;
 pub mod invariants;
 pub mod layout;
+pub mod presets;
 pub mod skiplist;
 pub mod sls;
 pub mod wire;

@@ -144,6 +144,7 @@
 //! moving item of a bucket in one batch each), which would shorten the stall about threefold.
 
 pub mod layout;
+pub mod presets;
 
 use crate::common::batch::{post_per_node, post_per_node_keeping};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};

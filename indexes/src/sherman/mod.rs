@@ -88,6 +88,7 @@
 pub mod cache;
 pub mod config;
 pub mod layout;
+pub mod presets;
 
 use crate::common::bounds::{below_end, in_bounds};
 pub use crate::common::change::{Change, Reply};

@@ -72,6 +72,7 @@ pub mod cache;
 pub mod config;
 pub mod invariants;
 pub mod layout;
+pub mod presets;
 
 use crate::common::bounds::{above_start, below_end, in_bounds};
 use crate::common::change::{Change, Reply, fold};

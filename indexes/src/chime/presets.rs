@@ -1,9 +1,8 @@
 //! Checking presets of CHIME (`dmkit_indexes::chime`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, point, preset_named, read_failure_preset, scan_shapes_preset};
-use dmkit_indexes::IndexKind;
-use dmkit_indexes::chime::{Chime, ChimeOptions};
-use dmkit_sim::Faults;
+use crate::IndexKind;
+use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, point, preset_named, scan_shapes_preset};
+use crate::chime::{Chime, ChimeOptions};
 
 /// CHIME's checking keys: `k + 1` big-endian (the all-zero key marks empty entries).
 pub fn chime_key(k: u64) -> Vec<u8> {
@@ -186,8 +185,8 @@ impl Checked for Chime {
         chime_presets(Chime::NAME)
     }
 
-    fn faults(preset: &str, _: &ChimeOptions) -> Faults {
-        read_failure_preset(preset, 1)
+    fn faults(preset: &str, _: &ChimeOptions) -> FaultPlan {
+        FaultPlan::read_failure_preset(preset, 1)
     }
 
     fn sweep() -> Vec<(Preset, ChimeOptions)> {

@@ -1,13 +1,9 @@
-//! Checking presets of SMART and of ART, its baseline configuration (`dmkit_indexes::smart`, `dmkit_indexes::art`).
+//! Checking presets of SMART (`dmkit check --index smart`); ART's, its baseline configuration, are in `art/presets.rs`.
 
-use crate::harness::{
-    Checked, Mix, Preset, ScanBounds, be_key, point, preset_named, read_failure_preset, scan_shapes_preset,
-};
-use dmkit_indexes::IndexKind;
-use dmkit_indexes::art::{Art, ArtOptions};
-use dmkit_indexes::smart::layout::NodeTypes;
-use dmkit_indexes::smart::{Smart, SmartOptions};
-use dmkit_sim::Faults;
+use crate::IndexKind;
+use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point, preset_named, scan_shapes_preset};
+use crate::smart::layout::NodeTypes;
+use crate::smart::{Smart, SmartOptions};
 
 /// SMART's checking keys: two groups of six sharing seven bytes and differing in the last
 /// (so a node fills past NODE_4 and switches type), split at byte 5, and two keys diverging at
@@ -41,7 +37,7 @@ fn smart_options(config: &str, memory_nodes: u16) -> SmartOptions {
     SmartOptions { memory_nodes, max_retries: 2_000, cache_bytes: 1 << 20, ..o }
 }
 
-fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
+pub(crate) fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
     let base = Preset {
         name: "default",
         compute_nodes: 2,
@@ -117,7 +113,7 @@ fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
 /// A node filled one key at a time: keys `0..20` as [`be_key`] differ only in their last byte,
 /// so they are children of one node; 15 are preloaded and the inserts race for the next type
 /// switches.
-fn wide(base: &Preset) -> Preset {
+pub(crate) fn wide(base: &Preset) -> Preset {
     Preset {
         keys: 20,
         key_of: be_key,
@@ -130,7 +126,7 @@ fn wide(base: &Preset) -> Preset {
 
 /// Four clients of 20 operations each: a split, a type switch, then updates, deletes and late
 /// inserts of the moved keys meet in one run.
-fn long(base: &Preset) -> Preset {
+pub(crate) fn long(base: &Preset) -> Preset {
     Preset { clients: 4, ops_per_client: 20, step_limit: 2_000_000, ..base.clone() }
 }
 
@@ -275,8 +271,8 @@ impl Checked for Smart {
         ]
     }
 
-    fn faults(preset: &str, _: &SmartOptions) -> Faults {
-        read_failure_preset(preset, 1)
+    fn faults(preset: &str, _: &SmartOptions) -> FaultPlan {
+        FaultPlan::read_failure_preset(preset, 1)
     }
 
     fn configure(options: &mut SmartOptions, config: &str) -> Result<(), String> {
@@ -297,112 +293,4 @@ fn configured(o: &SmartOptions, config: &str) -> SmartOptions {
     let mut o = o.clone();
     Smart::configure(&mut o, config).expect("a known configuration");
     o
-}
-
-impl Checked for Art {
-    fn presets() -> Vec<(Preset, ArtOptions)> {
-        smart_presets(Art::NAME)
-            .into_iter()
-            .map(|(mut p, o)| {
-                match p.name {
-                    "local" => {
-                        p.required_counters =
-                            &["lock_handed_over", "rcu_update", "leaf_split", "rdwc_write_queued", "rdwc_combined"]
-                    }
-                    // No combining in ART: the failed READs meet its locks and splits instead.
-                    "read-failure" => p.required_counters = &["lock_handed_over", "leaf_split"],
-                    _ => {}
-                }
-                (p, ArtOptions(o))
-            })
-            .collect()
-    }
-
-    fn faults(preset: &str, _: &ArtOptions) -> Faults {
-        read_failure_preset(preset, 1)
-    }
-
-    fn sweep() -> Vec<(Preset, ArtOptions)> {
-        let presets = Self::presets();
-        let (base, o) = preset_named(&presets, "default");
-        let (local, lo) = preset_named(&presets, "local");
-        let with = |o: &ArtOptions, f: &dyn Fn(&mut SmartOptions)| {
-            let mut o = o.clone();
-            f(&mut o.0);
-            o
-        };
-        let locks = &["lock_failures", "leaf_split", "header_split", "type_switch"][..];
-        vec![
-            // One lock word per memory node: every internal node shares it, so inserts on
-            // unrelated nodes serialize and hand it over.
-            point(
-                "sweep-lock-table-1",
-                Preset { required_counters: locks, ..base.clone() },
-                with(&o, &|o| o.lock_table_bytes = 8),
-            ),
-            // One lock word on one compute node with four clients: hand-overs of the word
-            // between inserts into different nodes.
-            point(
-                "sweep-lock-table-1-local",
-                Preset { required_counters: &["lock_handed_over", "leaf_split"], ..local.clone() },
-                with(&lo, &|o| o.lock_table_bytes = 8),
-            ),
-            // No hand-over (a streak of one): every local waiter takes the word by CAS itself.
-            point(
-                "sweep-handover-1",
-                Preset { required_counters: &["rcu_update", "leaf_split", "lock_failures"], ..local.clone() },
-                with(&lo, &|o| o.max_handover = 1),
-            ),
-            // No update hand-over (the option off): one node's same-key updates race each
-            // other's slot CAS, as across nodes.
-            point(
-                "sweep-no-update-handover",
-                Preset { required_counters: &["rcu_update", "rcu_lost"], ..local.clone() },
-                with(&lo, &|o| o.update_handover = false),
-            ),
-            // Unbounded hand-over on two compute nodes of two clients each: the other node's
-            // inserts wait while one node's clients pass the lock among themselves.
-            point(
-                "sweep-handover-max",
-                Preset { clients: 4, required_counters: &["lock_handed_over", "lock_failures"], ..base.clone() },
-                with(&o, &|o| o.max_handover = u32::MAX),
-            ),
-            // No radix cache: every insert locks its way down from the root.
-            point(
-                "sweep-cache-0",
-                Preset { required_counters: locks, ..base.clone() },
-                with(&o, &|o| o.cache_bytes = 0),
-            ),
-            // ART's types 4/16/48/256 on one node filled past 16 children: the switch to
-            // NODE_48 under the node lock, raced by lock-free readers.
-            point("sweep-wide", wide(&base), o.clone()),
-            // Out-of-place updates of 4 KiB values: every update writes a 66-line leaf and
-            // retires the old one.
-            point(
-                "sweep-value-4096",
-                Preset {
-                    value_bytes: 4096,
-                    step_limit: 4_000_000,
-                    required_counters: &["rcu_update", "leaf_split", "leaf_moved"],
-                    ..base.clone()
-                },
-                with(&o, &|o| o.value_bytes = 4096),
-            ),
-            // 32-byte keys with long shared prefixes: inserts lock a chain of nodes one by one.
-            point(
-                "sweep-keys-32",
-                Preset { keys: 16, key_of: smart_long_key::<24>, step_limit: 1_000_000, ..base.clone() },
-                with(&o, &|o| o.key_bytes = 32),
-            ),
-            // One attempt per operation: a writer that loses a lock or CAS race gives up.
-            point(
-                "sweep-retries-1",
-                Preset { required_counters: &["leaf_split", "lock_failures"], ..long(&base) },
-                with(&o, &|o| o.max_retries = 1),
-            ),
-            // Long runs on the default shape and on one node filled to its switch.
-            point("sweep-long", long(&base), o.clone()),
-            point("sweep-long-wide", long(&wide(&base)), o),
-        ]
-    }
 }

@@ -5,9 +5,8 @@
 //! forward (the compaction a lock-free search has to survive). Values of 48 bytes make a KV
 //! block of two 64-byte units.
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, read_failure_preset};
-use dmkit_indexes::cluster::{Cluster, ClusterOptions};
-use dmkit_sim::Faults;
+use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point};
+use crate::cluster::{Cluster, ClusterOptions};
 
 /// The options every preset starts from: 2 slots per bucket, 4 overflow buckets per main
 /// bucket (so the pool never runs out with the presets' key counts), small chunks.
@@ -103,8 +102,8 @@ impl Checked for Cluster {
         ]
     }
 
-    fn faults(preset: &str, _: &ClusterOptions) -> Faults {
-        read_failure_preset(preset, 1)
+    fn faults(preset: &str, _: &ClusterOptions) -> FaultPlan {
+        FaultPlan::read_failure_preset(preset, 1)
     }
 
     fn sweep() -> Vec<(Preset, ClusterOptions)> {

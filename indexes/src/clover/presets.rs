@@ -1,7 +1,7 @@
 //! Checking presets of Clover (`dmkit_indexes::clover`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point};
-use dmkit_indexes::clover::{Clover, CloverOptions};
+use crate::checking::{Checked, Mix, Preset, ScanBounds, be_key, point};
+use crate::clover::{Clover, CloverOptions};
 
 /// Key `k` as the last `k % 8 + 1` big-endian bytes of `k + 1`: keys of 1 to 8 bytes, all but
 /// the eighth shorter than the presets' maximum, distinct for `k < 256`.

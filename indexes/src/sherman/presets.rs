@@ -1,8 +1,8 @@
 //! Checking presets of Sherman (`dmkit_indexes::sherman`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, preset_named, scan_shapes_preset};
-use dmkit_indexes::sherman::cache::{CacheLevels, ENTRY_OVERHEAD};
-use dmkit_indexes::sherman::{LockPlacement, Sherman, ShermanOptions};
+use crate::checking::{Checked, Mix, Preset, ScanBounds, be_key, point, preset_named, scan_shapes_preset};
+use crate::sherman::cache::{CacheLevels, ENTRY_OVERHEAD};
+use crate::sherman::{LockPlacement, Sherman, ShermanOptions};
 
 /// Sherman's checking nodes: 3 slots per leaf and 3 records per internal node, so a handful of
 /// inserts split leaves, internal nodes and the root.

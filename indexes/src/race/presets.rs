@@ -1,8 +1,7 @@
 //! Checking presets of RACE hashing (`dmkit_indexes::race`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, read_failure_preset};
-use dmkit_indexes::race::{Race, RaceOptions};
-use dmkit_sim::Faults;
+use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point};
+use crate::race::{Race, RaceOptions};
 
 /// RACE's checking tables: 2 groups of 3 buckets of 2 slots in one subtable, so few keys fill
 /// combined buckets, share them and collide on fingerprints' buckets.
@@ -128,8 +127,8 @@ impl Checked for Race {
         ]
     }
 
-    fn faults(preset: &str, _: &RaceOptions) -> Faults {
-        read_failure_preset(preset, 2)
+    fn faults(preset: &str, _: &RaceOptions) -> FaultPlan {
+        FaultPlan::read_failure_preset(preset, 2)
     }
 
     fn sweep() -> Vec<(Preset, RaceOptions)> {
@@ -276,7 +275,7 @@ impl Checked for Race {
     }
 
     fn configure(options: &mut RaceOptions, config: &str) -> Result<(), String> {
-        options.paper = dmkit_indexes::race::Paper::named(config)?;
+        options.paper = crate::race::Paper::named(config)?;
         Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! Checking presets of the example index (`dmkit_indexes::example`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point};
-use dmkit_indexes::example::{Example, ExampleOptions};
+use crate::checking::{Checked, Mix, Preset, ScanBounds, be_key, point};
+use crate::example::{Example, ExampleOptions};
 
 impl Checked for Example {
     fn presets() -> Vec<(Preset, ExampleOptions)> {

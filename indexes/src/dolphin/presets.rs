@@ -1,9 +1,8 @@
 //! Checking presets of Dolphin (`dmkit_indexes::dolphin`).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, point, read_failure_preset};
-use dmkit_indexes::dolphin::layout::Split;
-use dmkit_indexes::dolphin::{Dolphin, DolphinOptions};
-use dmkit_sim::Faults;
+use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, point};
+use crate::dolphin::layout::Split;
+use crate::dolphin::{Dolphin, DolphinOptions};
 
 /// Dolphin's checking keys: six in one 7-byte prefix (one special node, leaves of 4 slots that
 /// split), one in a sibling prefix (a new child of the first node) and two that leave the first
@@ -243,8 +242,8 @@ impl Checked for Dolphin {
         ]
     }
 
-    fn faults(preset: &str, _: &DolphinOptions) -> Faults {
-        read_failure_preset(preset, 1)
+    fn faults(preset: &str, _: &DolphinOptions) -> FaultPlan {
+        FaultPlan::read_failure_preset(preset, 1)
     }
 
     fn sweep() -> Vec<(Preset, DolphinOptions)> {

@@ -7,9 +7,8 @@
 //! blocks are reused within a schedule (and a read that outlives its lease restarts). One
 //! compute node: blocks another node carved are never reused (see the module doc).
 
-use crate::harness::{Checked, Mix, Preset, ScanBounds, be_key, point, read_failures, scan_shapes_preset};
-use dmkit_indexes::hstore::{HStore, HStoreOptions, layout, wire};
-use dmkit_sim::{Faults, NodeCrash};
+use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point, scan_shapes_preset};
+use crate::hstore::{HStore, HStoreOptions, layout, wire};
 
 /// The options every preset starts from.
 pub fn hstore_checking_options() -> HStoreOptions {
@@ -364,23 +363,19 @@ impl Checked for HStore {
         matches!(preset, "full" | "sweep-lease-short")
     }
 
-    fn faults(preset: &str, o: &HStoreOptions) -> Faults {
+    fn faults(preset: &str, o: &HStoreOptions) -> FaultPlan {
         // The crash's time does not matter in a checking run (the explorer picks when it
         // happens); the restart follows it by a few microseconds of virtual time.
-        let crash = |node: dmkit_rdma::NodeId| Faults {
-            node_crashes: vec![NodeCrash { node: node.0, at_ns: 1_000_000, restart_at_ns: Some(1_005_000) }],
-            ..Faults::default()
-        };
         // By name: the presets `crash-hts*` and `crash-sls`, and sweep points `sweep-*-crash-hts*`
         // and `sweep-*-crash-sls*`.
         if preset.contains("crash-hts") {
-            crash(o.hts_node())
+            FaultPlan::crash(o.hts_node())
         } else if preset.contains("crash-sls") {
-            crash(o.sls_node())
+            FaultPlan::crash(o.sls_node())
         } else if preset == "read-failure" {
-            read_failures(1, 3)
+            FaultPlan::read_failures(1, 3)
         } else {
-            Faults::default()
+            FaultPlan::default()
         }
     }
 
