@@ -290,13 +290,14 @@ struct BenchLoadArgs {
 
 #[derive(Args, Debug)]
 struct FillArgs {
-    /// race or cluster.
+    /// A fixed-size hash table (`IndexKind::fixed_table`): race, cluster or probe.
     #[arg(long)]
     index: String,
-    /// Slots per bucket (default: 7 for race, 8 for cluster).
+    /// Slots per bucket (default: 7 for race, 8 for cluster and probe).
     #[arg(long)]
     slots: Option<u32>,
-    /// race: bucket groups in its one subtable; cluster: main buckets.
+    /// race: bucket groups in its one subtable; cluster: main buckets; probe: groups of
+    /// `--slots` slots.
     #[arg(long, default_value_t = 4096)]
     size: u64,
     #[arg(long, default_value_t = 16)]

@@ -26,6 +26,7 @@ pub mod example;
 pub mod hash;
 pub mod hstore;
 pub mod indirect;
+pub mod probe;
 pub mod race;
 pub mod registry;
 pub mod sherman;

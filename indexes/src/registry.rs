@@ -38,6 +38,7 @@ macro_rules! registry {
                 $crate::dolphin::Dolphin,
                 $crate::hstore::HStore,
                 $crate::clover::Clover,
+                $crate::probe::Probe,
             ],
             configurations: [
                 // Sherman with its values out of line (`sherman-…-ool`: HStore's baseline).

@@ -1,0 +1,285 @@
+//! # The probing table: a one-sided hash table of CAS-published slots
+//!
+//! The index `docs/new-index.md` builds, step by step. Compared with [`crate::example`] it has
+//! no locks at all: every write is one compare-and-swap of an 8-byte slot word, and values live
+//! out of place in blocks the word points to.
+//!
+//! ## Remote layout ([`layout`])
+//!
+//! An open-addressing table of 8-byte slot words with linear probing, 8 words to a 64-byte
+//! group (one cache line, read whole and atomically), groups spread round-robin over the memory
+//! nodes. A claimed word points to an immutable block (key and value) on its own memory node,
+//! and carries the key's 8-bit fingerprint, the block's length in lines and a tombstone bit.
+//!
+//! ## The one rule: a slot, once claimed, is its key's for good
+//!
+//! A slot goes `empty → block → block' → … → tombstone → block'' → …` and never back to empty,
+//! and every block it ever points to holds the same key. So along a key's probe sequence, the
+//! slots before its own are other keys' forever, and two inserts of one key that probe at the
+//! same time reach the same first empty slot: one CAS wins, and the loser sees the winner's
+//! block there. That is why there are no duplicate keys, and why a search that reaches an
+//! empty slot may answer "absent" (every earlier slot was someone else's when read, and still
+//! is). The price: deleted keys keep their slots, so the table's capacity counts every key ever
+//! inserted, not the live ones, and blocks are never freed (a reader may still be about to READ
+//! one; reclaiming them needs an epoch scheme this table does not have).
+//!
+//! ## Operations (each checks the key and value against [`Limits`] first)
+//!
+//! - **search**: READ groups along the probe sequence from the key's home slot until the key's
+//!   slot or an empty one; READ the block of each word whose fingerprint matches. Usually 2
+//!   round trips (a group, the block).
+//! - **insert** (upsert): locate as search does. At the key's own slot, or at the first empty
+//!   slot, post one batch to the slot's node: `[WRITE new block, CAS slot word old → new]` (on
+//!   one QP the CAS is placed after the WRITE, so the block is whole before anyone can see the
+//!   word). If the CAS over the key's live word lost to another write of the key, this write is
+//!   done: linearized just before the winner, it was overwritten before anyone could read it
+//!   (so a hot key costs one CAS per update, not a retry storm). If a claim of an empty slot
+//!   lost, READ the winner's block: the same key (a concurrent insert of it) makes this slot the
+//!   key's own, so write over it; another key owns it for good, so probe on. Usually 3 round
+//!   trips.
+//! - **update**: as insert, but only over a live word of the key's own slot.
+//! - **delete**: CAS the key's live word to its tombstone (the same block, marked): 3 round
+//!   trips, no block written. A delete that lost its CAS retries over the word it found (the
+//!   winner saw the key live, so the delete cannot go before it), as does an insert over a
+//!   tombstone.
+//! - **scan**: unsupported (a hash table has no order).
+//!
+//! ## Invariants ([`invariants`])
+//!
+//! With no operation in flight: every claimed word points to a whole block on its node whose
+//! key has the word's fingerprint; between a key's home and its slot no slot is empty; no key
+//! has two slots.
+//!
+//! ## Planted bugs
+//!
+//! - `reuse-tombstones`: an insert claims another key's tombstone (the first one on its probe
+//!   sequence) instead of an empty slot. The slot's key changes, so "the slots before mine are
+//!   others' for good" no longer holds: two inserts of one key that probe at different times
+//!   claim two different slots.
+//! - `skip-lost-claim`: an insert whose claim of an empty slot lost probes on without looking at
+//!   who won. If the winner was an insert of the same key, the key gets a second slot.
+//! - `overwrite-any-loss`: every write that lost its CAS on the key's slot returns as
+//!   overwritten, deletes and inserts over a tombstone too. A delete linearized before an update
+//!   that saw the key live (or an insert before one that saw it absent) explains neither result.
+
+mod invariants;
+pub mod layout;
+pub mod node;
+mod ops;
+pub mod presets;
+
+use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
+use crate::registry::{self, RunShape, TableShape};
+use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
+use dmkit_rdma::{Buf, Caps, Client, MemoryView, NodeId, RemoteAddr};
+use layout::Superblock;
+use node::ProbeNode;
+pub use ops::ProbeHandle;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Options of the probing table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeOptions {
+    /// Slots in the table: at most this many distinct keys, ever.
+    pub slots: u64,
+    pub max_key_bytes: u32,
+    pub max_value_bytes: u32,
+    /// Memory nodes to spread groups over (`0..memory_nodes`).
+    pub memory_nodes: u16,
+    /// Bytes of the chunks blocks are carved from.
+    pub chunk_bytes: u64,
+    /// Bound on the CAS attempts of one write before [`IndexError::RetriesExhausted`].
+    pub max_retries: u32,
+    /// Planted bugs (removed protections), by name: [`REUSE_TOMBSTONES`], [`SKIP_LOST_CLAIM`],
+    /// [`OVERWRITE_ANY_LOSS`].
+    pub plants: BTreeSet<&'static str>,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        ProbeOptions {
+            slots: 1 << 17,
+            max_key_bytes: 32,
+            max_value_bytes: 64,
+            memory_nodes: 1,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            max_retries: 10_000,
+            plants: BTreeSet::new(),
+        }
+    }
+}
+
+/// A claim of an empty slot lost to an insert of the same key: the slot is the key's, so the
+/// insert writes over it.
+pub const CLAIM_LOST_SAME_KEY: &str = "claim_lost_same_key";
+/// A claim of an empty slot lost to another key: that slot is theirs for good, probe on.
+pub const CLAIM_LOST_OTHER_KEY: &str = "claim_lost_other_key";
+/// An update's CAS over the key's live word lost to another write of the key: the update is
+/// linearized just before it, overwritten unseen, and returns.
+pub const WRITE_OVERWRITTEN: &str = "write_overwritten";
+/// A delete's CAS, or an insert's over the key's tombstone, lost to another write of the key:
+/// retry over the word the CAS returned (a delete or update that finds a tombstone answers
+/// "absent").
+pub const WRITE_LOST: &str = "write_lost";
+
+const RACE_HANDLERS: [RaceHandler; 4] = [
+    RaceHandler {
+        event: CLAIM_LOST_SAME_KEY,
+        race: "two inserts of one key claimed the same empty slot: the loser reads the winner's block and writes over the slot instead of claiming a second one",
+    },
+    RaceHandler {
+        event: CLAIM_LOST_OTHER_KEY,
+        race: "another key claimed the slot first: the insert probes on from the next slot",
+    },
+    RaceHandler {
+        event: WRITE_OVERWRITTEN,
+        race: "two updates of one live key CASed its slot word: the loser is overwritten by the winner, unseen, and returns",
+    },
+    RaceHandler {
+        event: WRITE_LOST,
+        race: "a delete, or an insert over a tombstone, lost its CAS to another write of the key: it retries over the word its CAS returned",
+    },
+];
+
+pub const REUSE_TOMBSTONES: PlantedBug = PlantedBug {
+    name: "reuse-tombstones",
+    description: "inserts claim another key's tombstone: a slot's key changes, and two inserts of one key claim two slots",
+};
+pub const SKIP_LOST_CLAIM: PlantedBug = PlantedBug {
+    name: "skip-lost-claim",
+    description: "an insert that lost the claim of an empty slot probes on without reading who won: a second slot for its key",
+};
+pub const OVERWRITE_ANY_LOSS: PlantedBug = PlantedBug {
+    name: "overwrite-any-loss",
+    description: "a delete, or an insert over a tombstone, that lost its CAS returns as if overwritten: its result contradicts the winner's",
+};
+const PLANTS: [PlantedBug; 3] = [REUSE_TOMBSTONES, SKIP_LOST_CLAIM, OVERWRITE_ANY_LOSS];
+
+/// The probing table's [`IndexKind`].
+#[derive(Debug)]
+pub struct Probe;
+
+impl IndexKind for Probe {
+    const NAME: &'static str = "probe";
+    /// `dmkit bench-load --index probe --keys 10000000`, 2026-11-29: peak 848 MB.
+    const HOST_BYTES_PER_ITEM: u64 = 85;
+    const SUPPORTS_SCAN: bool = false;
+    type Options = ProbeOptions;
+    type NodeState = ProbeNode;
+    type Handle<C: Client + Clone + 'static> = ProbeHandle<C>;
+
+    fn limits(o: &ProbeOptions) -> Limits {
+        Limits {
+            min_key_bytes: 1,
+            max_key_bytes: o.max_key_bytes as usize,
+            min_value_bytes: 0,
+            max_value_bytes: o.max_value_bytes as usize,
+        }
+    }
+
+    fn validate(o: &ProbeOptions) -> Result<(), String> {
+        if o.slots == 0 || o.slots >= 1 << 48 {
+            return Err(format!("the probing table takes 1..2^48 slots, not {}", o.slots));
+        }
+        if o.max_key_bytes == 0
+            || o.max_key_bytes > layout::MAX_KEY_BYTES
+            || o.max_value_bytes > layout::MAX_VALUE_BYTES
+        {
+            return Err(format!(
+                "the probing table takes keys of 1..={} bytes and values of up to {}",
+                layout::MAX_KEY_BYTES,
+                layout::MAX_VALUE_BYTES
+            ));
+        }
+        if o.memory_nodes == 0 || o.memory_nodes as usize > layout::MAX_MEMORY_NODES {
+            return Err(format!("the probing table spreads over 1..={} memory nodes", layout::MAX_MEMORY_NODES));
+        }
+        if o.max_retries == 0 {
+            return Err("max_retries must be positive".into());
+        }
+        ChunkOptions::paged(o.memory_nodes, o.chunk_bytes).validate()
+    }
+
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(ProbeOptions, String), String> {
+        if shape.cache_bytes.is_some() {
+            return Err(registry::no_cache_budget(Self::NAME, "has no compute-node cache"));
+        }
+        if config != "default" {
+            return Err(registry::no_configuration(Self::NAME, config, &["default"]));
+        }
+        // Twice the slots the run's keys need: linear probing's expected probe length grows as
+        // 1/(1-load)^2 for a miss, so a half-full table keeps a miss to a group or two.
+        let options = ProbeOptions {
+            slots: (2 * shape.items).max(layout::GROUP_SLOTS),
+            max_key_bytes: shape.key_bytes.max(8) as u32,
+            max_value_bytes: shape.value_bytes.max(8) as u32,
+            memory_nodes: shape.memory_nodes,
+            ..ProbeOptions::default()
+        };
+        Self::validate(&options).map_err(|e| format!("index {}: {e}", Self::NAME))?;
+        Ok((options, config.to_string()))
+    }
+
+    fn fixed_table(shape: &TableShape) -> Option<Result<ProbeOptions, String>> {
+        // `dmkit fill`: `size` groups of `slots` (8 unless given) slots each.
+        let slots = shape.size.saturating_mul(u64::from(shape.slots.unwrap_or(layout::GROUP_SLOTS as u32)));
+        let options = ProbeOptions {
+            slots,
+            max_key_bytes: shape.key_bytes.max(1) as u32,
+            max_value_bytes: shape.value_bytes as u32,
+            ..ProbeOptions::default()
+        };
+        Some(Self::validate(&options).map(|()| options))
+    }
+
+    async fn create<C: Client>(o: &ProbeOptions, ctx: &C) -> Result<(), IndexError> {
+        Self::validate(o).map_err(IndexError::Corrupt)?;
+        let mut sb = Superblock {
+            slots: o.slots,
+            max_key_bytes: o.max_key_bytes,
+            max_value_bytes: o.max_value_bytes,
+            bases: vec![RemoteAddr::NULL; o.memory_nodes as usize],
+        };
+        for i in 0..sb.bases.len() {
+            // Fresh remote memory is zero: every slot starts empty.
+            let bytes = sb.groups_on(i).max(1) * layout::GROUP_BYTES;
+            sb.bases[i] = dmkit_rdma::alloc::alloc(ctx, NodeId(i as u16), bytes, layout::GROUP_BYTES).await?;
+        }
+        ctx.write(layout::superblock_addr(), Buf::from(sb.encode())).await?;
+        Ok(())
+    }
+
+    fn node_state(o: &ProbeOptions, _: &Caps) -> ProbeNode {
+        ProbeNode::new(LocalChunkAllocator::paged(o.memory_nodes, o.chunk_bytes))
+    }
+
+    fn inherit(node: &ProbeNode, loader: &ProbeNode) {
+        node.chunks.inherit(&loader.chunks);
+    }
+
+    fn node_state_bytes(node: &ProbeNode) -> u64 {
+        node.bytes()
+    }
+
+    fn open<C: Client + Clone + 'static>(o: &ProbeOptions, node: Arc<ProbeNode>, ctx: C) -> ProbeHandle<C> {
+        ProbeHandle::new(o.clone(), node, ctx)
+    }
+
+    fn check_invariants(o: &ProbeOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
+        invariants::walk(o, memory)
+    }
+
+    fn race_handlers() -> &'static [RaceHandler] {
+        &RACE_HANDLERS
+    }
+
+    fn planted_bugs() -> &'static [PlantedBug] {
+        &PLANTS
+    }
+
+    fn plant(o: &mut ProbeOptions, bug: &str) -> Result<(), String> {
+        o.plants.insert(PlantedBug::named(&PLANTS, "the probing table", bug)?);
+        Ok(())
+    }
+}

@@ -1,0 +1,96 @@
+//! The tutorial's index (`docs/new-index.md`): sequences against the specification, clean
+//! checks in every explorer mode, and each planted bug found, each by random and by PCT
+//! exploration, with a replayable schedule.
+
+use dmkit_indexes::IndexKind;
+use dmkit_indexes::checking::Checked;
+use dmkit_indexes::probe::{OVERWRITE_ANY_LOSS, Probe, ProbeOptions, REUSE_TOMBSTONES, SKIP_LOST_CLAIM};
+use dmkit_indexes::spec::{Op, Outcome, SpecMap};
+use dmkit_indexes::{IndexError, PlantedBug};
+use dmkit_verify::explore::{self, Mode};
+use dmkit_verify::harness::{IndexScenario, check_index, run_sequence_checked};
+use proptest::prelude::*;
+use std::time::Duration;
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok()
+}
+
+fn scenario(preset: &str, plant: Option<PlantedBug>, seed: u64) -> IndexScenario<Probe> {
+    IndexScenario::from_preset(Some(preset), None, plant.map(|p| p.name), seed).unwrap()
+}
+
+#[test]
+fn clean_in_every_mode_and_not_vacuously() {
+    let budget = Duration::from_secs(if ci() { 3 } else { 10 });
+    for (preset, mode) in [
+        ("default", Mode::Random),
+        ("default", Mode::Pct { depth: 3 }),
+        ("spread", Mode::Pct { depth: 3 }),
+        ("claim", Mode::Random),
+        ("pair", Mode::Dfs { preemptions: 2 }),
+    ] {
+        check_index(&scenario(preset, None, 5), mode, 5, budget, u64::MAX).assert_clean(
+            &format!("{preset} {mode:?}"),
+            5,
+            true,
+        );
+    }
+}
+
+#[test]
+fn each_planted_bug_is_found_and_replays() {
+    let budget = Duration::from_secs(if ci() { 20 } else { 60 });
+    for bug in [REUSE_TOMBSTONES, SKIP_LOST_CLAIM, OVERWRITE_ANY_LOSS] {
+        for mode in [Mode::Random, Mode::Pct { depth: 3 }] {
+            let check = check_index(&scenario("default", Some(bug), 11), mode, 11, budget, u64::MAX);
+            let f = check.exploration.failure.unwrap_or_else(|| {
+                panic!("{} not found by {mode:?} in {} schedules", bug.name, check.exploration.schedules)
+            });
+            let again = scenario("default", Some(bug), 11);
+            assert_eq!(explore::replay(&again, f.variant, &f.choices), Err(f.message.clone()), "{} {mode:?}", bug.name);
+        }
+    }
+}
+
+#[test]
+fn every_plant_is_tested_here() {
+    let names: Vec<&str> = Probe::planted_bugs().iter().map(|p| p.name).collect();
+    assert_eq!(names, [REUSE_TOMBSTONES.name, SKIP_LOST_CLAIM.name, OVERWRITE_ANY_LOSS.name]);
+    assert!(Probe::presets().iter().any(|(p, _)| p.name == "pair"), "DFS above needs the pair preset");
+}
+
+fn ops(keys: u8) -> impl Strategy<Value = Vec<Op>> {
+    let key = (0..keys).prop_map(|k| vec![k; 1 + (k % 3) as usize]);
+    let value = prop::collection::vec(any::<u8>(), 0..80);
+    let op = prop_oneof![
+        key.clone().prop_map(|key| Op::Search { key }),
+        (key.clone(), value.clone()).prop_map(|(key, value)| Op::Insert { key, value }),
+        (key.clone(), value).prop_map(|(key, value)| Op::Update { key, value }),
+        key.prop_map(|key| Op::Delete { key }),
+    ];
+    prop::collection::vec(op, 1..60)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if ci() { 32 } else { 128 }, ..ProptestConfig::default() })]
+
+    /// One client against the specification, on tables of 1 to 20 slots (the checking presets
+    /// cover several memory nodes): full tables and over-long values are errors the model does
+    /// not have, so the model follows only the operations the index accepted. The invariant
+    /// walk then holds on what is left.
+    #[test]
+    fn sequences_match_the_specification(slots in 1u64..20, ops in ops(12)) {
+        let options = ProbeOptions { slots, max_value_bytes: 64, chunk_bytes: 1 << 16, ..ProbeOptions::default() };
+        let (got, _, walk) = run_sequence_checked::<Probe>(&options, &ops);
+        prop_assert!(walk.is_ok(), "{:?}", walk);
+        prop_assert_eq!(got.len(), ops.len());
+        let mut model = SpecMap::new();
+        for (op, got) in ops.iter().zip(&got) {
+            if matches!(got, Outcome::Failed(IndexError::Full | IndexError::ValueTooLong { .. })) {
+                continue;
+            }
+            prop_assert_eq!(got, &model.apply(op, false), "{:?}", op);
+        }
+    }
+}
