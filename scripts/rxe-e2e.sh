@@ -84,7 +84,7 @@ judged() {
         exit 1
     fi
 }
-for index in example sherman smart art chime race cluster dolphin; do
+for index in example sherman smart art chime race cluster dolphin probe; do
     start_memory_node
     set +e
     out=$("$dmkit" run --backend rdma --cluster "$scratch/cluster.toml" --index "$index" --workload crud --keys 1000 \

@@ -94,3 +94,77 @@ proptest! {
         }
     }
 }
+
+/// The walk reports each broken invariant: a second slot for a key, an empty slot before a
+/// key's own, a fingerprint that is not the key's.
+#[test]
+fn the_invariant_walk_catches_each_corruption() {
+    use dmkit_indexes::Index;
+    use dmkit_indexes::probe::layout::{self, Superblock};
+    use dmkit_sim::{Sim, SimConfig};
+    use std::sync::Arc;
+
+    let options = ProbeOptions { slots: 8, chunk_bytes: 1 << 16, ..ProbeOptions::default() };
+    let mut sim = Sim::new(SimConfig::default()).unwrap();
+    let c = sim.add_client(0).unwrap();
+    let mut h = Probe::open(&options, Arc::new(Probe::node_state(&options, sim.caps())), c.clone());
+    let (o, c2) = (options.clone(), c.clone());
+    sim.spawn(&c, async move {
+        Probe::create(&o, &c2).await.unwrap();
+        // Homes in 8 slots: keys 0 and 7 share slot 0, the others have their own.
+        for k in [0u64, 1, 2, 3, 4, 7] {
+            h.insert(&k.to_be_bytes(), b"v").await.unwrap();
+        }
+        h.delete(&0u64.to_be_bytes()).await.unwrap();
+    });
+    sim.run().unwrap();
+    let report = Probe::check_invariants(&options, &sim).unwrap();
+    assert_eq!((report.items, report.structures["tombstones"]), (5, 1));
+
+    let sb = Superblock::decode(&sim.read_memory(layout::superblock_addr(), 48).unwrap()).unwrap();
+    let word_at = |sim: &Sim, slot: u64| {
+        let (group, _) = sb.group_of(slot);
+        let addr = group.add(8 * (slot % layout::GROUP_SLOTS));
+        (addr, u64::from_le_bytes(sim.read_memory(addr, 8).unwrap().try_into().unwrap()))
+    };
+    let words: Vec<u64> = (0..8).map(|s| word_at(&sim, s).1).collect();
+    let restore = |sim: &mut Sim| {
+        for (s, w) in words.iter().enumerate() {
+            sim.write_memory(word_at(sim, s as u64).0, &w.to_le_bytes()).unwrap();
+        }
+        assert!(Probe::check_invariants(&options, sim).is_ok());
+    };
+    // The key each slot holds, read before anything is corrupted.
+    let keys: Vec<Option<Vec<u8>>> = (0..8)
+        .map(|s| {
+            (words[s] != 0).then(|| {
+                let (addr, len) = layout::block_of(sb.node_of(s as u64), words[s]);
+                layout::decode_block(&sim.read_memory(addr, len).unwrap()).unwrap().0.to_vec()
+            })
+        })
+        .collect();
+
+    // A key's word copied into the first empty slot after its own: the key has two slots.
+    let empty = (0..8).find(|&s| words[s as usize] == 0).expect("6 keys in 8 slots leave room");
+    let before = (1..8).map(|d| (empty + 8 - d) % 8).find(|&s| words[s as usize] != 0).unwrap();
+    sim.write_memory(word_at(&sim, empty).0, &words[before as usize].to_le_bytes()).unwrap();
+    assert!(Probe::check_invariants(&options, &sim).unwrap_err().contains("also has slot"));
+    restore(&mut sim);
+
+    // A key not in its home slot: empty its home, and a search would stop short of it.
+    let (slot, k) = (0..8u64)
+        .filter_map(|s| keys[s as usize].clone().map(|k| (s, k)))
+        .find(|(s, k)| sb.home(k).0 != *s)
+        .expect("key 7 is not in its home");
+    let home = sb.home(&k).0;
+    sim.write_memory(word_at(&sim, home).0, &0u64.to_le_bytes()).unwrap();
+    assert!(
+        Probe::check_invariants(&options, &sim).unwrap_err().contains("past the empty slot"),
+        "key {k:?} at {slot}"
+    );
+    restore(&mut sim);
+
+    // One fingerprint bit flipped.
+    sim.write_memory(word_at(&sim, slot).0, &(words[slot as usize] ^ (1 << 60)).to_le_bytes()).unwrap();
+    assert!(Probe::check_invariants(&options, &sim).unwrap_err().contains("fingerprint"));
+}

@@ -165,7 +165,7 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
         let mut batch = Vec::with_capacity(2);
         let block = staged.as_mut().filter(|s| !is_tombstone(new) && !s.written);
         if let Some(s) = block {
-            debug_assert_eq!(s.node, addr.node(), "a block lives on its slot's node");
+            assert_eq!(s.node, addr.node(), "a block lives on its slot's node");
             // On one QP the CAS below is placed after this WRITE: whoever reads the new word
             // finds the block whole.
             batch.push(Request::write(s.addr, s.bytes.clone()));
