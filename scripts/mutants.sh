@@ -40,6 +40,7 @@ case $index in
   dolphin) files=(indexes/src/dolphin/mod.rs) ;;
   hstore) files=(indexes/src/hstore/client.rs indexes/src/hstore/hts.rs indexes/src/hstore/sls.rs) ;;
   clover) files=(indexes/src/clover/mod.rs) ;;
+  probe) files=(indexes/src/probe/ops.rs indexes/src/probe/layout.rs) ;;
   *) echo "scripts/mutants.sh: no protocol files listed for index '$index'" >&2; exit 2 ;;
 esac
 
@@ -50,7 +51,7 @@ fi
 
 # `scan` of a hash index only returns Unsupported, and no preset of one scans; `plant` and
 # `planted` only switch planted bugs, which the oracle never plants.
-not_protocol='validate|::limits|node_state_bytes|check_invariants|planted_bugs|race_handlers|node_counters|server_counters|::fmt|<impl Default|<impl Display|<impl Debug|configure|describe|Example.*::scan|Race.*::scan|Cluster.*::scan|Clover.*::scan|::plant'
+not_protocol='validate|::limits|node_state_bytes|check_invariants|planted_bugs|race_handlers|node_counters|server_counters|::fmt|<impl Default|<impl Display|<impl Debug|configure|describe|Example.*::scan|Race.*::scan|Cluster.*::scan|Clover.*::scan|Probe.*::scan|::plant'
 mutate=(--profile mutants --test-package dmkit-verify -E "$not_protocol")
 for f in "${files[@]}"; do mutate+=(-f "$f"); done
 [ -n "$focus" ] && mutate+=(-F "$focus")

@@ -113,8 +113,16 @@ impl Superblock {
             max_value_bytes: u64_at(bytes, 24) as u32,
             bases: (0..nodes).map(|i| RemoteAddr::from_raw(u64_at(bytes, 40 + 8 * i))).collect(),
         };
-        if sb.slots == 0 || sb.max_key_bytes == 0 || sb.max_key_bytes > MAX_KEY_BYTES {
-            return Err(format!("superblock with {} slots and {}-byte keys", sb.slots, sb.max_key_bytes));
+        if sb.slots == 0
+            || sb.slots >= 1 << 48
+            || sb.max_key_bytes == 0
+            || sb.max_key_bytes > MAX_KEY_BYTES
+            || sb.max_value_bytes > MAX_VALUE_BYTES
+        {
+            return Err(format!(
+                "superblock with {} slots, {}-byte keys and {}-byte values",
+                sb.slots, sb.max_key_bytes, sb.max_value_bytes
+            ));
         }
         Ok(sb)
     }

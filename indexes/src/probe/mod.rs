@@ -20,8 +20,10 @@
 //! block there. That is why there are no duplicate keys, and why a search that reaches an
 //! empty slot may answer "absent" (every earlier slot was someone else's when read, and still
 //! is). The price: deleted keys keep their slots, so the table's capacity counts every key ever
-//! inserted, not the live ones, and blocks are never freed (a reader may still be about to READ
-//! one; reclaiming them needs an epoch scheme this table does not have).
+//! inserted, not the live ones; blocks are never freed (a reader may still be about to READ
+//! one; reclaiming them needs an epoch scheme this table does not have); and in a nearly full
+//! table an insert reads many groups before it finds an empty slot (`for_run` sizes a run's
+//! table at most half full).
 //!
 //! ## Operations (each checks the key and value against [`Limits`] first)
 //!
@@ -31,12 +33,13 @@
 //! - **insert** (upsert): locate as search does. At the key's own slot, or at the first empty
 //!   slot, post one batch to the slot's node: `[WRITE new block, CAS slot word old → new]` (on
 //!   one QP the CAS is placed after the WRITE, so the block is whole before anyone can see the
-//!   word). If the CAS over the key's live word lost to another write of the key, this write is
-//!   done: linearized just before the winner, it was overwritten before anyone could read it
-//!   (so a hot key costs one CAS per update, not a retry storm). If a claim of an empty slot
-//!   lost, READ the winner's block: the same key (a concurrent insert of it) makes this slot the
-//!   key's own, so write over it; another key owns it for good, so probe on. Usually 3 round
-//!   trips.
+//!   word). If the CAS over the key's live word lost to other writes of the key, this write is
+//!   done: linearized just before the first of them (which came after this write read the
+//!   word), it was overwritten before anyone could read it, so a hot key costs one CAS per
+//!   update, not a retry storm. If a claim of an empty slot lost, READ the winner's block: the
+//!   same key (a concurrent insert of it) makes this slot the key's own, so write over it;
+//!   another key owns it for good, so probe on. 2 round trips for a new key (a group, the
+//!   batch), 3 for a present one (a group, its block, the batch).
 //! - **update**: as insert, but only over a live word of the key's own slot.
 //! - **delete**: CAS the key's live word to its tombstone (the same block, marked): 3 round
 //!   trips, no block written. A delete that lost its CAS retries over the word it found (the
@@ -134,7 +137,7 @@ const RACE_HANDLERS: [RaceHandler; 4] = [
     },
     RaceHandler {
         event: WRITE_OVERWRITTEN,
-        race: "two updates of one live key CASed its slot word: the loser is overwritten by the winner, unseen, and returns",
+        race: "an update's CAS over its key's live word lost to other writes of the key: linearized just before the first of them, it is overwritten unseen and returns",
     },
     RaceHandler {
         event: WRITE_LOST,
@@ -222,7 +225,7 @@ impl IndexKind for Probe {
     }
 
     fn fixed_table(shape: &TableShape) -> Option<Result<ProbeOptions, String>> {
-        // `dmkit fill`: `size` groups of `slots` (8 unless given) slots each.
+        // `dmkit fill`: a table of `size` × `slots` slots (8 unless given), whatever the groups.
         let slots = shape.size.saturating_mul(u64::from(shape.slots.unwrap_or(layout::GROUP_SLOTS as u32)));
         let options = ProbeOptions {
             slots,

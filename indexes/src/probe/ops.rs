@@ -41,6 +41,9 @@ struct Staged {
     bytes: Vec<u8>,
     /// Its WRITE went out (in the batch of a CAS that lost).
     written: bool,
+    /// A CAS that would have published it failed in transport: it may have landed, so the
+    /// block may be published and must not go back to the allocator.
+    in_doubt: bool,
 }
 
 impl<C: Client + Clone + 'static> ProbeHandle<C> {
@@ -144,7 +147,7 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
         if staged.is_none() {
             let bytes = layout::encode_block(key, value);
             let addr = self.node.chunks.alloc_on(&self.ctx, node, bytes.len() as u64, layout::LINE_BYTES).await?;
-            *staged = Some(Staged { node, addr, bytes, written: false });
+            *staged = Some(Staged { node, addr, bytes, written: false, in_doubt: false });
         }
         let s = staged.as_ref().expect("staged above");
         Ok(layout::live_word(fp, s.bytes.len() as u64 / layout::LINE_BYTES, s.addr.offset()))
@@ -172,7 +175,15 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
             s.written = true;
         }
         batch.push(Request::cas(addr, expected, new));
-        let mut responses = self.ctx.post(batch).await?;
+        let mut responses = match self.ctx.post(batch).await {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(s) = staged.as_mut().filter(|_| !is_tombstone(new)) {
+                    s.in_doubt = true;
+                }
+                return Err(e.into());
+            }
+        };
         let old = responses.pop().expect("a CAS response").atomic()?;
         if old != expected {
             self.counters.cas_failures += 1;
@@ -200,13 +211,13 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
         let (home, fp) = self.home(&sb, key).await;
         let mut staged = None;
         let result = self.write_from(op, &sb, key, home, fp, &change, &mut staged).await;
-        // A block that was never published goes back to the allocator. After an error it may
-        // have been (the CAS may have landed before the transport failed): it is left alone.
-        match staged {
-            Some(s) if !matches!(result, Err(IndexError::Verbs(_))) => {
-                self.node.chunks.free(s.addr, s.bytes.len() as u64)?
-            }
-            _ => {}
+        // A block that was never published goes back to the allocator; one whose publishing CAS
+        // failed in transport may have been published (the CAS may have landed) and stays.
+        if let Some(s) = staged.filter(|s| !s.in_doubt) {
+            self.node
+                .chunks
+                .free(s.addr, s.bytes.len() as u64)
+                .expect("an unpublished block goes back to the allocator that carved it");
         }
         result
     }
@@ -249,9 +260,10 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
                 return Ok(step.is_none() && !is_tombstone(expected));
             }
             place = match step {
-                // Another write of this key replaced the live word this value was to replace.
-                // Linearized just before that write, this one is overwritten before anyone
-                // could read it (the word never named its block), and the key was live then:
+                // Other writes of this key replaced the live word this value was to replace.
+                // Linearized just before the first of them (inside this operation: it came
+                // after this operation read the word), this one is overwritten before anyone
+                // could read it (no word ever named its block), and the key was live then:
                 // done, with no second CAS. Not for a delete (the winner saw the key live), nor
                 // for an insert over a tombstone (the winner saw it absent).
                 None if (!is_tombstone(expected) && !matches!(change, Change::Delete))
@@ -263,7 +275,9 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
                 // Otherwise retry over the word the CAS found: the slot is still the key's.
                 None => {
                     self.counters.event(WRITE_LOST);
-                    self.back_off(attempt).await;
+                    if attempt + 1 < self.options.max_retries {
+                        self.back_off(attempt).await;
+                    }
                     Place::Owned { slot, word: found, value: None }
                 }
                 // Planted bug: probe on as if another key had won.

@@ -17,6 +17,13 @@ fn tiny(slots: u64, memory_nodes: u16) -> ProbeOptions {
     }
 }
 
+/// Keys of 1 KiB, the most the options accept: 1016 zero bytes, then [`be_key`].
+fn max_key(k: u64) -> Vec<u8> {
+    let mut key = vec![0; 1016];
+    key.extend(be_key(k));
+    key
+}
+
 impl Checked for Probe {
     fn presets() -> Vec<(Preset, ProbeOptions)> {
         let base = Preset {
@@ -87,23 +94,20 @@ impl Checked for Probe {
                 tiny(1, 1),
             ),
             // The largest blocks the options accept: 1 KiB keys, 4 KiB values, 81 lines a block.
+            // In three slots keys 0, 1 and 2 share home 0 (key 3's is 2): a full table too.
             point(
                 "sweep-block-max",
-                Preset { value_bytes: 4096, step_limit: 2_000_000, ..base.clone() },
-                ProbeOptions { max_key_bytes: 1024, max_value_bytes: 4096, ..tiny(5, 1) },
+                Preset { key_of: max_key, value_bytes: 4096, step_limit: 2_000_000, ..base.clone() },
+                ProbeOptions { max_key_bytes: 1024, max_value_bytes: 4096, ..tiny(3, 1) },
             ),
             // One attempt per write: a write that loses its CAS gives up.
             point("sweep-retries-1", base.clone(), ProbeOptions { max_retries: 1, ..tiny(5, 1) }),
-            // Four memory nodes, three groups: blocks on three nodes, none on the fourth. The four
-            // keys' homes lie apart in 20 slots, so only same-key races are required.
+            // Four memory nodes, a group of 8 slots on each: the homes of keys 0..12 fall in all
+            // four groups, so blocks are carved on every node.
             point(
                 "sweep-nodes-4",
-                Preset {
-                    memory_nodes: 4,
-                    required_counters: &[CLAIM_LOST_SAME_KEY, WRITE_OVERWRITTEN],
-                    ..base.clone()
-                },
-                tiny(20, 4),
+                Preset { memory_nodes: 4, keys: 12, preload: 4, required_counters: &["cas_failures"], ..base.clone() },
+                tiny(32, 4),
             ),
             // Long runs: 4 clients x 20 operations on 5 keys in 5 slots.
             point(
