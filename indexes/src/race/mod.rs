@@ -142,6 +142,24 @@
 //! the loaded keys plus N and stops the LOAD after them. Left as they are: splits of different
 //! subtables at once (the paper's) and a move batched per bucket (the four round trips of every
 //! moving item of a bucket in one batch each), which would shorten the stall about threefold.
+//!
+//! ## Dynamics: a hot key's updates retry each other
+//!
+//! Found while measuring the tutorial's index beside RACE (`docs/new-index.md`): under YCSB A
+//! (Zipfian 0.99, 100 k keys, 4 CNs, 2 MNs, cx6-100g) RACE is steady at 16 clients (2.92 ± 0.01
+//! Mops/s) but not at 64: it starts near 10 Mops/s and within 10 ms falls to about 3, where it
+//! stays for the 400 ms cap (3.11 ± 0.09, update p99 0.86 ms, 1.5 failed update CASes per
+//! update); at 256 clients it gives 0.45 ± 0.02 Mops/s, 9.4 failed CASes per update, update p99
+//! 36 ms. With uniform keys (`--theta 0`) the same 256 clients are steady at 22.1 Mops/s. The
+//! mechanism is the paper's rule that an update whose slot CAS failed re-searches and redoes
+//! (digest §3.5, "restart"): every failed CAS costs another search and CAS on the hottest slots,
+//! so failures feed on themselves, and the simulated NIC serialises same-address atomics at its
+//! calibrated rate. Behaviour of the protocol as published, not a bug: the paper measures
+//! uniform keys (Fig. 14, 20), so it has no number to compare, and how deep the collapse goes on
+//! hardware depends on the NIC's same-address atomic rate. Left as the paper has it. The probing
+//! table avoids it by returning an update that lost to other writes of a live key as
+//! overwritten, which RACE cannot do as simply: its slots change keys (a delete empties one for
+//! any key) and a split's mover CASes them too.
 
 pub mod layout;
 pub mod presets;
