@@ -40,13 +40,15 @@
 //! header and slots), so a lock-free READ of the bucket, whose units are sampled in any order,
 //! can tell that it saw both halves between the same two moves. All integers little-endian.
 
+use crate::common::bytes::u64_at;
+use crate::common::superblock;
 use crate::hash::hash64;
 use dmkit_rdma::{Fixed, NodeId, RemoteAddr};
 
 pub const SUPERBLOCK_OFFSET: u64 = 4096;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMKCLST1");
 pub const MAX_MEMORY_NODES: usize = 64;
-pub const SUPERBLOCK_HEADER_BYTES: usize = 56;
+pub const SUPERBLOCK_HEADER_BYTES: usize = superblock::bytes(5, 0);
 pub const HEADER_BYTES: usize = 8;
 /// The superblock at its largest (every memory node's base), in the reserved bytes.
 const SUPERBLOCK: Fixed = Fixed::new(SUPERBLOCK_OFFSET, (SUPERBLOCK_HEADER_BYTES + 8 * MAX_MEMORY_NODES) as u64);
@@ -153,10 +155,6 @@ pub fn superblock_bytes(memory_nodes: usize) -> usize {
     SUPERBLOCK_HEADER_BYTES + 8 * memory_nodes
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
 /// Bytes of a bucket of `slots` slots: header, slots, version copy.
 pub fn bucket_bytes(slots: u32) -> usize {
     HEADER_BYTES + slots as usize * SLOT_BYTES + 8
@@ -184,46 +182,28 @@ pub fn region_bytes(slots: u32, main: u64, overflow: u64) -> u64 {
 
 impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(superblock_bytes(self.regions.len()));
-        for w in [
-            MAGIC,
+        let header = [
             self.main_buckets,
             self.slots as u64,
             self.overflow_percent as u64,
             self.key_bytes as u64,
             self.value_bytes as u64,
-            self.regions.len() as u64,
-        ] {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
-        for r in &self.regions {
-            out.extend_from_slice(&r.raw().to_le_bytes());
-        }
-        debug_assert_eq!(out.len(), superblock_bytes(self.regions.len()));
-        out
+        ];
+        superblock::encode(MAGIC, &header, &self.regions)
     }
 
     /// Decodes the header and as many regions as `bytes` holds; `Err` names what is wrong.
     pub fn decode(bytes: &[u8]) -> Result<Superblock, String> {
-        if bytes.len() < SUPERBLOCK_HEADER_BYTES {
-            return Err("superblock too short".into());
-        }
-        if u64_at(bytes, 0) != MAGIC {
-            return Err(format!("no cluster hash table here (magic {:#x})", u64_at(bytes, 0)));
-        }
-        let nodes = u64_at(bytes, 48) as usize;
-        if nodes == 0 || nodes > MAX_MEMORY_NODES || bytes.len() < superblock_bytes(nodes) {
-            return Err(format!("superblock names {nodes} memory nodes"));
-        }
+        let (h, regions) = superblock::decode(bytes, MAGIC, 5, MAX_MEMORY_NODES, "cluster hash table")?;
         let sb = Superblock {
-            main_buckets: u64_at(bytes, 8),
-            slots: u64_at(bytes, 16) as u32,
-            overflow_percent: u64_at(bytes, 24) as u32,
-            key_bytes: u64_at(bytes, 32) as u32,
-            value_bytes: u64_at(bytes, 40) as u32,
-            regions: (0..nodes).map(|i| RemoteAddr::from_raw(u64_at(bytes, 56 + 8 * i))).collect(),
+            main_buckets: h[0],
+            slots: h[1] as u32,
+            overflow_percent: h[2] as u32,
+            key_bytes: h[3] as u32,
+            value_bytes: h[4] as u32,
+            regions,
         };
-        if sb.main_buckets < nodes as u64 || sb.slots == 0 || sb.slots > MAX_SLOTS {
+        if sb.main_buckets < sb.regions.len() as u64 || sb.slots == 0 || sb.slots > MAX_SLOTS {
             return Err(format!("superblock with {} main buckets of {} slots", sb.main_buckets, sb.slots));
         }
         Ok(sb)

@@ -154,6 +154,11 @@ impl fmt::Debug for SmallBytes {
     }
 }
 
+/// The little-endian u64 at byte `at` of `b` (remote formats are little-endian).
+pub fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@
 //! - [`rdwc`]: read delegation and write combining (SMART §4.2), with the SMART digest's fixes
 //!   for its admission hazards (H6, H7).
 //! - [`range_cache`]: B+tree internal-node cache by fence range and byte budget (Sherman, CHIME).
+//! - [`superblock`]: the superblock framing the one-sided hash tables share.
 //!
 //! Everything here is per compute node: shared by that node's clients (`Sync`), its bytes
 //! accounted, and never holding a lock across an `.await`.
@@ -32,6 +33,7 @@ pub mod primitive;
 pub mod range_cache;
 pub mod rdwc;
 pub mod root;
+pub mod superblock;
 
 /// Counters of one compute node's index cache (Sherman's node cache, SMART's radix cache).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -26,13 +26,15 @@
 //! All integers are little-endian. An all-zero slot is empty; a slot whose checksum does not
 //! match was read torn (a concurrent WRITE landed in some of its units) and is read again.
 
+use crate::common::bytes::u64_at;
+use crate::common::superblock;
 use crate::hash::hash64;
 use dmkit_rdma::{Fixed, NodeId, RemoteAddr};
 
 pub const SUPERBLOCK_OFFSET: u64 = 4096;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMKEXHT1");
 pub const MAX_MEMORY_NODES: usize = 64;
-pub const SUPERBLOCK_HEADER_BYTES: usize = 48;
+pub const SUPERBLOCK_HEADER_BYTES: usize = superblock::bytes(4, 0);
 pub const LOCK_BYTES: usize = 8;
 pub const SLOT_HEADER_BYTES: usize = 16;
 const CHECKSUM_SEED: u64 = 0x5107_c4ec_5a17;
@@ -59,52 +61,25 @@ pub fn superblock_bytes(memory_nodes: usize) -> usize {
     SUPERBLOCK_HEADER_BYTES + 8 * memory_nodes
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
 fn round8(n: u32) -> usize {
     (n as usize).div_ceil(8) * 8
 }
 
 impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(superblock_bytes(self.bases.len()));
-        for w in [
-            MAGIC,
-            self.buckets,
-            self.slots as u64,
-            self.max_key_bytes as u64,
-            self.max_value_bytes as u64,
-            self.bases.len() as u64,
-        ] {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
-        for b in &self.bases {
-            out.extend_from_slice(&b.raw().to_le_bytes());
-        }
-        debug_assert_eq!(out.len(), superblock_bytes(self.bases.len()));
-        out
+        let header = [self.buckets, self.slots as u64, self.max_key_bytes as u64, self.max_value_bytes as u64];
+        superblock::encode(MAGIC, &header, &self.bases)
     }
 
     /// Decodes the header and as many bases as `bytes` holds; `Err` names what is wrong.
     pub fn decode(bytes: &[u8]) -> Result<Superblock, String> {
-        if bytes.len() < SUPERBLOCK_HEADER_BYTES {
-            return Err("superblock too short".into());
-        }
-        if u64_at(bytes, 0) != MAGIC {
-            return Err(format!("no example hash table here (magic {:#x})", u64_at(bytes, 0)));
-        }
-        let nodes = u64_at(bytes, 40) as usize;
-        if nodes == 0 || nodes > MAX_MEMORY_NODES || bytes.len() < superblock_bytes(nodes) {
-            return Err(format!("superblock names {nodes} memory nodes"));
-        }
+        let (h, bases) = superblock::decode(bytes, MAGIC, 4, MAX_MEMORY_NODES, "example hash table")?;
         let sb = Superblock {
-            buckets: u64_at(bytes, 8),
-            slots: u64_at(bytes, 16) as u32,
-            max_key_bytes: u64_at(bytes, 24) as u32,
-            max_value_bytes: u64_at(bytes, 32) as u32,
-            bases: (0..nodes).map(|i| RemoteAddr::from_raw(u64_at(bytes, 48 + 8 * i))).collect(),
+            buckets: h[0],
+            slots: h[1] as u32,
+            max_key_bytes: h[2] as u32,
+            max_value_bytes: h[3] as u32,
+            bases,
         };
         if sb.buckets == 0 || sb.slots == 0 {
             return Err("superblock with no buckets or slots".into());

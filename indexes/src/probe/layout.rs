@@ -30,12 +30,13 @@
 //! (the two go in one doorbell batch to the block's node: on one QP the CAS is placed after the
 //! WRITE), and never written again, so no reader sees a torn block and blocks need no checksum.
 
+use crate::common::superblock;
 use crate::hash::hash64;
 use dmkit_rdma::{Fixed, NodeId, RemoteAddr};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMKPROBE");
 pub const MAX_MEMORY_NODES: usize = 64;
-pub const SUPERBLOCK_HEADER_BYTES: usize = 40;
+pub const SUPERBLOCK_HEADER_BYTES: usize = superblock::bytes(3, 0);
 /// Slots per group: one 64-byte line of 8-byte words, read whole and atomically.
 pub const GROUP_SLOTS: u64 = 8;
 pub const GROUP_BYTES: u64 = GROUP_SLOTS * 8;
@@ -70,10 +71,6 @@ pub fn superblock_bytes(memory_nodes: usize) -> usize {
     SUPERBLOCK_HEADER_BYTES + 8 * memory_nodes
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
 /// The geometry every client derives from the superblock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
@@ -85,34 +82,13 @@ pub struct Superblock {
 
 impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(superblock_bytes(self.bases.len()));
-        for w in [MAGIC, self.slots, self.max_key_bytes as u64, self.max_value_bytes as u64, self.bases.len() as u64] {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
-        for b in &self.bases {
-            out.extend_from_slice(&b.raw().to_le_bytes());
-        }
-        out
+        superblock::encode(MAGIC, &[self.slots, self.max_key_bytes as u64, self.max_value_bytes as u64], &self.bases)
     }
 
     /// Decodes the header and the bases; `Err` names what is wrong.
     pub fn decode(bytes: &[u8]) -> Result<Superblock, String> {
-        if bytes.len() < SUPERBLOCK_HEADER_BYTES {
-            return Err("superblock too short".into());
-        }
-        if u64_at(bytes, 0) != MAGIC {
-            return Err(format!("no probing hash table here (magic {:#x})", u64_at(bytes, 0)));
-        }
-        let nodes = u64_at(bytes, 32) as usize;
-        if nodes == 0 || nodes > MAX_MEMORY_NODES || bytes.len() < superblock_bytes(nodes) {
-            return Err(format!("superblock names {nodes} memory nodes"));
-        }
-        let sb = Superblock {
-            slots: u64_at(bytes, 8),
-            max_key_bytes: u64_at(bytes, 16) as u32,
-            max_value_bytes: u64_at(bytes, 24) as u32,
-            bases: (0..nodes).map(|i| RemoteAddr::from_raw(u64_at(bytes, 40 + 8 * i))).collect(),
-        };
+        let (h, bases) = superblock::decode(bytes, MAGIC, 3, MAX_MEMORY_NODES, "probing hash table")?;
+        let sb = Superblock { slots: h[0], max_key_bytes: h[1] as u32, max_value_bytes: h[2] as u32, bases };
         if sb.slots == 0
             || sb.slots >= 1 << 48
             || sb.max_key_bytes == 0
