@@ -63,6 +63,20 @@ impl Checked for Probe {
             // Two memory nodes: a sequence leaves a group on one node for the next on the other,
             // and its blocks follow it.
             (Preset { name: "spread", memory_nodes: 2, keys: 10, preload: 6, clients: 4, ..base.clone() }, tiny(12, 2)),
+            // Several groups on each memory node, unevenly (7 groups: 4 on node 0, 3 on node 1),
+            // and sixteen keys whose homes fall in six of them: a group's place on its node and
+            // each node's share of groups matter. Found by the mutation run (README).
+            (
+                Preset {
+                    name: "groups",
+                    memory_nodes: 2,
+                    keys: 16,
+                    preload: 8,
+                    required_counters: &["cas_failures"],
+                    ..base.clone()
+                },
+                tiny(56, 2),
+            ),
             // Three READ failures the explorer places anywhere: a write that fails midway must
             // leave no half-published block behind.
             (Preset { name: "read-failure", ..base.clone() }, tiny(5, 1)),
