@@ -121,7 +121,8 @@ fn the_invariant_walk_catches_each_corruption() {
     let report = Probe::check_invariants(&options, &sim).unwrap();
     assert_eq!((report.items, report.structures["tombstones"]), (5, 1));
 
-    let sb = Superblock::decode(&sim.read_memory(layout::superblock_addr(), 48).unwrap()).unwrap();
+    let sb =
+        Superblock::decode(&sim.read_memory(layout::superblock_addr(), layout::superblock_bytes(1)).unwrap()).unwrap();
     let word_at = |sim: &Sim, slot: u64| {
         let (group, _) = sb.group_of(slot);
         let addr = group.add(8 * (slot % layout::GROUP_SLOTS));

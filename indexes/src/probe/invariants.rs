@@ -16,8 +16,8 @@ pub(super) fn walk(o: &ProbeOptions, memory: &dyn MemoryView) -> Result<Invarian
         .read_memory(layout::superblock_addr(), layout::superblock_bytes(o.memory_nodes as usize))
         .map_err(|e| e.to_string())?;
     let sb = Superblock::decode(&raw)?;
-    if (sb.slots, sb.max_key_bytes, sb.max_value_bytes, sb.bases.len())
-        != (o.slots, o.max_key_bytes, o.max_value_bytes, o.memory_nodes as usize)
+    if (sb.slots, sb.max_key_bytes, sb.max_value_bytes, sb.max_probe, sb.bases.len())
+        != (o.slots, o.max_key_bytes, o.max_value_bytes, o.max_probe, o.memory_nodes as usize)
     {
         return Err(format!("the superblock ({sb:?}) is not the options' table ({o:?})"));
     }
@@ -61,6 +61,12 @@ pub(super) fn walk(o: &ProbeOptions, memory: &dyn MemoryView) -> Result<Invarian
         let (home, fp) = sb.home(key);
         if fp != fingerprint {
             return Err(at(format!("fingerprint {fingerprint:#x}, but key {key:02x?} has {fp:#x}")));
+        }
+        if sb.distance(home, slot) >= sb.probe_len() {
+            return Err(at(format!(
+                "key {key:02x?} (home {home}) lies beyond the {} slots a search probes",
+                sb.probe_len()
+            )));
         }
         if let Some(gap) = (0..sb.distance(home, slot)).map(|d| sb.probe(home, d)).find(|&s| words[s as usize] == 0) {
             return Err(at(format!("key {key:02x?} (home {home}) is past the empty slot {gap}: a search stops there")));

@@ -6,8 +6,9 @@
 //!   8  slots            u64  slots in the table
 //!  16  max_key_bytes    u64
 //!  24  max_value_bytes  u64
-//!  32  memory_nodes     u64  groups are spread round-robin over this many nodes
-//!  40  bases            u64 × memory_nodes: remote address of each node's groups
+//!  32  max_probe        u64  slots a probe sequence may span from its home
+//!  40  memory_nodes     u64  groups are spread round-robin over this many nodes
+//!  48  bases            u64 × memory_nodes: remote address of each node's groups
 //!
 //! group (64 bytes, one cache line): the words of 8 consecutive slots. Slot i is word i % 8 of
 //! group i / 8; group g lives on node g % memory_nodes, at index g / memory_nodes.
@@ -36,7 +37,7 @@ use dmkit_rdma::{Fixed, NodeId, RemoteAddr};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMKPROBE");
 pub const MAX_MEMORY_NODES: usize = 64;
-pub const SUPERBLOCK_HEADER_BYTES: usize = superblock::bytes(3, 0);
+pub const SUPERBLOCK_HEADER_BYTES: usize = superblock::bytes(4, 0);
 /// Slots per group: one 64-byte line of 8-byte words, read whole and atomically.
 pub const GROUP_SLOTS: u64 = 8;
 pub const GROUP_BYTES: u64 = GROUP_SLOTS * 8;
@@ -77,23 +78,32 @@ pub struct Superblock {
     pub slots: u64,
     pub max_key_bytes: u32,
     pub max_value_bytes: u32,
+    pub max_probe: u64,
     pub bases: Vec<RemoteAddr>,
 }
 
 impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
-        superblock::encode(MAGIC, &[self.slots, self.max_key_bytes as u64, self.max_value_bytes as u64], &self.bases)
+        let header = [self.slots, self.max_key_bytes as u64, self.max_value_bytes as u64, self.max_probe];
+        superblock::encode(MAGIC, &header, &self.bases)
     }
 
     /// Decodes the header and the bases; `Err` names what is wrong.
     pub fn decode(bytes: &[u8]) -> Result<Superblock, String> {
-        let (h, bases) = superblock::decode(bytes, MAGIC, 3, MAX_MEMORY_NODES, "probing hash table")?;
-        let sb = Superblock { slots: h[0], max_key_bytes: h[1] as u32, max_value_bytes: h[2] as u32, bases };
+        let (h, bases) = superblock::decode(bytes, MAGIC, 4, MAX_MEMORY_NODES, "probing hash table")?;
+        let sb = Superblock {
+            slots: h[0],
+            max_key_bytes: h[1] as u32,
+            max_value_bytes: h[2] as u32,
+            max_probe: h[3],
+            bases,
+        };
         if sb.slots == 0
             || sb.slots >= 1 << 48
             || sb.max_key_bytes == 0
             || sb.max_key_bytes > MAX_KEY_BYTES
             || sb.max_value_bytes > MAX_VALUE_BYTES
+            || sb.max_probe == 0
         {
             return Err(format!(
                 "superblock with {} slots, {}-byte keys and {}-byte values",
@@ -136,6 +146,11 @@ impl Superblock {
     /// The slot `step` places after `home`, wrapping.
     pub fn probe(&self, home: u64, step: u64) -> u64 {
         (home + step) % self.slots
+    }
+
+    /// Slots a probe sequence visits: `max_probe`, or the whole table if that is smaller.
+    pub fn probe_len(&self) -> u64 {
+        self.slots.min(self.max_probe)
     }
 
     /// Steps from `home` to `slot` along the probe sequence.
@@ -238,6 +253,7 @@ mod tests {
             slots,
             max_key_bytes: 16,
             max_value_bytes: 100,
+            max_probe: 128,
             bases: (0..nodes).map(|n| RemoteAddr::host(NodeId(n), 1 << 20)).collect(),
         }
     }

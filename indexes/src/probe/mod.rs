@@ -28,7 +28,7 @@
 //! ## Operations (each checks the key and value against [`Limits`] first)
 //!
 //! - **search**: READ groups along the probe sequence from the key's home slot until the key's
-//!   slot or an empty one; READ the block of each word whose fingerprint matches. Usually 2
+//!   slot or an empty one, at most `max_probe` slots (no key lives further from its home); READ the block of each word whose fingerprint matches. Usually 2
 //!   round trips (a group, the block).
 //! - **insert** (upsert): locate as search does. At the key's own slot, or at the first empty
 //!   slot, post one batch to the slot's node: `[WRITE new block, CAS slot word old → new]` (on
@@ -94,6 +94,10 @@ pub struct ProbeOptions {
     pub chunk_bytes: u64,
     /// Bound on the CAS attempts of one write before [`IndexError::RetriesExhausted`].
     pub max_retries: u32,
+    /// Slots a probe sequence may span: a key lives within this many slots of its home, so a
+    /// search stops there and an insert that finds no room there answers
+    /// [`IndexError::Full`]. Without a bound, an insert into a full table READs all of it.
+    pub max_probe: u64,
     /// Planted bugs (removed protections), by name: [`REUSE_TOMBSTONES`], [`SKIP_LOST_CLAIM`],
     /// [`OVERWRITE_ANY_LOSS`].
     pub plants: BTreeSet<&'static str>,
@@ -108,6 +112,7 @@ impl Default for ProbeOptions {
             memory_nodes: 1,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
             max_retries: 10_000,
+            max_probe: 128,
             plants: BTreeSet::new(),
         }
     }
@@ -198,8 +203,8 @@ impl IndexKind for Probe {
         if o.memory_nodes == 0 || o.memory_nodes as usize > layout::MAX_MEMORY_NODES {
             return Err(format!("the probing table spreads over 1..={} memory nodes", layout::MAX_MEMORY_NODES));
         }
-        if o.max_retries == 0 {
-            return Err("max_retries must be positive".into());
+        if o.max_retries == 0 || o.max_probe == 0 {
+            return Err("max_retries and max_probe must be positive".into());
         }
         ChunkOptions::paged(o.memory_nodes, o.chunk_bytes).validate()
     }
@@ -242,6 +247,7 @@ impl IndexKind for Probe {
             slots: o.slots,
             max_key_bytes: o.max_key_bytes,
             max_value_bytes: o.max_value_bytes,
+            max_probe: o.max_probe,
             bases: vec![RemoteAddr::NULL; o.memory_nodes as usize],
         };
         for i in 0..sb.bases.len() {

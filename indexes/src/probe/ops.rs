@@ -30,7 +30,7 @@ enum Place {
     /// The key has no slot: `slot`, `step` places along its probe sequence, is the first empty
     /// one (`word` 0), or, with [`REUSE_TOMBSTONES`] planted, another key's tombstone before it.
     Free { slot: u64, step: u64, word: u64 },
-    /// Every slot is another key's.
+    /// Every slot within reach of the key's home (`max_probe`) is another key's.
     Full,
 }
 
@@ -87,12 +87,13 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
         Ok((key.to_vec(), value.to_vec()))
     }
 
-    /// Walks `key`'s probe sequence from `from` steps past its home: READ a group at a time,
-    /// and the block of each word whose fingerprint is the key's.
+    /// Walks `key`'s probe sequence from `from` steps past its home, at most
+    /// [`Superblock::probe_len`] slots: READ a group at a time, and the block of each word whose
+    /// fingerprint is the key's.
     async fn locate(&mut self, sb: &Superblock, key: &[u8], home: u64, fp: u8, from: u64) -> Result<Place, IndexError> {
         let mut group: Option<(u64, Vec<u64>)> = None;
         let mut reusable = None;
-        for step in from..sb.slots {
+        for step in from..sb.probe_len() {
             let slot = sb.probe(home, step);
             let g = slot / GROUP_SLOTS;
             if group.as_ref().is_none_or(|(read, _)| *read != g) {

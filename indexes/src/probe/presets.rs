@@ -114,6 +114,14 @@ impl Checked for Probe {
                 Preset { key_of: max_key, value_bytes: 4096, step_limit: 2_000_000, ..base.clone() },
                 ProbeOptions { max_key_bytes: 1024, max_value_bytes: 4096, ..tiny(3, 1) },
             ),
+            // A key only in its home slot (a direct-mapped table), or within two of it: inserts
+            // answer Full while the table has room, and searches stop at the bound.
+            point(
+                "sweep-probe-1",
+                Preset { required_counters: &[WRITE_OVERWRITTEN], ..base.clone() },
+                ProbeOptions { max_probe: 1, ..tiny(5, 1) },
+            ),
+            point("sweep-probe-2", base.clone(), ProbeOptions { max_probe: 2, ..tiny(5, 1) }),
             // One attempt per write: a write that loses its CAS gives up.
             point("sweep-retries-1", base.clone(), ProbeOptions { max_retries: 1, ..tiny(5, 1) }),
             // Four memory nodes, a group of 8 slots on each: the homes of keys 0..12 fall in all
