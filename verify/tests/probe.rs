@@ -124,8 +124,7 @@ fn the_invariant_walk_catches_each_corruption() {
     let sb =
         Superblock::decode(&sim.read_memory(layout::superblock_addr(), layout::superblock_bytes(1)).unwrap()).unwrap();
     let word_at = |sim: &Sim, slot: u64| {
-        let (group, _) = sb.group_of(slot);
-        let addr = group.add(8 * (slot % layout::GROUP_SLOTS));
+        let addr = sb.slot_addr(slot);
         (addr, u64::from_le_bytes(sim.read_memory(addr, 8).unwrap().try_into().unwrap()))
     };
     let words: Vec<u64> = (0..8).map(|s| word_at(&sim, s).1).collect();

@@ -158,12 +158,7 @@ mod explored {
     }
 
     fn scenario<K: Checked>(preset: &str, plant: Option<&str>, seed: u64) -> IndexScenario<K> {
-        let (preset, mut options) = K::presets().into_iter().find(|(p, _)| p.name == preset).unwrap();
-        if let Some(bug) = plant {
-            K::plant(&mut options, bug).unwrap();
-        }
-        let faults = dmkit_verify::harness::simulated(&K::faults(preset.name, &options));
-        IndexScenario { faults, ..IndexScenario::new(preset, options, seed) }
+        IndexScenario::from_preset(Some(preset), None, plant, seed).unwrap()
     }
 
     fn clean<K: Checked>() {

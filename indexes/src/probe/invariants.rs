@@ -34,7 +34,7 @@ pub(super) fn walk(o: &ProbeOptions, memory: &dyn MemoryView) -> Result<Invarian
     for g in 0..sb.groups() {
         let (addr, n) = sb.group_of(g * GROUP_SLOTS);
         let bytes = memory.read_memory(addr, 8 * n as usize).map_err(|e| e.to_string())?;
-        words.extend(bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))));
+        words.extend(layout::words(&bytes));
     }
     let mut report = InvariantReport::default();
     let mut owners: BTreeMap<Vec<u8>, u64> = BTreeMap::new();

@@ -137,6 +137,11 @@ impl Superblock {
         (self.bases[(g % m) as usize].add((g / m) * GROUP_BYTES), (self.slots - first).min(GROUP_SLOTS))
     }
 
+    /// Remote address of slot `slot`'s word.
+    pub fn slot_addr(&self, slot: u64) -> RemoteAddr {
+        self.group_of(slot).0.add(8 * (slot % GROUP_SLOTS))
+    }
+
     /// Where `key`'s probe sequence starts, and its fingerprint.
     pub fn home(&self, key: &[u8]) -> (u64, u8) {
         let h = hash64(key, HASH_SEED);
@@ -162,6 +167,11 @@ impl Superblock {
     pub fn max_block_lines(&self) -> u64 {
         block_lines(self.max_key_bytes as usize, self.max_value_bytes as usize)
     }
+}
+
+/// The slot words of a group as READ.
+pub fn words(group: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    group.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
 }
 
 /// A decoded slot word.

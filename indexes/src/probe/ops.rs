@@ -99,8 +99,7 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
             if group.as_ref().is_none_or(|(read, _)| *read != g) {
                 let (addr, n) = sb.group_of(slot);
                 let bytes = self.ctx.read(addr, Buf::zeroed(8 * n as usize)).await?;
-                let words = bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
-                group = Some((g, words.collect()));
+                group = Some((g, layout::words(&bytes).collect()));
             }
             let word = group.as_ref().expect("read above").1[(slot % GROUP_SLOTS) as usize];
             self.ctx.charge_cpu(CpuWork::NodeSearchEntry, 1).await;
@@ -143,7 +142,7 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
     ) -> Result<u64, IndexError> {
         let node = sb.node_of(slot);
         if let Some(s) = staged.take_if(|s| s.node != node) {
-            self.node.chunks.free(s.addr, s.bytes.len() as u64)?;
+            self.release(s);
         }
         if staged.is_none() {
             let bytes = layout::encode_block(key, value);
@@ -164,8 +163,7 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
         new: u64,
         staged: &mut Option<Staged>,
     ) -> Result<u64, IndexError> {
-        let (group, _) = sb.group_of(slot);
-        let addr = group.add(8 * (slot % GROUP_SLOTS));
+        let addr = sb.slot_addr(slot);
         let mut batch = Vec::with_capacity(2);
         let block = staged.as_mut().filter(|s| !is_tombstone(new) && !s.written);
         if let Some(s) = block {
@@ -215,12 +213,17 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
         // A block that was never published goes back to the allocator; one whose publishing CAS
         // failed in transport may have been published (the CAS may have landed) and stays.
         if let Some(s) = staged.filter(|s| !s.in_doubt) {
-            self.node
-                .chunks
-                .free(s.addr, s.bytes.len() as u64)
-                .expect("an unpublished block goes back to the allocator that carved it");
+            self.release(s);
         }
         result
+    }
+
+    /// Gives an unpublished block back to the allocator that carved it.
+    fn release(&self, s: Staged) {
+        self.node
+            .chunks
+            .free(s.addr, s.bytes.len() as u64)
+            .expect("an unpublished block goes back to the allocator that carved it");
     }
 
     #[allow(clippy::too_many_arguments)]
