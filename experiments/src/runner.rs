@@ -158,6 +158,7 @@ pub fn load<K: IndexKind>(
     K::inherit(&kept, &node);
     drop(node);
     let loader_state: Arc<dyn std::any::Any + Send + Sync> = Arc::new(kept);
+    stray_verbs(&sim, "loading")?;
     let image = sim.into_image().map_err(|e| format!("imaging the loaded index: {e}"))?;
     let item_bytes = item_bytes_total as f64 / keys.max(1) as f64;
     Ok(Loaded { key, image, loader: loader_state, keys, item_bytes, load_wall_s: started.elapsed().as_secs_f64() })
@@ -213,6 +214,17 @@ fn rdwc_ratios(
     out.insert("read_delegation_ratio".into(), round3(get("rdwc_reads_delegated") as f64 / reads.max(1) as f64));
     out.insert("write_combining_ratio".into(), round3(get("rdwc_writes_combined") as f64 / writes.max(1) as f64));
     Some(out)
+}
+
+/// An error if a verb of `phase` addressed memory no allocator handed out: an index's address
+/// arithmetic went astray, and its numbers are not to be trusted (see `dmkit_sim::UnallocatedVerbs`).
+pub(crate) fn stray_verbs(sim: &Sim, phase: &str) -> Result<(), String> {
+    match sim.stats().unallocated {
+        dmkit_sim::UnallocatedVerbs { count, first: Some(first) } => {
+            Err(format!("{phase}: {count} verb(s) addressed unallocated memory; the first: {first}"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// NIC busy time summed over memory nodes, and the RDWC counters, at a tick boundary.
@@ -432,6 +444,7 @@ pub fn run_loaded<K: IndexKind>(
     sim.run().map_err(|e| e.to_string())?;
     progress.measuring(now, "done; walking the structure's invariants");
     let stats = sim.stats();
+    stray_verbs(&sim, "the run")?;
     let report = K::check_invariants(options, &sim).map_err(|e| format!("after the run, invariant violated: {e}"))?;
     let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
     report.check_unfinished(tally.log.has_errors()).map_err(|e| format!("after the run, invariant violated: {e}"))?;

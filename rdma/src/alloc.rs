@@ -163,6 +163,14 @@ impl ChunkAllocator {
         self.allocated_bytes
     }
 
+    /// Every block this allocator has handed out, live or freed since, as `(offset, bytes)`:
+    /// the host memory a verb may address (with the reserved bytes below `base`). Blocks are
+    /// never split or merged, so freed ones keep their bounds.
+    pub fn blocks(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let freed = self.free.iter().flat_map(|(&bytes, offsets)| offsets.iter().map(move |&o| (o, bytes)));
+        self.live.iter().map(|(&o, &bytes)| (o, bytes)).chain(freed)
+    }
+
     /// Forgets everything (a memory node that crashed and restarted with empty memory).
     pub fn reset(&mut self) {
         *self = ChunkAllocator::new(self.node, self.base, self.limit, self.reuse);

@@ -12,6 +12,7 @@
 //! 4. **Complete**: once a batch's verbs and every earlier verb of its QP are done, the response
 //!    crosses back and the completion is delivered.
 
+use crate::allocations::Allocations;
 use crate::config::{MemoryModel, SimConfig};
 use crate::memory::{FixedMap, NodeMemories, SparseMemory};
 use crate::nic::{PS_PER_NS, Server, StageCosts};
@@ -406,6 +407,8 @@ pub(crate) struct Core {
     batches_posted: u64,
     calls_posted: u64,
     pub(crate) fault_counters: FaultCounters,
+    /// What host memory verbs may address, and the verbs that strayed outside it.
+    pub(crate) allocations: Allocations,
     trace_hash: u64,
     pub(crate) trace: Option<Vec<String>>,
 }
@@ -494,6 +497,7 @@ impl Core {
             batches_posted: 0,
             calls_posted: 0,
             fault_counters: FaultCounters::default(),
+            allocations: Allocations::new(t.memory_nodes, t.reserved_bytes),
             trace_hash: 0xcbf2_9ce4_8422_2325,
             trace: cfg.trace.then(Vec::new),
             cfg,
@@ -752,6 +756,7 @@ impl Core {
         let node = validate_batch(&requests, self.cfg.profile.max_message_bytes)?;
         for r in &requests {
             self.check_range(r.addr, r.op.byte_len())?;
+            self.allocations.check(self.now_ns, client, r.op.name(), r.addr, r.op.byte_len());
             if self.cfg.masked_atomics == MaskedAtomics::Emulated
                 && matches!(r.op, Op::MaskedCas { .. } | Op::MaskedFaa { .. })
             {
@@ -1935,6 +1940,7 @@ impl Core {
                 })
                 .collect(),
             faults: self.fault_counters,
+            unallocated: self.allocations.outside().clone(),
             trace_hash: self.trace_hash,
         }
     }

@@ -9,7 +9,7 @@ use crate::config::{ConfigError, SimConfig};
 use crate::core::{Awaited, AwaitedSlab, Batch, Core, LocalOp, Rpc, TaskId, Timer};
 use crate::sched::{Chooser, StepKind, StepQueue};
 use crate::stats::Stats;
-use dmkit_rdma::alloc::{ALLOCATOR_SERVICE, AllocRequest, ChunkAllocator};
+use dmkit_rdma::alloc::{ALLOCATOR_SERVICE, AllocRequest, AllocResponse, ChunkAllocator};
 use dmkit_rdma::service::{LocalMemory, Replier, Responder, Service, ServiceHost};
 use dmkit_rdma::{
     Buf, Caps, ClientCtx, ClientIdentity, CpuWork, NodeId, Op, RemoteAddr, Request, Response, Verbs, VerbsError,
@@ -116,10 +116,17 @@ struct AllocatorService {
 impl Service<SimClient> for AllocatorService {
     async fn handle(self: Arc<Self>, ctx: SimClient, request: Vec<u8>) -> Vec<u8> {
         ctx.charge_cpu(CpuWork::Nanoseconds, self.handler_ns).await;
-        match AllocRequest::decode(&request) {
-            Ok(r) => self.state.lock().unwrap_or_else(|e| e.into_inner()).handle(r).encode(),
-            Err(e) => dmkit_rdma::alloc::AllocResponse::Rejected(e.to_string()).encode(),
-        }
+        let response = match AllocRequest::decode(&request) {
+            Ok(r) => {
+                let response = self.state.lock().unwrap_or_else(|e| e.into_inner()).handle(r);
+                if let (AllocRequest::Alloc { bytes, .. }, AllocResponse::Allocated(at)) = (r, &response) {
+                    ctx.core.borrow_mut().allocations.note(at.node(), at.offset(), bytes);
+                }
+                response
+            }
+            Err(e) => AllocResponse::Rejected(e.to_string()),
+        };
+        response.encode()
     }
 
     fn fork(&self) -> Option<Self> {
@@ -251,6 +258,16 @@ impl Sim {
             Some(state) => (entry.resume)(&state).expect("an image holds only states its service can copy"),
             None => (entry.factory)(),
         };
+        if id == ALLOCATOR_SERVICE {
+            // A restored allocator's blocks were handed out before this simulation began.
+            if let Ok(allocator) = instance.state.clone().downcast::<AllocatorService>() {
+                let state = allocator.state.lock().unwrap_or_else(|e| e.into_inner());
+                let mut core = self.core.borrow_mut();
+                for (offset, bytes) in state.blocks() {
+                    core.allocations.note(node, offset, bytes);
+                }
+            }
+        }
         let (workers, run_worker) = (instance.workers, instance.run_worker.clone());
         entry.current = Some(instance);
         for index in 0..workers {

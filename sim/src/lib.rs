@@ -19,6 +19,7 @@
 //! In timed runs without the tearing fault, a READ or WRITE is applied in one step (one of the
 //! behaviours the model allows); tearing and chooser runs split verbs into their units.
 
+mod allocations;
 mod config;
 mod core;
 mod exec;
@@ -28,6 +29,7 @@ pub mod profile;
 mod sched;
 mod stats;
 
+pub use allocations::{UnallocatedVerb, UnallocatedVerbs};
 pub use config::{
     ClientCrash, ConfigError, ExtraDelay, Faults, MemoryModel, NodeCrash, ReadFailure, SimConfig, Slowdown, Tearing,
     Topology,

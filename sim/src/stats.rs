@@ -110,6 +110,8 @@ pub struct Stats {
     /// Indexed by target node id (memory nodes).
     pub nodes: Vec<NodeStats>,
     pub faults: FaultCounters,
+    /// Verbs that addressed host memory no allocator handed out (see `allocations.rs`).
+    pub unallocated: crate::UnallocatedVerbs,
     /// Hash of every executed step: equal for equal seeds and configs.
     pub trace_hash: u64,
 }

@@ -376,6 +376,12 @@ impl<K: Checked> Scenario for IndexScenario<K> {
                 }
                 Err(e) => return Err(format!("the run failed: {e}")),
             }
+            // A verb that addressed memory no allocator handed out: an address computation
+            // went astray, whether or not the bytes it touched mattered to this run.
+            let stray = sim.stats().unallocated;
+            if let Some(first) = stray.first {
+                return Err(format!("{} verb(s) addressed unallocated memory; the first: {first}", stray.count));
+            }
             // A transport error without an injected fault: a violation of its own (see
             // `History::unexplained_transport_error`; an index failing every operation so would
             // pass otherwise).
@@ -447,6 +453,9 @@ pub fn run_sequence_checked<K: IndexKind>(
         }
     });
     sim.run().expect("a sequential run ends");
+    if let Some(first) = sim.stats().unallocated.first {
+        panic!("a verb addressed unallocated memory: {first}");
+    }
     let mut model = spec::SpecMap::new();
     let want = ops.iter().map(|op| model.apply(op, K::SUPPORTS_SCAN)).collect();
     let got = got.borrow().clone();

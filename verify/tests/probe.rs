@@ -4,7 +4,9 @@
 
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::checking::Checked;
-use dmkit_indexes::probe::{OVERWRITE_ANY_LOSS, Probe, ProbeOptions, REUSE_TOMBSTONES, SKIP_LOST_CLAIM};
+use dmkit_indexes::probe::{
+    FLOOR_GROUPS_PER_NODE, OVERWRITE_ANY_LOSS, Probe, ProbeOptions, REUSE_TOMBSTONES, SKIP_LOST_CLAIM,
+};
 use dmkit_indexes::spec::{Op, Outcome, SpecMap};
 use dmkit_indexes::{IndexError, PlantedBug};
 use dmkit_verify::explore::{self, Mode};
@@ -53,10 +55,27 @@ fn each_planted_bug_is_found_and_replays() {
     }
 }
 
+/// An address slip that changes no answer is found all the same: the simulator counts the verbs
+/// outside allocated memory, and the checker judges the run by them. Clean unplanted (the
+/// `groups` preset's 7 groups over 2 nodes are what make the floor differ from the share).
+#[test]
+fn an_address_past_the_allocation_is_found() {
+    let budget = Duration::from_secs(if ci() { 3 } else { 10 });
+    check_index(&scenario("groups", None, 3), Mode::Random, 3, budget, u64::MAX).assert_clean("groups", 3, true);
+    let check = check_index(&scenario("groups", Some(FLOOR_GROUPS_PER_NODE), 3), Mode::Random, 3, budget, u64::MAX);
+    let f = check.exploration.failure.expect("a verb past node 0's allocation");
+    assert!(f.message.contains("addressed unallocated memory"), "{}", f.message);
+    let again = scenario("groups", Some(FLOOR_GROUPS_PER_NODE), 3);
+    assert_eq!(explore::replay(&again, f.variant, &f.choices), Err(f.message.clone()));
+}
+
 #[test]
 fn every_plant_is_tested_here() {
     let names: Vec<&str> = Probe::planted_bugs().iter().map(|p| p.name).collect();
-    assert_eq!(names, [REUSE_TOMBSTONES.name, SKIP_LOST_CLAIM.name, OVERWRITE_ANY_LOSS.name]);
+    assert_eq!(
+        names,
+        [REUSE_TOMBSTONES.name, SKIP_LOST_CLAIM.name, OVERWRITE_ANY_LOSS.name, FLOOR_GROUPS_PER_NODE.name]
+    );
     assert!(Probe::presets().iter().any(|(p, _)| p.name == "pair"), "DFS above needs the pair preset");
 }
 

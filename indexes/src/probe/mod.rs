@@ -64,6 +64,11 @@
 //! - `overwrite-any-loss`: every write that lost its CAS on the key's slot returns as
 //!   overwritten, deletes and inserts over a tombstone too. A delete linearized before an update
 //!   that saw the key live (or an insert before one that saw it absent) explains neither result.
+//! - `floor-groups-per-node`: not a removed protection but an address-arithmetic slip. `create`
+//!   sizes each node's share of the table as `groups / nodes`, rounded down, so with 7 groups
+//!   over 2 nodes node 0's fourth group lies past its allocation, in padding no one else uses:
+//!   every answer stays right. The simulator counts verbs outside allocated memory, and the
+//!   checker judges any such verb a violation (preset `groups`).
 
 mod invariants;
 pub mod layout;
@@ -99,7 +104,7 @@ pub struct ProbeOptions {
     /// [`IndexError::Full`]. Without a bound, an insert into a full table READs all of it.
     pub max_probe: u64,
     /// Planted bugs (removed protections), by name: [`REUSE_TOMBSTONES`], [`SKIP_LOST_CLAIM`],
-    /// [`OVERWRITE_ANY_LOSS`].
+    /// [`OVERWRITE_ANY_LOSS`], and one slip of address arithmetic, [`FLOOR_GROUPS_PER_NODE`].
     pub plants: BTreeSet<&'static str>,
 }
 
@@ -162,7 +167,15 @@ pub const OVERWRITE_ANY_LOSS: PlantedBug = PlantedBug {
     name: "overwrite-any-loss",
     description: "a delete, or an insert over a tombstone, that lost its CAS returns as if overwritten: its result contradicts the winner's",
 };
-const PLANTS: [PlantedBug; 3] = [REUSE_TOMBSTONES, SKIP_LOST_CLAIM, OVERWRITE_ANY_LOSS];
+/// Not a removed protection but an address-arithmetic slip, to show what catches one: the
+/// simulator counts every verb outside allocated memory (`dmkit_sim::UnallocatedVerbs`), and the
+/// checker judges a run with any such verb a violation. Without that count this bug is silent:
+/// the missing group's bytes are allocator padding no one else uses.
+pub const FLOOR_GROUPS_PER_NODE: PlantedBug = PlantedBug {
+    name: "floor-groups-per-node",
+    description: "each node's share of the table is allocated as groups / nodes, rounded down: with groups not a multiple of nodes, the first nodes' last group lies past their allocation",
+};
+const PLANTS: [PlantedBug; 4] = [REUSE_TOMBSTONES, SKIP_LOST_CLAIM, OVERWRITE_ANY_LOSS, FLOOR_GROUPS_PER_NODE];
 
 /// The probing table's [`IndexKind`].
 #[derive(Debug)]
@@ -252,7 +265,12 @@ impl IndexKind for Probe {
         };
         for i in 0..sb.bases.len() {
             // Fresh remote memory is zero: every slot starts empty.
-            let bytes = sb.groups_on(i).max(1) * layout::GROUP_BYTES;
+            let groups = if o.plants.contains(FLOOR_GROUPS_PER_NODE.name) {
+                sb.groups() / sb.bases.len() as u64
+            } else {
+                sb.groups_on(i)
+            };
+            let bytes = groups.max(1) * layout::GROUP_BYTES;
             sb.bases[i] = dmkit_rdma::alloc::alloc(ctx, NodeId(i as u16), bytes, layout::GROUP_BYTES).await?;
         }
         ctx.write(layout::superblock_addr(), Buf::from(sb.encode())).await?;
