@@ -106,20 +106,18 @@ impl DerefMut for ArtOptions {
 #[derive(Debug)]
 pub struct Art;
 
-const PLANTS: [PlantedBug; 3] = [
-    PlantedBug {
-        name: "no-reverse-check",
-        description: "a node or leaf reached through a cached slot is trusted without comparing its reverse pointer: stale caches route into moved subtrees",
-    },
-    PlantedBug {
-        name: "retire-after-publish",
-        description: "an out-of-place update clears the old leaf's valid byte after the slot CAS, unsignaled (the artifact): a stale cached slot still reads the old value after a newer update returned",
-    },
-    PlantedBug {
-        name: "late-handover",
-        description: "an update queued behind a same-key update of its compute node returns with that update's outcome instead of running its own (the artifact's hand-over until the winner's release): one that queued after the winner's CAS took effect is lost",
-    },
-];
+/// SMART's plant of the same name, for ART's cache.
+pub use crate::smart::NO_REVERSE_CHECK;
+// ART's own plants: SMART's handle, which ART runs, consults them.
+pub const RETIRE_AFTER_PUBLISH: PlantedBug = PlantedBug {
+    name: "retire-after-publish",
+    description: "an out-of-place update clears the old leaf's valid byte after the slot CAS, unsignaled (the artifact): a stale cached slot still reads the old value after a newer update returned",
+};
+pub const LATE_HANDOVER: PlantedBug = PlantedBug {
+    name: "late-handover",
+    description: "an update queued behind a same-key update of its compute node returns with that update's outcome instead of running its own (the artifact's hand-over until the winner's release): one that queued after the winner's CAS took effect is lost",
+};
+const PLANTS: [PlantedBug; 3] = [NO_REVERSE_CHECK, RETIRE_AFTER_PUBLISH, LATE_HANDOVER];
 
 impl IndexKind for Art {
     const NAME: &'static str = "art";

@@ -104,17 +104,16 @@ impl CloverOptions {
     }
 }
 
+pub const WRITE_NEXT: PlantedBug = PlantedBug {
+    name: "write-next",
+    description: "a writer links its version with a WRITE instead of a CAS on the tail's next: two writers each think they appended, one version is lost",
+};
+pub const TRUST_SHORTCUT: PlantedBug = PlantedBug {
+    name: "trust-shortcut",
+    description: "a reader takes the version the shortcut points to as the latest without following next: a stale shortcut returns an old value",
+};
 /// Every protection, removable.
-pub const PLANTS: [PlantedBug; 2] = [
-    PlantedBug {
-        name: "write-next",
-        description: "a writer links its version with a WRITE instead of a CAS on the tail's next: two writers each think they appended, one version is lost",
-    },
-    PlantedBug {
-        name: "trust-shortcut",
-        description: "a reader takes the version the shortcut points to as the latest without following next: a stale shortcut returns an old value",
-    },
-];
+pub const PLANTS: [PlantedBug; 2] = [WRITE_NEXT, TRUST_SHORTCUT];
 
 /// A shortcut pointed at a version that is no longer the tail (a writer appended after it and
 /// its hint had not landed, or hints landed out of order): the reader follows `next`.
@@ -295,6 +294,10 @@ enum Ms {
 }
 
 impl<C: Client + Clone + 'static> CloverHandle<C> {
+    fn planted(&self, bug: PlantedBug) -> bool {
+        self.o.plants.contains(bug.name)
+    }
+
     async fn ms(&self, tag: u8, first: Option<u64>, key: &[u8]) -> Result<Ms, IndexError> {
         let mut req = vec![tag];
         if let Some(f) = first {
@@ -352,7 +355,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
     async fn follow(&mut self, mut w: u64, key: &[u8]) -> Result<(u64, Version), IndexError> {
         for hop in 0..self.o.max_retries {
             let v = self.read_version(w, key).await?;
-            if v.next == 0 || self.o.plants.contains("trust-shortcut") {
+            if v.next == 0 || self.planted(TRUST_SHORTCUT) {
                 return Ok((w, v));
             }
             if hop > 0 {
@@ -407,7 +410,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                 return Ok(false);
             }
             let next_at = decode_block_word(tail).0;
-            let linked = if self.o.plants.contains("write-next") {
+            let linked = if self.planted(WRITE_NEXT) {
                 self.ctx.write(next_at, Buf::from(new.to_le_bytes().to_vec())).await?;
                 true
             } else {

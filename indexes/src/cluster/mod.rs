@@ -216,28 +216,28 @@ impl ClusterOptions {
     }
 }
 
-const PLANTS: [PlantedBug; 5] = [
-    PlantedBug {
-        name: "failed-read-keeps-lock",
-        description: "a writer whose [CAS lock, READ bucket] batch took the lock and then failed its READ returns with the chain locked: no writer can lock it again",
-    },
-    PlantedBug {
-        name: "no-lock",
-        description: "writers skip the chain lock: concurrent inserts take one slot or store one key twice, and links are lost",
-    },
-    PlantedBug {
-        name: "unlock-before-write",
-        description: "the unlock is posted before the slot WRITEs: the next writer reads the chain before they land and overwrites them",
-    },
-    PlantedBug {
-        name: "no-version-check",
-        description: "a search's miss is not validated against the chain version: a delete that moves the tail item forward hides a present key",
-    },
-    PlantedBug {
-        name: "in-place-value",
-        description: "an update rewrites the key's published KV block in place: a search reads it torn (its checksum fails and the search reports corruption)",
-    },
-];
+pub const FAILED_READ_KEEPS_LOCK: PlantedBug = PlantedBug {
+    name: "failed-read-keeps-lock",
+    description: "a writer whose [CAS lock, READ bucket] batch took the lock and then failed its READ returns with the chain locked: no writer can lock it again",
+};
+pub const NO_LOCK: PlantedBug = PlantedBug {
+    name: "no-lock",
+    description: "writers skip the chain lock: concurrent inserts take one slot or store one key twice, and links are lost",
+};
+pub const UNLOCK_BEFORE_WRITE: PlantedBug = PlantedBug {
+    name: "unlock-before-write",
+    description: "the unlock is posted before the slot WRITEs: the next writer reads the chain before they land and overwrites them",
+};
+pub const NO_VERSION_CHECK: PlantedBug = PlantedBug {
+    name: "no-version-check",
+    description: "a search's miss is not validated against the chain version: a delete that moves the tail item forward hides a present key",
+};
+pub const IN_PLACE_VALUE: PlantedBug = PlantedBug {
+    name: "in-place-value",
+    description: "an update rewrites the key's published KV block in place: a search reads it torn (its checksum fails and the search reports corruption)",
+};
+const PLANTS: [PlantedBug; 5] =
+    [FAILED_READ_KEEPS_LOCK, NO_LOCK, UNLOCK_BEFORE_WRITE, NO_VERSION_CHECK, IN_PLACE_VALUE];
 
 /// A search's READ of the main bucket saw an odd version: a delete is moving an item.
 const SEARCH_SAW_MOVE: &str = "search_saw_move";
@@ -538,8 +538,8 @@ struct Chain {
 }
 
 impl<C: Client + Clone + 'static> ClusterHandle<C> {
-    fn planted(&self, bug: &str) -> bool {
-        self.o.plants.contains(bug)
+    fn planted(&self, bug: PlantedBug) -> bool {
+        self.o.plants.contains(bug.name)
     }
 
     fn limits(&self) -> Limits {
@@ -624,7 +624,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
         let sb = self.superblock().await?;
         let (b, node, fp) = self.locate(&sb, key).await;
         let main = sb.main_addr(b);
-        let validate = !self.planted("no-version-check");
+        let validate = !self.planted(NO_VERSION_CHECK);
         let max_hops = sb.overflow_on(node) + 1;
         'attempt: for attempt in 0..self.o.max_retries {
             let image = self.ctx.read(main, Buf::zeroed(sb.bucket_bytes())).await?;
@@ -685,7 +685,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
 
     /// Takes the chain's lock and reads its main bucket; `None` if the lock was held.
     async fn lock_and_read(&mut self, main: RemoteAddr, len: usize) -> Result<Option<Buf>, IndexError> {
-        if self.planted("no-lock") {
+        if self.planted(NO_LOCK) {
             return Ok(Some(self.ctx.read(main, Buf::zeroed(len)).await?));
         }
         let old = if self.ctx.caps().masked_atomics == MaskedAtomics::Native {
@@ -736,7 +736,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
     /// Clears the lock bit of a chain this client locked and then could not read, leaving the
     /// version and link as they are. Best effort: the operation reports its failure anyway.
     async fn release_lock(&mut self, main: RemoteAddr) {
-        if self.planted("failed-read-keeps-lock") {
+        if self.planted(FAILED_READ_KEEPS_LOCK) {
             return;
         }
         self.counters.event(UNLOCK_AFTER_FAILED_READ);
@@ -758,7 +758,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
     /// Posts the final batch: `writes` in order, then the unlock (first, with the planted bug).
     async fn finish(&mut self, main: RemoteAddr, header: Header, writes: Vec<Request>) -> Result<(), IndexError> {
         let unlock = Request::write(main, Self::unlock_word(header));
-        let batch = if self.planted("unlock-before-write") {
+        let batch = if self.planted(UNLOCK_BEFORE_WRITE) {
             // The plant moves the unlock first (and drops the odd-version header WRITE, which
             // would lock the chain again).
             let mut b = vec![unlock];
@@ -796,7 +796,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
             }
             Change::Delete => None,
         };
-        let locking = !self.planted("no-lock");
+        let locking = !self.planted(NO_LOCK);
         let max_hops = sb.overflow_on(node) + 1;
         for attempt in 0..self.o.max_retries {
             let Some(image) = self.lock_and_read(main, sb.bucket_bytes()).await? else {
@@ -863,7 +863,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
                     let (at, bytes, word) = block.clone().expect("a block for a write");
                     let (bi, si, old) = chain.items[p];
                     let old = SlotWord::decode(old).expect("an item");
-                    if self.planted("in-place-value") && old.units as u64 * 64 == bytes.len() as u64 {
+                    if self.planted(IN_PLACE_VALUE) && old.units as u64 * 64 == bytes.len() as u64 {
                         // The plant: rewrite the published block where it is.
                         self.give_back(&block);
                         let old_at = sb.block_addr(node, old).expect("checked when it was read");

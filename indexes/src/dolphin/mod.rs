@@ -217,57 +217,69 @@ impl DolphinOptions {
     }
 }
 
+pub const FAILED_READ_UNDOES_SPLIT: PlantedBug = PlantedBug {
+    name: "failed-read-undoes-split",
+    description: "a split whose READ of the special node failed after the shrunk left leaf was written puts the old leaf back: a key readers saw in the left leaf vanishes",
+};
+pub const FAILED_READ_SKIPS_TRIM: PlantedBug = PlantedBug {
+    name: "failed-read-skips-trim",
+    description: "an interposition whose READ of the old node's header failed after the swing returns without trimming it: the node's header no longer fits its path",
+};
+pub const FAILED_READ_KEEPS_SHARE: PlantedBug = PlantedBug {
+    name: "failed-read-keeps-share",
+    description: "an operation whose [FAA share, READ leaf] batch failed at the READ keeps the share, and a split whose drain READ failed keeps its mark: the leaf's structure changes wait for good",
+};
+pub const NO_LINE_VERSIONS: PlantedBug = PlantedBug {
+    name: "no-line-versions",
+    description: "searches accept a leaf image without checking its versions (H5): a READ overlapping a split's rewrite of the old leaf misses a present key",
+};
+pub const PUBLISH_BEFORE_SHRINK: PlantedBug = PlantedBug {
+    name: "publish-before-shrink",
+    description: "a split publishes the new leaf before it rewrites the old one (the paper's order, H7): a search reads a moved key's old value from the old leaf after an update of it returned",
+};
+pub const DELETE_CLEARS: PlantedBug = PlantedBug {
+    name: "delete-clears",
+    description: "a delete zeroes the key and value slots (the paper's, H2): an insert reuses the slot and a late update of the deleted key lands in the new key's value",
+};
+pub const PENDING_VISIBLE: PlantedBug = PlantedBug {
+    name: "pending-visible",
+    description: "a search returns a slot whose value is not written yet (the paper's, H3): it returns a value nobody wrote",
+};
+pub const PROBE_ANY: PlantedBug = PlantedBug {
+    name: "probe-any",
+    description: "an insert that loses a slot CAS moves on without looking at the winner (the paper's, H4): two inserts of one key fill two slots",
+};
+pub const NO_SPEAR: PlantedBug = PlantedBug {
+    name: "no-spear",
+    description: "inserts, updates and deletes skip the Spear shared mark and splits do not wait for them: an update lands in the old leaf after the split copied it",
+};
+pub const NO_RANGE_CHECK: PlantedBug = PlantedBug {
+    name: "no-range-check",
+    description: "a leaf is trusted without checking that its range holds the key (no backtracking): a stale cached special node hides keys that moved right",
+};
+pub const RDWC_LATE_MARK: PlantedBug = PlantedBug {
+    name: "rdwc-late-mark",
+    description: "a delegating search marks its window after its leaf READ returns, not before it is posted: a follower that joined meanwhile takes a value older than its start",
+};
+pub const RDWC_LATE_CLOSE: PlantedBug = PlantedBug {
+    name: "rdwc-late-close",
+    description: "a combining write closes its window after its leaf READ, not before posting it: a follower that joined after a delete elsewhere reports the key present, and its value lands in a dead slot",
+};
 /// Every protection of the hardened protocol, removable by name. Five of them restore one of
 /// the paper's behaviours each (the hazard in brackets).
 pub const PLANTS: [PlantedBug; 12] = [
-    PlantedBug {
-        name: "failed-read-undoes-split",
-        description: "a split whose READ of the special node failed after the shrunk left leaf was written puts the old leaf back: a key readers saw in the left leaf vanishes",
-    },
-    PlantedBug {
-        name: "failed-read-skips-trim",
-        description: "an interposition whose READ of the old node's header failed after the swing returns without trimming it: the node's header no longer fits its path",
-    },
-    PlantedBug {
-        name: "failed-read-keeps-share",
-        description: "an operation whose [FAA share, READ leaf] batch failed at the READ keeps the share, and a split whose drain READ failed keeps its mark: the leaf's structure changes wait for good",
-    },
-    PlantedBug {
-        name: "no-line-versions",
-        description: "searches accept a leaf image without checking its versions (H5): a READ overlapping a split's rewrite of the old leaf misses a present key",
-    },
-    PlantedBug {
-        name: "publish-before-shrink",
-        description: "a split publishes the new leaf before it rewrites the old one (the paper's order, H7): a search reads a moved key's old value from the old leaf after an update of it returned",
-    },
-    PlantedBug {
-        name: "delete-clears",
-        description: "a delete zeroes the key and value slots (the paper's, H2): an insert reuses the slot and a late update of the deleted key lands in the new key's value",
-    },
-    PlantedBug {
-        name: "pending-visible",
-        description: "a search returns a slot whose value is not written yet (the paper's, H3): it returns a value nobody wrote",
-    },
-    PlantedBug {
-        name: "probe-any",
-        description: "an insert that loses a slot CAS moves on without looking at the winner (the paper's, H4): two inserts of one key fill two slots",
-    },
-    PlantedBug {
-        name: "no-spear",
-        description: "inserts, updates and deletes skip the Spear shared mark and splits do not wait for them: an update lands in the old leaf after the split copied it",
-    },
-    PlantedBug {
-        name: "no-range-check",
-        description: "a leaf is trusted without checking that its range holds the key (no backtracking): a stale cached special node hides keys that moved right",
-    },
-    PlantedBug {
-        name: "rdwc-late-mark",
-        description: "a delegating search marks its window after its leaf READ returns, not before it is posted: a follower that joined meanwhile takes a value older than its start",
-    },
-    PlantedBug {
-        name: "rdwc-late-close",
-        description: "a combining write closes its window after its leaf READ, not before posting it: a follower that joined after a delete elsewhere reports the key present, and its value lands in a dead slot",
-    },
+    FAILED_READ_UNDOES_SPLIT,
+    FAILED_READ_SKIPS_TRIM,
+    FAILED_READ_KEEPS_SHARE,
+    NO_LINE_VERSIONS,
+    PUBLISH_BEFORE_SHRINK,
+    DELETE_CLEARS,
+    PENDING_VISIBLE,
+    PROBE_ANY,
+    NO_SPEAR,
+    NO_RANGE_CHECK,
+    RDWC_LATE_MARK,
+    RDWC_LATE_CLOSE,
 ];
 
 // The events of the branches that exist because another client got there first (see
@@ -644,8 +656,8 @@ fn end_key(end: Bound<&[u8]>) -> Option<u64> {
 }
 
 impl<C: Client + Clone + 'static> DolphinHandle<C> {
-    fn planted(&self, bug: &str) -> bool {
-        self.o.plants.contains(bug)
+    fn planted(&self, bug: PlantedBug) -> bool {
+        self.o.plants.contains(bug.name)
     }
 
     fn hardened(&self) -> bool {
@@ -789,7 +801,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 path.p_ptr
             )));
         }
-        Ok(img.covers(key) || self.planted("no-range-check"))
+        Ok(img.covers(key) || self.planted(NO_RANGE_CHECK))
     }
 
     /// The paper's backtracking: READ the special node again and take the floor entry.
@@ -823,7 +835,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         mut leader: Option<&mut ReadLeader<'_, Change, Reply>>,
     ) -> Result<Option<Vec<u8>>, IndexError> {
         let k = key_word(key)?;
-        let late = self.planted("rdwc-late-mark");
+        let late = self.planted(RDWC_LATE_MARK);
         if let Some(l) = leader.as_deref_mut() {
             l.unmark();
         }
@@ -839,7 +851,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             if let Some(l) = leader.as_deref_mut().filter(|_| late) {
                 l.mark();
             }
-            if !self.planted("no-line-versions") && !img.consistent(&self.layout) {
+            if !self.planted(NO_LINE_VERSIONS) && !img.consistent(&self.layout) {
                 self.counters.event(TORN_READ);
                 self.ctx.yield_now().await;
             } else if self.leaf_holds(k, &path, &img)? {
@@ -855,7 +867,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     fn value_in(&self, key: u64, img: &LeafImage) -> Option<Vec<u8>> {
         let i = img.keys.iter().position(|&k| k == key)?;
         let v = img.values[i];
-        if v == VALUE_NULL && self.hardened() && !self.planted("pending-visible") {
+        if v == VALUE_NULL && self.hardened() && !self.planted(PENDING_VISIBLE) {
             return None;
         }
         Some(load_value(v))
@@ -868,7 +880,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     /// Takes a Spear share and READs the leaf in one round trip; `None` if a structure change
     /// holds the leaf (the share is given back and the change waited out).
     async fn enter(&mut self, leaf: RemoteAddr) -> Result<Option<LeafImage>, IndexError> {
-        if self.planted("no-spear") {
+        if self.planted(NO_SPEAR) {
             return Ok(Some(self.read_leaf(leaf).await?));
         }
         let lock = leaf.add(self.layout.lock_off());
@@ -899,7 +911,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     /// Takes `amount` (a share, or a split's mark and share) off the lock word at `lock` after a
     /// READ failed under it. Best effort: the operation reports its failure anyway.
     async fn give_back_after_failed_read(&mut self, lock: RemoteAddr, amount: i64) {
-        if self.planted("failed-read-keeps-share") {
+        if self.planted(FAILED_READ_KEEPS_SHARE) {
             return;
         }
         self.counters.event(SHARE_BACK_AFTER_FAILED_READ);
@@ -931,7 +943,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     /// returns the data verbs' responses.
     async fn finish(&mut self, leaf: RemoteAddr, mut batch: Vec<Request>) -> Result<Vec<Response>, IndexError> {
         let n = batch.len();
-        if !self.planted("no-spear") {
+        if !self.planted(NO_SPEAR) {
             batch.push(Request::faa(leaf.add(self.layout.lock_off()), (-1i64) as u64));
         }
         if batch.is_empty() {
@@ -998,7 +1010,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 Descent::Missing { path, node, why } => {
                     let (state, results) = fold(None, p.changes());
                     let Some(v) = state else {
-                        if p.state_is_fresh() || self.planted("rdwc-late-close") {
+                        if p.state_is_fresh() || self.planted(RDWC_LATE_CLOSE) {
                             return Ok(results);
                         }
                         self.counters.event(REFOLD);
@@ -1027,7 +1039,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     ) -> Result<Option<Vec<bool>>, IndexError> {
         for _ in 0..self.o.max_retries {
             let leaf = path.p.addr();
-            if !self.planted("rdwc-late-close") {
+            if !self.planted(RDWC_LATE_CLOSE) {
                 p.changes();
             }
             let Some(img) = self.enter(leaf).await? else { return Ok(None) };
@@ -1078,7 +1090,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 self.finish(leaf, vec![w]).await?;
                 Ok(Some(results))
             }
-            (None, Some(x)) if !self.hardened() || self.planted("delete-clears") => {
+            (None, Some(x)) if !self.hardened() || self.planted(DELETE_CLEARS) => {
                 self.finish(
                     leaf,
                     vec![
@@ -1120,7 +1132,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     ) -> Result<bool, IndexError> {
         let l = self.layout;
         let empties: Vec<usize> = (0..l.slots).filter(|&i| img.keys[i] == EMPTY).collect();
-        let inspect = self.hardened() && !self.planted("probe-any");
+        let inspect = self.hardened() && !self.planted(PROBE_ANY);
         for &x in empties.iter().take(empties.len().saturating_sub(1)) {
             let old = slot_word(self.ctx.cas(leaf.add(l.key_off(x)), slot_word(EMPTY), slot_word(k)).await?);
             if old == EMPTY {
@@ -1146,7 +1158,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
     async fn smo(&mut self, k: u64, v: u64, path: &Path, leaf: RemoteAddr) -> Result<bool, IndexError> {
         let l = self.layout;
         let lock = leaf.add(l.lock_off());
-        let spear = !self.planted("no-spear");
+        let spear = !self.planted(NO_SPEAR);
         if spear {
             let old = self.ctx.faa(lock, SPEAR_SMO as u64).await? as i64;
             if old < SPEAR_LIMIT {
@@ -1208,7 +1220,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         let l = self.layout;
         let img = self.read_leaf(leaf).await?;
         if img.keys.contains(&k) {
-            let arguable = ["probe-any", "delete-clears", "no-spear"].iter().all(|b| !self.planted(b));
+            let arguable = [PROBE_ANY, DELETE_CLEARS, NO_SPEAR].into_iter().all(|b| !self.planted(b));
             if self.hardened() && arguable {
                 return Err(IndexError::Corrupt(format!(
                     "key {k:#x} appeared in leaf {leaf} while a structure change for its insert drained"
@@ -1271,7 +1283,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         match (self.o.protocol, l.format) {
             (Protocol::Hardened, LeafFormat::Versioned) => {
                 left.set_version(ver + 1);
-                if self.planted("publish-before-shrink") {
+                if self.planted(PUBLISH_BEFORE_SHRINK) {
                     if let Some(s) = split {
                         self.publish(s).await?;
                     }
@@ -1336,7 +1348,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             }
             let img = match self.read_special(special).await {
                 Ok(img) => img,
-                Err(IndexError::Verbs(VerbsError::Timeout(_))) if !self.planted("failed-read-undoes-split") => {
+                Err(IndexError::Verbs(VerbsError::Timeout(_))) if !self.planted(FAILED_READ_UNDOES_SPLIT) => {
                     attempts += 1;
                     self.counters.event(PUBLISH_READ_RETRIED);
                     continue;
@@ -1588,7 +1600,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         for _ in 0..self.o.max_retries {
             let word = match self.read_word(n.add(8)).await {
                 Ok(word) => word,
-                Err(e) if self.planted("failed-read-skips-trim") => return Err(e),
+                Err(e) if self.planted(FAILED_READ_SKIPS_TRIM) => return Err(e),
                 Err(_) => {
                     self.counters.event(TRIM_READ_RETRIED);
                     continue;
@@ -1720,7 +1732,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             for ((i, _), r) in chosen.iter().zip(images) {
                 let leaf = LeafImage::decode(&self.layout, &r.into_buf()?);
                 self.ctx.charge_cpu(CpuWork::NodeSearchEntry, self.layout.slots as u64).await;
-                let ok = (leaf.consistent(&self.layout) || self.planted("no-line-versions"))
+                let ok = (leaf.consistent(&self.layout) || self.planted(NO_LINE_VERSIONS))
                     && leaf.rev == entry_addr(s, *i).raw()
                     && leaf.covers(cur);
                 if !ok {

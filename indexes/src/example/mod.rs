@@ -99,20 +99,19 @@ const RACE_HANDLERS: [RaceHandler; 2] = [
     },
 ];
 
-const PLANTS: [PlantedBug; 3] = [
-    PlantedBug {
-        name: "no-lock",
-        description: "writers skip the bucket lock: concurrent writers overwrite each other's slots or duplicate a key",
-    },
-    PlantedBug {
-        name: "unlock-before-write",
-        description: "the unlock is posted before the slot WRITE: the next writer reads the bucket before the write lands",
-    },
-    PlantedBug {
-        name: "no-checksum",
-        description: "search does not verify slot checksums: a torn slot returns a value nobody wrote",
-    },
-];
+pub const NO_LOCK: PlantedBug = PlantedBug {
+    name: "no-lock",
+    description: "writers skip the bucket lock: concurrent writers overwrite each other's slots or duplicate a key",
+};
+pub const UNLOCK_BEFORE_WRITE: PlantedBug = PlantedBug {
+    name: "unlock-before-write",
+    description: "the unlock is posted before the slot WRITE: the next writer reads the bucket before the write lands",
+};
+pub const NO_CHECKSUM: PlantedBug = PlantedBug {
+    name: "no-checksum",
+    description: "search does not verify slot checksums: a torn slot returns a value nobody wrote",
+};
+const PLANTS: [PlantedBug; 3] = [NO_LOCK, UNLOCK_BEFORE_WRITE, NO_CHECKSUM];
 
 /// The example hash table's [`IndexKind`].
 #[derive(Debug)]
@@ -280,8 +279,8 @@ enum Change<'a> {
 }
 
 impl<C: Client + Clone + 'static> ExampleHandle<C> {
-    fn planted(&self, bug: &str) -> bool {
-        self.options.plants.contains(bug)
+    fn planted(&self, bug: PlantedBug) -> bool {
+        self.options.plants.contains(bug.name)
     }
 
     fn limits(&self) -> Limits {
@@ -326,7 +325,7 @@ impl<C: Client + Clone + 'static> ExampleHandle<C> {
         self.limits().check_key(key)?;
         let sb = self.superblock().await?;
         let b = self.bucket_of(&sb, key).await;
-        let verify = !self.planted("no-checksum");
+        let verify = !self.planted(NO_CHECKSUM);
         let mut buf = Buf::zeroed(sb.bucket_bytes());
         for attempt in 0..self.options.max_retries {
             buf = self.ctx.read(sb.bucket_addr(b), buf).await?;
@@ -359,7 +358,7 @@ impl<C: Client + Clone + 'static> ExampleHandle<C> {
         // The lock word opens the bucket.
         let bucket = sb.bucket_addr(b);
         let lock = bucket;
-        let locking = !self.planted("no-lock");
+        let locking = !self.planted(NO_LOCK);
         for attempt in 0..self.options.max_retries {
             // [CAS lock, READ bucket]: the READ runs after the CAS on this QP, so if the CAS won,
             // the image is the one no other writer can change until we unlock.
@@ -415,7 +414,7 @@ impl<C: Client + Clone + 'static> ExampleHandle<C> {
             match target {
                 Some(i) => {
                     let write = Request::write(bucket.add(sb.slot_offset(i) as u64), bytes);
-                    if self.planted("unlock-before-write") {
+                    if self.planted(UNLOCK_BEFORE_WRITE) {
                         batch.extend([unlock, write]);
                     } else {
                         // On one QP the unlock is placed after the slot WRITE.

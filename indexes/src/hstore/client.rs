@@ -19,8 +19,8 @@ use super::layout::{self, Block, Geometry};
 use super::wire::{Effect, Entry, HTS_SERVICE, Reply, Request, SLS_SERVICE, WriteOp};
 use super::{
     DEGRADED_GET, HStore, HStoreNode, HStoreOptions, INCARNATION_CONFIRMED, INCARNATION_RECONFIRMED,
-    INCARNATION_RESTART, LEASE_RESTART, SCAN_BLOCKED, SCAN_DRAINED, SCAN_RETRY, SKIPPED_BAD_BLOCK, TABLE_REBUILDING,
-    WRITE_BLOCKED, WRITE_RETRY,
+    INCARNATION_RESTART, LEASE_RESTART, NO_READY_FENCE, NO_WRITE_WAIT, SCAN_BLOCKED, SCAN_DRAINED, SCAN_RETRY,
+    SKIPPED_BAD_BLOCK, TABLE_REBUILDING, WRITE_BLOCKED, WRITE_RETRY,
 };
 use crate::{Counters, Index, IndexError, IndexKind, Pairs};
 use dmkit_rdma::{Buf, Client, NodeId, RemoteAddr, Request as Verb, VerbsError};
@@ -103,7 +103,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
     /// promised. Within the lease that is corruption in the default protocol; the paper's
     /// reader skips it (a reused or torn block).
     fn bad_block(&mut self, at: RemoteAddr, t0: u64) -> Result<(), IndexError> {
-        if self.o.lease_ns.is_some() && self.within_lease(t0) && !self.o.planted("no-write-wait") {
+        if self.o.lease_ns.is_some() && self.within_lease(t0) && !self.o.planted(NO_WRITE_WAIT) {
             return Err(IndexError::Corrupt(format!("the block at {at} is not a complete block of its key")));
         }
         self.counters.event(SKIPPED_BAD_BLOCK);
@@ -161,7 +161,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             if incarnation.is_some_and(|i| i != ready) {
                 return Ok(Lookup::NewIncarnation);
             }
-            if ready != known && !fence && !self.o.planted("no-ready-fence") {
+            if ready != known && !fence && !self.o.planted(NO_READY_FENCE) {
                 // A table this compute node has not seen complete: read again, fenced. The race
                 // it closes (this batch's bucket READ sampled a table still being rebuilt, its
                 // ready-word READ the word written after) is not observable here; no preset has
@@ -311,7 +311,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             self.blocks += 1;
             let ts = layout::timestamp(self.ctx.identity().client, self.blocks);
             let data = Buf::from(layout::encode_block(key, value, ts));
-            if self.o.planted("no-write-wait") {
+            if self.o.planted(NO_WRITE_WAIT) {
                 // The plant: the WRITE is posted (it will land) but not waited for.
                 drop(self.ctx.write(at, data));
             } else {

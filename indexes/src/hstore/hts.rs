@@ -21,8 +21,8 @@
 use super::layout::{self, Geometry, Slot};
 use super::wire::{Dedup, Effect, Entry, Reply, Request, SLS_SERVICE, ServerState, Timing, WriteOp, encode_log_sync};
 use super::{
-    HStoreOptions, HTS_APPLY_RETRIED, HTS_BATCHES_BLOCKED, HTS_ENTRY_BLOCKED, HTS_LATE_VERIFY,
-    HTS_PEER_RECOVERY_WAITED, HTS_RETRY_ANSWERED, ServerCounters,
+    APPLY_BEFORE_SYNC, FP_ONLY, HStoreOptions, HTS_APPLY_RETRIED, HTS_BATCHES_BLOCKED, HTS_ENTRY_BLOCKED,
+    HTS_LATE_VERIFY, HTS_PEER_RECOVERY_WAITED, HTS_RETRY_ANSWERED, NO_APPLY_RETRY, PIPELINED_SYNC, ServerCounters,
 };
 use crate::common::batch::post_per_node;
 use crate::common::primitive::{Mutex, lock};
@@ -437,7 +437,7 @@ impl Hts {
         let mut chains = Vec::with_capacity(batch.len());
         // Blocks each entry's fingerprint matches, before the batch.
         let mut candidates: Vec<Vec<u64>> = Vec::with_capacity(batch.len());
-        let pipelined = self.o.planted("pipelined-sync");
+        let pipelined = self.o.planted(PIPELINED_SYNC);
         for p in &batch {
             let pl = self.g.place(&p.entry.key);
             let chain = match self.walk(ctx, pl.bucket).await {
@@ -468,7 +468,7 @@ impl Hts {
             candidates.push(mine);
             chains.push((pl.bucket, empty));
         }
-        let verifying = !self.o.planted("fp-only");
+        let verifying = !self.o.planted(FP_ONLY);
         // Reserve overflow buckets. An upsert that cannot have one is full before shipping,
         // unless it replaces a present key: with the pool spent, its candidates' keys are READ
         // first (the rare case pays the READs before the log sync instead of beside it).
@@ -585,7 +585,7 @@ impl Hts {
 
     /// Steps 3 and 4: wait for the ack, apply in log order, reply, publish the commit point.
     async fn finish<C: ServerCtx>(&self, ctx: &C, w: usize, mut shipped: Shipped<'_>) {
-        let early = self.o.planted("apply-before-sync");
+        let early = self.o.planted(APPLY_BEFORE_SYNC);
         let mut synced_ns = ctx.now_ns();
         if !early {
             let ack = shipped.sync.take().expect("shipped batches carry their sync").await;
@@ -613,7 +613,7 @@ impl Hts {
             let mut retries = 0;
             while matches!(result, Err(VerbsError::Timeout(_)))
                 && retries < self.o.max_retries
-                && !self.o.planted("no-apply-retry")
+                && !self.o.planted(NO_APPLY_RETRY)
             {
                 retries += 1;
                 self.counters.add(HTS_APPLY_RETRIED, 1);
@@ -680,7 +680,7 @@ impl Hts {
                 }
                 ctx.charge_cpu(CpuWork::NodeSearchEntry, 1).await;
                 let addr = layout::encode_addr(s.block);
-                if !self.o.planted("fp-only") && !known.contains_key(&addr) {
+                if !self.o.planted(FP_ONLY) && !known.contains_key(&addr) {
                     // A slot this worker filled after the batch was planned (a pipelined
                     // batch): read its key now.
                     self.counters.add(HTS_LATE_VERIFY, 1);
@@ -688,7 +688,7 @@ impl Hts {
                     let b = ctx.read(s.block, Buf::zeroed(len)).await?;
                     known.insert(addr, layout::header_key(&b).map(<[u8]>::to_vec).unwrap_or_default());
                 }
-                if self.o.planted("fp-only") || known.get(&addr).is_some_and(|k| *k == e.key) {
+                if self.o.planted(FP_ONLY) || known.get(&addr).is_some_and(|k| *k == e.key) {
                     found = Some((off + 8 * i as u64, word, s));
                     break 'search;
                 }
@@ -759,7 +759,7 @@ impl Hts {
         if w == 0 {
             self.start(&ctx).await;
         }
-        let pipelined = self.o.planted("pipelined-sync");
+        let pipelined = self.o.planted(PIPELINED_SYNC);
         let mut in_flight = None;
         loop {
             self.wait_serving(w).await;

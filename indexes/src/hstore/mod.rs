@@ -349,8 +349,8 @@ impl HStoreOptions {
         NodeId(self.memory_nodes + 1)
     }
 
-    pub fn planted(&self, bug: &str) -> bool {
-        self.plants.contains(bug)
+    pub fn planted(&self, bug: PlantedBug) -> bool {
+        self.plants.contains(bug.name)
     }
 
     /// Buckets for `keys` items at about 3 per bucket (the digest's λ ≈ 3, decision 5), a
@@ -364,48 +364,58 @@ impl HStoreOptions {
     }
 }
 
+pub const NO_COMMIT_WAIT: PlantedBug = PlantedBug {
+    name: "no-commit-wait",
+    description: "SLS scans and lookups return entries the HTS has not applied yet (V1): a scan sees a write, a later GET does not",
+};
+pub const NO_GRACE: PlantedBug = PlantedBug {
+    name: "no-grace",
+    description: "freed blocks are reused at once and reads have no lease (V3): a GET reads another write's block through a stale address",
+};
+pub const NO_RETRY: PlantedBug = PlantedBug {
+    name: "no-retry",
+    description: "a write whose call fails is reported failed (V2), though the SLS logged it and the rebuilt table holds it",
+};
+pub const NO_DEDUP: PlantedBug = PlantedBug {
+    name: "no-dedup",
+    description: "a retried write is applied again, not answered from its first application: its `existed` is wrong",
+};
+pub const APPLY_BEFORE_SYNC: PlantedBug = PlantedBug {
+    name: "apply-before-sync",
+    description: "the HTS applies a batch before the SLS acknowledged it (S3): a GET sees a write a later scan misses",
+};
+pub const PIPELINED_SYNC: PlantedBug = PlantedBug {
+    name: "pipelined-sync",
+    description: "an HTS worker ships its next batch before the last one was acknowledged (A5): the SLS may log them out of order",
+};
+pub const NO_WRITE_WAIT: PlantedBug = PlantedBug {
+    name: "no-write-wait",
+    description: "the client calls the HTS before its block WRITE completed (A3): the table points at a block not yet written",
+};
+pub const NO_READY_FENCE: PlantedBug = PlantedBug {
+    name: "no-ready-fence",
+    description: "a GET trusts a table incarnation it has not seen complete on an unfenced batch: its bucket READ may sample a rebuilding table before the ready word",
+};
+pub const FP_ONLY: PlantedBug = PlantedBug {
+    name: "fp-only",
+    description: "the HTS takes a fingerprint match for the key without reading the block's key: an insert overwrites another key",
+};
+pub const NO_APPLY_RETRY: PlantedBug = PlantedBug {
+    name: "no-apply-retry",
+    description: "a logged entry whose apply met a READ that timed out is answered with the failure instead of applied again: the skiplist keeps a write the table lacks",
+};
 /// Every protection of the default protocol, each removable.
 pub const PLANTS: [PlantedBug; 10] = [
-    PlantedBug {
-        name: "no-commit-wait",
-        description: "SLS scans and lookups return entries the HTS has not applied yet (V1): a scan sees a write, a later GET does not",
-    },
-    PlantedBug {
-        name: "no-grace",
-        description: "freed blocks are reused at once and reads have no lease (V3): a GET reads another write's block through a stale address",
-    },
-    PlantedBug {
-        name: "no-retry",
-        description: "a write whose call fails is reported failed (V2), though the SLS logged it and the rebuilt table holds it",
-    },
-    PlantedBug {
-        name: "no-dedup",
-        description: "a retried write is applied again, not answered from its first application: its `existed` is wrong",
-    },
-    PlantedBug {
-        name: "apply-before-sync",
-        description: "the HTS applies a batch before the SLS acknowledged it (S3): a GET sees a write a later scan misses",
-    },
-    PlantedBug {
-        name: "pipelined-sync",
-        description: "an HTS worker ships its next batch before the last one was acknowledged (A5): the SLS may log them out of order",
-    },
-    PlantedBug {
-        name: "no-write-wait",
-        description: "the client calls the HTS before its block WRITE completed (A3): the table points at a block not yet written",
-    },
-    PlantedBug {
-        name: "no-ready-fence",
-        description: "a GET trusts a table incarnation it has not seen complete on an unfenced batch: its bucket READ may sample a rebuilding table before the ready word",
-    },
-    PlantedBug {
-        name: "fp-only",
-        description: "the HTS takes a fingerprint match for the key without reading the block's key: an insert overwrites another key",
-    },
-    PlantedBug {
-        name: "no-apply-retry",
-        description: "a logged entry whose apply met a READ that timed out is answered with the failure instead of applied again: the skiplist keeps a write the table lacks",
-    },
+    NO_COMMIT_WAIT,
+    NO_GRACE,
+    NO_RETRY,
+    NO_DEDUP,
+    APPLY_BEFORE_SYNC,
+    PIPELINED_SYNC,
+    NO_WRITE_WAIT,
+    NO_READY_FENCE,
+    FP_ONLY,
+    NO_APPLY_RETRY,
 ];
 
 // Race handlers: the branches that exist because of a concurrent client, a server's crash or
@@ -700,12 +710,14 @@ impl IndexKind for HStore {
     fn plant(o: &mut HStoreOptions, bug: &str) -> Result<(), String> {
         let name = PlantedBug::named(&PLANTS, "hstore", bug)?;
         o.plants.insert(name);
-        match name {
-            "no-commit-wait" => o.commit_wait = false,
-            "no-grace" => o.lease_ns = None,
-            "no-retry" => o.retry_writes = false,
-            "no-dedup" => o.dedup = false,
-            _ => {}
+        if name == NO_COMMIT_WAIT.name {
+            o.commit_wait = false;
+        } else if name == NO_GRACE.name {
+            o.lease_ns = None;
+        } else if name == NO_RETRY.name {
+            o.retry_writes = false;
+        } else if name == NO_DEDUP.name {
+            o.dedup = false;
         }
         Ok(())
     }

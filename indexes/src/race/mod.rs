@@ -437,43 +437,52 @@ const RACE_HANDLERS: [RaceHandler; 18] = [
     },
 ];
 
+pub const FAILED_READ_KEEPS_INSERT_LOCK: PlantedBug = PlantedBug {
+    name: "failed-read-keeps-insert-lock",
+    description: "an insert whose [CAS lock, READ buckets] batch failed at a READ keeps the insert lock its CAS took: the bucket's inserts and splits wait for good",
+};
+pub const FAILED_READ_KEEPS_DIR_LOCK: PlantedBug = PlantedBug {
+    name: "failed-read-keeps-dir-lock",
+    description: "a split whose READ failed before its publish returns holding the directory lock: no split runs again",
+};
+pub const FAILED_READ_ABANDONS_SPLIT: PlantedBug = PlantedBug {
+    name: "failed-read-abandons-split",
+    description: "a split whose READ failed past its publish gives up: the moving entries stay locked and the directory lock held",
+};
+pub const NO_FREEZE: PlantedBug = PlantedBug {
+    name: "no-freeze",
+    description: "a split copies an item to the new subtable without freezing its slot: a write that lands between the copy and the clear is lost, or leaves a stale copy in the new subtable",
+};
+pub const NO_TARGET_LOCK: PlantedBug = PlantedBug {
+    name: "no-target-lock",
+    description: "a new key's insert locks only its key's lock bucket: a split's header CAS on the bucket it writes can fall between its READ and its slot CAS, and the split leaves the item behind",
+};
+pub const NO_INSERT_LOCK: PlantedBug = PlantedBug {
+    name: "no-insert-lock",
+    description: "safe mode: an insert of an absent key skips the bucket-header lock: concurrent inserts of one key publish two copies",
+};
+pub const NO_DUPLICATE_CHECK: PlantedBug = PlantedBug {
+    name: "no-duplicate-check",
+    description: "faithful mode: an insert does not re-read its buckets after its CAS: concurrent inserts of one key leave two live copies (digest §3.4)",
+};
+pub const NO_RESIZE_CHECK: PlantedBug = PlantedBug {
+    name: "no-resize-check",
+    description: "paper-insert: an insert skips Algorithm 1's header check after its CAS: a split's step 1 between its READ and its CAS leaves the item behind in the old subtable",
+};
+pub const NO_HEADER_RECHECK: PlantedBug = PlantedBug {
+    name: "no-header-recheck",
+    description: "a bucket READ takes the header of a bucket that spans cache lines from the same READ as its slots: it can see the header before a split's CAS and the slots after the move, and a search misses a present key",
+};
 const PLANTS: [PlantedBug; 9] = [
-    PlantedBug {
-        name: "failed-read-keeps-insert-lock",
-        description: "an insert whose [CAS lock, READ buckets] batch failed at a READ keeps the insert lock its CAS took: the bucket's inserts and splits wait for good",
-    },
-    PlantedBug {
-        name: "failed-read-keeps-dir-lock",
-        description: "a split whose READ failed before its publish returns holding the directory lock: no split runs again",
-    },
-    PlantedBug {
-        name: "failed-read-abandons-split",
-        description: "a split whose READ failed past its publish gives up: the moving entries stay locked and the directory lock held",
-    },
-    PlantedBug {
-        name: "no-freeze",
-        description: "a split copies an item to the new subtable without freezing its slot: a write that lands between the copy and the clear is lost, or leaves a stale copy in the new subtable",
-    },
-    PlantedBug {
-        name: "no-target-lock",
-        description: "a new key's insert locks only its key's lock bucket: a split's header CAS on the bucket it writes can fall between its READ and its slot CAS, and the split leaves the item behind",
-    },
-    PlantedBug {
-        name: "no-insert-lock",
-        description: "safe mode: an insert of an absent key skips the bucket-header lock: concurrent inserts of one key publish two copies",
-    },
-    PlantedBug {
-        name: "no-duplicate-check",
-        description: "faithful mode: an insert does not re-read its buckets after its CAS: concurrent inserts of one key leave two live copies (digest §3.4)",
-    },
-    PlantedBug {
-        name: "no-resize-check",
-        description: "paper-insert: an insert skips Algorithm 1's header check after its CAS: a split's step 1 between its READ and its CAS leaves the item behind in the old subtable",
-    },
-    PlantedBug {
-        name: "no-header-recheck",
-        description: "a bucket READ takes the header of a bucket that spans cache lines from the same READ as its slots: it can see the header before a split's CAS and the slots after the move, and a search misses a present key",
-    },
+    FAILED_READ_KEEPS_INSERT_LOCK,
+    FAILED_READ_KEEPS_DIR_LOCK,
+    FAILED_READ_ABANDONS_SPLIT,
+    NO_FREEZE,
+    NO_TARGET_LOCK,
+    NO_INSERT_LOCK,
+    NO_DUPLICATE_CHECK,
+    NO_RESIZE_CHECK,
+    NO_HEADER_RECHECK,
 ];
 
 /// RACE's [`IndexKind`].
@@ -677,8 +686,8 @@ impl View {
 }
 
 impl<C: Client + Clone + 'static> RaceHandle<C> {
-    fn planted(&self, bug: &str) -> bool {
-        self.o.plants.contains(bug)
+    fn planted(&self, bug: PlantedBug) -> bool {
+        self.o.plants.contains(bug.name)
     }
 
     fn retries_exhausted(&self, op: &'static str) -> IndexError {
@@ -750,7 +759,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         let firsts = kh.idx.map(|a| g.combined_first(a));
         // Buckets whose header shares no cache line with some of its slots: their headers are
         // read again after the slots (below).
-        let torn: Vec<usize> = if self.planted("no-header-recheck") {
+        let torn: Vec<usize> = if self.planted(NO_HEADER_RECHECK) {
             Vec::new()
         } else {
             let mut t: Vec<usize> = firsts.iter().flat_map(|&b| [b, b + 1]).filter(|&b| straddles(&g, st, b)).collect();
@@ -1012,7 +1021,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 self.resize(&kh).await?;
                 continue;
             };
-            if !self.o.paper.insert && !self.planted("no-insert-lock") {
+            if !self.o.paper.insert && !self.planted(NO_INSERT_LOCK) {
                 match self.insert_locked(&kh, key, e, &view, pos, mine).await? {
                     Some(existed) => return Ok(existed),
                     None => continue,
@@ -1021,7 +1030,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             if !self.cas(view.slot_addr(&g, pos), 0, mine).await? {
                 continue;
             }
-            if !self.o.paper.insert || self.planted("no-duplicate-check") {
+            if !self.o.paper.insert || self.planted(NO_DUPLICATE_CHECK) {
                 return Ok(false);
             }
             let seen = view.buckets.iter().find(|(b, _, _)| *b == pos.0).map(|(_, h, _)| *h).expect("read");
@@ -1138,7 +1147,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     /// Releases the directory lock a split took and could not go on with (a READ failed before
     /// the publish): `unlock` writes the root word as it was.
     async fn release_after_failed_read(&mut self, unlock: Request) {
-        if self.planted("failed-read-keeps-dir-lock") {
+        if self.planted(FAILED_READ_KEEPS_DIR_LOCK) {
             return;
         }
         self.counters.event(SPLIT_RELEASED_AFTER_FAILED_READ);
@@ -1151,7 +1160,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     fn split_read_failed(&mut self, e: IndexError, failed: &mut u32) -> Result<(), IndexError> {
         *failed += 1;
         let transient = matches!(e, IndexError::Verbs(VerbsError::Timeout(_)));
-        if !transient || *failed > self.o.max_retries.max(8) || self.planted("failed-read-abandons-split") {
+        if !transient || *failed > self.o.max_retries.max(8) || self.planted(FAILED_READ_ABANDONS_SPLIT) {
             return Err(e);
         }
         self.counters.event(SPLIT_READ_RETRIED);
@@ -1250,7 +1259,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                     w = seen;
                     continue;
                 }
-                let freeze = !self.planted("no-freeze");
+                let freeze = !self.planted(NO_FREEZE);
                 if freeze {
                     let seen = self.ctx.cas(slot_at, w, w | layout::FROZEN).await?;
                     if seen != w {
@@ -1323,7 +1332,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         // that bucket (step 1) then cannot fall between this insert's READ and its slot CAS.
         let lock_bucket = g.main_of(kh.idx[0].min(kh.idx[1]));
         let mut locked: Vec<usize> = vec![lock_bucket];
-        if !self.planted("no-target-lock") {
+        if !self.planted(NO_TARGET_LOCK) {
             locked.push(target.0);
         }
         locked.dedup();
@@ -1349,7 +1358,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                     .filter(|(b, r)| r.as_ref().and_then(|r| r.atomic().ok()) == Some(header_of(**b)))
                     .map(|(&b, _)| unlock_of(b))
                     .collect();
-                if !release.is_empty() && !self.planted("failed-read-keeps-insert-lock") {
+                if !release.is_empty() && !self.planted(FAILED_READ_KEEPS_INSERT_LOCK) {
                     self.counters.event(INSERT_UNLOCKED_AFTER_FAILED_READ);
                     let _ = self.ctx.post(release).await;
                 }
@@ -1453,7 +1462,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         let g = self.g;
         let view = self.read_view(e.subtable, kh, Vec::new()).await?;
         let now = view.buckets.iter().find(|(b, _, _)| *b == mine.0).map(|(_, h, _)| *h).expect("read");
-        if now.ld != seen.ld && !layout::bucket_correct(e.ld, now, kh.dir) && !self.planted("no-resize-check") {
+        if now.ld != seen.ld && !layout::bucket_correct(e.ld, now, kh.dir) && !self.planted(NO_RESIZE_CHECK) {
             return Ok(!self.cas(view.slot_addr(&g, mine), word, 0).await?);
         }
         if view.matches(kh.fp).iter().all(|(p, _)| *p == mine) {

@@ -74,6 +74,7 @@ pub mod invariants;
 pub mod layout;
 pub mod presets;
 
+use crate::art::{LATE_HANDOVER, RETIRE_AFTER_PUBLISH};
 use crate::common::bounds::{above_start, below_end, in_bounds};
 use crate::common::change::{Change, Reply, fold};
 use crate::common::change::{
@@ -247,43 +248,52 @@ pub const ART_RACE_HANDLERS: [RaceHandler; 20] = [
     RDWC_WRITE_FALLBACK,
 ];
 
+pub const REV_CAS_UNSIGNALED: PlantedBug = PlantedBug {
+    name: "rev-cas-unsignaled",
+    description: "a split returns before the moved child's reverse-pointer CAS lands (H1): a stale cached slot still passes the reverse check and misses the new key",
+};
+pub const REV_CAS_AFTER_PUBLISH: PlantedBug = PlantedBug {
+    name: "rev-cas-after-publish",
+    description: "the digest's H1 fix: the reverse-pointer CAS after the publish, awaited: another client's insert through the new node returns before it lands",
+};
+pub const FULL_LEAF_WRITE: PlantedBug = PlantedBug {
+    name: "full-leaf-write",
+    description: "an in-place update WRITEs the whole leaf, reverse pointer included, from its pre-lock READ (H3): it can undo a split's reverse-pointer move",
+};
+pub const DELETE_TO_NULL: PlantedBug = PlantedBug {
+    name: "delete-to-null",
+    description: "a delete resets the slot to NULL instead of a tombstone (H5): two slots of a node can end up with one partial, shadowing a key",
+};
+pub const RDWC_LATE_MARK: PlantedBug = PlantedBug {
+    name: "rdwc-late-mark",
+    description: "a delegated search shares a leaf READ posted before its followers joined (H6): a follower returns a value older than its start",
+};
+pub const RDWC_NO_FALLBACK: PlantedBug = PlantedBug {
+    name: "rdwc-no-fallback",
+    description: "an RDWC follower whose leader gave up (its READ failed) answers not-found or not-existed instead of searching or writing itself: a lost write, a missed key",
+};
+pub const RDWC_NO_UNMARK: PlantedBug = PlantedBug {
+    name: "rdwc-no-unmark",
+    description: "a delegated search shares a result whose last READ (a leaf READ after the mark) depended on a slot READ before it: a follower returns a value older than its start",
+};
+pub const NO_REVERSE_CHECK: PlantedBug = PlantedBug {
+    name: "no-reverse-check",
+    description: "a node or leaf reached through a cached slot is trusted without comparing its reverse pointer: stale caches route into moved subtrees",
+};
+pub const NO_CHECKSUM: PlantedBug = PlantedBug {
+    name: "no-checksum",
+    description: "leaf READs are used without checking the CRC: a READ overlapping an update returns a torn value",
+};
 const PLANTS: [PlantedBug; 9] = [
-    PlantedBug {
-        name: "rev-cas-unsignaled",
-        description: "a split returns before the moved child's reverse-pointer CAS lands (H1): a stale cached slot still passes the reverse check and misses the new key",
-    },
-    PlantedBug {
-        name: "rev-cas-after-publish",
-        description: "the digest's H1 fix: the reverse-pointer CAS after the publish, awaited: another client's insert through the new node returns before it lands",
-    },
-    PlantedBug {
-        name: "full-leaf-write",
-        description: "an in-place update WRITEs the whole leaf, reverse pointer included, from its pre-lock READ (H3): it can undo a split's reverse-pointer move",
-    },
-    PlantedBug {
-        name: "delete-to-null",
-        description: "a delete resets the slot to NULL instead of a tombstone (H5): two slots of a node can end up with one partial, shadowing a key",
-    },
-    PlantedBug {
-        name: "rdwc-late-mark",
-        description: "a delegated search shares a leaf READ posted before its followers joined (H6): a follower returns a value older than its start",
-    },
-    PlantedBug {
-        name: "rdwc-no-fallback",
-        description: "an RDWC follower whose leader gave up (its READ failed) answers not-found or not-existed instead of searching or writing itself: a lost write, a missed key",
-    },
-    PlantedBug {
-        name: "rdwc-no-unmark",
-        description: "a delegated search shares a result whose last READ (a leaf READ after the mark) depended on a slot READ before it: a follower returns a value older than its start",
-    },
-    PlantedBug {
-        name: "no-reverse-check",
-        description: "a node or leaf reached through a cached slot is trusted without comparing its reverse pointer: stale caches route into moved subtrees",
-    },
-    PlantedBug {
-        name: "no-checksum",
-        description: "leaf READs are used without checking the CRC: a READ overlapping an update returns a torn value",
-    },
+    REV_CAS_UNSIGNALED,
+    REV_CAS_AFTER_PUBLISH,
+    FULL_LEAF_WRITE,
+    DELETE_TO_NULL,
+    RDWC_LATE_MARK,
+    RDWC_NO_FALLBACK,
+    RDWC_NO_UNMARK,
+    NO_REVERSE_CHECK,
+    NO_CHECKSUM,
 ];
 
 /// ART's internal-node locks, resolved against the NIC (on-chip words, else a host table).
@@ -645,8 +655,8 @@ impl Pending<'_, '_> {
 }
 
 impl<C: Client + Clone + 'static> SmartHandle<C> {
-    fn planted(&self, bug: &str) -> bool {
-        self.o.plants.contains(bug)
+    fn planted(&self, bug: PlantedBug) -> bool {
+        self.o.plants.contains(bug.name)
     }
 
     fn retries_exhausted(&self, op: &'static str) -> IndexError {
@@ -722,7 +732,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             self.counters.event("cache_invalidated");
         }
         self.ctx.charge_cpu(CpuWork::NodeSearchEntry, cap as u64).await;
-        let rev_ok = at.cached.is_none() || rev == at.sa.raw() || self.planted("no-reverse-check");
+        let rev_ok = at.cached.is_none() || rev == at.sa.raw() || self.planted(NO_REVERSE_CHECK);
         if h.depth() > at.d || !rev_ok {
             return Ok(None);
         }
@@ -740,7 +750,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
     ) -> Result<LeafView, IndexError> {
         let g = self.node.leaf;
         for _ in 0..self.o.max_retries {
-            let late = self.planted("rdwc-late-mark");
+            let late = self.planted(RDWC_LATE_MARK);
             if let Some(l) = leader.as_deref_mut()
                 && !late
             {
@@ -754,7 +764,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             }
             self.ctx.charge_cpu(CpuWork::ChecksumByte, (g.key_bytes + g.value_bytes) as u64).await;
             let leaf = g.decode(buf.as_slice());
-            if at.cached.is_some() && leaf.rev != at.sa.raw() && !self.planted("no-reverse-check") {
+            if at.cached.is_some() && leaf.rev != at.sa.raw() && !self.planted(NO_REVERSE_CHECK) {
                 return Ok(LeafView::Invalid);
             }
             if !leaf.valid || leaf.dead() {
@@ -771,7 +781,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     return Ok(LeafView::Dead);
                 }
             }
-            if !leaf.intact() && !self.planted("no-checksum") {
+            if !leaf.intact() && !self.planted(NO_CHECKSUM) {
                 self.counters.event(TORN_LEAF.event);
                 self.counters.retries += 1;
                 self.ctx.yield_now().await;
@@ -1030,7 +1040,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             let (state, results) = fold(Some(l.value), p.changes());
             let new = match state {
                 Some(v) => Slot::leaf(at.s.partial(), g.bytes(), self.ensure_leaf(key, p, &v, at.sa).await?),
-                None if self.planted("delete-to-null") => Slot::null(),
+                None if self.planted(DELETE_TO_NULL) => Slot::null(),
                 None => Slot::tombstone(at.s.partial()),
             };
             // Retire the old leaf *before* the publish: whoever reaches it through a cached
@@ -1039,7 +1049,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             // leads to the old one, valid and older.) A retired leaf whose slot still points to
             // it is still current: readers check the slot (`read_leaf`).
             let retire = Request::write(leaf_addr.add(VALID_AT as u64), vec![0u8]);
-            let late = self.planted("retire-after-publish");
+            let late = self.planted(RETIRE_AFTER_PUBLISH);
             if !late {
                 self.ctx.post(vec![retire.clone()]).await?;
             }
@@ -1084,7 +1094,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         match state {
             Some(v) => {
                 self.ctx.charge_cpu(CpuWork::ChecksumByte, (g.key_bytes + g.value_bytes) as u64).await;
-                let (at_off, bytes) = if self.planted("full-leaf-write") {
+                let (at_off, bytes) = if self.planted(FULL_LEAF_WRITE) {
                     let mut b = g.encode(l.rev, key, &v);
                     if !l.valid {
                         b[VALID_AT] = 0;
@@ -1123,7 +1133,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         // dead leaf reachable.
         let (mut attempts, mut depth) = (Attempts::new(self.o.max_retries), 1);
         while attempts.next(depth) {
-            let tomb = if self.planted("delete-to-null") { Slot::null() } else { Slot::tombstone(expected.partial()) };
+            let tomb = if self.planted(DELETE_TO_NULL) { Slot::null() } else { Slot::tombstone(expected.partial()) };
             let mut cur = Slot(self.ctx.cas(sa, expected.0, tomb.0).await?);
             if cur == expected {
                 return Ok(());
@@ -1243,7 +1253,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         // cached copy of the old slot still passes the reverse check (see the module doc).
         let moved = at.s.ptr();
         let new_parent = nodes[last].add(16);
-        let early = !self.planted("rev-cas-unsignaled") && !self.planted("rev-cas-after-publish");
+        let early = !self.planted(REV_CAS_UNSIGNALED) && !self.planted(REV_CAS_AFTER_PUBLISH);
         if early && let Some(now) = self.move_reverse(at, moved, new_parent).await? {
             self.counters.event(SPLIT_SLOT_CHANGED.event);
             for a in nodes {
@@ -1267,7 +1277,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         }
         p.leaf = None;
         self.counters.event(if header.is_some() { "header_split" } else { "leaf_split" });
-        if self.planted("rev-cas-unsignaled") {
+        if self.planted(REV_CAS_UNSIGNALED) {
             // The artifact: an unsignaled CAS after the publish, never awaited (H1).
             self.ctx.post_unsignaled(vec![Request::cas(moved, at.sa.raw(), new_parent.raw())])?;
         } else if !early {
@@ -1534,7 +1544,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             self.ctx.charge_cpu(CpuWork::ChecksumByte, ((g.key_bytes + g.value_bytes) * group.len()) as u64).await;
             for ((i, _), r) in group.into_iter().zip(resps) {
                 let l = g.decode(r.into_buf()?.as_slice());
-                let usable = l.valid && !l.dead() && (l.intact() || self.planted("no-checksum"));
+                let usable = l.valid && !l.dead() && (l.intact() || self.planted(NO_CHECKSUM));
                 out.push((i, usable.then_some(l)));
             }
         }
@@ -1576,7 +1586,7 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
                     LeafView::Live(l) => {
                         if let Some(leader) = leader.as_deref_mut()
                             && l.rev != at.sa.raw()
-                            && !self.planted("rdwc-no-unmark")
+                            && !self.planted(RDWC_NO_UNMARK)
                         {
                             leader.unmark();
                         }
@@ -1610,7 +1620,7 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
             if (0..h.len()).any(|i| kb(key, h.depth() + i) != h.partial(i)) {
                 if let Some(leader) = leader.as_deref_mut()
                     && img.rev != at.sa.raw()
-                    && !self.planted("rdwc-no-unmark")
+                    && !self.planted(RDWC_NO_UNMARK)
                 {
                     leader.unmark();
                 }
@@ -1651,11 +1661,11 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
     }
 
     fn no_fallback(&self) -> bool {
-        self.planted("rdwc-no-fallback")
+        self.planted(RDWC_NO_FALLBACK)
     }
 
     fn late_handover(&self) -> bool {
-        self.planted("late-handover")
+        self.planted(LATE_HANDOVER)
     }
 }
 
