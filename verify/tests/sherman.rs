@@ -157,6 +157,33 @@ mod explored {
         assert_eq!(clean.exploration.schedules, f.schedule + 1);
     }
 
+    /// Bookend slot versions: clean on a tree that never splits, reaching both torn-slot
+    /// handlers, in the default memory model (a slot spans at most two units, so any mix of two
+    /// write-backs shows f != r in whatever order a READ samples them). Without the re-read of
+    /// a torn slot (the artifact skips it, B2) a search misses a key; with splits, a whole-leaf
+    /// READ passes front == rear with a middle line old (B1), even when READs sample their
+    /// units in ascending order, as the bookend argument assumes (two overtakings).
+    #[test]
+    fn bookend_slots_are_sound_without_splits_and_only_with_the_reread() {
+        use dmkit_indexes::sherman::layout::Versioning;
+        use dmkit_sim::MemoryModel;
+        let sound = scenario("bookend-slots", None, None, 5);
+        check_index(&sound, Mode::Random, 5, clean_budget(), u64::MAX).assert_clean("bookend-slots", 5, true);
+        let mut skip = scenario("bookend-slots", None, None, 5);
+        skip.options.torn_slot_reread = false;
+        let mut splits = scenario("default", None, None, 5);
+        splits.options.versioning = Versioning::Bookend;
+        splits.memory_model = MemoryModel { read_units_ascending: true, ..MemoryModel::default() };
+        for (what, s) in [("torn slot skipped", skip), ("splits, READs ascending", splits)] {
+            let check = check_index(&s, Mode::Random, 5, find_budget(), u64::MAX);
+            let f = check
+                .exploration
+                .failure
+                .unwrap_or_else(|| panic!("{what}: no violation in {} schedules", check.exploration.schedules));
+            assert!(f.message.contains("not linearizable"), "{what}: {}", f.message);
+        }
+    }
+
     #[test]
     fn each_planted_bug_is_found_and_replays() {
         // Random finds each in under a second. PCT needs 20-30 s (release build) for the last

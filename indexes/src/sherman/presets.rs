@@ -102,6 +102,32 @@ impl Checked for Sherman {
                 },
                 sherman_options("sherman-fixed", 2),
             ),
+            // The artifact's bookend versions (slot f/r nibbles; a torn slot makes the reader
+            // read the leaf again, D4) on a tree that never splits: every key preloaded, so
+            // inserts overwrite, and write-backs tear slots under searches and scans. A slot
+            // spans at most two 64-byte units, and a READ that sees one of them new and the
+            // other old sees f != r whatever order it samples them in. Splits are left out on
+            // purpose: a whole-leaf READ across a split's WRITE passes front == rear with a
+            // middle line old (digest §4.1 B1), even with READs sampling ascending, and the
+            // checker finds that within a few thousand schedules (`verify/tests/sherman.rs`).
+            (
+                Preset {
+                    name: "bookend-slots",
+                    keys: 9,
+                    preload: 9,
+                    mix: Mix { search: 30, insert: 15, update: 30, delete: 0, scan: 25 },
+                    required_counters: &["torn_slot", "scan_torn_slot"],
+                    ..base.clone()
+                },
+                // PCT starves a write-back half placed while a reader re-reads the torn slot:
+                // a bound of 200 re-reads ends that spin (a give-up, of unknown effect under
+                // PCT) long before the step limit.
+                ShermanOptions {
+                    versioning: crate::sherman::layout::Versioning::Bookend,
+                    max_retries: 200,
+                    ..sherman_options("sherman-fixed", 2)
+                },
+            ),
             // Found by the sweep (`sweep-long-local`, failed before the fix): a root helper and
             // the root's splitter both insert the old root's separator into the new level; when
             // the new root split in between and the separator went up as the right node's
