@@ -196,6 +196,22 @@ mod explored {
         );
     }
 
+    /// With READs failing under write combining: a leader whose descent READ fails before it
+    /// closes its window gives up without its followers' changes, and each follower applies its
+    /// own (`rdwc_write_fallback`, reached by no other preset). Without the fallback a follower
+    /// answers without writing.
+    #[test]
+    fn a_follower_whose_leader_gave_up_runs_its_own_write() {
+        let bug = "rdwc-no-fallback";
+        let message = found(bug, &scenario("local-read-failure", None, Some(bug)), Mode::Random, 20_000);
+        assert!(message.contains("not linearizable"), "{message}");
+        check_index(&scenario("local-read-failure", None, None), Mode::Random, 3, budget(), u64::MAX).assert_clean(
+            "local-read-failure",
+            0,
+            true,
+        );
+    }
+
     /// A delegating search that marks its window after its leaf READ returns hands followers a
     /// value older than their start.
     #[test]

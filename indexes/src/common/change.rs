@@ -3,7 +3,7 @@
 //! table. Shared by the indexes that delegate and combine.
 
 use crate::common::rdwc::{Rdwc, ReadLeader, ReadRole, WriteLeader, WriteRole};
-use crate::{Counters, IndexError, RaceHandler};
+use crate::{Counters, IndexError, PlantedBug, RaceHandler};
 
 /// What a write does to its key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,6 +111,13 @@ pub const RDWC_WRITE_QUEUED: RaceHandler = RaceHandler {
 pub const RDWC_WRITE_FALLBACK: RaceHandler = RaceHandler {
     event: "rdwc_write_fallback",
     race: "a write follower's leader gave up before applying its change: the follower applies it itself, so no write is lost",
+};
+
+/// The fallbacks above removed ([`Combined::no_fallback`]): the plant of every index that
+/// implements it.
+pub const RDWC_NO_FALLBACK: PlantedBug = PlantedBug {
+    name: "rdwc-no-fallback",
+    description: "an RDWC follower whose leader gave up (its READ failed) answers not-found or not-existed instead of searching or writing itself: a lost write, a missed key",
 };
 
 /// A search through `table`: lead a window, follow one (taking its result, or searching again

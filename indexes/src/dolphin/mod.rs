@@ -97,6 +97,7 @@ pub mod invariants;
 pub mod layout;
 pub mod presets;
 
+pub use crate::common::change::RDWC_NO_FALLBACK;
 use crate::common::change::{
     Change, Combined, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK, Reply, fold, replies, search_via, write_via,
 };
@@ -267,7 +268,7 @@ pub const RDWC_LATE_CLOSE: PlantedBug = PlantedBug {
 };
 /// Every protection of the hardened protocol, removable by name. Five of them restore one of
 /// the paper's behaviours each (the hazard in brackets).
-pub const PLANTS: [PlantedBug; 12] = [
+pub const PLANTS: [PlantedBug; 13] = [
     FAILED_READ_UNDOES_SPLIT,
     FAILED_READ_SKIPS_TRIM,
     FAILED_READ_KEEPS_SHARE,
@@ -280,6 +281,7 @@ pub const PLANTS: [PlantedBug; 12] = [
     NO_RANGE_CHECK,
     RDWC_LATE_MARK,
     RDWC_LATE_CLOSE,
+    RDWC_NO_FALLBACK,
 ];
 
 // The events of the branches that exist because another client got there first (see
@@ -1792,6 +1794,10 @@ impl<C: Client + Clone + 'static> Combined for DolphinHandle<C> {
 
     fn counters_mut(&mut self) -> &mut Counters {
         &mut self.counters
+    }
+
+    fn no_fallback(&self) -> bool {
+        self.planted(RDWC_NO_FALLBACK)
     }
 }
 

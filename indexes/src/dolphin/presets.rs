@@ -222,6 +222,23 @@ impl Checked for Dolphin {
                 },
                 dolphin_options(2),
             ),
+            // `local` with three READs failing: a combining window's leader whose READ fails
+            // before it closes the window gives up without its followers' changes, and each
+            // follower applies its own (`rdwc_write_fallback`, which no other preset reaches).
+            (
+                Preset {
+                    name: "local-read-failure",
+                    compute_nodes: 2,
+                    memory_nodes: 1,
+                    clients: 4,
+                    keys: 3,
+                    preload: 2,
+                    mix: Mix { search: 30, insert: 25, update: 35, delete: 10, scan: 0 },
+                    required_counters: &["rdwc_combined", "rdwc_write_fallback"],
+                    ..base.clone()
+                },
+                dolphin_options(1),
+            ),
             // Three READs failing (a transient transport error; the explorer places each) on a
             // leaf that splits: an operation whose share's READ failed must give the share back,
             // or the split waits for it until it gives up, and every later one too.
@@ -243,7 +260,10 @@ impl Checked for Dolphin {
     }
 
     fn faults(preset: &str, _: &DolphinOptions) -> FaultPlan {
-        FaultPlan::read_failure_preset(preset, 1)
+        match preset {
+            "local-read-failure" => FaultPlan::read_failures(1, 3),
+            _ => FaultPlan::read_failure_preset(preset, 1),
+        }
     }
 
     fn sweep() -> Vec<(Preset, DolphinOptions)> {

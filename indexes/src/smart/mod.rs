@@ -268,10 +268,7 @@ pub const RDWC_LATE_MARK: PlantedBug = PlantedBug {
     name: "rdwc-late-mark",
     description: "a delegated search shares a leaf READ posted before its followers joined (H6): a follower returns a value older than its start",
 };
-pub const RDWC_NO_FALLBACK: PlantedBug = PlantedBug {
-    name: "rdwc-no-fallback",
-    description: "an RDWC follower whose leader gave up (its READ failed) answers not-found or not-existed instead of searching or writing itself: a lost write, a missed key",
-};
+pub use crate::common::change::RDWC_NO_FALLBACK;
 pub const RDWC_NO_UNMARK: PlantedBug = PlantedBug {
     name: "rdwc-no-unmark",
     description: "a delegated search shares a result whose last READ (a leaf READ after the mark) depended on a slot READ before it: a follower returns a value older than its start",
