@@ -248,43 +248,52 @@ const RACE_HANDLERS: [RaceHandler; 17] = [
     RDWC_WRITE_FALLBACK,
 ];
 
+pub const NO_ENTRY_VERSION: PlantedBug = PlantedBug {
+    name: "no-entry-version",
+    description: "entry writes do not bump the entry version (EV): a READ torn across a multi-line entry's update is accepted",
+};
+pub const NO_BITMAP_CHECK: PlantedBug = PlantedBug {
+    name: "no-bitmap-check",
+    description: "a neighbourhood READ is not checked against the home's hop bitmap (C3): a READ that caught half a hop misses the key",
+};
+pub const NO_SIBLING_VALIDATION: PlantedBug = PlantedBug {
+    name: "no-sibling-validation",
+    description: "a leaf's sibling is not compared with the expected one: stale cached parents and half-split leaves go unnoticed",
+};
+pub const EV_HOP_ENTRIES_ONLY: PlantedBug = PlantedBug {
+    name: "ev-hop-entries-only",
+    description: "a hop bumps EV only on hop entries, not on homes whose bitmap changed (digest G1)",
+};
+pub const UPSERT_FIRST_VACANCY: PlantedBug = PlantedBug {
+    name: "upsert-first-vacancy",
+    description: "an insert looks for its key only up to the first vacancy, not to the home's farthest hop (digest G3)",
+};
+pub const RIGHT_NULL_SIBLING: PlantedBug = PlantedBug {
+    name: "right-null-sibling",
+    description: "an insert moving right forgets the expected sibling and reads the argmax instead (digest G4; redundant while splits keep the boundary)",
+};
+pub const SPLIT_DROPS_MAX_TOMBSTONE: PlantedBug = PlantedBug {
+    name: "split-drops-max-tombstone",
+    description: "a split drops the deleted maximum of a leaf with a sibling from the right half, so the right half's argmax falls below where its range ends",
+};
+pub const SPLIT_SKIPS_PARENT: PlantedBug = PlantedBug {
+    name: "split-skips-parent",
+    description: "a leaf split never inserts its pivot into the parent: the right half stays reachable only from its left sibling after every operation finished (the walk accepts a half split only after an operation that did not finish)",
+};
+pub const DELETE_CLEARS: PlantedBug = PlantedBug {
+    name: "delete-clears",
+    description: "a delete clears the entry instead of writing a tombstone, losing the left node's maximum (digest G5)",
+};
 const PLANTS: [PlantedBug; 9] = [
-    PlantedBug {
-        name: "no-entry-version",
-        description: "entry writes do not bump the entry version (EV): a READ torn across a multi-line entry's update is accepted",
-    },
-    PlantedBug {
-        name: "no-bitmap-check",
-        description: "a neighbourhood READ is not checked against the home's hop bitmap (C3): a READ that caught half a hop misses the key",
-    },
-    PlantedBug {
-        name: "no-sibling-validation",
-        description: "a leaf's sibling is not compared with the expected one: stale cached parents and half-split leaves go unnoticed",
-    },
-    PlantedBug {
-        name: "ev-hop-entries-only",
-        description: "a hop bumps EV only on hop entries, not on homes whose bitmap changed (digest G1)",
-    },
-    PlantedBug {
-        name: "upsert-first-vacancy",
-        description: "an insert looks for its key only up to the first vacancy, not to the home's farthest hop (digest G3)",
-    },
-    PlantedBug {
-        name: "right-null-sibling",
-        description: "an insert moving right forgets the expected sibling and reads the argmax instead (digest G4; redundant while splits keep the boundary)",
-    },
-    PlantedBug {
-        name: "split-drops-max-tombstone",
-        description: "a split drops the deleted maximum of a leaf with a sibling from the right half, so the right half's argmax falls below where its range ends",
-    },
-    PlantedBug {
-        name: "split-skips-parent",
-        description: "a leaf split never inserts its pivot into the parent: the right half stays reachable only from its left sibling after every operation finished (the walk accepts a half split only after an operation that did not finish)",
-    },
-    PlantedBug {
-        name: "delete-clears",
-        description: "a delete clears the entry instead of writing a tombstone, losing the left node's maximum (digest G5)",
-    },
+    NO_ENTRY_VERSION,
+    NO_BITMAP_CHECK,
+    NO_SIBLING_VALIDATION,
+    EV_HOP_ENTRIES_ONLY,
+    UPSERT_FIRST_VACANCY,
+    RIGHT_NULL_SIBLING,
+    SPLIT_DROPS_MAX_TOMBSTONE,
+    SPLIT_SKIPS_PARENT,
+    DELETE_CLEARS,
 ];
 
 /// The state one compute node's clients share.
@@ -490,8 +499,8 @@ struct Locked {
 }
 
 impl<C: Client + Clone + 'static> ChimeHandle<C> {
-    fn planted(&self, bug: &str) -> bool {
-        self.o.plants.contains(bug)
+    fn planted(&self, bug: PlantedBug) -> bool {
+        self.o.plants.contains(bug.name)
     }
 
     fn check_key(&self, key: &[u8]) -> Result<(), IndexError> {
@@ -545,7 +554,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     // ----- internal nodes -----
 
     async fn read_internal(&mut self, addr: RemoteAddr) -> Result<Internal, IndexError> {
-        let check = !self.planted("no-entry-version");
+        let check = !self.planted(NO_ENTRY_VERSION);
         for _ in 0..self.o.max_retries {
             let raw = self.ctx.read(addr, Buf::zeroed(self.il.encoded_bytes())).await?;
             match self.il.decode(raw.as_slice(), check) {
@@ -685,7 +694,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             .map(|&(d0, d1)| Request::read_len(addr.add(raw_of(d0) as u64), raw_of(d1) - raw_of(d0)))
             .collect();
         let responses = self.ctx.post(batch).await?;
-        let check = !self.planted("no-entry-version");
+        let check = !self.planted(NO_ENTRY_VERSION);
         let mut node_version = None;
         let mut replica = None;
         for (&(d0, d1), r) in ranges.iter().zip(responses) {
@@ -776,7 +785,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         if !l.valid(img, replica) {
             return Err(());
         }
-        if self.planted("no-sibling-validation") {
+        if self.planted(NO_SIBLING_VALIDATION) {
             return Ok(true);
         }
         if l.fences {
@@ -924,7 +933,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     self.node.hotspot.touch(route.leaf.raw(), s as u16, fp);
                     return Ok((!l.is_tombstone(&img, s)).then_some(value));
                 }
-                if !self.planted("no-bitmap-check") && !self.bitmap_consistent(&img, h).await {
+                if !self.planted(NO_BITMAP_CHECK) && !self.bitmap_consistent(&img, h).await {
                     self.counters.event(BITMAP_MISMATCH);
                     self.counters.retries += 1;
                     continue;
@@ -1003,7 +1012,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 let word = self.lock(lock_at).await?;
                 let insert = pending.close().iter().any(|c| matches!(c, Change::Upsert(_)));
                 let mut lk = Locked { addr: route.leaf, word, img: vec![0u8; l.decoded_bytes()], have: 0 };
-                if !insert && self.o.speculative_read && !self.planted("delete-clears") {
+                if !insert && self.o.speculative_read && !self.planted(DELETE_CLEARS) {
                     let hood = (0..l.hood).map(|d| l.at(h, d) as u16);
                     if let Some(s) = self.node.hotspot.candidates(route.leaf.raw(), hood, fp) {
                         let s = s as usize;
@@ -1051,7 +1060,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 };
                 // G3: the home's keys may lie beyond the first vacancy.
                 let far = l.hop_offsets(&lk.img, h).max().map_or(0, |d| d + 1);
-                if insert && far > n && !self.planted("upsert-first-vacancy") {
+                if insert && far > n && !self.planted(UPSERT_FIRST_VACANCY) {
                     self.counters.event("upsert_extend");
                     if let Err(e) = self.read_entries_retry(route.leaf, &mut lk.img, l.at(h, n), far - n).await {
                         self.unlock(route.leaf, word, vec![]).await?;
@@ -1060,7 +1069,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     n = far;
                 }
                 lk.have = n;
-                let matches: Vec<usize> = if self.planted("upsert-first-vacancy") {
+                let matches: Vec<usize> = if self.planted(UPSERT_FIRST_VACANCY) {
                     (0..n)
                         .map(|d| l.at(h, d))
                         .filter(|&s| !l.is_empty(&lk.img, s) && l.key(&lk.img, s) == key)
@@ -1122,7 +1131,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                     return Err(self.corrupt(route.leaf, "a half split toward a null sibling"));
                 }
                 route.leaf = sibling;
-                if self.planted("right-null-sibling") {
+                if self.planted(RIGHT_NULL_SIBLING) {
                     route.expected = RemoteAddr::NULL;
                 }
             }
@@ -1181,7 +1190,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 };
                 l.set_item(&mut lk.img, s, &key, &field, false);
             }
-            None if self.planted("delete-clears") => {
+            None if self.planted(DELETE_CLEARS) => {
                 l.clear_item(&mut lk.img, s);
                 let d = l.dist(h, s);
                 let b = l.bitmap(&lk.img, h) & !l.hop_bit(d);
@@ -1193,7 +1202,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 l.set_item(&mut lk.img, s, &key, &field, true);
             }
         }
-        if !self.planted("no-entry-version") {
+        if !self.planted(NO_ENTRY_VERSION) {
             for &t in &touched {
                 l.bump_entry(&mut lk.img, t);
             }
@@ -1239,7 +1248,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         }
         for &s in &hop.changed {
             let hop_entry = s == hop.slot || hop.moves.iter().any(|&(from, to)| s == from || s == to);
-            if (hop_entry || !self.planted("ev-hop-entries-only")) && !self.planted("no-entry-version") {
+            if (hop_entry || !self.planted(EV_HOP_ENTRIES_ONLY)) && !self.planted(NO_ENTRY_VERSION) {
                 l.bump_entry(&mut lk.img, s);
             }
         }
@@ -1346,7 +1355,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         // and the right half, which inherits the sibling, keeps it as its own boundary:
         // dropped, an insert that reaches the right half through a parent older than both
         // splits reads a lower argmax there and moves on one leaf too far.
-        let boundary = if old_sibling.is_null() || self.planted("split-drops-max-tombstone") {
+        let boundary = if old_sibling.is_null() || self.planted(SPLIT_DROPS_MAX_TOMBSTONE) {
             None
         } else {
             occupied.iter().copied().max_by(|&a, &b| l.key(&img, a).cmp(l.key(&img, b)))
@@ -1419,7 +1428,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             return Err(e.into());
         }
         self.ctx.write(lk.addr, Buf::from(whole(&left, left_word))).await?;
-        if self.planted("split-skips-parent") {
+        if self.planted(SPLIT_SKIPS_PARENT) {
             return Ok(());
         }
         self.insert_parent(lk.addr, 0, pivot, right_at).await

@@ -202,28 +202,28 @@ const RACE_HANDLERS: [RaceHandler; 15] = [
     RDWC_WRITE_FALLBACK,
 ];
 
-const PLANTS: [PlantedBug; 5] = [
-    PlantedBug {
-        name: "no-sibling-chase",
-        description: "a key at or above a node's highest fence does not move right: searches miss moved keys, inserts land in the wrong leaf",
-    },
-    PlantedBug {
-        name: "no-version-check",
-        description: "node images are used without checking versions: a READ overlapping a split returns a torn node",
-    },
-    PlantedBug {
-        name: "unlock-before-write",
-        description: "the unlock precedes the write-back in the batch: the next writer reads the node before the change lands",
-    },
-    PlantedBug {
-        name: "split-skips-parent",
-        description: "a leaf split never inserts its separator into the parent: the new leaf is reachable only through its left sibling, though the operation finished",
-    },
-    PlantedBug {
-        name: "split-write-unsignaled",
-        description: "the split node's WRITE is not awaited before the parent changes (artifact bug B7)",
-    },
-];
+pub const NO_SIBLING_CHASE: PlantedBug = PlantedBug {
+    name: "no-sibling-chase",
+    description: "a key at or above a node's highest fence does not move right: searches miss moved keys, inserts land in the wrong leaf",
+};
+pub const NO_VERSION_CHECK: PlantedBug = PlantedBug {
+    name: "no-version-check",
+    description: "node images are used without checking versions: a READ overlapping a split returns a torn node",
+};
+pub const UNLOCK_BEFORE_WRITE: PlantedBug = PlantedBug {
+    name: "unlock-before-write",
+    description: "the unlock precedes the write-back in the batch: the next writer reads the node before the change lands",
+};
+pub const SPLIT_SKIPS_PARENT: PlantedBug = PlantedBug {
+    name: "split-skips-parent",
+    description: "a leaf split never inserts its separator into the parent: the new leaf is reachable only through its left sibling, though the operation finished",
+};
+pub const SPLIT_WRITE_UNSIGNALED: PlantedBug = PlantedBug {
+    name: "split-write-unsignaled",
+    description: "the split node's WRITE is not awaited before the parent changes (artifact bug B7)",
+};
+const PLANTS: [PlantedBug; 5] =
+    [NO_SIBLING_CHASE, NO_VERSION_CHECK, UNLOCK_BEFORE_WRITE, SPLIT_SKIPS_PARENT, SPLIT_WRITE_UNSIGNALED];
 
 /// Where this tree's locks are, resolved against the NIC's capabilities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -481,13 +481,13 @@ struct Found {
 }
 
 impl<C: Client + Clone + 'static> ShermanHandle<C> {
-    fn planted(&self, bug: &str) -> bool {
-        self.o.plants.contains(bug)
+    fn planted(&self, bug: PlantedBug) -> bool {
+        self.o.plants.contains(bug.name)
     }
 
     /// Whether node images are checked for torn reads (not with the `no-version-check` plant).
     fn checks_versions(&self) -> bool {
-        !self.planted("no-version-check")
+        !self.planted(NO_VERSION_CHECK)
     }
 
     fn check_key(&self, key: &[u8]) -> Result<(), IndexError> {
@@ -549,7 +549,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
     }
 
     async fn decode(&self, image: &[u8]) -> Result<Node, Reject> {
-        let decoded = if self.planted("no-version-check") {
+        let decoded = if self.planted(NO_VERSION_CHECK) {
             // Trust whatever was read: decode as if every version matched.
             self.g.decode_with(image, false)
         } else {
@@ -605,7 +605,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                     "node at {p} (level {level}) was routed to for a key below its lowest fence or from the wrong level"
                 )));
             }
-            if right && !self.planted("no-sibling-chase") {
+            if right && !self.planted(NO_SIBLING_CHASE) {
                 self.spare = Some(image);
                 self.counters.event("move_right");
                 // Host-side tallies only (no CPU charged, no verb): which traversal read
@@ -707,7 +707,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             self.counters.event("lock_hand_over");
         } else {
             let unlock = Request::write(held.word, 0u64.to_le_bytes().to_vec());
-            if self.planted("unlock-before-write") {
+            if self.planted(UNLOCK_BEFORE_WRITE) {
                 batch.insert(0, unlock);
             } else {
                 batch.push(unlock);
@@ -776,7 +776,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                     self.unlock(held, None, false).await?;
                     return Err(IndexError::Corrupt(format!("node at {addr} was routed to as a leaf and is not one")));
                 };
-                if !n.covers(key) && !self.planted("no-sibling-chase") {
+                if !n.covers(key) && !self.planted(NO_SIBLING_CHASE) {
                     self.unlock(held, None, false).await?;
                     let left = self.leave_uncovered((addr, n.lowest(), n.sibling()), key, &mut from_cache);
                     self.leaf_buf = n.into_buf();
@@ -921,7 +921,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         n.sibling = sibling_at;
         n.bump(self.g.versioning);
         self.write_split(addr, held, n, sibling_at, &sibling).await?;
-        if self.planted("split-skips-parent") {
+        if self.planted(SPLIT_SKIPS_PARENT) {
             return Ok(());
         }
         self.insert_parent(addr, 0, sep, sibling_at, path).await
@@ -941,7 +941,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             self.unlock(held, None, true).await?;
             return Err(e.into());
         }
-        let signaled = self.o.split_write_signaled && !self.planted("split-write-unsignaled");
+        let signaled = self.o.split_write_signaled && !self.planted(SPLIT_WRITE_UNSIGNALED);
         self.unlock(held, Some((addr, self.g.encode(n))), signaled).await
     }
 
@@ -1187,7 +1187,7 @@ impl<C: Client + Clone + 'static> Combined for ShermanHandle<C> {
                     // `find` returns a node of level 0 (module doc: levels never change).
                     return Err(IndexError::Corrupt(format!("node at {addr} was routed to as a leaf and is not one")));
                 }
-                if !n.covers(key) && !self.planted("no-sibling-chase") {
+                if !n.covers(key) && !self.planted(NO_SIBLING_CHASE) {
                     match self.leave_uncovered((addr, &n.lowest, n.sibling), key, &mut from_cache)? {
                         Some(right) => {
                             addr = right;
