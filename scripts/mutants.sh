@@ -8,6 +8,8 @@
 #   scripts/mutants.sh INDEX --list           # the mutants, without running them
 #   SHARD=0/4 scripts/mutants.sh INDEX 2000   # a sample: every 4th mutant of the list, from the
 #                                             # first (round-robin, so it spans every function)
+#   SWEEP=1 scripts/mutants.sh INDEX 2000     # the sweep's points too (`dmkit check --sweep`):
+#                                             # options at their extremes, several times slower
 #
 # Why cargo-mutants: its mutation operators (replace a function's body, swap a comparison or a
 # boolean operator, delete a `!`) are the standard ones, it rebuilds only what a mutant touches,
@@ -62,9 +64,10 @@ if [ "$arg" = "--list" ]; then
   exec cargo mutants "${mutate[@]}" --list
 fi
 
-out=results/mutants/$index${shard:+-shard-${shard/\//-of-}}
+sweep_tag=; [ "${SWEEP:-0}" = 1 ] && sweep_tag=-sweep
+out=results/mutants/$index$sweep_tag${shard:+-shard-${shard/\//-of-}}
 mkdir -p "$out"
-export DMKIT_MUTANTS_INDEX=${oracle:-$index} DMKIT_MUTANTS_SCHEDULES=$arg
+export DMKIT_MUTANTS_INDEX=${oracle:-$index} DMKIT_MUTANTS_SCHEDULES=$arg DMKIT_MUTANTS_SWEEP=${SWEEP:-0}
 # The baseline: the unmutated tree must pass the oracle. (cargo-mutants 27's own baseline runs
 # the mutated package's tests whatever --test-package says, so it is skipped and run here.)
 cargo test --profile mutants -p dmkit-verify --test mutation_oracle -- --ignored

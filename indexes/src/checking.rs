@@ -95,6 +95,15 @@ pub trait Checked: IndexKind {
         FaultPlan::default()
     }
 
+    /// Events the index counts when it abandons work that a checking run gives it no cause to
+    /// abandon: a recovery that failed although only one node crashed (HStore's servers give up
+    /// a recovery whose peer is down too, and do not retry it). Any of them in a run is a
+    /// violation: an abandoned recovery leaves every later operation failing with an error of
+    /// unknown effect, which a linearizability check alone accepts.
+    fn abandoned() -> &'static [&'static str] {
+        &[]
+    }
+
     /// Whether a preset's operations may give up under a fair schedule with no fault (see
     /// [`IndexScenario::fair_schedule`]): a liveness limit of the configuration the preset chose
     /// on purpose, which the implementation states. False (the default): such a give-up is a

@@ -382,6 +382,14 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             if let Some(first) = stray.first {
                 return Err(format!("{} verb(s) addressed unallocated memory; the first: {first}", stray.count));
             }
+            // Work the index abandoned with no cause in this run (a failed recovery).
+            for name in K::abandoned() {
+                let count = |c: &Counters| c.events.get(name).copied().unwrap_or(0);
+                let n = count(&servers) + count(&run_counters.borrow());
+                if n > 0 {
+                    return Err(format!("the index abandoned work a checking run gives no cause to: {name} = {n}"));
+                }
+            }
             // A transport error without an injected fault: a violation of its own (see
             // `History::unexplained_transport_error`; an index failing every operation so would
             // pass otherwise).

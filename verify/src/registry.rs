@@ -105,6 +105,18 @@ pub fn preset_names(index: &str) -> Result<Vec<&'static str>, String> {
     visit(index, Names)
 }
 
+/// Names of an index's option-space sweep points (`dmkit check --sweep`), in order.
+pub fn sweep_names(index: &str) -> Result<Vec<&'static str>, String> {
+    struct Names;
+    impl Visit for Names {
+        type Output = Vec<&'static str>;
+        fn visit<K: Checked>(self) -> Self::Output {
+            K::sweep().into_iter().map(|(p, _)| p.name).collect()
+        }
+    }
+    visit(index, Names)
+}
+
 /// Race handlers of an index, one per line: `event: the race it handles`.
 pub fn list_race_handlers(index: &str) -> Result<String, String> {
     struct List;

@@ -139,6 +139,22 @@ mod explored {
 
     use dmkit_verify::harness::find_replayable as found;
 
+    /// A recovery the index abandons is a violation, although every operation after it fails
+    /// with an error of unknown effect (which the linearizability check accepts): both servers
+    /// crashed at once, a case HStore does not recover from (module doc), so the restarted HTS
+    /// gives up its recovery.
+    #[test]
+    fn an_abandoned_recovery_is_a_violation() {
+        use dmkit_indexes::checking::FaultPlan;
+        let mut s = scenario("crash-hts", None, None);
+        s.faults = dmkit_verify::harness::simulated(&FaultPlan {
+            crashes: vec![s.options.hts_node(), s.options.sls_node()],
+            ..FaultPlan::default()
+        });
+        let message = found("both servers crashed", &s, Mode::Random, 2_000);
+        assert!(message.contains("abandoned work"), "{message}");
+    }
+
     fn clean(name: &str, s: &IndexScenario<HStore>, mode: Mode) {
         check_index(s, mode, 1, budget(), u64::MAX).assert_clean(name, 101, false);
     }

@@ -307,7 +307,7 @@ impl Hts {
                         }
                         for item in &page {
                             if let Err(e) = self.rebuild_insert(ctx, item).await {
-                                self.counters.add("hts_recovery_failed", 1);
+                                self.counters.add(super::HTS_RECOVERY_FAILED, 1);
                                 let _ = e;
                                 return;
                             }
@@ -321,7 +321,7 @@ impl Hts {
                     _ => {
                         attempts += 1;
                         if attempts > 64 {
-                            self.counters.add("hts_recovery_failed", 1);
+                            self.counters.add(super::HTS_RECOVERY_FAILED, 1);
                             return;
                         }
                         ctx.sleep(self.o.retry_wait_ns(attempts - 1)).await;
@@ -350,7 +350,7 @@ impl Hts {
                 _ => {
                     attempts += 1;
                     if attempts > 64 {
-                        self.counters.add("hts_recovery_failed", 1);
+                        self.counters.add(super::HTS_RECOVERY_FAILED, 1);
                         return;
                     }
                     ctx.sleep(self.o.backoff_ns.saturating_mul(8)).await;

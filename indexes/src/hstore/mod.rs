@@ -723,6 +723,11 @@ impl IndexKind for HStore {
     }
 }
 
+/// A restarted HTS gave its recovery up (its SLS peer was down too): counted, not retried.
+pub const HTS_RECOVERY_FAILED: &str = "hts_recovery_failed";
+/// A restarted SLS gave its recovery up (its HTS peer was down too): counted, not retried.
+pub const SLS_RECOVERY_FAILED: &str = "sls_recovery_failed";
+
 /// The server nodes' counters (batches, drains, recoveries), read from the services' state.
 pub fn server_counters(o: &HStoreOptions, memory: &dyn MemoryView) -> BTreeMap<&'static str, u64> {
     let mut out = BTreeMap::new();

@@ -8,7 +8,7 @@
 //! compute node: blocks another node carved are never reused (see the module doc).
 
 use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point, scan_shapes_preset};
-use crate::hstore::{HStore, HStoreOptions, layout, wire};
+use crate::hstore::{HStore, HStoreOptions, HTS_RECOVERY_FAILED, SLS_RECOVERY_FAILED, layout, wire};
 
 /// The options every preset starts from.
 pub fn hstore_checking_options() -> HStoreOptions {
@@ -352,6 +352,12 @@ impl Checked for HStore {
                 o,
             ),
         ]
+    }
+
+    /// A server gives a recovery up only when its peer is down too; the checking presets crash
+    /// one server at a time.
+    fn abandoned() -> &'static [&'static str] {
+        &[HTS_RECOVERY_FAILED, SLS_RECOVERY_FAILED]
     }
 
     fn gives_up_by_design(preset: &str, _: &HStoreOptions) -> bool {

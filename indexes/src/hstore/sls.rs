@@ -548,7 +548,7 @@ impl Sls {
                     state: ServerState::Serving | ServerState::PeerRecovering, init_ns, ..
                 })) if init_ns < started_ns => {
                     if self.recover(ctx).await.is_err() {
-                        self.counters.add("sls_recovery_failed", 1);
+                        self.counters.add(super::SLS_RECOVERY_FAILED, 1);
                     }
                     return;
                 }
