@@ -100,6 +100,18 @@ impl Checked for Dolphin {
             ],
             step_limit: 1_000_000,
         };
+        // One compute node, three hot keys: read delegation and write combining.
+        let local = Preset {
+            name: "local",
+            compute_nodes: 1,
+            memory_nodes: 1,
+            clients: 4,
+            keys: 3,
+            preload: 2,
+            mix: Mix { search: 45, insert: 20, update: 25, delete: 10, scan: 0 },
+            required_counters: &["rdwc_delegated", "rdwc_combined"],
+            ..base.clone()
+        };
         vec![
             (base.clone(), dolphin_options(2)),
             // One prefix, hot: updates and deletes meet splits and compactions.
@@ -114,21 +126,7 @@ impl Checked for Dolphin {
                 },
                 dolphin_options(1),
             ),
-            // One compute node, three hot keys: read delegation and write combining.
-            (
-                Preset {
-                    name: "local",
-                    compute_nodes: 1,
-                    memory_nodes: 1,
-                    clients: 4,
-                    keys: 3,
-                    preload: 2,
-                    mix: Mix { search: 45, insert: 20, update: 25, delete: 10, scan: 0 },
-                    required_counters: &["rdwc_delegated", "rdwc_combined"],
-                    ..base.clone()
-                },
-                dolphin_options(1),
-            ),
+            (local.clone(), dolphin_options(1)),
             (
                 Preset {
                     name: "pair",
@@ -229,13 +227,9 @@ impl Checked for Dolphin {
                 Preset {
                     name: "local-read-failure",
                     compute_nodes: 2,
-                    memory_nodes: 1,
-                    clients: 4,
-                    keys: 3,
-                    preload: 2,
                     mix: Mix { search: 30, insert: 25, update: 35, delete: 10, scan: 0 },
                     required_counters: &["rdwc_combined", "rdwc_write_fallback"],
-                    ..base.clone()
+                    ..local.clone()
                 },
                 dolphin_options(1),
             ),
