@@ -14,8 +14,8 @@
 # Why cargo-mutants: its mutation operators (replace a function's body, swap a comparison or a
 # boolean operator, delete a `!`) are the standard ones, it rebuilds only what a mutant touches,
 # and its outcome files are machine-readable; a dmkit-specific mutator would have to reinvent all
-# three. Functions that are not protocol (option validation, limits, invariant walks, reporting)
-# are excluded: mutating the judge is not a test of the judged.
+# three. Functions that are not protocol (option validation, limits, a run's sizing (`for_run`),
+# invariant walks, reporting) are excluded: mutating the judge is not a test of the judged.
 #
 # It mutates the tree it runs in (--in-place): run it in a clean clone or worktree, not where you
 # are editing. Results go to results/mutants/INDEX/mutants.out (outcomes.json, caught.txt,
@@ -53,7 +53,7 @@ fi
 
 # `scan` of a hash index only returns Unsupported, and no preset of one scans; `plant` and
 # `planted` only switch planted bugs, which the oracle never plants.
-not_protocol='validate|::limits|node_state_bytes|check_invariants|planted_bugs|race_handlers|node_counters|server_counters|::fmt|<impl Default|<impl Display|<impl Debug|configure|describe|Example.*::scan|Race.*::scan|Cluster.*::scan|Clover.*::scan|Probe.*::scan|::plant'
+not_protocol='validate|::limits|node_state_bytes|check_invariants|planted_bugs|race_handlers|node_counters|server_counters|::fmt|<impl Default|<impl Display|<impl Debug|configure|for_run|describe|Example.*::scan|Race.*::scan|Cluster.*::scan|Clover.*::scan|Probe.*::scan|::plant'
 mutate=(--profile mutants --test-package dmkit-verify -E "$not_protocol")
 for f in "${files[@]}"; do mutate+=(-f "$f"); done
 [ -n "$focus" ] && mutate+=(-F "$focus")

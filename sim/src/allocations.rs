@@ -4,6 +4,9 @@
 //! [`Stats::unallocated`](crate::Stats), so an index's address arithmetic that strays into
 //! padding or unallocated memory is a finding of the checker, not a silent success.
 //!
+//! The line of [`RemoteAddr::NULL`] (node 0's first 64 bytes) is reserved but never addressable:
+//! a verb there followed a null pointer.
+//!
 //! Freed blocks stay addressable (a stale pointer read into a freed node is the optimistic
 //! protocols' everyday business, caught by their own versions), and so do blocks of a memory
 //! node that crashed and restarted: the check is about where addresses point, not about when.
@@ -32,10 +35,20 @@ pub struct UnallocatedVerb {
     pub len: u64,
     /// The allocated block nearest below `addr`, as `(start, end)` host offsets, if any.
     pub nearest: Option<(u64, u64)>,
+    /// The verb touched the line of [`RemoteAddr::NULL`] (node 0's first 64 bytes), which no
+    /// index may use: a null pointer followed.
+    pub null: bool,
 }
 
 impl fmt::Display for UnallocatedVerb {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.null {
+            return write!(
+                f,
+                "client {} at {} ns: {} of {} bytes at {}, on the null address's line (a null pointer followed)",
+                self.client, self.at_ns, self.verb, self.len, self.addr
+            );
+        }
         write!(
             f,
             "client {} at {} ns: {} of {} bytes at {}, outside the reserved bytes and every allocated block",
@@ -47,6 +60,9 @@ impl fmt::Display for UnallocatedVerb {
         Ok(())
     }
 }
+
+/// Bytes at [`RemoteAddr::NULL`] no verb may touch.
+const NULL_LINE: u64 = 64;
 
 /// The addressable host memory of each memory node.
 #[derive(Debug)]
@@ -83,16 +99,14 @@ impl Allocations {
             return true;
         }
         let (start, end) = (addr.offset(), addr.offset().saturating_add(len));
-        if end <= self.reserved {
-            return true;
-        }
+        let null = addr.node() == RemoteAddr::NULL.node() && start < NULL_LINE;
         let below = blocks.range(..=start).next_back().map(|(&s, &e)| (s, e));
-        if matches!(below, Some((_, e)) if end <= e) {
+        if !null && (end <= self.reserved || matches!(below, Some((_, e)) if end <= e)) {
             return true;
         }
         self.outside.count += 1;
         if self.outside.first.is_none() {
-            self.outside.first = Some(UnallocatedVerb { at_ns, client, verb, addr, len, nearest: below });
+            self.outside.first = Some(UnallocatedVerb { at_ns, client, verb, addr, len, nearest: below, null });
         }
         false
     }
@@ -111,7 +125,8 @@ mod tests {
         let mut a = Allocations::new(2, 4096);
         a.note(NodeId(1), 8192, 256);
         let host = |node, offset| RemoteAddr::host(NodeId(node), offset);
-        assert!(a.check(0, 0, "READ", host(0, 0), 4096));
+        assert!(a.check(0, 0, "READ", host(0, 64), 4032));
+        assert!(a.check(0, 0, "READ", host(1, 0), 64), "only node 0's first line is the null address's");
         assert!(a.check(0, 0, "READ", host(1, 8192), 256));
         assert!(a.check(0, 0, "CAS", host(1, 8192 + 248), 8));
         assert!(a.check(0, 0, "READ", RemoteAddr::device(NodeId(0), 1 << 20), 8));
@@ -124,5 +139,8 @@ mod tests {
         let first = a.outside().first.expect("recorded");
         assert_eq!((first.at_ns, first.client, first.verb, first.len), (5, 3, "WRITE", 8));
         assert_eq!(first.nearest, Some((8192, 8448)));
+        assert!(!first.null);
+        assert!(!a.check(8, 3, "CAS", RemoteAddr::NULL, 8), "a null pointer followed");
+        assert_eq!(a.outside().count, 4);
     }
 }
