@@ -93,28 +93,26 @@ pub fn list_plants(index: &str) -> Result<String, String> {
     visit(index, List)
 }
 
-/// Names of an index's presets, the default first.
+/// Names of an index's checking presets (the ones `--coverage` runs), the default first.
 pub fn preset_names(index: &str) -> Result<Vec<&'static str>, String> {
-    struct Names;
-    impl Visit for Names {
-        type Output = Vec<&'static str>;
-        fn visit<K: Checked>(self) -> Self::Output {
-            K::presets().into_iter().map(|(p, _)| p.name).collect()
-        }
-    }
-    visit(index, Names)
+    names(index, false)
 }
 
 /// Names of an index's option-space sweep points (`dmkit check --sweep`), in order.
 pub fn sweep_names(index: &str) -> Result<Vec<&'static str>, String> {
-    struct Names;
+    names(index, true)
+}
+
+fn names(index: &str, sweep: bool) -> Result<Vec<&'static str>, String> {
+    struct Names(bool);
     impl Visit for Names {
         type Output = Vec<&'static str>;
         fn visit<K: Checked>(self) -> Self::Output {
-            K::sweep().into_iter().map(|(p, _)| p.name).collect()
+            let presets = if self.0 { K::sweep() } else { K::presets() };
+            presets.into_iter().map(|(p, _)| p.name).collect()
         }
     }
-    visit(index, Names)
+    visit(index, Names(sweep))
 }
 
 /// Race handlers of an index, one per line: `event: the race it handles`.
