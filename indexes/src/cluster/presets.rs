@@ -45,7 +45,9 @@ impl Checked for Cluster {
         vec![
             // One chain of up to five buckets on one memory node.
             (base.clone(), cluster_checking_options(1, 1)),
-            // Two chains on two memory nodes, more keys.
+            // Three chains on two memory nodes, more keys. Three, not two: node 0 holds two
+            // main buckets and node 1 one, so a main bucket placed or sized by the even split
+            // (a mutant of `main_on` that survived two) addresses past its node's table.
             (
                 Preset {
                     name: "spread",
@@ -55,7 +57,7 @@ impl Checked for Cluster {
                     required_counters: &["overflow_linked", "delete_moved", "lock_failures"],
                     ..base.clone()
                 },
-                cluster_checking_options(2, 2),
+                cluster_checking_options(3, 2),
             ),
             // Small enough for DFS: two clients, one chain.
             (
