@@ -98,7 +98,7 @@ fn fill_index<K: IndexKind>(o: &K::Options, req: &FillRequest) -> Result<FillRes
         Some(other) => return Err(format!("the fill stopped on {other:?}, not on a full table")),
         None => return Err("the fill ended without a failure".into()),
     }
-    crate::runner::stray_verbs(&sim, "the fill")?;
+    crate::runner::stray_verbs(&sim.stats(), "the fill")?;
     let report = K::check_invariants(o, &sim)?;
     let capacity = report.capacity_items.ok_or("the index does not report its capacity")?;
     if report.items != stored.get() {

@@ -22,7 +22,7 @@ use crate::run::tally::OpLog;
 use crate::workload::LoadItems;
 use dmkit_indexes::IndexKind;
 use dmkit_indexes::spec::{self, Outcome};
-use dmkit_sim::{ClientStats, Image, Sim, SimConfig, Topology, VerbKind};
+use dmkit_sim::{ClientStats, Image, Sim, SimConfig, Stats, Topology, VerbKind};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -158,7 +158,7 @@ pub fn load<K: IndexKind>(
     K::inherit(&kept, &node);
     drop(node);
     let loader_state: Arc<dyn std::any::Any + Send + Sync> = Arc::new(kept);
-    stray_verbs(&sim, "loading")?;
+    stray_verbs(&sim.stats(), "loading")?;
     let image = sim.into_image().map_err(|e| format!("imaging the loaded index: {e}"))?;
     let item_bytes = item_bytes_total as f64 / keys.max(1) as f64;
     Ok(Loaded { key, image, loader: loader_state, keys, item_bytes, load_wall_s: started.elapsed().as_secs_f64() })
@@ -218,13 +218,8 @@ fn rdwc_ratios(
 
 /// An error if a verb of `phase` addressed memory no allocator handed out: an index's address
 /// arithmetic went astray, and its numbers are not to be trusted (see `dmkit_sim::UnallocatedVerbs`).
-pub(crate) fn stray_verbs(sim: &Sim, phase: &str) -> Result<(), String> {
-    match sim.stats().unallocated {
-        dmkit_sim::UnallocatedVerbs { count, first: Some(first) } => {
-            Err(format!("{phase}: {count} verb(s) addressed unallocated memory; the first: {first}"))
-        }
-        _ => Ok(()),
-    }
+pub(crate) fn stray_verbs(stats: &Stats, phase: &str) -> Result<(), String> {
+    stats.unallocated.verdict().map_err(|e| format!("{phase}: {e}"))
 }
 
 /// NIC busy time summed over memory nodes, and the RDWC counters, at a tick boundary.
@@ -444,7 +439,7 @@ pub fn run_loaded<K: IndexKind>(
     sim.run().map_err(|e| e.to_string())?;
     progress.measuring(now, "done; walking the structure's invariants");
     let stats = sim.stats();
-    stray_verbs(&sim, "the run")?;
+    stray_verbs(&stats, "the run")?;
     let report = K::check_invariants(options, &sim).map_err(|e| format!("after the run, invariant violated: {e}"))?;
     let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
     report.check_unfinished(tally.log.has_errors()).map_err(|e| format!("after the run, invariant violated: {e}"))?;

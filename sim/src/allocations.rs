@@ -24,12 +24,23 @@ pub struct UnallocatedVerbs {
     pub first: Option<UnallocatedVerb>,
 }
 
+impl UnallocatedVerbs {
+    /// `Err` with the count and the first of them, if there was any: the one wording of the
+    /// finding for the checker, `dmkit run` and the sequential tests.
+    pub fn verdict(&self) -> Result<(), String> {
+        match &self.first {
+            Some(first) => Err(format!("{} verb(s) addressed unallocated memory; the first: {first}", self.count)),
+            None => Ok(()),
+        }
+    }
+}
+
 /// One verb outside allocated memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnallocatedVerb {
     pub at_ns: u64,
     pub client: u32,
-    /// The verb's name (`READ`, `CAS`, ...).
+    /// The verb's name (`read`, `cas`, ...: [`dmkit_rdma::Op::name`]).
     pub verb: &'static str,
     pub addr: RemoteAddr,
     pub len: u64,
@@ -142,5 +153,11 @@ mod tests {
         assert!(!first.null);
         assert!(!a.check(8, 3, "CAS", RemoteAddr::NULL, 8), "a null pointer followed");
         assert_eq!(a.outside().count, 4);
+        let verdict = a.outside().verdict().expect_err("stray verbs");
+        assert!(
+            verdict.starts_with("4 verb(s) addressed unallocated memory; the first: client 3 at 5 ns"),
+            "{verdict}"
+        );
+        assert_eq!(UnallocatedVerbs::default().verdict(), Ok(()));
     }
 }

@@ -378,14 +378,10 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             }
             // A verb that addressed memory no allocator handed out: an address computation
             // went astray, whether or not the bytes it touched mattered to this run.
-            let stray = sim.stats().unallocated;
-            if let Some(first) = stray.first {
-                return Err(format!("{} verb(s) addressed unallocated memory; the first: {first}", stray.count));
-            }
+            sim.stats().unallocated.verdict()?;
             // Work the index abandoned with no cause in this run (a failed recovery).
             for name in K::abandoned() {
-                let count = |c: &Counters| c.events.get(name).copied().unwrap_or(0);
-                let n = count(&servers) + count(&run_counters.borrow());
+                let n = counter(&servers, name) + counter(&run_counters.borrow(), name);
                 if n > 0 {
                     return Err(format!("the index abandoned work a checking run gives no cause to: {name} = {n}"));
                 }
@@ -461,8 +457,8 @@ pub fn run_sequence_checked<K: IndexKind>(
         }
     });
     sim.run().expect("a sequential run ends");
-    if let Some(first) = sim.stats().unallocated.first {
-        panic!("a verb addressed unallocated memory: {first}");
+    if let Err(stray) = sim.stats().unallocated.verdict() {
+        panic!("{stray}");
     }
     let mut model = spec::SpecMap::new();
     let want = ops.iter().map(|op| model.apply(op, K::SUPPORTS_SCAN)).collect();
