@@ -1,7 +1,7 @@
 //! The `dmkit` command.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use dmkit_experiments::perftest::{self, PerfPoint, PerfRegion, PerfVerb};
+use dmkit_experiments::perftest::{self, PerfPoint, PerfRegion};
 use dmkit_experiments::sweep;
 use dmkit_sim::Profile;
 use std::process::ExitCode;
@@ -588,9 +588,9 @@ enum Format {
 
 #[derive(Args, Debug)]
 struct PerftestArgs {
-    /// Verb to issue.
-    #[arg(long, value_enum, default_value = "read")]
-    verb: PerfVerb,
+    /// Verb to issue: read, write, cas, faa, masked-cas, masked-faa or call.
+    #[arg(long, default_value = "read")]
+    verb: dmkit_sim::VerbKind,
     /// Bytes per READ or WRITE (atomics are always 8).
     #[arg(long, default_value_t = 64)]
     bytes: u64,
@@ -1164,7 +1164,7 @@ fn run_perftest(a: PerftestArgs) -> Result<(), String> {
         .iter()
         .map(|&clients| PerfPoint {
             verb: a.verb,
-            bytes: if matches!(a.verb, PerfVerb::Read | PerfVerb::Write | PerfVerb::Call) { a.bytes } else { 8 },
+            bytes: if !a.verb.is_rmw() { a.bytes } else { 8 },
             clients,
             compute_nodes: a.compute_nodes,
             memory_nodes: a.memory_nodes,

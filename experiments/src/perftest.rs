@@ -7,40 +7,11 @@
 //! goes into an HDR histogram. Everything is virtual time: the same flags give the same JSON.
 
 use dmkit_rdma::{Buf, NodeId, Op, Region, RemoteAddr, Request, Response, Verbs, VerbsError};
-use dmkit_sim::{Profile, Sim, SimConfig, Topology};
+use dmkit_sim::{Profile, Sim, SimConfig, Topology, VerbKind};
 use rand::Rng;
 use serde::Serialize;
 use std::cell::RefCell;
 use std::rc::Rc;
-
-/// The verbs perftest can drive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PerfVerb {
-    Read,
-    Write,
-    Cas,
-    Faa,
-    MaskedCas,
-    /// A two-sided RPC to an echo service on a server node.
-    Call,
-}
-
-impl PerfVerb {
-    pub fn name(self) -> &'static str {
-        match self {
-            PerfVerb::Read => "read",
-            PerfVerb::Write => "write",
-            PerfVerb::Cas => "cas",
-            PerfVerb::Faa => "faa",
-            PerfVerb::MaskedCas => "masked-cas",
-            PerfVerb::Call => "call",
-        }
-    }
-    fn is_rmw(self) -> bool {
-        !matches!(self, PerfVerb::Read | PerfVerb::Write | PerfVerb::Call)
-    }
-}
 
 /// Host memory or the NIC's device memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -53,7 +24,7 @@ pub enum PerfRegion {
 /// One measurement point.
 #[derive(Clone, Debug)]
 pub struct PerfPoint {
-    pub verb: PerfVerb,
+    pub verb: VerbKind,
     pub bytes: u64,
     pub clients: u32,
     pub compute_nodes: u16,
@@ -95,7 +66,7 @@ impl dmkit_rdma::service::Service<dmkit_sim::SimClient> for EchoService {
 /// One point's result: the JSON object `--format json` prints.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct PerfResult {
-    pub verb: PerfVerb,
+    pub verb: VerbKind,
     pub bytes: u64,
     pub clients: u32,
     pub compute_nodes: u16,
@@ -140,7 +111,7 @@ pub fn run_point(p: &PerfPoint) -> Result<PerfResult, String> {
     if p.verb.is_rmw() && p.bytes != 8 {
         return Err(format!("{} acts on 8 bytes; got --bytes {}", p.verb.name(), p.bytes));
     }
-    let calls = p.verb == PerfVerb::Call;
+    let calls = p.verb == VerbKind::Call;
     if calls && p.server_threads == 0 {
         return Err("--verb call needs --server-threads of at least 1".into());
     }
@@ -198,17 +169,19 @@ pub fn run_point(p: &PerfPoint) -> Result<PerfResult, String> {
                         let mut buf = spare.pop().unwrap_or_default();
                         buf.resize(p.bytes as usize);
                         let op = match p.verb {
-                            PerfVerb::Read => Op::Read(buf),
-                            PerfVerb::Write => Op::Write(buf),
-                            PerfVerb::Cas => Op::Cas { expect: seen, swap: seen.wrapping_add(1) },
-                            PerfVerb::Faa => Op::Faa { add: 1 },
-                            PerfVerb::Call => Op::Read(buf),
-                            PerfVerb::MaskedCas => Op::MaskedCas {
+                            VerbKind::Read => Op::Read(buf),
+                            VerbKind::Write => Op::Write(buf),
+                            VerbKind::Cas => Op::Cas { expect: seen, swap: seen.wrapping_add(1) },
+                            VerbKind::Faa => Op::Faa { add: 1 },
+                            VerbKind::Call => Op::Read(buf),
+                            VerbKind::MaskedCas => Op::MaskedCas {
                                 compare: seen,
                                 compare_mask: 0xffff,
                                 swap: seen.wrapping_add(1),
                                 swap_mask: 0xffff,
                             },
+                            // Adds to the low 16-bit field, its carry stopping there.
+                            VerbKind::MaskedFaa => Op::MaskedFaa { add: 1, boundary_mask: 1 << 15 },
                         };
                         Request { addr, op, fence: false }
                     })

@@ -2,14 +2,14 @@
 //! SMART digest §1.3 and §6.6). Each test measures through `dmkit perftest`'s engine and compares
 //! with a number derived from the profile, never with a constant copied from a run.
 
-use dmkit_experiments::perftest::{PerfPoint, PerfRegion, PerfResult, PerfVerb, run_point};
+use dmkit_experiments::perftest::{PerfPoint, PerfRegion, PerfResult, run_point};
 use dmkit_rdma::{Buf, NodeId, RemoteAddr, Verbs};
-use dmkit_sim::profile::rdma_op::Kind;
+use dmkit_sim::VerbKind;
 use dmkit_sim::{Profile, Sim, SimConfig, Topology};
 use std::cell::RefCell;
 use std::rc::Rc;
 
-fn point(verb: PerfVerb, bytes: u64, clients: u32) -> PerfPoint {
+fn point(verb: VerbKind, bytes: u64, clients: u32) -> PerfPoint {
     PerfPoint {
         verb,
         bytes,
@@ -41,12 +41,12 @@ fn within(measured: f64, expected: f64, tolerance: f64) -> bool {
 #[test]
 fn small_reads_saturate_one_memory_node_at_its_iops() {
     let profile = Profile::default_profile();
-    let r = run(point(PerfVerb::Read, 64, 256));
+    let r = run(point(VerbKind::Read, 64, 256));
     let bound_mops = profile.responder_ops_per_s / 1e6;
     assert!(within(r.throughput_mops, bound_mops, 0.05), "{} Mops/s vs the profile's {bound_mops}", r.throughput_mops);
     assert!(r.mn_iops_utilisation > 0.95, "the IOPS stage is the bottleneck: {}", r.mn_iops_utilisation);
     // Adding clients past saturation adds latency, not throughput.
-    let more = run(point(PerfVerb::Read, 64, 512));
+    let more = run(point(VerbKind::Read, 64, 512));
     assert!(within(more.throughput_mops, bound_mops, 0.05));
     assert!(more.latency_ns_p50 > r.latency_ns_p50 * 3 / 2, "{} vs {}", more.latency_ns_p50, r.latency_ns_p50);
 }
@@ -54,7 +54,7 @@ fn small_reads_saturate_one_memory_node_at_its_iops() {
 #[test]
 fn large_reads_saturate_one_memory_node_at_its_bandwidth() {
     let profile = Profile::default_profile();
-    let r = run(point(PerfVerb::Read, 4096, 64));
+    let r = run(point(VerbKind::Read, 4096, 64));
     let bound_gbps = profile.link_bytes_per_s / 1e9;
     assert!(within(r.throughput_gbytes_per_s, bound_gbps, 0.05), "{} GB/s vs {bound_gbps}", r.throughput_gbytes_per_s);
     // Headers are the only gap between payload and line rate.
@@ -71,7 +71,7 @@ fn large_reads_saturate_one_memory_node_at_its_bandwidth() {
 #[test]
 fn large_writes_saturate_the_inbound_link() {
     let profile = Profile::default_profile();
-    let r = run(point(PerfVerb::Write, 4096, 64));
+    let r = run(point(VerbKind::Write, 4096, 64));
     let expected = profile.link_bytes_per_s / 1e9 * 4096.0 / profile.wire_bytes(4096, profile.rdma_header_bytes) as f64;
     assert!(within(r.throughput_gbytes_per_s, expected, 0.05), "{} vs {expected}", r.throughput_gbytes_per_s);
 }
@@ -80,10 +80,10 @@ fn large_writes_saturate_the_inbound_link() {
 fn unloaded_read_round_trip_matches_the_profile() {
     for name in dmkit_sim::profile::EMBEDDED {
         let profile = Profile::embedded(name).unwrap();
-        let mut p = point(PerfVerb::Read, 64, 1);
+        let mut p = point(VerbKind::Read, 64, 1);
         p.profile = profile.clone();
         let r = run(p);
-        let expected = profile.unloaded_round_trip_ns(Kind::Read, 64, false);
+        let expected = profile.unloaded_round_trip_ns(VerbKind::Read, 64, false);
         assert_eq!(r.latency_ns_p50, expected, "{name}");
         assert_eq!(r.latency_ns_max, expected, "{name}: one client sees no queueing");
         // The published order of magnitude: about 2 us for a small READ (RACE and HStore digests).
@@ -91,18 +91,18 @@ fn unloaded_read_round_trip_matches_the_profile() {
     }
     // Atomics and device memory compose the same way.
     let profile = Profile::default_profile();
-    for (verb, region, device) in [(PerfVerb::Cas, PerfRegion::Host, false), (PerfVerb::Faa, PerfRegion::Device, true)]
+    for (verb, region, device) in [(VerbKind::Cas, PerfRegion::Host, false), (VerbKind::Faa, PerfRegion::Device, true)]
     {
         let mut p = point(verb, 8, 1);
         p.region = region;
-        assert_eq!(run(p).latency_ns_p50, profile.unloaded_round_trip_ns(Kind::Rmw, 8, device), "{verb:?}");
+        assert_eq!(run(p).latency_ns_p50, profile.unloaded_round_trip_ns(verb, 8, device), "{verb:?}");
     }
 }
 
 #[test]
 fn cas_on_one_hot_address_is_bounded_by_the_atomic_unit() {
     let profile = Profile::default_profile();
-    let mut p = point(PerfVerb::Cas, 8, 64);
+    let mut p = point(VerbKind::Cas, 8, 64);
     p.hot_addresses = 1;
     let host = run(p.clone());
     let bound = 1e3 / profile.host_atomic_same_address_ns as f64;
@@ -123,7 +123,7 @@ fn cas_on_one_hot_address_is_bounded_by_the_atomic_unit() {
 #[test]
 fn atomics_over_many_addresses_are_bounded_by_the_aggregate_atomic_rate() {
     let profile = Profile::default_profile();
-    let mut p = point(PerfVerb::Faa, 8, 512);
+    let mut p = point(VerbKind::Faa, 8, 512);
     p.hot_addresses = 1 << 20;
     let r = run(p);
     let bound = (profile.atomic_ops_per_s.min(profile.responder_ops_per_s)) / 1e6;
@@ -132,8 +132,8 @@ fn atomics_over_many_addresses_are_bounded_by_the_aggregate_atomic_rate() {
 
 #[test]
 fn two_memory_nodes_double_the_saturated_rate() {
-    let one = run(point(PerfVerb::Read, 64, 512));
-    let mut p = point(PerfVerb::Read, 64, 512);
+    let one = run(point(VerbKind::Read, 64, 512));
+    let mut p = point(VerbKind::Read, 64, 512);
     p.memory_nodes = 2;
     p.compute_nodes = 16;
     let two = run(p);
@@ -148,7 +148,7 @@ fn two_memory_nodes_double_the_saturated_rate() {
 #[test]
 fn doorbell_batches_save_latency_but_every_verb_counts_against_iops() {
     let profile = Profile::default_profile();
-    let mut p = point(PerfVerb::Read, 64, 64);
+    let mut p = point(VerbKind::Read, 64, 64);
     p.batch = 8;
     let r = run(p);
     assert!(within(r.throughput_mops, profile.responder_ops_per_s / 1e6, 0.05), "{}", r.throughput_mops);
@@ -197,7 +197,7 @@ fn two_compute_nodes_racing_for_one_memory_node_are_served_in_arrival_order() {
 
 #[test]
 fn perftest_is_deterministic_and_seed_sensitive() {
-    let p = point(PerfVerb::Read, 64, 128);
+    let p = point(VerbKind::Read, 64, 128);
     assert_eq!(run(p.clone()), run(p.clone()));
     let mut other = p.clone();
     other.seed = 8;
@@ -216,7 +216,7 @@ fn calls_are_bounded_by_the_server_threads() {
     let per_call_ns = 2000.0 + cpu.rpc_dispatch_ns + cpu.post_ns + cpu.post_per_verb_ns;
     let mut rates = Vec::new();
     for threads in [1u16, 4] {
-        let mut p = point(PerfVerb::Call, 64, 64);
+        let mut p = point(VerbKind::Call, 64, 64);
         p.server_threads = threads;
         p.handler_ns = 2000;
         let r = run(p);

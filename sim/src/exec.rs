@@ -6,7 +6,7 @@
 //! its seed, its configuration and its chooser.
 
 use crate::config::{ConfigError, SimConfig};
-use crate::core::{Awaited, AwaitedSlab, Batch, Core, LocalOp, Rpc, TaskId, Timer};
+use crate::core::{Awaited, AwaitedSlab, Batch, Core, LocalOp, Rpc, TaskId};
 use crate::sched::{Chooser, StepKind, StepQueue};
 use crate::stats::Stats;
 use dmkit_rdma::alloc::{ALLOCATOR_SERVICE, AllocRequest, AllocResponse, ChunkAllocator};
@@ -279,9 +279,7 @@ impl Sim {
             let ctx = self.handle(client);
             let future = run_worker(ctx.clone(), index);
             let task = self.spawn_task(future, true);
-            let mut core = self.core.borrow_mut();
-            core.clients[client as usize].task = Some(task);
-            core.task_clients[task as usize] = Some(client);
+            self.core.borrow_mut().bind_task(task, client);
         }
     }
 
@@ -316,10 +314,7 @@ impl Sim {
     /// Starts handlers for dispatched RPCs and services of restarted nodes; true if it spawned
     /// anything.
     fn serve_requests(&mut self) -> bool {
-        let (dispatches, restarted) = {
-            let mut core = self.core.borrow_mut();
-            (std::mem::take(&mut core.dispatches), std::mem::take(&mut core.restarted))
-        };
+        let (dispatches, restarted) = self.core.borrow_mut().take_requests();
         let spawned = !dispatches.is_empty() || !restarted.is_empty();
         for node in restarted {
             let ids: Vec<u16> = self.services.range((node.0, 0)..=(node.0, u16::MAX)).map(|(&(_, id), _)| id).collect();
@@ -371,9 +366,7 @@ impl Sim {
     /// Runs `future` as `client`'s task (a client crash drops it).
     pub fn spawn(&mut self, client: &SimClient, future: impl Future<Output = ()> + 'static) {
         let task = self.spawn_task(Box::pin(future), false);
-        let mut core = self.core.borrow_mut();
-        core.clients[client.id as usize].task = Some(task);
-        core.task_clients[task as usize] = Some(client.id);
+        self.core.borrow_mut().bind_task(task, client.id);
     }
 
     /// Runs `future` as `client`'s task and keeps what it returns: take it after the run.
@@ -407,10 +400,7 @@ impl Sim {
         if !daemon {
             self.live_tasks += 1;
         }
-        let mut core = self.core.borrow_mut();
-        core.queued.push(false);
-        core.task_clients.push(None);
-        core.wake(Some(id));
+        self.core.borrow_mut().tasks.add(id);
         id
     }
 
@@ -440,8 +430,7 @@ impl Sim {
                 }
             }
             if let Some(t) = until {
-                if !core.queue.is_chosen() && core.queue.peek_time().is_none_or(|next| next > t) {
-                    core.now_ns = core.now_ns.max(t);
+                if core.skip_to(t) {
                     return Ok(());
                 }
             }
@@ -454,7 +443,7 @@ impl Sim {
                 debug_assert_eq!(self.core.borrow().in_flight(), 0, "no step pending, yet verbs are in flight");
                 return Ok(());
             }
-            let crashed = std::mem::take(&mut core.crashed_tasks);
+            let crashed = core.tasks.take_crashed();
             drop(core);
             for t in crashed {
                 // Dropping the future runs its destructors, which may touch the core.
@@ -481,26 +470,22 @@ impl Sim {
             }
             let (next, now_ns, spin_limit) = {
                 let mut core = self.core.borrow_mut();
-                let next = core.ready.pop_front();
-                if let Some(t) = next {
-                    core.queued[t as usize] = false;
-                    core.current_task = Some(t);
-                }
+                let next = core.tasks.next();
                 // In instant (bulk-load) mode time stands still by design: no spin detection.
                 let limit = if core.instant { u64::MAX } else { core.cfg.spin_poll_limit };
                 (next, core.now_ns, limit)
             };
             let Some(t) = next else { return Ok(()) };
             let Some(task) = self.tasks[t as usize].as_mut() else {
-                self.core.borrow_mut().current_task = None;
+                self.core.borrow_mut().tasks.polled();
                 continue;
             };
             if task.last_poll_ns == now_ns {
                 task.polls_at_same_time += 1;
                 if task.polls_at_same_time >= spin_limit {
                     let mut core = self.core.borrow_mut();
-                    core.current_task = None;
-                    let client = core.task_clients[t as usize];
+                    core.tasks.polled();
+                    let client = core.tasks.client_of(t);
                     return Err(SimError::Spin { client, polls: task.polls_at_same_time, now_ns });
                 }
             } else {
@@ -509,17 +494,14 @@ impl Sim {
             }
             let Task { future, waker, .. } = &mut **task;
             let poll = future.as_mut().poll(&mut Context::from_waker(waker));
-            self.core.borrow_mut().current_task = None;
+            self.core.borrow_mut().tasks.polled();
             if poll.is_ready() {
                 if let Some(task) = self.tasks[t as usize].take() {
                     if !task.daemon {
                         self.live_tasks -= 1;
                     }
                 }
-                let mut core = self.core.borrow_mut();
-                if let Some(client) = core.task_clients[t as usize].take() {
-                    core.clients[client as usize].task = None;
-                }
+                self.core.borrow_mut().task_finished(t);
             }
         }
     }
@@ -783,9 +765,7 @@ impl SimClient {
     /// previous one) included, which a step count cannot show: a client's response and its
     /// next invocation happen in the same poll, so in the same step.
     pub fn history_stamp(&self) -> u64 {
-        let mut core = self.core.borrow_mut();
-        core.stamps += 1;
-        core.stamps
+        self.core.borrow_mut().next_stamp()
     }
 
     /// The client's own random stream, derived from the run's seed and the client id. Never
@@ -797,9 +777,8 @@ impl SimClient {
     /// Waits `ns` of virtual time without using the CPU.
     pub fn sleep(&self, ns: u64) -> Sleep {
         let mut core = self.core.borrow_mut();
-        let id = core.timers.insert(Timer { fired: false, abandoned: false, waiter: None, yields: false });
         let at = core.now_ns.saturating_add(ns).min(crate::config::MAX_TIME_NS);
-        core.schedule(at, StepKind::Timer(id));
+        let id = core.add_timer(at, false);
         Sleep { core: self.core.clone(), timer: Some(id) }
     }
 
@@ -808,7 +787,7 @@ impl SimClient {
         let switch_ns = self.core.borrow().cfg.profile.cpu.coroutine_switch_ns;
         let sleep = self.charge_cpu(CpuWork::Nanoseconds, switch_ns.ceil() as u64);
         if let Some(t) = sleep.timer {
-            self.core.borrow_mut().timers[t].yields = true;
+            self.core.borrow_mut().timer_is_yield(t);
         }
         sleep
     }
@@ -892,16 +871,11 @@ impl Future for Sleep {
     type Output = ();
     fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
         let Some(id) = self.timer else { return Poll::Ready(()) };
-        let mut core = self.core.borrow_mut();
-        let waiter = core.current_task;
-        let timer = &mut core.timers[id];
-        if timer.fired {
-            core.timers.remove(id);
-            drop(core);
+        let fired = self.core.borrow_mut().poll_timer(id);
+        if fired {
             self.timer = None;
             Poll::Ready(())
         } else {
-            timer.waiter = waiter;
             Poll::Pending
         }
     }
@@ -910,12 +884,7 @@ impl Future for Sleep {
 impl Drop for Sleep {
     fn drop(&mut self) {
         if let Some(id) = self.timer {
-            let mut core = self.core.borrow_mut();
-            if core.timers[id].fired {
-                core.timers.remove(id);
-            } else {
-                core.timers[id].abandoned = true;
-            }
+            self.core.borrow_mut().drop_timer(id);
         }
     }
 }

@@ -6,7 +6,8 @@
 //! picoseconds so that a 45 Mops/s bound (22.2 ns a verb) is not rounded to whole nanoseconds;
 //! events are scheduled at whole nanoseconds.
 
-use crate::profile::{Profile, rdma_op::Kind};
+use crate::profile::Profile;
+use crate::stats::VerbKind;
 
 pub(crate) const PS_PER_NS: u64 = 1000;
 
@@ -101,20 +102,24 @@ impl StageCosts {
     }
 
     /// Wire bytes of a verb's request.
-    pub(crate) fn request_bytes(&self, kind: Kind, len: u64) -> u64 {
+    pub(crate) fn request_bytes(&self, kind: VerbKind, len: u64) -> u64 {
         match kind {
-            Kind::Read => self.wire_bytes(0, self.rdma_header),
-            Kind::Write => self.wire_bytes(len, self.rdma_header),
-            Kind::Rmw => self.wire_bytes(0, self.atomic_header),
+            VerbKind::Read => self.wire_bytes(0, self.rdma_header),
+            VerbKind::Write | VerbKind::Call => self.wire_bytes(len, self.rdma_header),
+            VerbKind::Cas | VerbKind::Faa | VerbKind::MaskedCas | VerbKind::MaskedFaa => {
+                self.wire_bytes(0, self.atomic_header)
+            }
         }
     }
 
     /// Wire bytes of a verb's response (READ data, ACK, atomic ACK).
-    pub(crate) fn response_bytes(&self, kind: Kind, len: u64) -> u64 {
+    pub(crate) fn response_bytes(&self, kind: VerbKind, len: u64) -> u64 {
         match kind {
-            Kind::Read => self.wire_bytes(len, self.ack_header),
-            Kind::Write => self.wire_bytes(0, self.ack_header),
-            Kind::Rmw => self.wire_bytes(0, self.atomic_ack_header),
+            VerbKind::Read => self.wire_bytes(len, self.ack_header),
+            VerbKind::Write | VerbKind::Call => self.wire_bytes(0, self.ack_header),
+            VerbKind::Cas | VerbKind::Faa | VerbKind::MaskedCas | VerbKind::MaskedFaa => {
+                self.wire_bytes(0, self.atomic_ack_header)
+            }
         }
     }
 
@@ -149,7 +154,7 @@ impl StageCosts {
     /// The unloaded round trip of one verb as its client sees it (post, network, memory, poll),
     /// composed from the same pieces the simulator charges, rounded up to whole nanoseconds at
     /// the same three event boundaries (arrival, memory access, completion).
-    pub(crate) fn unloaded_round_trip_ns(&self, kind: Kind, len: u64, device: bool) -> u64 {
+    pub(crate) fn unloaded_round_trip_ns(&self, kind: VerbKind, len: u64, device: bool) -> u64 {
         let up = |ps: u64| ps.div_ceil(PS_PER_NS) * PS_PER_NS;
         let req = self.request_bytes(kind, len);
         let resp = self.response_bytes(kind, len);
@@ -169,13 +174,13 @@ impl StageCosts {
     }
 
     /// Unloaded time from the end of the responder's receive pipeline to the memory access.
-    pub(crate) fn memory_stage_ps(&self, kind: Kind, len: u64, device: bool) -> u64 {
+    pub(crate) fn memory_stage_ps(&self, kind: VerbKind, len: u64, device: bool) -> u64 {
         match (kind, device) {
-            (Kind::Rmw, true) => self.atomic_op_ps as u64 + self.device_access_latency_ps,
-            (Kind::Rmw, false) => self.atomic_op_ps as u64 + self.pcie_read_latency_ps,
+            (k, true) if k.is_rmw() => self.atomic_op_ps as u64 + self.device_access_latency_ps,
+            (k, false) if k.is_rmw() => self.atomic_op_ps as u64 + self.pcie_read_latency_ps,
             (_, true) => self.device_access_latency_ps,
-            (Kind::Read, false) => self.pcie_ps(len) + self.pcie_read_latency_ps,
-            (Kind::Write, false) => self.pcie_ps(len) + self.pcie_write_latency_ps,
+            (VerbKind::Read, false) => self.pcie_ps(len) + self.pcie_read_latency_ps,
+            (_, false) => self.pcie_ps(len) + self.pcie_write_latency_ps,
         }
     }
 }

@@ -255,19 +255,9 @@ impl Profile {
 
     /// The unloaded round trip of one verb from one client, by the same stage arithmetic the
     /// simulator uses: what `dmkit perftest --clients 1` must measure.
-    pub fn unloaded_round_trip_ns(&self, op: rdma_op::Kind, bytes: u64, device: bool) -> u64 {
+    pub fn unloaded_round_trip_ns(&self, op: crate::VerbKind, bytes: u64, device: bool) -> u64 {
         let stages = crate::nic::StageCosts::new(self);
         stages.unloaded_round_trip_ns(op, bytes, device)
-    }
-}
-
-/// Verb kinds as the profile's arithmetic sees them.
-pub mod rdma_op {
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Kind {
-        Read,
-        Write,
-        Rmw,
     }
 }
 

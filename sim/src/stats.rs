@@ -1,7 +1,9 @@
 //! Counters a run reports.
 
-/// The verb kinds counted separately.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// The kinds of verb: what the simulator's stage arithmetic (READ, WRITE or SEND, atomic),
+/// its counters and `dmkit perftest` distinguish. One enum for all three.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum VerbKind {
     Read,
     Write,
@@ -35,7 +37,13 @@ impl VerbKind {
         }
     }
 
-    pub(crate) fn of(op: &dmkit_rdma::Op) -> VerbKind {
+    /// Executed by the responder's atomic unit (a read-modify-write of 8 bytes).
+    pub fn is_rmw(self) -> bool {
+        matches!(self, VerbKind::Cas | VerbKind::Faa | VerbKind::MaskedCas | VerbKind::MaskedFaa)
+    }
+
+    /// The kind of a one-sided verb.
+    pub fn of(op: &dmkit_rdma::Op) -> VerbKind {
         use dmkit_rdma::Op;
         match op {
             Op::Read(_) => VerbKind::Read,
@@ -45,6 +53,25 @@ impl VerbKind {
             Op::MaskedCas { .. } => VerbKind::MaskedCas,
             Op::MaskedFaa { .. } => VerbKind::MaskedFaa,
         }
+    }
+}
+
+impl std::str::FromStr for VerbKind {
+    type Err = String;
+
+    /// A kind by its name, with `-` or `_` between words (`masked-cas`, `masked_cas`).
+    fn from_str(s: &str) -> Result<VerbKind, String> {
+        let wanted = s.replace('-', "_");
+        VerbKind::ALL.into_iter().find(|k| k.name() == wanted).ok_or_else(|| {
+            let names: Vec<&str> = VerbKind::ALL.iter().map(|k| k.name()).collect();
+            format!("unknown verb '{s}' (one of {})", names.join(", "))
+        })
+    }
+}
+
+impl std::fmt::Display for VerbKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -17,7 +17,6 @@ use dmkit_rdma::alloc::{self, ALLOCATOR_SERVICE};
 use dmkit_rdma::service::{LocalMemory, Replier, Responder, Service};
 use dmkit_rdma::sync::Queue;
 use dmkit_rdma::{Buf, ClientCtx, CpuWork, NodeId, RemoteAddr, Verbs, VerbsError};
-use dmkit_sim::profile::rdma_op::Kind;
 use dmkit_sim::{
     Chooser, NodeCrash, RandomChooser, Sim, SimClient, SimConfig, SimError, StepClass, StepInfo, TaskOutput, VerbKind,
 };
@@ -73,7 +72,7 @@ fn work_ns(cfg: &SimConfig, work: CpuWork, units: u64) -> u64 {
 }
 
 fn read_rtt(cfg: &SimConfig) -> u64 {
-    cfg.profile.unloaded_round_trip_ns(Kind::Read, 64, false)
+    cfg.profile.unloaded_round_trip_ns(VerbKind::Read, 64, false)
 }
 
 fn word(v: u64) -> Vec<u8> {
@@ -307,7 +306,7 @@ fn a_loop_that_sleeps_zero_is_reported_as_a_spin() {
         Err(SimError::Spin { client, polls, now_ns }) => {
             assert_eq!(client, Some(c.id()), "the spinning client is named");
             assert!(polls >= limit, "reported after {polls} polls, the limit is {limit}");
-            let rtt = config().profile.unloaded_round_trip_ns(Kind::Read, 8, false);
+            let rtt = config().profile.unloaded_round_trip_ns(VerbKind::Read, 8, false);
             assert_eq!(now_ns, rtt, "the spin began when the READ completed");
         }
         other => panic!("expected a spin report, got {other:?}"),
@@ -347,8 +346,8 @@ fn yield_loop(same_thread: bool) -> (u64, u64, u64) {
 fn a_yield_loop_is_not_a_spin_and_sees_the_flag() {
     let cfg = config();
     let (switch, post, poll) = (cfg.profile.cpu.coroutine_switch_ns.ceil() as u64, post_ns(&cfg, 1), poll_ns(&cfg));
-    let unloaded = cfg.profile.unloaded_round_trip_ns(Kind::Write, 8, false)
-        + cfg.profile.unloaded_round_trip_ns(Kind::Read, 8, false);
+    let unloaded = cfg.profile.unloaded_round_trip_ns(VerbKind::Write, 8, false)
+        + cfg.profile.unloaded_round_trip_ns(VerbKind::Read, 8, false);
 
     // On a thread of its own, the spinner's time is exactly its yields, and it sees the flag at
     // the end of the yield during which it was set. The setter is not delayed.
