@@ -43,9 +43,8 @@
 use crate::cluster::{ClusterConfig, ServerRole};
 use crate::measure::{Decision, Estimate, Monitor, Window};
 use crate::run::schema::{OpSource, RunResult, RunSetup, coarse_series, round3};
-use crate::run::tally::OpLog;
+use crate::run::tally::{OpLog, perform, walk_after_run};
 use dmkit_indexes::IndexKind;
-use dmkit_indexes::spec::{self, Outcome};
 use dmkit_rdma::alloc::ALLOCATOR_SERVICE;
 use dmkit_rdma::real::device::{BlockingExecutor, Nic, check_hugepages};
 use dmkit_rdma::real::node::{barrier, dial};
@@ -54,6 +53,7 @@ use dmkit_rdma::real::server::{AllocatorService, HostConfig, ServerClient, Servi
 use dmkit_rdma::service::{LocalMemory, Replier, Responder, Service, ServiceHost};
 use dmkit_rdma::sync::Queue;
 use dmkit_rdma::{ClientCtx, MemoryView, NodeId, RemoteAddr, Request, Verbs, VerbsError};
+use dmkit_verify::history::History;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -530,8 +530,7 @@ pub fn run_index<K: IndexKind>(
         tally.history.extend(t.history);
         tally.log.merge(t.log);
     }
-    let report = K::check_invariants(options, &view).map_err(|e| format!("after the run, invariant violated: {e}"))?;
-    report.check_unfinished(tally.log.has_errors()).map_err(|e| format!("after the run, invariant violated: {e}"))?;
+    let report = walk_after_run::<K>(options, &view, &tally.log)?;
     let measured = RunResult::measured(
         K::NAME,
         names,
@@ -542,23 +541,18 @@ pub fn run_index<K: IndexKind>(
         &tally.log,
     );
     let ops = measured.operations.max(1) as f64;
-    let metadata_bytes_per_item =
-        (report.items > 0).then(|| round3((report.remote_bytes as f64 / report.items as f64 - item_bytes).max(0.0)));
     let (series_mops, series_bin_ns) = coarse_series(&clock.series(), setup.tick_ns);
     Ok(RunResult {
         series_mops,
         series_bin_ns,
         cache_bytes_per_cn: K::node_state_bytes(&node) as f64,
-        remote_bytes_used: report.remote_bytes,
-        metadata_bytes_per_item,
-        load_factor: report.capacity_items.filter(|&c| c > 0).map(|c| round3(report.items as f64 / c as f64)),
         retries_per_op: round3(tally.log.counters.retries as f64 / ops),
         lock_failures: tally.log.counters.lock_failures,
         cas_failures: tally.log.counters.cas_failures,
         history: setup.record_history.then_some(dmkit_verify::history::History { records: tally.history }),
         supports_scan: K::SUPPORTS_SCAN,
         // Verb-level costs and NIC utilisation are the simulator's: they stay 0 here.
-        ..measured
+        ..measured.with_structure(&report, item_bytes)
     })
 }
 
@@ -581,6 +575,7 @@ fn run_thread<K: IndexKind>(
 ) -> Result<Tally, String> {
     let exec = Executor::new(nic, cq, conns, cn, thread, setup.seed, STAGING_BYTES).map_err(|e| e.to_string())?;
     let tally = Rc::new(RefCell::new(Tally::default()));
+    let history = setup.record_history.then(|| Rc::new(RefCell::new(History::default())));
     for (k, mut source) in sources.into_iter().enumerate() {
         // Unique among the run's clients, every compute node's included (as in the simulator):
         // indexes name lock owners and writers by it (HStore's servers keep each client's last
@@ -588,53 +583,22 @@ fn run_thread<K: IndexKind>(
         let id = (cn.0 as u32 * setup.threads_per_cn + thread) * setup.coroutines + k as u32;
         let c = exec.client(id, k as u32);
         let mut handle = K::open(options, node.clone(), c.clone());
-        let (tally, clock) = (tally.clone(), clock.clone());
-        let record = setup.record_history;
+        let (tally, clock, history) = (tally.clone(), clock.clone(), history.clone());
         exec.spawn(async move {
             let ticks = &clock.ticks[thread as usize];
             'run: while clock.now_ns() < clock.end_ns.load(Ordering::Relaxed) {
                 let Some(task) = source.next_op() else { break };
                 let t0 = clock.now_ns();
-                let mut outcomes = Vec::with_capacity(task.ops.len());
-                for op in &task.ops {
-                    let invoke = match record {
-                        false => None,
-                        true => match history_stamp(&c).await {
-                            Ok(t) => Some(t),
-                            Err(e) => {
-                                tally.borrow_mut().clock_error = Some(e.to_string());
-                                break 'run;
-                            }
-                        },
-                    };
-                    let outcome = spec::apply(&mut handle, op).await;
-                    if let Some(invoke) = invoke {
-                        // A response that cannot be stamped leaves the operation in flight
-                        // (indeterminate), and the run fails with the clock's error.
-                        let respond = match history_stamp(&c).await {
-                            Ok(t) => Some(t),
-                            Err(e) => {
-                                tally.borrow_mut().clock_error = Some(e.to_string());
-                                None
-                            }
-                        };
-                        tally.borrow_mut().history.push(dmkit_verify::history::Record {
-                            client: id,
-                            op: op.clone(),
-                            outcome: outcome.clone(),
-                            invoke,
-                            respond,
-                        });
-                        if respond.is_none() {
-                            break 'run;
-                        }
+                let stamp = || async { history_stamp(&c).await.map_err(|e| e.to_string()) };
+                let outcomes = match perform(&mut handle, &task.ops, history.as_deref().map(|h| (id, h, stamp))).await {
+                    Ok(outcomes) => outcomes,
+                    // The record whose response could not be stamped stays unfinished
+                    // (indeterminate), and the run fails with the clock's error.
+                    Err(e) => {
+                        tally.borrow_mut().clock_error = Some(e);
+                        break 'run;
                     }
-                    let failed = matches!(outcome, Outcome::Failed(_));
-                    outcomes.push(outcome);
-                    if failed {
-                        break;
-                    }
-                }
+                };
                 let t1 = clock.now_ns();
                 if t1 <= clock.end_ns.load(Ordering::Relaxed) {
                     let tick = (t1 / clock.tick_ns) as usize;
@@ -653,5 +617,10 @@ fn run_thread<K: IndexKind>(
         });
     }
     exec.run().map_err(|e| e.to_string())?;
-    Rc::try_unwrap(tally).map_err(|_| "clients outlived the run".to_string()).map(RefCell::into_inner)
+    let outlived = || "clients outlived the run".to_string();
+    let mut tally = Rc::try_unwrap(tally).map_err(|_| outlived())?.into_inner();
+    if let Some(h) = history {
+        tally.history = Rc::try_unwrap(h).map_err(|_| outlived())?.into_inner().records;
+    }
+    Ok(tally)
 }

@@ -18,11 +18,11 @@
 
 use crate::measure::{Decision, Estimate, Monitor, Window};
 use crate::run::schema::{OpSource, RunResult, RunSetup, TimePoint, round3, useful_bytes};
-use crate::run::tally::OpLog;
+use crate::run::tally::{OpLog, perform, walk_after_run};
 use crate::workload::LoadItems;
 use dmkit_indexes::IndexKind;
-use dmkit_indexes::spec::{self, Outcome};
 use dmkit_sim::{ClientStats, Image, Sim, SimConfig, Stats, Topology, VerbKind};
+use dmkit_verify::history::{History, simulated_clock};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -177,7 +177,6 @@ struct TickCost {
 /// What the measured clients record.
 #[derive(Default)]
 struct Tally {
-    history: dmkit_verify::history::History,
     /// Operations completed per tick (the series the window is judged on).
     ticks: Vec<u64>,
     costs: Vec<TickCost>,
@@ -311,9 +310,9 @@ pub fn run_loaded<K: IndexKind>(
     // operations per client is measured while every client runs, not through the ramp-down.
     let first_done = Rc::new(Cell::new(u64::MAX));
     let timeseries = setup.timeseries_ns > 0;
-    let record = setup.record_history;
+    // The history, when one is recorded, starts with the loaded items.
+    let history = setup.record_history.then(|| Rc::new(RefCell::new(History { records: preload })));
     let tally = Rc::new(RefCell::new(Tally::default()));
-    tally.borrow_mut().history.records = preload;
     let mut index = 0usize;
     for cn in 0..setup.compute_nodes {
         for _ in 0..setup.threads_per_cn {
@@ -327,6 +326,7 @@ pub fn run_loaded<K: IndexKind>(
                 index += 1;
                 let mut handle = K::open(options, nodes[cn as usize].clone(), client.clone());
                 let (c, tally, end, running) = (client.clone(), tally.clone(), end.clone(), running.clone());
+                let history = history.clone();
                 let first_done = first_done.clone();
                 running.set(running.get() + 1);
                 sim.spawn(&client, async move {
@@ -336,26 +336,8 @@ pub fn run_loaded<K: IndexKind>(
                         let (t0, s0) = (c.now_ns(), c.stats());
                         let k0 = handle.counters();
                         let k0 = (k0.retries, k0.lock_failures, k0.cas_failures);
-                        let mut outcomes = Vec::with_capacity(task.ops.len());
-                        for op in &task.ops {
-                            // Stamped only when recorded: the stamps are the history's clock.
-                            let invoke = record.then(|| c.history_stamp());
-                            let outcome = spec::apply(&mut handle, op).await;
-                            if let Some(invoke) = invoke {
-                                tally.borrow_mut().history.records.push(dmkit_verify::history::Record {
-                                    client: c.id(),
-                                    op: op.clone(),
-                                    outcome: outcome.clone(),
-                                    invoke,
-                                    respond: Some(c.history_stamp()),
-                                });
-                            }
-                            let failed = matches!(outcome, Outcome::Failed(_));
-                            outcomes.push(outcome);
-                            if failed {
-                                break;
-                            }
-                        }
+                        let recorded = history.as_deref().map(|h| (c.id(), h, simulated_clock(&c)));
+                        let Ok(outcomes) = perform(&mut handle, &task.ops, recorded).await;
                         let t1 = c.now_ns();
                         if t1 > end.get() {
                             // Completed after the run was stopped: not measured.
@@ -440,9 +422,8 @@ pub fn run_loaded<K: IndexKind>(
     progress.measuring(now, "done; walking the structure's invariants");
     let stats = sim.stats();
     stray_verbs(&stats, "the run")?;
-    let report = K::check_invariants(options, &sim).map_err(|e| format!("after the run, invariant violated: {e}"))?;
     let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
-    report.check_unfinished(tally.log.has_errors()).map_err(|e| format!("after the run, invariant violated: {e}"))?;
+    let report = walk_after_run::<K>(options, &sim, &tally.log)?;
 
     let (from, to) = (estimate.warmup_ticks, estimate.warmup_ticks + estimate.measured_ticks);
     let mut cost = TickCost::default();
@@ -513,22 +494,19 @@ pub fn run_loaded<K: IndexKind>(
             (h, m) if h + m > 0 => Some(round3(h as f64 / (h + m) as f64)),
             _ => None,
         },
-        remote_bytes_used: report.remote_bytes,
-        // Remote bytes beyond the items' own key and value bytes (metadata and empty space),
-        // per item.
-        metadata_bytes_per_item: (report.items > 0)
-            .then(|| round3((report.remote_bytes as f64 / report.items as f64 - loaded.item_bytes).max(0.0))),
-        load_factor: report.capacity_items.filter(|&c| c > 0).map(|c| round3(report.items as f64 / c as f64)),
         retries_per_op: round3(cost.retries as f64 / ops),
         lock_failures: cost.lock_failures,
         cas_failures: cost.cas_failures,
         rdwc: rdwc_ratios(&s1.rdwc, &s0.rdwc),
         timeseries: series,
-        history: record.then_some(tally.history),
+        history: match history {
+            Some(h) => Some(Rc::try_unwrap(h).map_err(|_| "clients outlived the run")?.into_inner()),
+            None => None,
+        },
         supports_scan: K::SUPPORTS_SCAN,
         sim_steps: stats.steps,
         trace_hash: stats.trace_hash,
-        ..measured
+        ..measured.with_structure(&report, loaded.item_bytes)
     })
 }
 

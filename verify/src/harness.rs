@@ -12,7 +12,7 @@
 //! or the result is reported as vacuous.
 
 use crate::explore::{self, Exploration, Judge, Mode, Phase, Scenario};
-use crate::history::{History, Record};
+use crate::history::{History, Record, apply_recorded, simulated_clock};
 use crate::linearizability;
 use dmkit_indexes::spec::{self, Op};
 use dmkit_indexes::{Counters, Index, IndexKind};
@@ -324,25 +324,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
                 let mut audited = false;
                 while !ops.is_empty() {
                     let op = ops.remove(0);
-                    let invoke = c.history_stamp();
-                    // Record the invocation first: a crash leaves it indeterminate.
-                    let at = {
-                        let mut h = history.borrow_mut();
-                        h.records.push(Record {
-                            client: i,
-                            op: op.clone(),
-                            outcome: spec::Outcome::Existed(false),
-                            invoke,
-                            respond: None,
-                        });
-                        h.records.len() - 1
-                    };
-                    let outcome = spec::apply(&mut handle, &op).await;
-                    let respond = c.history_stamp();
-                    let mut h = history.borrow_mut();
-                    h.records[at].outcome = outcome;
-                    h.records[at].respond = Some(respond);
-                    drop(h);
+                    let Ok(_) = apply_recorded(&mut handle, &op, i, &history, simulated_clock(&c)).await;
                     if ops.is_empty() && !audited {
                         audited = true;
                         let mut left = running.borrow_mut();

@@ -55,11 +55,59 @@
 //! {"client":5,"invoke":5,"respond":80,"op":"delete","key":"6b01","result":{"failed":"node 0 is down","effect_unknown":true,"error":"verbs"}}
 //! ```
 
-use dmkit_indexes::IndexError;
-use dmkit_indexes::spec::{Op, Outcome};
+use dmkit_indexes::spec::{self, Op, Outcome};
+use dmkit_indexes::{Index, IndexError};
 use dmkit_rdma::VerbsError;
 use serde_json::{Value, json};
+use std::cell::RefCell;
 use std::ops::Bound;
+
+/// The simulator's history clock for [`apply_recorded`]: `c`'s
+/// [`history_stamp`](dmkit_sim::SimClient::history_stamp), which cannot fail.
+pub fn simulated_clock(
+    c: &dmkit_sim::SimClient,
+) -> impl FnMut() -> std::future::Ready<Result<u64, std::convert::Infallible>> + '_ {
+    || std::future::ready(Ok(c.history_stamp()))
+}
+
+/// Runs `op` on `handle` as `client`'s and records it in `history` as real time saw it: the
+/// one way an operation enters a dmkit history, on every backend and in the checker's harness.
+///
+/// `stamp` is the history's clock ([`SimClient::history_stamp`](dmkit_sim::SimClient::history_stamp)
+/// in the simulator, a cluster-wide FAA on hardware). The invocation is stamped and recorded,
+/// unfinished, before the operation's first verb, so an operation whose client never returns
+/// (a crash, a run that stops) stays in the history as indeterminate; the response is stamped
+/// after its last completion and fills the record in. A client stamps its next invocation after
+/// its previous response, so program order holds in the stamps. Records are in invocation order.
+///
+/// If the clock fails, `Err` says why: at the invocation nothing was run or recorded; at the
+/// response the record keeps its outcome but no response time (indeterminate).
+pub async fn apply_recorded<I, E, F, S>(
+    handle: &mut I,
+    op: &Op,
+    client: u32,
+    history: &RefCell<History>,
+    mut stamp: S,
+) -> Result<Outcome, E>
+where
+    I: Index,
+    S: FnMut() -> F,
+    F: std::future::Future<Output = Result<u64, E>>,
+{
+    let invoke = stamp().await?;
+    let at = {
+        let r = &mut history.borrow_mut().records;
+        // The outcome is a placeholder until the response: an unfinished record has none.
+        r.push(Record { client, op: op.clone(), outcome: Outcome::Existed(false), invoke, respond: None });
+        r.len() - 1
+    };
+    let outcome = spec::apply(handle, op).await;
+    let respond = stamp().await;
+    let r = &mut history.borrow_mut().records[at];
+    r.outcome = outcome.clone();
+    r.respond = Some(respond?);
+    Ok(outcome)
+}
 
 /// One operation of a history.
 #[derive(Clone, Debug, PartialEq, Eq)]

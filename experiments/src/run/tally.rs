@@ -5,9 +5,41 @@
 
 use super::schema::{Measurement, OpMetrics, RunResult, RunSetup, op_metrics, round3};
 use crate::measure::Estimate;
-use dmkit_indexes::Counters;
-use dmkit_indexes::spec::Outcome;
+use dmkit_indexes::spec::{self, Op, Outcome};
+use dmkit_indexes::{Counters, Index, IndexKind, InvariantReport};
+use dmkit_rdma::MemoryView;
+use dmkit_verify::history::{History, apply_recorded};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+
+/// A measured client's task, on any backend: its operations in order, stopping after the first
+/// that failed. With `recorded` = (client id, history, the history's clock), each operation
+/// enters the history through [`apply_recorded`]; `Err` is the clock's failure, after which
+/// the client must stop.
+pub(crate) async fn perform<I, E, F, S>(
+    handle: &mut I,
+    ops: &[Op],
+    mut recorded: Option<(u32, &RefCell<History>, S)>,
+) -> Result<Vec<Outcome>, E>
+where
+    I: Index,
+    S: FnMut() -> F,
+    F: std::future::Future<Output = Result<u64, E>>,
+{
+    let mut outcomes = Vec::with_capacity(ops.len());
+    for op in ops {
+        let outcome = match &mut recorded {
+            Some((client, history, stamp)) => apply_recorded(handle, op, *client, history, &mut *stamp).await?,
+            None => spec::apply(handle, op).await,
+        };
+        let failed = matches!(outcome, Outcome::Failed(_));
+        outcomes.push(outcome);
+        if failed {
+            break;
+        }
+    }
+    Ok(outcomes)
+}
 
 /// Per operation name, the latency and completion tick of every successful operation; failed
 /// operations with their tick and message; and the clients' index counters.
@@ -94,7 +126,34 @@ impl OpLog {
     }
 }
 
+/// The index's invariant walk after a run, over `memory` (the simulator's, or the memory nodes
+/// through queue pairs), judged with the run's own errors: a state only an unfinished operation
+/// leaves is accepted only if some operation failed.
+pub(crate) fn walk_after_run<K: IndexKind>(
+    options: &K::Options,
+    memory: &dyn MemoryView,
+    log: &OpLog,
+) -> Result<InvariantReport, String> {
+    let violated = |e: String| format!("after the run, invariant violated: {e}");
+    let report = K::check_invariants(options, memory).map_err(violated)?;
+    report.check_unfinished(log.has_errors()).map_err(violated)?;
+    Ok(report)
+}
+
 impl RunResult {
+    /// The structure as the walk after the run found it: remote bytes, the bytes per item beyond
+    /// the items' own key and value bytes (`item_bytes` each: metadata and empty space), and the
+    /// load factor of an index with a capacity.
+    pub(crate) fn with_structure(self, report: &InvariantReport, item_bytes: f64) -> RunResult {
+        RunResult {
+            remote_bytes_used: report.remote_bytes,
+            metadata_bytes_per_item: (report.items > 0)
+                .then(|| round3((report.remote_bytes as f64 / report.items as f64 - item_bytes).max(0.0))),
+            load_factor: report.capacity_items.filter(|&c| c > 0).map(|c| round3(report.items as f64 / c as f64)),
+            ..self
+        }
+    }
+
     /// What every backend reports the same way, from its clients' `log` and the measured
     /// phase `e` chose (ticks of `setup.tick_ns`): names and shape; throughput as the
     /// estimate's mean ± its interval, and the verdict; latencies overall and per operation
