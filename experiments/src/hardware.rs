@@ -63,7 +63,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// The cluster-wide clock of recorded histories (module doc).
-pub const HISTORY_CLOCK: RemoteAddr = RemoteAddr::host(NodeId(0), 2048);
+pub const HISTORY_CLOCK: RemoteAddr = dmkit_rdma::Fixed::new(2048, 8).on(NodeId(0));
 
 /// A fresh stamp of the cluster-wide history clock.
 async fn history_stamp<C: Verbs>(c: &C) -> Result<u64, VerbsError> {

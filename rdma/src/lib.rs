@@ -33,5 +33,5 @@ pub use buf::Buf;
 pub use ctx::{Client, ClientCtx, ClientIdentity, CpuWork};
 pub use error::VerbsError;
 pub use rand_chacha::ChaCha8Rng;
-pub use reserved::{Fixed, RESERVED_BYTES};
+pub use reserved::{Fixed, NULL_LINE_BYTES, RESERVED_BYTES};
 pub use verbs::{BatchOutcome, Caps, MaskedAtomics, MemoryView, Op, Request, Response, Verbs, single, validate_batch};

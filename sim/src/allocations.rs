@@ -73,7 +73,7 @@ impl fmt::Display for UnallocatedVerb {
 }
 
 /// Bytes at [`RemoteAddr::NULL`] no verb may touch.
-const NULL_LINE: u64 = 64;
+const NULL_LINE: u64 = dmkit_rdma::reserved::NULL_LINE_BYTES;
 
 /// The addressable host memory of each memory node.
 #[derive(Debug)]
