@@ -20,7 +20,11 @@ use crate::measure::{Decision, Estimate, Monitor, Window};
 use crate::run::schema::{OpSource, RunResult, RunSetup, TimePoint, round3, useful_bytes};
 use crate::run::tally::{OpLog, perform, walk_after_run};
 use crate::workload::LoadItems;
-use dmkit_indexes::IndexKind;
+use dmkit_indexes::common::rdwc::{
+    RDWC_READS_BYPASSED, RDWC_READS_DELEGATED, RDWC_READS_LED, RDWC_WRITES_BYPASSED, RDWC_WRITES_COMBINED,
+    RDWC_WRITES_LED,
+};
+use dmkit_indexes::{Counters, IndexKind};
 use dmkit_sim::{ClientStats, Image, Sim, SimConfig, Stats, Topology, VerbKind};
 use dmkit_verify::history::{History, simulated_clock};
 use std::cell::{Cell, RefCell};
@@ -208,10 +212,10 @@ fn rdwc_ratios(
     }
     let mut out: BTreeMap<String, f64> =
         end.keys().filter(|k| k.starts_with("rdwc_")).map(|k| (k.to_string(), get(k) as f64)).collect();
-    let reads = get("rdwc_reads_led") + get("rdwc_reads_delegated") + get("rdwc_reads_bypassed");
-    let writes = get("rdwc_writes_led") + get("rdwc_writes_combined") + get("rdwc_writes_bypassed");
-    out.insert("read_delegation_ratio".into(), round3(get("rdwc_reads_delegated") as f64 / reads.max(1) as f64));
-    out.insert("write_combining_ratio".into(), round3(get("rdwc_writes_combined") as f64 / writes.max(1) as f64));
+    let reads = get(RDWC_READS_LED) + get(RDWC_READS_DELEGATED) + get(RDWC_READS_BYPASSED);
+    let writes = get(RDWC_WRITES_LED) + get(RDWC_WRITES_COMBINED) + get(RDWC_WRITES_BYPASSED);
+    out.insert("read_delegation_ratio".into(), round3(get(RDWC_READS_DELEGATED) as f64 / reads.max(1) as f64));
+    out.insert("write_combining_ratio".into(), round3(get(RDWC_WRITES_COMBINED) as f64 / writes.max(1) as f64));
     Some(out)
 }
 
@@ -221,22 +225,27 @@ pub(crate) fn stray_verbs(stats: &Stats, phase: &str) -> Result<(), String> {
     stats.unallocated.verdict().map_err(|e| format!("{phase}: {e}"))
 }
 
-/// NIC busy time summed over memory nodes, and the RDWC counters, at a tick boundary.
+/// NIC busy time summed over memory nodes, and the compute nodes' RDWC and cache counters, at a
+/// tick boundary.
 struct Snapshot {
     nic_busy_ns: u64,
     link_out_busy_ns: u64,
     rdwc: BTreeMap<&'static str, u64>,
+    cache: (u64, u64),
 }
 
 fn snapshot<K: IndexKind>(sim: &Sim, memory_nodes: u16, nodes: &[Arc<K::NodeState>]) -> Snapshot {
     let stats = sim.stats();
     let mns = &stats.nodes[..memory_nodes as usize];
     let mut rdwc = node_counters::<K>(nodes);
+    let count = |name| rdwc.get(name).copied().unwrap_or(0);
+    let cache = (count(Counters::CACHE_HIT), count(Counters::CACHE_MISS));
     rdwc.retain(|k, _| k.starts_with("rdwc_"));
     Snapshot {
         nic_busy_ns: mns.iter().map(|n| n.nic_busy_ns).sum(),
         link_out_busy_ns: mns.iter().map(|n| n.link_out_busy_ns).sum(),
         rdwc,
+        cache,
     }
 }
 
@@ -472,8 +481,11 @@ pub fn run_loaded<K: IndexKind>(
         .map(|k| (k.name().to_string(), round3(cost.cost.verbs_of(*k).count as f64 / ops)))
         .collect();
     let cache_bytes = nodes.iter().map(|n| K::node_state_bytes(n) as f64).sum::<f64>() / nodes.len() as f64;
-    let hits = tally.log.counters.events.get("cache_hit").copied();
-    let misses = tally.log.counters.events.get("cache_miss").copied();
+    // A cache's look-ups, counted by its clients (over the run) or by the compute node (over
+    // the measured window).
+    let event = |name| tally.log.counters.events.get(name).copied().unwrap_or(0);
+    let hits = event(Counters::CACHE_HIT) + (s1.cache.0 - s0.cache.0);
+    let misses = event(Counters::CACHE_MISS) + (s1.cache.1 - s0.cache.1);
     // The series to the end of the run (trailing ticks without a completion are zeros).
     let mut whole = tally.ticks.clone();
     whole.resize((now / tick_ns) as usize, 0);
@@ -490,7 +502,7 @@ pub fn run_loaded<K: IndexKind>(
         mn_bandwidth_utilisation: round3(busy(s0.link_out_busy_ns, s1.link_out_busy_ns)),
         cache_bytes_per_cn: round3(cache_bytes),
         // An index that counts either event has a cache; one never counted is absent.
-        cache_hit_ratio: match (hits.unwrap_or(0), misses.unwrap_or(0)) {
+        cache_hit_ratio: match (hits, misses) {
             (h, m) if h + m > 0 => Some(round3(h as f64 / (h + m) as f64)),
             _ => None,
         },

@@ -148,6 +148,20 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// The name of [`Counters::retries`] where counters are named (a preset's required
+    /// counters, a race handler's event): operations that started again.
+    pub const RETRIES: &'static str = "retries";
+    /// The name of [`Counters::lock_failures`]: lock attempts that found the lock held.
+    pub const LOCK_FAILURES: &'static str = "lock_failures";
+    /// The name of [`Counters::cas_failures`]: CASes that found another value than expected.
+    pub const CAS_FAILURES: &'static str = "cas_failures";
+    /// Look-ups a compute-node cache answered, by the name every index with a cache counts them
+    /// under (as a client event or a node counter): a run reports the hit ratio from these two.
+    pub const CACHE_HIT: &'static str = "cache_hit";
+    /// Look-ups a compute-node cache could not answer (see [`Counters::CACHE_HIT`]).
+    pub const CACHE_MISS: &'static str = "cache_miss";
+
+    /// Counts one `name` event (the index's constant for it, declared where it is counted).
     pub fn event(&mut self, name: &'static str) {
         *self.events.entry(name).or_default() += 1;
     }
@@ -385,7 +399,9 @@ pub trait IndexKind: 'static {
     }
 
     /// A compute node's own counters (RDWC windows, cache entries...), summed over nodes by
-    /// reports. Indexes without any keep the default.
+    /// reports. A cache counted here rather than by its clients names its look-ups
+    /// [`Counters::CACHE_HIT`] and [`Counters::CACHE_MISS`], so runs report its hit ratio.
+    /// Indexes without any keep the default.
     fn node_counters(node: &Self::NodeState) -> BTreeMap<&'static str, u64> {
         let _ = node;
         BTreeMap::new()

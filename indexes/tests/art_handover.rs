@@ -6,6 +6,8 @@
 //! within 5 ms and stayed there (1 M keys, 16 CNs x 8 clients, README "The main job").
 
 use dmkit_indexes::art::{Art, ArtOptions};
+use dmkit_indexes::common::change::RDWC_COMBINED;
+use dmkit_indexes::smart::{RCU_LOST, RCU_UPDATE};
 use dmkit_indexes::{Index, IndexKind};
 use dmkit_sim::{Sim, SimConfig, Topology};
 use std::sync::{Arc, Mutex};
@@ -41,9 +43,9 @@ fn hammer(o: &ArtOptions) -> (u64, u64, u64, Vec<u8>) {
             }
             let e = &h.counters().events;
             let mut c = counts.lock().unwrap();
-            c.0 += e.get("rcu_lost").copied().unwrap_or(0);
-            c.1 += e.get("rcu_update").copied().unwrap_or(0);
-            c.2 += e.get("rdwc_combined").copied().unwrap_or(0);
+            c.0 += e.get(RCU_LOST).copied().unwrap_or(0);
+            c.1 += e.get(RCU_UPDATE).copied().unwrap_or(0);
+            c.2 += e.get(RDWC_COMBINED).copied().unwrap_or(0);
         });
     }
     sim.run().unwrap();

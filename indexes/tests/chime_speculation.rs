@@ -2,7 +2,7 @@
 //! memory node bound by its NIC's operation rate, a second verb per speculative search made
 //! speculation cost throughput as the hotspot buffer filled, the reverse of the paper's Fig. 17.
 
-use dmkit_indexes::chime::{Chime, ChimeOptions};
+use dmkit_indexes::chime::{Chime, ChimeOptions, SPECULATION_HIT};
 use dmkit_indexes::{Index, IndexKind};
 use dmkit_sim::{Sim, SimConfig, VerbKind};
 use std::sync::{Arc, Mutex};
@@ -28,7 +28,7 @@ fn third_search(config: &str) -> (u64, u64, u64, u64) {
             assert_eq!(h.search(&key).await.unwrap(), Some(77u64.to_le_bytes().to_vec()));
         }
         let hits =
-            |h: &dmkit_indexes::chime::ChimeHandle<_>| h.counters().events.get("speculation_hit").copied().unwrap_or(0);
+            |h: &dmkit_indexes::chime::ChimeHandle<_>| h.counters().events.get(SPECULATION_HIT).copied().unwrap_or(0);
         let (before, hits_before) = (c.stats(), hits(&h));
         assert_eq!(h.search(&key).await.unwrap(), Some(77u64.to_le_bytes().to_vec()));
         let d = c.stats().since(&before);

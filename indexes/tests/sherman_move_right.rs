@@ -7,7 +7,10 @@
 //! `DMKIT_MR_KEYS` (default 1000000), `DMKIT_MR_STEP` (100000), `DMKIT_MR_CONFIG` (sherman-fixed).
 
 use dmkit_indexes::hash::hash64;
-use dmkit_indexes::sherman::{Sherman, ShermanOptions};
+use dmkit_indexes::sherman::{
+    CACHE_HIT, CACHE_STALE, CACHE_STALE_INTERNAL, INTERNAL_SPLIT, LEAF_SPLIT, MOVE_RIGHT, MOVE_RIGHT_FROM_CACHE,
+    MOVE_RIGHT_INTERNAL, MOVE_RIGHT_LEAF, MOVE_RIGHT_PARENT, Sherman, ShermanOptions,
+};
 use dmkit_indexes::{Counters, Index, IndexKind};
 use dmkit_sim::{Sim, SimConfig, Topology};
 use std::cell::RefCell;
@@ -51,17 +54,18 @@ fn move_rights_per_insert_during_bulk_load() {
     sim.run().unwrap();
     let get = |c: &Counters, k: &str| c.events.get(k).copied().unwrap_or(0);
     let names = [
-        "move_right",
-        "move_right_internal",
-        "move_right_from_cache",
-        "move_right_leaf",
-        "move_right_parent",
-        "cache_hit",
-        "cache_stale",
-        "cache_stale_internal",
+        MOVE_RIGHT,
+        MOVE_RIGHT_INTERNAL,
+        MOVE_RIGHT_FROM_CACHE,
+        MOVE_RIGHT_LEAF,
+        MOVE_RIGHT_PARENT,
+        CACHE_HIT,
+        CACHE_STALE,
+        CACHE_STALE_INTERNAL,
+        // Not an event Sherman counts (SMART's name): printed as 0.
         "stale_route",
-        "leaf_split",
-        "internal_split",
+        LEAF_SPLIT,
+        INTERNAL_SPLIT,
     ];
     eprintln!("{config}: per insert, cumulative and in the last window of {step} keys");
     let mut prev = (0u64, Counters::default());

@@ -452,9 +452,9 @@ pub fn run_sequence_checked<K: IndexKind>(
 /// The value of counter `name` in `c`.
 pub fn counter(c: &Counters, name: &str) -> u64 {
     match name {
-        "retries" => c.retries,
-        "lock_failures" => c.lock_failures,
-        "cas_failures" => c.cas_failures,
+        Counters::RETRIES => c.retries,
+        Counters::LOCK_FAILURES => c.lock_failures,
+        Counters::CAS_FAILURES => c.cas_failures,
         other => c.events.get(other).copied().unwrap_or(0),
     }
 }

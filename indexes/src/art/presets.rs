@@ -1,11 +1,14 @@
 //! Checking presets of ART, SMART's baseline configuration: SMART's presets with ART's
 //! counters.
 
+use crate::Counters;
 use crate::IndexKind;
 use crate::art::{Art, ArtOptions};
 use crate::checking::{Checked, FaultPlan, Preset, point, preset_named};
-use crate::smart::SmartOptions;
+use crate::common::change::{RDWC_COMBINED, RDWC_WRITE_QUEUED};
+use crate::common::hocl::LOCK_HANDED_OVER;
 use crate::smart::presets::{long, smart_long_key, smart_presets, wide};
+use crate::smart::{HEADER_SPLIT, LEAF_MOVED, LEAF_SPLIT, RCU_LOST, RCU_UPDATE, SmartOptions, TYPE_SWITCH};
 
 impl Checked for Art {
     fn presets() -> Vec<(Preset, ArtOptions)> {
@@ -15,10 +18,10 @@ impl Checked for Art {
                 match p.name {
                     "local" => {
                         p.required_counters =
-                            &["lock_handed_over", "rcu_update", "leaf_split", "rdwc_write_queued", "rdwc_combined"]
+                            &[LOCK_HANDED_OVER, RCU_UPDATE, LEAF_SPLIT, RDWC_WRITE_QUEUED, RDWC_COMBINED]
                     }
                     // No combining in ART: the failed READs meet its locks and splits instead.
-                    "read-failure" => p.required_counters = &["lock_handed_over", "leaf_split"],
+                    "read-failure" => p.required_counters = &[LOCK_HANDED_OVER, LEAF_SPLIT],
                     _ => {}
                 }
                 (p, ArtOptions(o))
@@ -39,7 +42,7 @@ impl Checked for Art {
             f(&mut o.0);
             o
         };
-        let locks = &["lock_failures", "leaf_split", "header_split", "type_switch"][..];
+        let locks = &[Counters::LOCK_FAILURES, LEAF_SPLIT, HEADER_SPLIT, TYPE_SWITCH][..];
         vec![
             // One lock word per memory node: every internal node shares it, so inserts on
             // unrelated nodes serialize and hand it over.
@@ -52,27 +55,27 @@ impl Checked for Art {
             // between inserts into different nodes.
             point(
                 "sweep-lock-table-1-local",
-                Preset { required_counters: &["lock_handed_over", "leaf_split"], ..local.clone() },
+                Preset { required_counters: &[LOCK_HANDED_OVER, LEAF_SPLIT], ..local.clone() },
                 with(&lo, &|o| o.lock_table_bytes = 8),
             ),
             // No hand-over (a streak of one): every local waiter takes the word by CAS itself.
             point(
                 "sweep-handover-1",
-                Preset { required_counters: &["rcu_update", "leaf_split", "lock_failures"], ..local.clone() },
+                Preset { required_counters: &[RCU_UPDATE, LEAF_SPLIT, Counters::LOCK_FAILURES], ..local.clone() },
                 with(&lo, &|o| o.max_handover = 1),
             ),
             // No update hand-over (the option off): one node's same-key updates race each
             // other's slot CAS, as across nodes.
             point(
                 "sweep-no-update-handover",
-                Preset { required_counters: &["rcu_update", "rcu_lost"], ..local.clone() },
+                Preset { required_counters: &[RCU_UPDATE, RCU_LOST], ..local.clone() },
                 with(&lo, &|o| o.update_handover = false),
             ),
             // Unbounded hand-over on two compute nodes of two clients each: the other node's
             // inserts wait while one node's clients pass the lock among themselves.
             point(
                 "sweep-handover-max",
-                Preset { clients: 4, required_counters: &["lock_handed_over", "lock_failures"], ..base.clone() },
+                Preset { clients: 4, required_counters: &[LOCK_HANDED_OVER, Counters::LOCK_FAILURES], ..base.clone() },
                 with(&o, &|o| o.max_handover = u32::MAX),
             ),
             // No radix cache: every insert locks its way down from the root.
@@ -91,7 +94,7 @@ impl Checked for Art {
                 Preset {
                     value_bytes: 4096,
                     step_limit: 4_000_000,
-                    required_counters: &["rcu_update", "leaf_split", "leaf_moved"],
+                    required_counters: &[RCU_UPDATE, LEAF_SPLIT, LEAF_MOVED],
                     ..base.clone()
                 },
                 with(&o, &|o| o.value_bytes = 4096),
@@ -105,7 +108,7 @@ impl Checked for Art {
             // One attempt per operation: a writer that loses a lock or CAS race gives up.
             point(
                 "sweep-retries-1",
-                Preset { required_counters: &["leaf_split", "lock_failures"], ..long(&base) },
+                Preset { required_counters: &[LEAF_SPLIT, Counters::LOCK_FAILURES], ..long(&base) },
                 with(&o, &|o| o.max_retries = 1),
             ),
             // Long runs on the default shape and on one node filled to its switch.

@@ -84,7 +84,7 @@ pub mod presets;
 
 use crate::common::bounds::{above_start, below_end};
 pub use crate::common::change::{Change, Reply};
-use crate::common::change::{Combined, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK, search_via, write_via};
+use crate::common::change::{Combined, RDWC_READ_FALLBACK_HANDLER, RDWC_WRITE_FALLBACK_HANDLER, search_via, write_via};
 use crate::common::chunk::LocalChunkAllocator;
 use crate::common::range_cache::{CacheLevels, CachedNode, IndexCache};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
@@ -154,34 +154,64 @@ fn parse_block(block: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
     Ok((block[8..8 + klen].to_vec(), block[8 + klen..8 + klen + vlen].to_vec()))
 }
 
+/// A traversal found an internal node for its key in the node cache.
+pub const CACHE_HIT: &str = Counters::CACHE_HIT;
+/// A traversal looked in the node cache and found no internal node for its key.
+pub const CACHE_MISS: &str = Counters::CACHE_MISS;
+/// A cached internal node that routed to a stale leaf was dropped.
+pub const CACHE_INVALIDATED: &str = "cache_invalidated";
+/// A traversal or separator insert followed a node's sibling pointer (any cause).
+pub const MOVE_RIGHT: &str = "move_right";
+/// An indirect leaf's search found several slots matching the key's prefix.
+pub const PREFIX_COLLISION: &str = "prefix_collision";
+/// A search or write found its key in the slot the hotspot buffer predicted.
+pub const SPECULATION_HIT: &str = "speculation_hit";
+/// An insert read the home entry's neighbourhood beyond the first vacancy (G3).
+pub const UPSERT_EXTEND: &str = "upsert_extend";
+/// An insert whose vacancy bitmap hinted at room the range lacked read the whole leaf.
+pub const HOP_READ_ALL: &str = "hop_read_all";
+/// An insert moved entries (hopscotch) to make room in its key's neighbourhood.
+pub const HOP: &str = "hop";
+/// A leaf split.
+pub const LEAF_SPLIT: &str = "leaf_split";
+/// A root split whose new root's CAS into the superblock won.
+pub const ROOT_SPLIT: &str = "root_split";
+/// An internal node split.
+pub const INTERNAL_SPLIT: &str = "internal_split";
+/// A scan went on to the next leaf.
+pub const SCAN_NEXT_LEAF: &str = "scan_next_leaf";
+/// Node counter: entries the compute node's hotspot buffer holds.
+pub const HOTSPOT_ENTRIES: &str = "hotspot_entries";
+/// Node counter: bytes of the compute node's hotspot buffer.
+pub const HOTSPOT_BYTES: &str = "hotspot_bytes";
 /// An internal node READ overlapped a write (C1/C2 failed): read it again.
-const TORN_INTERNAL: &str = "torn_internal";
+pub const TORN_INTERNAL: &str = "torn_internal";
 /// A leaf range READ overlapped a write (C1/C2 failed): read it again.
-const TORN_READ: &str = "torn_read";
+pub const TORN_READ: &str = "torn_read";
 /// A scan's whole-leaf READ has a bitmap that disagrees with the keys' homes: read it again.
-const SCAN_INCONSISTENT: &str = "scan_inconsistent";
+pub const SCAN_INCONSISTENT: &str = "scan_inconsistent";
 /// A traversal read an internal node that split after it was routed to: move right.
-const MOVE_RIGHT_INTERNAL: &str = "move_right_internal";
+pub const MOVE_RIGHT_INTERNAL: &str = "move_right_internal";
 /// A pivot insert locked a parent that split meanwhile: move right.
-const MOVE_RIGHT_PARENT: &str = "move_right_parent";
+pub const MOVE_RIGHT_PARENT: &str = "move_right_parent";
 /// A leaf reached from a cached parent fails sibling-based validation: invalidate, traverse again.
-const LEAF_ROUTE_STALE: &str = "leaf_route_stale";
+pub const LEAF_ROUTE_STALE: &str = "leaf_route_stale";
 /// A hotspot-remembered entry no longer holds the key: read the neighbourhood.
-const SPECULATION_MISS: &str = "speculation_miss";
+pub const SPECULATION_MISS: &str = "speculation_miss";
 /// A neighbourhood whose keys disagree with the home's bitmap (C3): read it again.
-const BITMAP_MISMATCH: &str = "bitmap_mismatch";
+pub const BITMAP_MISMATCH: &str = "bitmap_mismatch";
 /// A search's key may have moved right in a half-done split: read the sibling.
-const HALF_SPLIT_RIGHT: &str = "half_split_right";
+pub const HALF_SPLIT_RIGHT: &str = "half_split_right";
 /// A writer's key may have moved right in a split: unlock, go to the sibling.
-const HALF_SPLIT_RIGHT_LOCKED: &str = "half_split_right_locked";
+pub const HALF_SPLIT_RIGHT_LOCKED: &str = "half_split_right_locked";
 /// A pivot insert's copy of the root is below the level that split: re-read the root word.
-const PARENT_ROOT_STALE: &str = "parent_root_stale";
+pub const PARENT_ROOT_STALE: &str = "parent_root_stale";
 /// Another splitter split the root and has not grown the tree: help it.
-const ROOT_HELP: &str = "root_help";
+pub const ROOT_HELP: &str = "root_help";
 /// The root to help has not split (yet or any more): re-read the root word.
-const ROOT_HELP_STALE: &str = "root_help_stale";
+pub const ROOT_HELP_STALE: &str = "root_help_stale";
 /// The CAS of a new root lost to another client's: insert into the level that now exists.
-const ROOT_CAS_LOST: &str = "root_cas_lost";
+pub const ROOT_CAS_LOST: &str = "root_cas_lost";
 
 const RACE_HANDLERS: [RaceHandler; 17] = [
     RaceHandler {
@@ -241,11 +271,11 @@ const RACE_HANDLERS: [RaceHandler; 17] = [
         race: "two clients CASed a new root; this one lost: it takes the winner's root and inserts its pivot into the new level",
     },
     RaceHandler {
-        event: "lock_failures",
+        event: Counters::LOCK_FAILURES,
         race: "a writer's masked CAS found the leaf or internal node locked by another writer: it yields and CASes again",
     },
-    RDWC_READ_FALLBACK,
-    RDWC_WRITE_FALLBACK,
+    RDWC_READ_FALLBACK_HANDLER,
+    RDWC_WRITE_FALLBACK_HANDLER,
 ];
 
 pub const NO_ENTRY_VERSION: PlantedBug = PlantedBug {
@@ -445,8 +475,8 @@ impl IndexKind for Chime {
     fn node_counters(n: &ChimeNode) -> std::collections::BTreeMap<&'static str, u64> {
         let mut c = n.rdwc.stats().counters();
         let h = n.hotspot.stats();
-        c.insert("hotspot_entries", h.entries);
-        c.insert("hotspot_bytes", h.bytes);
+        c.insert(HOTSPOT_ENTRIES, h.entries);
+        c.insert(HOTSPOT_BYTES, h.bytes);
         c
     }
 
@@ -588,14 +618,14 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
             match self.node.cache.lookup(key).filter(|e| e.node.level > target) {
                 Some(e) => {
-                    self.counters.event("cache_hit");
+                    self.counters.event(CACHE_HIT);
                     let (child, expected) = e.node.route(key);
                     if e.node.level == target + 1 {
                         return Ok(Route { leaf: child, expected, cached: Some(e) });
                     }
                     (p, level, at_root) = (child, e.node.level - 1, false);
                 }
-                None => self.counters.event("cache_miss"),
+                None => self.counters.event(CACHE_MISS),
             }
         }
         for _ in 0..self.o.max_retries {
@@ -613,7 +643,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 );
             }
             if key >= n.highest.as_slice() {
-                self.counters.event("move_right");
+                self.counters.event(MOVE_RIGHT);
                 self.counters.event(MOVE_RIGHT_INTERNAL);
                 if at_root {
                     self.node.root.forget();
@@ -771,7 +801,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             return Ok(slots.first().map(|&s| (s, self.l.value(img, s).to_vec())));
         }
         if slots.len() > 1 {
-            self.counters.event("prefix_collision");
+            self.counters.event(PREFIX_COLLISION);
         }
         let blocks = self.read_blocks(img, slots).await?;
         Ok(slots.iter().zip(blocks).find(|(_, (k, _))| k == key).map(|(&s, (_, v))| (s, v)))
@@ -811,7 +841,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     fn invalidate(&mut self, route: &mut Route) {
         if let Some(e) = route.cached.take() {
             self.node.cache.invalidate(&e);
-            self.counters.event("cache_invalidated");
+            self.counters.event(CACHE_INVALIDATED);
         }
     }
 
@@ -900,7 +930,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                         None
                     };
                     if let Some((s, value)) = hit {
-                        self.counters.event("speculation_hit");
+                        self.counters.event(SPECULATION_HIT);
                         self.node.hotspot.touch(route.leaf.raw(), s as u16, fp);
                         return Ok((!l.is_tombstone(&img, s)).then_some(value));
                     }
@@ -1026,7 +1056,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                         };
                         match read {
                             Ok(true) => {
-                                self.counters.event("speculation_hit");
+                                self.counters.event(SPECULATION_HIT);
                                 return Ok((lk, Some(s)));
                             }
                             Ok(_) => {
@@ -1061,7 +1091,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 // G3: the home's keys may lie beyond the first vacancy.
                 let far = l.hop_offsets(&lk.img, h).max().map_or(0, |d| d + 1);
                 if insert && far > n && !self.planted(UPSERT_FIRST_VACANCY) {
-                    self.counters.event("upsert_extend");
+                    self.counters.event(UPSERT_EXTEND);
                     if let Err(e) = self.read_entries_retry(route.leaf, &mut lk.img, l.at(h, n), far - n).await {
                         self.unlock(route.leaf, word, vec![]).await?;
                         return Err(e);
@@ -1231,7 +1261,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         let mut hopped = hop_insert(&l, &mut lk.img, h, key, &field, lk.have);
         if hopped.is_none() && lk.have < l.span {
             // The bitmap hinted at room the range does not have: read all of the leaf.
-            self.counters.event("hop_read_all");
+            self.counters.event(HOP_READ_ALL);
             let rest = l.span - lk.have;
             if let Err(e) = self.read_entries_retry(lk.addr, &mut lk.img, l.at(h, lk.have), rest).await {
                 self.unlock(lk.addr, lk.word, vec![]).await?;
@@ -1244,7 +1274,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             return self.split_leaf(lk, h, key, &field).await;
         };
         if !hop.moves.is_empty() {
-            self.counters.event("hop");
+            self.counters.event(HOP);
         }
         for &s in &hop.changed {
             let hop_entry = s == hop.slot || hop.moves.iter().any(|&(from, to)| s == from || s == to);
@@ -1311,7 +1341,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     /// Splits the locked, wholly read leaf and inserts `key` into the half it belongs to.
     async fn split_leaf(&mut self, lk: Locked, h: usize, key: &[u8], field: &[u8]) -> Result<(), IndexError> {
         let l = self.l;
-        self.counters.event("leaf_split");
+        self.counters.event(LEAF_SPLIT);
         let img = lk.img;
         let occupied: Vec<usize> = (0..l.span).filter(|&s| !l.is_empty(&img, s)).collect();
         let mut candidates = self.critical_keys(&img, h);
@@ -1489,7 +1519,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 let (old, new) = (root::pack(root, level), root::pack(at, level + 1));
                 let seen = self.ctx.cas(superblock_addr(), old, new).await?;
                 if seen == old {
-                    self.counters.event("root_split");
+                    self.counters.event(ROOT_SPLIT);
                     self.node.root.set(new);
                     if root == left {
                         return Ok(());
@@ -1565,7 +1595,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             };
             if sep >= n.highest.as_slice() {
                 self.ctx.write(lock_at, Buf::from(unlock_bytes)).await?;
-                self.counters.event("move_right");
+                self.counters.event(MOVE_RIGHT);
                 self.counters.event(MOVE_RIGHT_PARENT);
                 addr = n.sibling;
                 continue;
@@ -1585,7 +1615,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 self.ctx.write(addr, Buf::from(whole(&n))).await?;
                 return Ok(None);
             }
-            self.counters.event("internal_split");
+            self.counters.event(INTERNAL_SPLIT);
             let m = n.entries.len() / 2;
             let right_entries = n.entries.split_off(m + 1);
             let (up, up_child) = n.entries.pop().expect("the middle entry");
@@ -1716,7 +1746,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             if l.fences && !below_end(l.fences(&img, replica).1, end) {
                 return Ok(out);
             }
-            self.counters.event("scan_next_leaf");
+            self.counters.event(SCAN_NEXT_LEAF);
             addr = sibling;
         }
         Err(self.retries_exhausted("scan"))

@@ -1,8 +1,13 @@
 //! Checking presets of CHIME (`dmkit_indexes::chime`).
 
+use crate::Counters;
 use crate::IndexKind;
 use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, point, preset_named, scan_shapes_preset};
-use crate::chime::{Chime, ChimeOptions};
+use crate::chime::{
+    CACHE_HIT, Chime, ChimeOptions, HALF_SPLIT_RIGHT, HOP, INTERNAL_SPLIT, LEAF_ROUTE_STALE, LEAF_SPLIT, MOVE_RIGHT,
+    PREFIX_COLLISION, ROOT_SPLIT, SCAN_NEXT_LEAF, SPECULATION_HIT, SPECULATION_MISS,
+};
+use crate::common::change::{RDWC_COMBINED, RDWC_DELEGATED};
 
 /// CHIME's checking keys: `k + 1` big-endian (the all-zero key marks empty entries).
 pub fn chime_key(k: u64) -> Vec<u8> {
@@ -52,14 +57,14 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
         mix: Mix { search: 35, insert: 35, update: 10, delete: 10, scan: 10 },
         scan_limit: 8,
         scan_bounds: ScanBounds::From,
-        required_counters: &["leaf_split", "internal_split", "hop", "cache_hit", "half_split_right", "scan_next_leaf"],
+        required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, HOP, CACHE_HIT, HALF_SPLIT_RIGHT, SCAN_NEXT_LEAF],
         step_limit: 400_000,
     };
     vec![
         (base.clone(), chime_options(config, 2)),
         // Scans of every shape (`ScanBounds::Shapes`) while inserts split leaves.
         // Keys of one length: a bound of another is refused (`KeyTooShort`/`KeyTooLong`).
-        (scan_shapes_preset(&base, false, &["leaf_split", "scan_next_leaf"]), chime_options(config, 2)),
+        (scan_shapes_preset(&base, false, &[LEAF_SPLIT, SCAN_NEXT_LEAF]), chime_options(config, 2)),
         // One compute node, hot keys: delegation, combining, speculation, lock contention.
         (
             Preset {
@@ -70,14 +75,14 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
                 keys: 6,
                 preload: 3,
                 mix: Mix { search: 40, insert: 20, update: 30, delete: 10, scan: 0 },
-                required_counters: &["rdwc_combined", "rdwc_delegated", "speculation_hit", "lock_failures"],
+                required_counters: &[RDWC_COMBINED, RDWC_DELEGATED, SPECULATION_HIT, Counters::LOCK_FAILURES],
                 ..base.clone()
             },
             chime_options(config, 1),
         ),
         // Neighbourhoods of 12 in leaves of 16: 2-byte bitmaps that straddle lines (digest G1).
         (
-            Preset { name: "wide", keys: 40, preload: 14, required_counters: &["leaf_split", "hop"], ..base.clone() },
+            Preset { name: "wide", keys: 40, preload: 14, required_counters: &[LEAF_SPLIT, HOP], ..base.clone() },
             ChimeOptions { ..chime_options(config, 2).with_spans(16, 12, 2) },
         ),
         // CHIME-Indirect: variable-length keys in blocks, entries holding 2-byte prefixes that
@@ -88,7 +93,7 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
                 keys: 36,
                 preload: 12,
                 key_of: chime_var_key,
-                required_counters: &["leaf_split", "hop", "prefix_collision", "half_split_right"],
+                required_counters: &[LEAF_SPLIT, HOP, PREFIX_COLLISION, HALF_SPLIT_RIGHT],
                 ..base.clone()
             },
             ChimeOptions { prefix: 2, ..chime_options("chime-indirect", 2) },
@@ -103,7 +108,7 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
                 keys: 12,
                 preload: 3,
                 key_of: chime_var_key,
-                required_counters: &["prefix_collision", "lock_failures"],
+                required_counters: &[PREFIX_COLLISION, Counters::LOCK_FAILURES],
                 ..base.clone()
             },
             ChimeOptions { prefix: 1, ..chime_options("chime-indirect", 2) },
@@ -117,7 +122,7 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
                 memory_nodes: 1,
                 ops_per_client: 8,
                 mix: Mix { search: 20, insert: 55, update: 15, delete: 10, scan: 0 },
-                required_counters: &["leaf_split", "internal_split"],
+                required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT],
                 ..base.clone()
             },
             chime_options(config, 1),
@@ -133,7 +138,7 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
                 keys: 10,
                 preload: 6,
                 mix: Mix { search: 40, insert: 60, update: 0, delete: 0, scan: 0 },
-                required_counters: &["leaf_split"],
+                required_counters: &[LEAF_SPLIT],
                 step_limit: 200_000,
                 ..base.clone()
             },
@@ -151,7 +156,7 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
                 keys: 20,
                 preload: 6,
                 mix: Mix { search: 20, insert: 80, update: 0, delete: 0, scan: 0 },
-                required_counters: &["leaf_split", "root_split"],
+                required_counters: &[LEAF_SPLIT, ROOT_SPLIT],
                 ..base.clone()
             },
             chime_options(config, 1),
@@ -171,7 +176,7 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
                 keys: 12,
                 preload: 3,
                 mix: Mix { search: 40, insert: 20, update: 30, delete: 10, scan: 0 },
-                required_counters: &["rdwc_combined", "speculation_hit", "leaf_split", "half_split_right"],
+                required_counters: &[RDWC_COMBINED, SPECULATION_HIT, LEAF_SPLIT, HALF_SPLIT_RIGHT],
                 step_limit: 2_000_000,
                 ..base
             },
@@ -205,7 +210,7 @@ impl Checked for Chime {
             // hop is possible and a taken home splits the leaf.
             point(
                 "sweep-hood-1",
-                Preset { required_counters: &["leaf_split", "internal_split", "root_split"], ..base.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, ROOT_SPLIT], ..base.clone() },
                 chime.clone().with_spans(4, 1, 2),
             ),
             // The largest neighbourhood (14) in a leaf of 14: every neighbourhood wraps around
@@ -214,31 +219,28 @@ impl Checked for Chime {
             // leaves but no internal node within 18 operations.)
             point(
                 "sweep-hood-max",
-                Preset { keys: 40, preload: 14, required_counters: &["leaf_split"], ..base.clone() },
+                Preset { keys: 40, preload: 14, required_counters: &[LEAF_SPLIT], ..base.clone() },
                 chime.clone().with_spans(14, 14, 2),
             ),
             // The smallest leaves (2 entries, neighbourhoods of 2): splits reach the root within
             // a few inserts.
             point(
                 "sweep-span-min",
-                Preset {
-                    required_counters: &["leaf_split", "internal_split", "root_split", "move_right"],
-                    ..base.clone()
-                },
+                Preset { required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, ROOT_SPLIT, MOVE_RIGHT], ..base.clone() },
                 chime.clone().with_spans(2, 2, 2),
             ),
             // `chime-no-sbv`, no preset's: fence keys in every metadata replica instead of
             // sibling-based validation, no speculative read.
             point(
                 "sweep-config-no-sbv",
-                Preset { required_counters: &["leaf_split", "internal_split", "hop"], ..base.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, HOP], ..base.clone() },
                 ladder("chime-no-sbv"),
             ),
             // `chime-hopscotch`: one header read with the neighbourhood, fences, and no vacancy
             // bitmap, so an insert reads the whole leaf to find a free entry.
             point(
                 "sweep-config-hopscotch",
-                Preset { required_counters: &["leaf_split", "internal_split", "hop"], ..base.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, HOP], ..base.clone() },
                 ladder("chime-hopscotch"),
             ),
             // A cache of about one internal node and a hotspot buffer of one set (16 entries)
@@ -247,13 +249,7 @@ impl Checked for Chime {
             point(
                 "sweep-tiny-caches",
                 Preset {
-                    required_counters: &[
-                        "leaf_split",
-                        "cache_hit",
-                        "leaf_route_stale",
-                        "speculation_hit",
-                        "speculation_miss",
-                    ],
+                    required_counters: &[LEAF_SPLIT, CACHE_HIT, LEAF_ROUTE_STALE, SPECULATION_HIT, SPECULATION_MISS],
                     ..base.clone()
                 },
                 ChimeOptions { cache_bytes: 256, hotspot_bytes: 1, ..chime.clone() },
@@ -265,7 +261,7 @@ impl Checked for Chime {
                 "sweep-rdwc-off",
                 Preset {
                     keys: 12,
-                    required_counters: &["speculation_hit", "lock_failures", "leaf_split"],
+                    required_counters: &[SPECULATION_HIT, Counters::LOCK_FAILURES, LEAF_SPLIT],
                     ..local.clone()
                 },
                 ChimeOptions { rdwc: false, ..local_options.clone() },
@@ -288,7 +284,7 @@ impl Checked for Chime {
             // the parent) and later ones must cope.
             point(
                 "sweep-retries-3",
-                Preset { required_counters: &["leaf_split", "retries"], ..base.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, Counters::RETRIES], ..base.clone() },
                 ChimeOptions { max_retries: 3, ..chime.clone() },
             ),
             // Long runs: 4 clients x 20 operations on 40 keys: splits, hops and late inserts
@@ -300,7 +296,7 @@ impl Checked for Chime {
                     ops_per_client: 20,
                     keys: 40,
                     step_limit: 2_000_000,
-                    required_counters: &["leaf_split", "internal_split", "hop", "half_split_right", "scan_next_leaf"],
+                    required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, HOP, HALF_SPLIT_RIGHT, SCAN_NEXT_LEAF],
                     ..base
                 },
                 chime,
@@ -312,7 +308,7 @@ impl Checked for Chime {
                     ops_per_client: 20,
                     keys: 12,
                     step_limit: 2_000_000,
-                    required_counters: &["rdwc_combined", "speculation_hit", "speculation_miss", "leaf_split"],
+                    required_counters: &[RDWC_COMBINED, SPECULATION_HIT, SPECULATION_MISS, LEAF_SPLIT],
                     ..local
                 },
                 local_options,

@@ -115,19 +115,27 @@ pub const TRUST_SHORTCUT: PlantedBug = PlantedBug {
 /// Every protection, removable.
 pub const PLANTS: [PlantedBug; 2] = [WRITE_NEXT, TRUST_SHORTCUT];
 
+/// A client asked the MS for a key's shortcut slot it had not cached.
+pub const MS_LOOKUP: &str = "ms_lookup";
+/// A reader followed a version's `next` beyond the first version it read.
+pub const CHAIN_HOP: &str = "chain_hop";
+/// An insert of a key the MS did not know registered it (its version is the chain's first).
+pub const REGISTERED: &str = "registered";
+/// An append whose shortcut hint could not be posted (the shortcut stays stale).
+pub const HINT_NOT_POSTED: &str = "hint_not_posted";
 /// A shortcut pointed at a version that is no longer the tail (a writer appended after it and
 /// its hint had not landed, or hints landed out of order): the reader follows `next`.
-const STALE_HINT: &str = "stale_hint";
+pub const STALE_HINT: &str = "stale_hint";
 /// A client registering a key the MS did not know found it registered by another client in
 /// the meantime: it appends its version to that key's chain instead.
-const REGISTER_LOST: &str = "register_lost";
+pub const REGISTER_LOST: &str = "register_lost";
 /// Two registrations of one key interleaved inside the MS (server-side): the second publishes
 /// nothing and answers like a lookup.
-const MS_REGISTER_RACED: &str = "ms_register_raced";
+pub const MS_REGISTER_RACED: &str = "ms_register_raced";
 
 const RACE_HANDLERS: [RaceHandler; 4] = [
     RaceHandler {
-        event: "cas_failures",
+        event: Counters::CAS_FAILURES,
         race: "a writer's CAS on the tail's next lost to another writer's append: it follows the chain to the new tail and CASes again (without it one version is lost)",
     },
     RaceHandler {
@@ -320,7 +328,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         if let Some(&s) = lock(&self.node.shortcuts).get(key) {
             return Ok(Some(s));
         }
-        self.counters.event("ms_lookup");
+        self.counters.event(MS_LOOKUP);
         match self.ms(0, None, key).await? {
             Ms::Unknown | Ms::Full => Ok(None),
             Ms::Known(s) | Ms::Registered(s) => {
@@ -359,7 +367,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                 return Ok((w, v));
             }
             if hop > 0 {
-                self.counters.event("chain_hop");
+                self.counters.event(CHAIN_HOP);
             }
             w = v.next;
         }
@@ -386,7 +394,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
             None => match self.ms(1, Some(new), key).await? {
                 Ms::Registered(s) => {
                     lock(&self.node.shortcuts).insert(SmallBytes::from(key), s);
-                    self.counters.event("registered");
+                    self.counters.event(REGISTERED);
                     return Ok(false);
                 }
                 Ms::Known(s) => {
@@ -422,7 +430,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                     dmkit_rdma::Request::write(RemoteAddr::host(self.o.ms_node(), slot), new.to_le_bytes().to_vec());
                 // A hint that cannot be posted is only a stale hint: the write succeeded.
                 if self.ctx.post_unsignaled(vec![hint]).is_err() {
-                    self.counters.event("hint_not_posted");
+                    self.counters.event(HINT_NOT_POSTED);
                 }
                 return Ok(existed);
             }

@@ -1,7 +1,10 @@
 //! Checking presets of Clover (`dmkit_indexes::clover`).
 
+use crate::Counters;
 use crate::checking::{Checked, Mix, Preset, ScanBounds, be_key, point};
-use crate::clover::{Clover, CloverOptions};
+use crate::clover::{
+    CHAIN_HOP, Clover, CloverOptions, MS_LOOKUP, MS_REGISTER_RACED, REGISTER_LOST, REGISTERED, STALE_HINT,
+};
 
 /// Key `k` as the last `k % 8 + 1` big-endian bytes of `k + 1`: keys of 1 to 8 bytes, all but
 /// the eighth shorter than the presets' maximum, distinct for `k < 256`.
@@ -36,7 +39,7 @@ impl Checked for Clover {
             mix: Mix { search: 35, insert: 30, update: 20, delete: 15, scan: 0 },
             scan_limit: 4,
             scan_bounds: ScanBounds::From,
-            required_counters: &["cas_failures", "stale_hint", "registered", "ms_lookup"],
+            required_counters: &[Counters::CAS_FAILURES, STALE_HINT, REGISTERED, MS_LOOKUP],
             step_limit: 1_000_000,
         };
         vec![
@@ -64,7 +67,7 @@ impl Checked for Clover {
                     name: "sizes",
                     key_of: varied_key,
                     value_bytes: 109,
-                    required_counters: &["cas_failures", "registered", "ms_lookup"],
+                    required_counters: &[Counters::CAS_FAILURES, REGISTERED, MS_LOOKUP],
                     ..base
                 },
                 CloverOptions { max_value_bytes: 128, ..options },
@@ -85,7 +88,7 @@ impl Checked for Clover {
                 Preset {
                     preload: 0,
                     mix: Mix { search: 20, insert: 50, update: 15, delete: 15, scan: 0 },
-                    required_counters: &["registered", "register_lost", "ms_register_raced"],
+                    required_counters: &[REGISTERED, REGISTER_LOST, MS_REGISTER_RACED],
                     ..base.clone()
                 },
                 CloverOptions { max_keys: 4, ..o.clone() },
@@ -94,13 +97,13 @@ impl Checked for Clover {
             // gives up, so every lost race ends in an operation of unknown effect.
             point(
                 "sweep-retries-1",
-                Preset { required_counters: &["cas_failures"], ..base.clone() },
+                Preset { required_counters: &[Counters::CAS_FAILURES], ..base.clone() },
                 CloverOptions { max_retries: 1, ..o.clone() },
             ),
             // One MS thread: registrations are served one at a time, so only clients race.
             point(
                 "sweep-rpc-1",
-                Preset { preload: 0, required_counters: &["registered", "register_lost"], ..base.clone() },
+                Preset { preload: 0, required_counters: &[REGISTERED, REGISTER_LOST], ..base.clone() },
                 CloverOptions { rpc_threads: 1, ..o.clone() },
             ),
             // Versions of 255 units (the largest value an 8-byte key allows): a READ of a
@@ -109,7 +112,7 @@ impl Checked for Clover {
                 "sweep-value-max",
                 Preset {
                     value_bytes: max_value,
-                    required_counters: &["cas_failures", "stale_hint"],
+                    required_counters: &[Counters::CAS_FAILURES, STALE_HINT],
                     step_limit: 20_000_000,
                     ..base.clone()
                 },
@@ -119,7 +122,7 @@ impl Checked for Clover {
             // key check at their longest).
             point(
                 "sweep-key-max",
-                Preset { key_of: long_key, required_counters: &["registered", "stale_hint"], ..base.clone() },
+                Preset { key_of: long_key, required_counters: &[REGISTERED, STALE_HINT], ..base.clone() },
                 CloverOptions { max_key_bytes: 255, ..o.clone() },
             ),
             // Four memory nodes, three compute nodes (each caches shortcut addresses itself), and
@@ -129,7 +132,7 @@ impl Checked for Clover {
                 Preset {
                     compute_nodes: 3,
                     memory_nodes: 4,
-                    required_counters: &["stale_hint", "ms_lookup", "cas_failures"],
+                    required_counters: &[STALE_HINT, MS_LOOKUP, Counters::CAS_FAILURES],
                     ..base.clone()
                 },
                 CloverOptions { memory_nodes: 4, chunk_bytes: 32, ..o.clone() },
@@ -142,7 +145,7 @@ impl Checked for Clover {
                     clients: 4,
                     ops_per_client: 25,
                     keys: 3,
-                    required_counters: &["cas_failures", "stale_hint", "chain_hop", "register_lost"],
+                    required_counters: &[Counters::CAS_FAILURES, STALE_HINT, CHAIN_HOP, REGISTER_LOST],
                     step_limit: 6_000_000,
                     ..base
                 },

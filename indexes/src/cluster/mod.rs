@@ -239,18 +239,30 @@ pub const IN_PLACE_VALUE: PlantedBug = PlantedBug {
 const PLANTS: [PlantedBug; 5] =
     [FAILED_READ_KEEPS_LOCK, NO_LOCK, UNLOCK_BEFORE_WRITE, NO_VERSION_CHECK, IN_PLACE_VALUE];
 
+/// A fingerprint match whose KV block holds another key.
+pub const FP_COLLISION: &str = "fp_collision";
+/// An insert that found its chain full and no overflow bucket left on its node (`Full`).
+pub const FULL: &str = "full";
+/// An insert that linked a fresh overflow bucket to its full chain.
+pub const OVERFLOW_LINKED: &str = "overflow_linked";
+/// A delete of its chain's last item (cleared in place).
+pub const DELETE_TAIL: &str = "delete_tail";
+/// A delete that moved its chain's last item into the hole it left.
+pub const DELETE_MOVED: &str = "delete_moved";
+/// Node counter: chunks the compute node's allocator installed.
+pub const CHUNKS: &str = "chunks";
 /// A search's READ of the main bucket saw an odd version: a delete is moving an item.
-const SEARCH_SAW_MOVE: &str = "search_saw_move";
+pub const SEARCH_SAW_MOVE: &str = "search_saw_move";
 /// A search's READ of the main bucket saw an even version whose copy differs.
-const SEARCH_TORN_VERSION: &str = "search_torn_version";
+pub const SEARCH_TORN_VERSION: &str = "search_torn_version";
 /// A search's miss found the version changed since the traversal began.
-const SEARCH_REVALIDATED: &str = "search_revalidated";
+pub const SEARCH_REVALIDATED: &str = "search_revalidated";
 /// A writer's lock CAS won and the READ batched with it failed: it releases the lock.
-const UNLOCK_AFTER_FAILED_READ: &str = "unlock_after_failed_read";
+pub const UNLOCK_AFTER_FAILED_READ: &str = "unlock_after_failed_read";
 
 const RACE_HANDLERS: [RaceHandler; 5] = [
     RaceHandler {
-        event: "lock_failures",
+        event: Counters::LOCK_FAILURES,
         race: "a writer's lock CAS found the chain locked by another writer: it backs off and retries",
     },
     RaceHandler {
@@ -400,7 +412,7 @@ impl IndexKind for Cluster {
 
     fn node_counters(node: &ClusterNode) -> BTreeMap<&'static str, u64> {
         let a = node.chunks.account();
-        BTreeMap::from([("chunks", a.chunks)])
+        BTreeMap::from([(CHUNKS, a.chunks)])
     }
 
     fn planted_bugs() -> &'static [PlantedBug] {
@@ -579,7 +591,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
         match layout::decode_block(bytes) {
             Block::Item { key: k, value } if k == key => Ok(Some(value)),
             Block::Item { .. } => {
-                self.counters.event("fp_collision");
+                self.counters.event(FP_COLLISION);
                 Ok(None)
             }
             // Blocks are written before they are published and never rewritten or freed.
@@ -895,12 +907,12 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
                     // The chain is full: hand out an overflow bucket and link it.
                     let index = self.ctx.faa(sb.pool_counter_addr(node), 1).await?;
                     if index >= sb.overflow_on(node) {
-                        self.counters.event("full");
+                        self.counters.event(FULL);
                         self.give_back(&block);
                         self.finish(main, header, Vec::new()).await?;
                         return Err(IndexError::Full);
                     }
-                    self.counters.event("overflow_linked");
+                    self.counters.event(OVERFLOW_LINKED);
                     let fresh = sb.overflow_addr(node, index);
                     let link = index as u32 + 1;
                     let mut writes = vec![
@@ -922,12 +934,12 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
                     let (bi, si, _) = chain.items[p];
                     let hole = slot_addr(&chain, (bi, si));
                     if p == last {
-                        self.counters.event("delete_tail");
+                        self.counters.event(DELETE_TAIL);
                         self.finish(main, header, vec![Request::write(hole, word_bytes(0))]).await?;
                         return Ok(true);
                     }
                     // Move the tail item into the hole between an odd and the next even version.
-                    self.counters.event("delete_moved");
+                    self.counters.event(DELETE_MOVED);
                     let (tb, ts, tail_word) = chain.items[last];
                     let odd = Header { version: Header::version_plus(header.version, 1), ..header };
                     let even = Header { version: Header::version_plus(header.version, 2), ..header };

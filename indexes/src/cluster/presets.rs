@@ -5,8 +5,12 @@
 //! forward (the compaction a lock-free search has to survive). Values of 48 bytes make a KV
 //! block of two 64-byte units.
 
+use crate::Counters;
 use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point};
-use crate::cluster::{Cluster, ClusterOptions};
+use crate::cluster::{
+    Cluster, ClusterOptions, DELETE_MOVED, FULL, OVERFLOW_LINKED, SEARCH_REVALIDATED, SEARCH_TORN_VERSION,
+    UNLOCK_AFTER_FAILED_READ,
+};
 
 /// The options every preset starts from: 2 slots per bucket, 4 overflow buckets per main
 /// bucket (so the pool never runs out with the presets' key counts), small chunks.
@@ -38,7 +42,7 @@ impl Checked for Cluster {
             mix: Mix { search: 40, insert: 25, update: 10, delete: 25, scan: 0 },
             scan_limit: 4,
             scan_bounds: ScanBounds::From,
-            required_counters: &["overflow_linked", "delete_moved", "lock_failures", "search_revalidated"],
+            required_counters: &[OVERFLOW_LINKED, DELETE_MOVED, Counters::LOCK_FAILURES, SEARCH_REVALIDATED],
             step_limit: 400_000,
             key_of: be_key,
         };
@@ -54,7 +58,7 @@ impl Checked for Cluster {
                     memory_nodes: 2,
                     keys: 14,
                     preload: 8,
-                    required_counters: &["overflow_linked", "delete_moved", "lock_failures"],
+                    required_counters: &[OVERFLOW_LINKED, DELETE_MOVED, Counters::LOCK_FAILURES],
                     ..base.clone()
                 },
                 cluster_checking_options(3, 2),
@@ -68,7 +72,7 @@ impl Checked for Cluster {
                     keys: 4,
                     preload: 3,
                     mix: Mix { search: 40, insert: 20, update: 10, delete: 30, scan: 0 },
-                    required_counters: &["delete_moved"],
+                    required_counters: &[DELETE_MOVED],
                     step_limit: 200_000,
                     ..base.clone()
                 },
@@ -84,7 +88,7 @@ impl Checked for Cluster {
                     name: "wide",
                     keys: 9,
                     preload: 7,
-                    required_counters: &["delete_moved", "search_torn_version"],
+                    required_counters: &[DELETE_MOVED, SEARCH_TORN_VERSION],
                     ..base.clone()
                 },
                 ClusterOptions { slots_per_bucket: 8, ..cluster_checking_options(1, 1) },
@@ -96,7 +100,7 @@ impl Checked for Cluster {
                 Preset {
                     name: "read-failure",
                     mix: Mix { search: 20, insert: 40, update: 20, delete: 20, scan: 0 },
-                    required_counters: &["unlock_after_failed_read"],
+                    required_counters: &[UNLOCK_AFTER_FAILED_READ],
                     ..base
                 },
                 cluster_checking_options(1, 1),
@@ -110,7 +114,7 @@ impl Checked for Cluster {
 
     fn sweep() -> Vec<(Preset, ClusterOptions)> {
         let (base, one) = Self::presets().swap_remove(0);
-        let linked = &["overflow_linked", "delete_moved", "lock_failures", "search_revalidated"];
+        let linked = &[OVERFLOW_LINKED, DELETE_MOVED, Counters::LOCK_FAILURES, SEARCH_REVALIDATED];
         vec![
             // One slot per bucket: every item past the first links an overflow bucket, a chain
             // is up to 9 buckets long, and a delete moves the tail item across several buckets
@@ -127,7 +131,7 @@ impl Checked for Cluster {
                 Preset {
                     keys: 18,
                     preload: 14,
-                    required_counters: &["overflow_linked", "delete_moved", "search_torn_version"],
+                    required_counters: &[OVERFLOW_LINKED, DELETE_MOVED, SEARCH_TORN_VERSION],
                     ..base.clone()
                 },
                 ClusterOptions { slots_per_bucket: 14, ..one.clone() },
@@ -140,7 +144,7 @@ impl Checked for Cluster {
                     keys: 5,
                     preload: 2,
                     mix: Mix { search: 30, insert: 40, update: 5, delete: 25, scan: 0 },
-                    required_counters: &["full", "delete_moved", "lock_failures"],
+                    required_counters: &[FULL, DELETE_MOVED, Counters::LOCK_FAILURES],
                     ..base.clone()
                 },
                 ClusterOptions { overflow_percent: 0, ..one.clone() },
@@ -154,7 +158,7 @@ impl Checked for Cluster {
                     keys: 6,
                     preload: 2,
                     mix: Mix { search: 30, insert: 40, update: 5, delete: 25, scan: 0 },
-                    required_counters: &["overflow_linked", "full", "delete_moved"],
+                    required_counters: &[OVERFLOW_LINKED, FULL, DELETE_MOVED],
                     ..base.clone()
                 },
                 ClusterOptions { overflow_percent: 1, ..one.clone() },
@@ -168,7 +172,7 @@ impl Checked for Cluster {
                     memory_nodes: 3,
                     keys: 16,
                     preload: 6,
-                    required_counters: &["overflow_linked", "delete_moved", "lock_failures"],
+                    required_counters: &[OVERFLOW_LINKED, DELETE_MOVED, Counters::LOCK_FAILURES],
                     ..base.clone()
                 },
                 ClusterOptions { overflow_percent: 200, ..cluster_checking_options(4, 3) },
@@ -185,7 +189,7 @@ impl Checked for Cluster {
                     preload: 24,
                     ops_per_client: 10,
                     mix: Mix { search: 30, insert: 40, update: 5, delete: 25, scan: 0 },
-                    required_counters: &["overflow_linked", "full", "delete_moved"],
+                    required_counters: &[OVERFLOW_LINKED, FULL, DELETE_MOVED],
                     step_limit: 2_000_000,
                     ..base.clone()
                 },
@@ -205,7 +209,7 @@ impl Checked for Cluster {
             // sees a move under way or a changed version, gives up (an error of unknown effect).
             point(
                 "sweep-retries-1",
-                Preset { required_counters: &["delete_moved", "lock_failures"], ..base.clone() },
+                Preset { required_counters: &[DELETE_MOVED, Counters::LOCK_FAILURES], ..base.clone() },
                 ClusterOptions { max_retries: 1, ..one.clone() },
             ),
             // Long runs on one chain: 4 clients x 20 operations on 8 keys.
@@ -222,7 +226,7 @@ impl Checked for Cluster {
                     ops_per_client: 25,
                     keys: 12,
                     preload: 7,
-                    required_counters: &["overflow_linked", "delete_moved", "search_torn_version"],
+                    required_counters: &[OVERFLOW_LINKED, DELETE_MOVED, SEARCH_TORN_VERSION],
                     step_limit: 2_000_000,
                     ..base
                 },

@@ -93,23 +93,36 @@ pub trait Combined {
     }
 }
 
+/// A search that followed a read window and took its leader's result (no remote work).
+pub const RDWC_DELEGATED: &str = "rdwc_delegated";
+/// A read follower whose leader gave up without a result: it searches itself.
+pub const RDWC_READ_FALLBACK: &str = "rdwc_read_fallback";
+/// A write that found its key's window closed in a table that queues late writers: it waits.
+pub const RDWC_WRITE_QUEUED: &str = "rdwc_write_queued";
+/// A write window's leader that applied other writers' changes with its own.
+pub const RDWC_LEADER_COMBINED: &str = "rdwc_leader_combined";
+/// A write follower whose change a leader applied and reported (a combined write).
+pub const RDWC_COMBINED: &str = "rdwc_combined";
+/// A write follower whose leader gave up before applying its change: it applies it itself.
+pub const RDWC_WRITE_FALLBACK: &str = "rdwc_write_fallback";
+
 /// A delegated read whose leader gave up without a result (its own search failed) reads
 /// for itself.
-pub const RDWC_READ_FALLBACK: RaceHandler = RaceHandler {
-    event: "rdwc_read_fallback",
+pub const RDWC_READ_FALLBACK_HANDLER: RaceHandler = RaceHandler {
+    event: RDWC_READ_FALLBACK,
     race: "a read follower's leader failed or gave up: the follower searches itself instead of answering with nothing",
 };
 
 /// A write that found its key's window closed, in a table that queues late writers (the
 /// hand-over of SMART's baselines), waits for the window to end.
-pub const RDWC_WRITE_QUEUED: RaceHandler = RaceHandler {
-    event: "rdwc_write_queued",
+pub const RDWC_WRITE_QUEUED_HANDLER: RaceHandler = RaceHandler {
+    event: RDWC_WRITE_QUEUED,
     race: "a same-key write found the compute node's window closed (another write of the key is publishing): it waits for that write to end, then leads or joins the next window",
 };
 
 /// A combined write whose leader gave up before applying it applies it itself.
-pub const RDWC_WRITE_FALLBACK: RaceHandler = RaceHandler {
-    event: "rdwc_write_fallback",
+pub const RDWC_WRITE_FALLBACK_HANDLER: RaceHandler = RaceHandler {
+    event: RDWC_WRITE_FALLBACK,
     race: "a write follower's leader gave up before applying its change: the follower applies it itself, so no write is lost",
 };
 
@@ -135,12 +148,12 @@ pub async fn search_via<T: Combined>(
         }
         ReadRole::Follower(wait) => match wait.await {
             Some(Reply::Read(r)) => {
-                t.counters_mut().event("rdwc_delegated");
+                t.counters_mut().event(RDWC_DELEGATED);
                 r
             }
             // The leader gave up without a result to share: read ourselves.
             _ => {
-                t.counters_mut().event(RDWC_READ_FALLBACK.event);
+                t.counters_mut().event(RDWC_READ_FALLBACK);
                 if t.no_fallback() {
                     return Ok(None);
                 }
@@ -164,7 +177,7 @@ pub async fn write_via<T: Combined>(
         // The table takes a copy: `change` stays here for a fallback or the next turn.
         match table.begin_write(key, change.clone()) {
             WriteRole::Queued(_, turn) => {
-                t.counters_mut().event(RDWC_WRITE_QUEUED.event);
+                t.counters_mut().event(RDWC_WRITE_QUEUED);
                 turn.await;
                 if t.late_handover() {
                     return Ok(true);
@@ -178,7 +191,7 @@ pub async fn write_via<T: Combined>(
             let (mine, replies) = t.modify_remote(key, vec![], Some(&mut leader)).await;
             if let Some(replies) = replies {
                 if replies.len() > 1 {
-                    t.counters_mut().event("rdwc_leader_combined");
+                    t.counters_mut().event(RDWC_LEADER_COMBINED);
                 }
                 leader.finish(replies.into_iter().map(Reply::Write).collect());
             }
@@ -186,12 +199,12 @@ pub async fn write_via<T: Combined>(
         }
         WriteRole::Follower(wait) => match wait.await {
             Some(Reply::Write(r)) => {
-                t.counters_mut().event("rdwc_combined");
+                t.counters_mut().event(RDWC_COMBINED);
                 r
             }
             // The leader gave up before taking our change: apply it ourselves.
             _ => {
-                t.counters_mut().event(RDWC_WRITE_FALLBACK.event);
+                t.counters_mut().event(RDWC_WRITE_FALLBACK);
                 if t.no_fallback() {
                     return Ok(false);
                 }

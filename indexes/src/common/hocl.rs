@@ -903,15 +903,19 @@ mod tests {
     }
 }
 
+/// A lock taken without a CAS: a local holder on the same compute node handed its global lock
+/// over.
+pub const LOCK_HANDED_OVER: &str = "lock_handed_over";
+
 /// A global lock CAS that found the word held: count it and CAS again.
 pub const HOCL_LOCK_FAILED: RaceHandler = RaceHandler {
-    event: "lock_failures",
+    event: Counters::LOCK_FAILURES,
     race: "a writer's lock CAS found the lock word held by another compute node's writer: it CASes again",
 };
 
 /// A lock handed over by a local holder on the same compute node: no CAS needed.
 pub const HOCL_HANDED_OVER: RaceHandler = RaceHandler {
-    event: "lock_handed_over",
+    event: LOCK_HANDED_OVER,
     race: "a local waiter inherits the global lock from the holder on its compute node instead of releasing and re-taking it",
 };
 
@@ -940,7 +944,7 @@ pub async fn acquire_global<C: Client>(
         None => None,
     };
     if hold.as_ref().is_some_and(|h| h.inherited()) {
-        counters.event("lock_handed_over");
+        counters.event(LOCK_HANDED_OVER);
         return Ok(HoclHeld { word, hold });
     }
     let mut outcome = Err(IndexError::RetriesExhausted { op, retries: max_retries });

@@ -162,6 +162,25 @@ pub const MAX_SLOTS: usize = 4 << 20;
 /// Seed of the slot hash ("RDWC").
 const SEED: u64 = 0x5244_5743;
 
+/// Node counter: searches that led a read window.
+pub const RDWC_READS_LED: &str = "rdwc_reads_led";
+/// Node counter: read followers served their leader's result.
+pub const RDWC_READS_DELEGATED: &str = "rdwc_reads_delegated";
+/// Node counter: searches that bypassed the table (a hash conflict, or the table is disabled).
+pub const RDWC_READS_BYPASSED: &str = "rdwc_reads_bypassed";
+/// Node counter: read followers cut off by the H6 stamp and told to search again.
+pub const RDWC_READS_CUT_OFF: &str = "rdwc_reads_cut_off";
+/// Node counter: read followers whose leader was dropped without a result.
+pub const RDWC_READS_ORPHANED: &str = "rdwc_reads_orphaned";
+/// Node counter: writes that led a write window.
+pub const RDWC_WRITES_LED: &str = "rdwc_writes_led";
+/// Node counter: write followers whose operation a leader applied and reported.
+pub const RDWC_WRITES_COMBINED: &str = "rdwc_writes_combined";
+/// Node counter: writes that bypassed the table (a conflict, a closed window, or disabled).
+pub const RDWC_WRITES_BYPASSED: &str = "rdwc_writes_bypassed";
+/// Node counter: write followers told to run their operation themselves.
+pub const RDWC_WRITES_ORPHANED: &str = "rdwc_writes_orphaned";
+
 /// What a table did, summed over its slots. Counts are cumulative, one per `begin_*` call or per
 /// follower served.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -192,15 +211,15 @@ impl RdwcStats {
     /// The stats as named counters (for [`crate::IndexKind::node_counters`]).
     pub fn counters(&self) -> std::collections::BTreeMap<&'static str, u64> {
         [
-            ("rdwc_reads_led", self.reads_led),
-            ("rdwc_reads_delegated", self.reads_delegated),
-            ("rdwc_reads_bypassed", self.reads_bypassed),
-            ("rdwc_reads_cut_off", self.reads_cut_off),
-            ("rdwc_reads_orphaned", self.reads_orphaned),
-            ("rdwc_writes_led", self.writes_led),
-            ("rdwc_writes_combined", self.writes_combined),
-            ("rdwc_writes_bypassed", self.writes_bypassed),
-            ("rdwc_writes_orphaned", self.writes_orphaned),
+            (RDWC_READS_LED, self.reads_led),
+            (RDWC_READS_DELEGATED, self.reads_delegated),
+            (RDWC_READS_BYPASSED, self.reads_bypassed),
+            (RDWC_READS_CUT_OFF, self.reads_cut_off),
+            (RDWC_READS_ORPHANED, self.reads_orphaned),
+            (RDWC_WRITES_LED, self.writes_led),
+            (RDWC_WRITES_COMBINED, self.writes_combined),
+            (RDWC_WRITES_BYPASSED, self.writes_bypassed),
+            (RDWC_WRITES_ORPHANED, self.writes_orphaned),
         ]
         .into_iter()
         .collect()

@@ -9,6 +9,9 @@ use crate::common::primitive::{AtomicU64, Ordering};
 use crate::{Counters, IndexError};
 use dmkit_rdma::{Buf, Client, RemoteAddr};
 
+/// A READ of the root word from the superblock (no copy on the compute node, or a stale one).
+pub const ROOT_READ: &str = "root_read";
+
 /// Alignment of every node a root word may name.
 pub const ROOT_ALIGN: u64 = 64;
 
@@ -55,7 +58,7 @@ impl CachedRoot {
 
     /// The root, read from the superblock (one READ of 8 bytes).
     pub async fn refresh<C: Client>(&self, ctx: &C, counters: &mut Counters) -> Result<(RemoteAddr, u8), IndexError> {
-        counters.event("root_read");
+        counters.event(ROOT_READ);
         let word = ctx.read(self.at, Buf::zeroed(8)).await?.u64_at(0);
         if word == 0 {
             return Err(IndexError::Corrupt("the superblock holds no root: was the tree created?".into()));

@@ -99,7 +99,8 @@ pub mod presets;
 
 pub use crate::common::change::RDWC_NO_FALLBACK;
 use crate::common::change::{
-    Change, Combined, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK, Reply, fold, replies, search_via, write_via,
+    Change, Combined, RDWC_READ_FALLBACK_HANDLER, RDWC_WRITE_FALLBACK_HANDLER, Reply, fold, replies, search_via,
+    write_via,
 };
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
@@ -284,36 +285,86 @@ pub const PLANTS: [PlantedBug; 13] = [
     RDWC_NO_FALLBACK,
 ];
 
+// The events Dolphin counts besides its race handlers', and its node counters.
+/// A write that found its leaf full of tombstones rewrote it in place instead of splitting.
+pub const COMPACTION: &str = "compaction";
+/// A leaf split.
+pub const LEAF_SPLIT: &str = "leaf_split";
+/// A new path (node chain down to a leaf) published for a key prefix no node had.
+pub const NEW_PREFIX: &str = "new_prefix";
+/// A node's type raised so it covers a new entry (header by CAS, and the parent's entry).
+pub const TYPE_SWITCH: &str = "type_switch";
+/// A prefix split: a node interposed above a node whose prefix the key diverges from.
+pub const PREFIX_SPLIT: &str = "prefix_split";
+/// A scan that started from its start's special node in the node cache.
+pub const SCAN_FROM_CACHE: &str = "scan_from_cache";
+/// Node counter: lookups the compute node's node cache answered (the name every cache uses).
+pub const CACHE_HITS: &str = Counters::CACHE_HIT;
+/// Node counter: lookups the compute node's node cache could not answer.
+pub const CACHE_MISSES: &str = Counters::CACHE_MISS;
+/// Node counter: nodes the compute node's node cache holds.
+pub const CACHE_ENTRIES: &str = "cache_entries";
+/// Node counter: special nodes (last key byte, over the leaves) the node cache holds.
+pub const CACHE_SPECIAL_NODES: &str = "cache_special_nodes";
+/// Node counter: other nodes the node cache holds.
+pub const CACHE_REGULAR_NODES: &str = "cache_regular_nodes";
+/// Node counter: nodes the node cache evicted.
+pub const CACHE_EVICTIONS: &str = "cache_evictions";
+/// Node counter: nodes the node cache dropped as stale.
+pub const CACHE_INVALIDATIONS: &str = "cache_invalidations";
+
 // The events of the branches that exist because another client got there first (see
 // [`RACE_HANDLERS`]).
-const NODE_GREW: &str = "node_grew";
-const STALE_NODE: &str = "stale_node";
-const TORN_READ: &str = "torn_read";
-const BACKTRACK: &str = "backtrack";
-const SMO_WAIT: &str = "smo_wait";
-const PENDING_WAIT: &str = "pending_wait";
-const SAME_KEY_INSERT: &str = "same_key_insert";
-const SLOT_TAKEN: &str = "slot_taken";
-const DELETE_LOST: &str = "delete_lost";
-const REFOLD: &str = "refold";
-const SMO_CONFLICT: &str = "smo_conflict";
-const SMO_DRAIN_WAIT: &str = "smo_drain_wait";
-const SMO_KEY_ARRIVED: &str = "smo_key_arrived";
-const PUBLISH_RACED: &str = "publish_raced";
-const ROOT_RACED: &str = "root_raced";
-const CHILD_SLOT_TAKEN: &str = "child_slot_taken";
-const CHILD_RACED: &str = "child_raced";
-const TYPE_RACED: &str = "type_raced";
-const INTERPOSE_RACED: &str = "interpose_raced";
-const INTERPOSE_UNDONE: &str = "interpose_undone";
-const SCAN_STALE_NODE: &str = "scan_stale_node";
-const SCAN_REREAD: &str = "scan_reread";
+/// A node's header type was larger than its entry's (a type switch): the rest of it was read.
+pub const NODE_GREW: &str = "node_grew";
+/// A descent reached a node that does not fit its entry (stale cache, prefix split): re-read.
+pub const STALE_NODE: &str = "stale_node";
+/// A search's leaf READ overlapped a structure change's rewrite: the leaf is read again.
+pub const TORN_READ: &str = "torn_read";
+/// The leaf split and the key moved right: the special node is read again.
+pub const BACKTRACK: &str = "backtrack";
+/// An operation's shared mark met a structure change holding the leaf: it waits it out.
+pub const SMO_WAIT: &str = "smo_wait";
+/// A write found its key's slot claimed by an insert whose value is not written yet.
+pub const PENDING_WAIT: &str = "pending_wait";
+/// An insert's slot CAS lost to an insert of the same key: it waits and starts again.
+pub const SAME_KEY_INSERT: &str = "same_key_insert";
+/// An insert's slot CAS lost to an insert of another key: it tries the next empty slot.
+pub const SLOT_TAKEN: &str = "slot_taken";
+/// A delete's tombstone CAS found the key already gone: it folds again over an absent key.
+pub const DELETE_LOST: &str = "delete_lost";
+/// A combined write found no leaf in a descent begun before its window closed: it descends again.
+pub const REFOLD: &str = "refold";
+/// A structure change's exclusive mark met another one on the leaf: it starts again.
+pub const SMO_CONFLICT: &str = "smo_conflict";
+/// A structure change waited for the shares of operations in the leaf to drain.
+pub const SMO_DRAIN_WAIT: &str = "smo_drain_wait";
+/// A structure change found a key arrived in the leaf it holds (the paper's protocol only).
+pub const SMO_KEY_ARRIVED: &str = "smo_key_arrived";
+/// A split's CAS of its new leaf into a free special-node entry lost to another split.
+pub const PUBLISH_RACED: &str = "publish_raced";
+/// The first insert's root CAS lost to another first insert: it starts again below the winner's.
+pub const ROOT_RACED: &str = "root_raced";
+/// A new path's CAS into a free node entry lost to another key's child: it tries the next.
+pub const CHILD_SLOT_TAKEN: &str = "child_slot_taken";
+/// A new path's CAS lost to a child for the same key byte: it starts again through the winner's.
+pub const CHILD_RACED: &str = "child_raced";
+/// A type switch's header CAS lost to another change of the header: it reads the header again.
+pub const TYPE_RACED: &str = "type_raced";
+/// A prefix split's CAS of the child's reverse pointer lost to another interposition.
+pub const INTERPOSE_RACED: &str = "interpose_raced";
+/// A prefix split lost the parent entry's CAS after moving the child's reverse pointer: undone.
+pub const INTERPOSE_UNDONE: &str = "interpose_undone";
+/// A scan reached a node that does not fit its entry (a prefix split above it): re-read.
+pub const SCAN_STALE_NODE: &str = "scan_stale_node";
+/// A scan's leaf image was torn or the leaf split: it reads the special node again.
+pub const SCAN_REREAD: &str = "scan_reread";
 /// The READ of the special node a split publishes into failed: it is read again.
-const PUBLISH_READ_RETRIED: &str = "publish_read_retried";
+pub const PUBLISH_READ_RETRIED: &str = "publish_read_retried";
 /// The READ of an interposed node's header failed before its trim: it is read again.
-const TRIM_READ_RETRIED: &str = "trim_read_retried";
+pub const TRIM_READ_RETRIED: &str = "trim_read_retried";
 /// The READ batched with a share's FAA failed: the share is given back.
-const SHARE_BACK_AFTER_FAILED_READ: &str = "share_back_after_failed_read";
+pub const SHARE_BACK_AFTER_FAILED_READ: &str = "share_back_after_failed_read";
 
 /// Every branch of the hardened protocol that handles a race, by the event it counts.
 /// `smo_key_arrived` is not among them: only the paper's protocol (or a plant restoring one of
@@ -407,8 +458,8 @@ pub const RACE_HANDLERS: [RaceHandler; 24] = [
         event: SCAN_REREAD,
         race: "a scan's leaf image was torn or the leaf split since the special node was read: it reads the special node again",
     },
-    RDWC_READ_FALLBACK,
-    RDWC_WRITE_FALLBACK,
+    RDWC_READ_FALLBACK_HANDLER,
+    RDWC_WRITE_FALLBACK_HANDLER,
 ];
 
 /// The state one compute node's clients share.
@@ -525,13 +576,13 @@ impl IndexKind for Dolphin {
         let (special, regular) = n.cache.census();
         let mut counters = n.rdwc.stats().counters();
         counters.extend([
-            ("cache_hits", s.hits),
-            ("cache_misses", s.misses),
-            ("cache_entries", s.entries),
-            ("cache_special_nodes", special),
-            ("cache_regular_nodes", regular),
-            ("cache_evictions", s.evictions),
-            ("cache_invalidations", s.invalidations),
+            (CACHE_HITS, s.hits),
+            (CACHE_MISSES, s.misses),
+            (CACHE_ENTRIES, s.entries),
+            (CACHE_SPECIAL_NODES, special),
+            (CACHE_REGULAR_NODES, regular),
+            (CACHE_EVICTIONS, s.evictions),
+            (CACHE_INVALIDATIONS, s.invalidations),
         ]);
         counters
     }
@@ -1238,13 +1289,13 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             // Tombstones make room: rewrite the leaf in place. A split happens only with every
             // slot live, so each side gets at least `Split::min_piece` keys (special nodes never
             // fill, see `LeafLayout::special_type`).
-            self.counters.event("compaction");
+            self.counters.event(COMPACTION);
             let mut e = img.clone();
             fill(&mut e, &items);
             self.rewrite(leaf, &img, e, None).await?;
             return Ok(true);
         }
-        self.counters.event("leaf_split");
+        self.counters.event(LEAF_SPLIT);
         let keep = self.o.split.keep(items.len());
         let split_key = items[keep].0;
         let (special, _) = path.parent.expect("leaves hang under special nodes");
@@ -1462,7 +1513,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 let (top, _, writes) = self.build(k, v, 0, root_addr(), 0).await?;
                 self.write_all(&writes).await?;
                 if self.ctx.cas(root_addr(), NULL, top.0).await? == NULL {
-                    self.counters.event("new_prefix");
+                    self.counters.event(NEW_PREFIX);
                     return Ok(true);
                 }
                 self.counters.cas_failures += 1;
@@ -1506,7 +1557,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             }
             let old = Entry(self.ctx.cas(slot, NULL, top.0).await?);
             if old.is_null() {
-                self.counters.event("new_prefix");
+                self.counters.event(NEW_PREFIX);
                 self.node.cache.invalidate(k, b, n);
                 if j >= cap {
                     self.raise_type(k, n, path, j).await?;
@@ -1530,7 +1581,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
 
     /// Raises node `n`'s type until it covers entry `j` (header by CAS, the parent's entry too).
     async fn raise_type(&mut self, k: u64, n: RemoteAddr, path: &Path, j: usize) -> Result<(), IndexError> {
-        self.counters.event("type_switch");
+        self.counters.event(TYPE_SWITCH);
         let t = type_for(j + 1);
         let at = n.add(8);
         for _ in 0..self.o.max_retries {
@@ -1595,7 +1646,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             undo(self, &writes);
             return Ok(false);
         }
-        self.counters.event("prefix_split");
+        self.counters.event(PREFIX_SPLIT);
         // Past the swing the trim must happen (readers reaching `n` through `m` re-read it until
         // its header starts at `q + 1`): a failed READ of the header is tried again, not passed
         // up (found with --read-failures: an untrimmed header after the insert reported failure).
@@ -1632,7 +1683,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         // its entries are read fresh): most scans end within it, in two round trips.
         let mut lo = lo;
         if let Some(hit) = self.node.cache.lookup(lo).filter(|h| h.node.branch == SPECIAL_POS) {
-            self.counters.event("scan_from_cache");
+            self.counters.event(SCAN_FROM_CACHE);
             let special = hit.node.addr;
             let img = self.read_special(special).await?;
             let first = prefix_of(lo, SPECIAL_POS);

@@ -1,8 +1,14 @@
 //! Checking presets of Dolphin (`dmkit_indexes::dolphin`).
 
+use crate::Counters;
 use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, point};
+use crate::common::change::{RDWC_COMBINED, RDWC_DELEGATED, RDWC_WRITE_FALLBACK};
 use crate::dolphin::layout::Split;
-use crate::dolphin::{Dolphin, DolphinOptions};
+use crate::dolphin::{
+    BACKTRACK, COMPACTION, Dolphin, DolphinOptions, LEAF_SPLIT, NEW_PREFIX, PREFIX_SPLIT, PUBLISH_RACED, ROOT_RACED,
+    SCAN_FROM_CACHE, SCAN_REREAD, SHARE_BACK_AFTER_FAILED_READ, SMO_CONFLICT, SMO_DRAIN_WAIT, SMO_WAIT, TORN_READ,
+    TYPE_SWITCH,
+};
 
 /// Dolphin's checking keys: six in one 7-byte prefix (one special node, leaves of 4 slots that
 /// split), one in a sibling prefix (a new child of the first node) and two that leave the first
@@ -90,13 +96,13 @@ impl Checked for Dolphin {
             scan_limit: 4,
             scan_bounds: ScanBounds::From,
             required_counters: &[
-                "leaf_split",
-                "backtrack",
-                "prefix_split",
-                "new_prefix",
-                "cas_failures",
-                "scan_from_cache",
-                "scan_reread",
+                LEAF_SPLIT,
+                BACKTRACK,
+                PREFIX_SPLIT,
+                NEW_PREFIX,
+                Counters::CAS_FAILURES,
+                SCAN_FROM_CACHE,
+                SCAN_REREAD,
             ],
             step_limit: 1_000_000,
         };
@@ -109,7 +115,7 @@ impl Checked for Dolphin {
             keys: 3,
             preload: 2,
             mix: Mix { search: 45, insert: 20, update: 25, delete: 10, scan: 0 },
-            required_counters: &["rdwc_delegated", "rdwc_combined"],
+            required_counters: &[RDWC_DELEGATED, RDWC_COMBINED],
             ..base.clone()
         };
         vec![
@@ -121,7 +127,7 @@ impl Checked for Dolphin {
                     keys: 6,
                     preload: 3,
                     mix: Mix { search: 30, insert: 30, update: 20, delete: 15, scan: 5 },
-                    required_counters: &["leaf_split", "compaction", "smo_wait"],
+                    required_counters: &[LEAF_SPLIT, COMPACTION, SMO_WAIT],
                     ..base.clone()
                 },
                 dolphin_options(1),
@@ -151,7 +157,7 @@ impl Checked for Dolphin {
                     key_of: dolphin_wide_key,
                     preload: 0,
                     mix: Mix { search: 20, insert: 80, update: 0, delete: 0, scan: 0 },
-                    required_counters: &["root_raced"],
+                    required_counters: &[ROOT_RACED],
                     step_limit: 200_000,
                     ..base.clone()
                 },
@@ -166,7 +172,7 @@ impl Checked for Dolphin {
                     key_of: dolphin_wide_key,
                     preload: 15,
                     mix: Mix { search: 30, insert: 70, update: 0, delete: 0, scan: 0 },
-                    required_counters: &["type_switch"],
+                    required_counters: &[TYPE_SWITCH],
                     ..base.clone()
                 },
                 dolphin_options(2),
@@ -180,7 +186,7 @@ impl Checked for Dolphin {
                     key_of: dolphin_prefix_key,
                     preload: 9,
                     mix: Mix { search: 20, insert: 80, update: 0, delete: 0, scan: 0 },
-                    required_counters: &["leaf_split"],
+                    required_counters: &[LEAF_SPLIT],
                     ..base.clone()
                 },
                 dolphin_options(2),
@@ -197,7 +203,7 @@ impl Checked for Dolphin {
                     keys: 6,
                     preload: 3,
                     mix: Mix { search: 30, insert: 30, update: 20, delete: 15, scan: 5 },
-                    required_counters: &["leaf_split", "smo_wait"],
+                    required_counters: &[LEAF_SPLIT, SMO_WAIT],
                     step_limit: 6_000_000,
                     ..base.clone()
                 },
@@ -215,7 +221,7 @@ impl Checked for Dolphin {
                     preload: 7,
                     mix: Mix { search: 15, insert: 35, update: 10, delete: 10, scan: 30 },
                     scan_bounds: ScanBounds::Shapes { other_lengths: true },
-                    required_counters: &["leaf_split", "prefix_split"],
+                    required_counters: &[LEAF_SPLIT, PREFIX_SPLIT],
                     ..base.clone()
                 },
                 dolphin_options(2),
@@ -228,7 +234,7 @@ impl Checked for Dolphin {
                     name: "local-read-failure",
                     compute_nodes: 2,
                     mix: Mix { search: 30, insert: 25, update: 35, delete: 10, scan: 0 },
-                    required_counters: &["rdwc_combined", "rdwc_write_fallback"],
+                    required_counters: &[RDWC_COMBINED, RDWC_WRITE_FALLBACK],
                     ..local.clone()
                 },
                 dolphin_options(1),
@@ -245,7 +251,7 @@ impl Checked for Dolphin {
                     keys: 8,
                     preload: 3,
                     mix: Mix { search: 20, insert: 50, update: 20, delete: 10, scan: 0 },
-                    required_counters: &["leaf_split", "share_back_after_failed_read"],
+                    required_counters: &[LEAF_SPLIT, SHARE_BACK_AFTER_FAILED_READ],
                     ..base
                 },
                 dolphin_options(1),
@@ -276,10 +282,7 @@ impl Checked for Dolphin {
             // keys stay, so a leaf refills after two inserts and neighbours split again.
             point(
                 "sweep-split-even",
-                Preset {
-                    required_counters: &["leaf_split", "backtrack", "smo_conflict", "torn_read"],
-                    ..splits.clone()
-                },
+                Preset { required_counters: &[LEAF_SPLIT, BACKTRACK, SMO_CONFLICT, TORN_READ], ..splits.clone() },
                 DolphinOptions { split: Split::Even, ..so.clone() },
             ),
             // One attempt per operation while neighbouring leaves split: a publish whose CAS
@@ -287,7 +290,7 @@ impl Checked for Dolphin {
             // was visible.
             point(
                 "sweep-splits-retries-1",
-                Preset { clients: 4, required_counters: &["leaf_split", "publish_raced"], ..splits.clone() },
+                Preset { clients: 4, required_counters: &[LEAF_SPLIT, PUBLISH_RACED], ..splits.clone() },
                 DolphinOptions { max_retries: 1, ..so.clone() },
             ),
             // The artifact's 65-slot leaf (17 lines, one version each), one slot short of full:
@@ -299,7 +302,7 @@ impl Checked for Dolphin {
                     key_of: dolphin_dense_key,
                     preload: 64,
                     mix: Mix { search: 20, insert: 50, update: 15, delete: 10, scan: 5 },
-                    required_counters: &["leaf_split", "smo_drain_wait", "torn_read"],
+                    required_counters: &[LEAF_SPLIT, SMO_DRAIN_WAIT, TORN_READ],
                     step_limit: 4_000_000,
                     ..leaf.clone()
                 },
@@ -310,7 +313,7 @@ impl Checked for Dolphin {
             point(
                 "sweep-cache-0",
                 Preset {
-                    required_counters: &["leaf_split", "prefix_split", "new_prefix", "cas_failures"],
+                    required_counters: &[LEAF_SPLIT, PREFIX_SPLIT, NEW_PREFIX, Counters::CAS_FAILURES],
                     ..base.clone()
                 },
                 DolphinOptions { cache_bytes: 0, ..o.clone() },
@@ -319,7 +322,7 @@ impl Checked for Dolphin {
             // so caching any other node evicts it, and scans and searches fall back to the root.
             point(
                 "sweep-cache-tiny",
-                Preset { required_counters: &["leaf_split", "backtrack", "scan_from_cache"], ..base.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, BACKTRACK, SCAN_FROM_CACHE], ..base.clone() },
                 DolphinOptions { cache_bytes: 2_100, ..o.clone() },
             ),
             // One RDWC slot per compute node: all keys share it.
@@ -327,19 +330,19 @@ impl Checked for Dolphin {
             // Read delegation alone, and write combining alone.
             point(
                 "sweep-rd-only",
-                Preset { required_counters: &["rdwc_delegated"], ..local.clone() },
+                Preset { required_counters: &[RDWC_DELEGATED], ..local.clone() },
                 DolphinOptions { write_combining: false, ..lco.clone() },
             ),
             point(
                 "sweep-wc-only",
-                Preset { required_counters: &["rdwc_combined"], ..local.clone() },
+                Preset { required_counters: &[RDWC_COMBINED], ..local.clone() },
                 DolphinOptions { read_delegation: false, ..lco.clone() },
             ),
             // No RDWC and no table (rdwc_slots 0, which validate allows only with both off):
             // every search and write goes to memory on its own.
             point(
                 "sweep-rdwc-off",
-                Preset { required_counters: &["leaf_split", "compaction", "smo_wait"], ..leaf.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, COMPACTION, SMO_WAIT], ..leaf.clone() },
                 DolphinOptions { read_delegation: false, write_combining: false, rdwc_slots: 0, ..lo.clone() },
             ),
             // The most memory nodes entries can name (16): paths, special nodes and leaves
@@ -359,7 +362,7 @@ impl Checked for Dolphin {
                 "sweep-long-splits",
                 Preset {
                     mix: Mix { search: 20, insert: 45, update: 15, delete: 15, scan: 5 },
-                    required_counters: &["leaf_split", "backtrack", "publish_raced"],
+                    required_counters: &[LEAF_SPLIT, BACKTRACK, PUBLISH_RACED],
                     ..long(&splits)
                 },
                 so,

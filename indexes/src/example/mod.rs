@@ -86,11 +86,11 @@ impl Default for ExampleOptions {
 }
 
 /// A search read a slot torn by a concurrent WRITE (its checksum failed) and reads again.
-const TORN_SEARCH: &str = "torn_search";
+pub const TORN_SEARCH: &str = "torn_search";
 
 const RACE_HANDLERS: [RaceHandler; 2] = [
     RaceHandler {
-        event: "lock_failures",
+        event: Counters::LOCK_FAILURES,
         race: "a writer's lock CAS found the bucket locked by another writer: it backs off and retries",
     },
     RaceHandler {

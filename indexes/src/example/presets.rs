@@ -1,5 +1,6 @@
 //! Checking presets of the example index (`dmkit_indexes::example`).
 
+use crate::Counters;
 use crate::checking::{Checked, Mix, Preset, ScanBounds, be_key, point};
 use crate::example::{Example, ExampleOptions};
 
@@ -20,7 +21,7 @@ impl Checked for Example {
                     mix: Mix { search: 35, insert: 25, update: 20, delete: 20, scan: 0 },
                     scan_limit: 4,
                     scan_bounds: ScanBounds::From,
-                    required_counters: &["lock_failures"],
+                    required_counters: &[Counters::LOCK_FAILURES],
                     step_limit: 200_000,
                     key_of: be_key,
                 },
@@ -39,7 +40,7 @@ impl Checked for Example {
                     mix: Mix { search: 40, insert: 30, update: 20, delete: 10, scan: 0 },
                     scan_limit: 4,
                     scan_bounds: ScanBounds::From,
-                    required_counters: &["lock_failures", "retries"],
+                    required_counters: &[Counters::LOCK_FAILURES, Counters::RETRIES],
                     step_limit: 400_000,
                     key_of: be_key,
                 },
@@ -59,7 +60,7 @@ impl Checked for Example {
                     mix: Mix { search: 30, insert: 40, update: 20, delete: 10, scan: 0 },
                     scan_limit: 4,
                     scan_bounds: ScanBounds::From,
-                    required_counters: &["lock_failures"],
+                    required_counters: &[Counters::LOCK_FAILURES],
                     step_limit: 100_000,
                     key_of: be_key,
                 },
@@ -81,7 +82,7 @@ impl Checked for Example {
                     mix: Mix { search: 40, insert: 40, update: 0, delete: 20, scan: 0 },
                     scan_limit: 4,
                     scan_bounds: ScanBounds::From,
-                    required_counters: &["lock_failures"],
+                    required_counters: &[Counters::LOCK_FAILURES],
                     step_limit: 200_000,
                     key_of: be_key,
                 },

@@ -18,9 +18,12 @@
 use super::layout::{self, Block, Geometry};
 use super::wire::{Effect, Entry, HTS_SERVICE, Reply, Request, SLS_SERVICE, WriteOp};
 use super::{
-    DEGRADED_GET, HStore, HStoreNode, HStoreOptions, INCARNATION_CONFIRMED, INCARNATION_RECONFIRMED,
-    INCARNATION_RESTART, LEASE_RESTART, NO_READY_FENCE, NO_WRITE_WAIT, SCAN_BLOCKED, SCAN_DRAINED, SCAN_RETRY,
-    SKIPPED_BAD_BLOCK, TABLE_REBUILDING, WRITE_BLOCKED, WRITE_RETRY,
+    BATCH_SHARED, BLOCKS_RETIRED, BLOCKS_REUSED, CHAIN_HOP, DEGRADED_GET, FOREIGN_BLOCK_LEAKED, FP_FALSE_POSITIVE,
+    GET_INDEX_NS, GET_KV_NS, GET_LATENCY_NS, GET_OPS, HStore, HStoreNode, HStoreOptions, INCARNATION_CONFIRMED,
+    INCARNATION_RECONFIRMED, INCARNATION_RESTART, LEASE_RESTART, NO_READY_FENCE, NO_WRITE_WAIT, PUT_INDEX_NS,
+    PUT_KV_NS, PUT_LATENCY_NS, PUT_OPS, PUT_QUEUE_NS, PUT_RPC_NS, PUT_SYNC_NS, RETRY_ANSWERED, SCAN_BLOCKED,
+    SCAN_COMMIT_WAIT, SCAN_DRAINED, SCAN_INDEX_NS, SCAN_KV_NS, SCAN_LATENCY_NS, SCAN_OPS, SCAN_PAGE, SCAN_RETRY,
+    SCAN_RPC, SKIPPED_BAD_BLOCK, TABLE_REBUILDING, WRITE_BLOCKED, WRITE_RETRY,
 };
 use crate::{Counters, Index, IndexError, IndexKind, Pairs};
 use dmkit_rdma::{Buf, Client, NodeId, RemoteAddr, Request as Verb, VerbsError};
@@ -179,7 +182,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             }
             incarnation = Some(ready);
             if hop > 0 {
-                self.counters.event("chain_hop");
+                self.counters.event(CHAIN_HOP);
             }
             hop += 1;
             let words = layout::bucket_words(&bucket);
@@ -193,7 +196,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
                     Block::Valid { key: k, value, .. } if k == key => {
                         return Ok(if self.within_lease(t0) { Lookup::Done(Some(value)) } else { Lookup::Restart });
                     }
-                    Block::Valid { .. } => self.counters.event("fp_false_positive"),
+                    Block::Valid { .. } => self.counters.event(FP_FALSE_POSITIVE),
                     Block::Invalid => self.bad_block(at, t0)?,
                 }
             }
@@ -245,10 +248,10 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
         (self.get_index_ns, self.kv_ns) = (0, 0);
         let found = self.get_attempts(key).await;
         let e = &mut self.counters.events;
-        *e.entry("get_ops").or_default() += 1;
-        *e.entry("get_latency_ns").or_default() += self.ctx.now_ns() - t_start;
-        *e.entry("get_index_ns").or_default() += self.get_index_ns;
-        *e.entry("get_kv_ns").or_default() += self.kv_ns;
+        *e.entry(GET_OPS).or_default() += 1;
+        *e.entry(GET_LATENCY_NS).or_default() += self.ctx.now_ns() - t_start;
+        *e.entry(GET_INDEX_NS).or_default() += self.get_index_ns;
+        *e.entry(GET_KV_NS).or_default() += self.kv_ns;
         found
     }
 
@@ -277,7 +280,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
         let block = layout::decode_addr(addr);
         let bytes = units as u64 * layout::UNIT;
         if !self.node.chunks.owns(block) {
-            self.counters.event("foreign_block_leaked");
+            self.counters.event(FOREIGN_BLOCK_LEAKED);
             return Ok(());
         }
         match self.o.lease_ns {
@@ -289,7 +292,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             }
             None => self.node.chunks.free(block, bytes)?,
         }
-        self.counters.event("blocks_retired");
+        self.counters.event(BLOCKS_RETIRED);
         Ok(())
     }
 
@@ -305,7 +308,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             let units = layout::units_for(key.len(), value.len());
             let released = self.node.release(t_start)?;
             if released > 0 {
-                self.counters.events.entry("blocks_reused").and_modify(|n| *n += released).or_insert(released);
+                self.counters.events.entry(BLOCKS_REUSED).and_modify(|n| *n += released).or_insert(released);
             }
             let at = self.node.chunks.alloc(&self.ctx, units * layout::UNIT, layout::UNIT).await?;
             self.blocks += 1;
@@ -352,19 +355,19 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
                     if timing.batch > 0 && op != WriteOp::Delete {
                         let server = timing.queue_ns + timing.sync_ns + timing.index_ns;
                         let e = &mut self.counters.events;
-                        *e.entry("put_ops").or_default() += 1;
-                        *e.entry("put_latency_ns").or_default() += now - t_start;
-                        *e.entry("put_kv_ns").or_default() += kv_ns;
-                        *e.entry("put_rpc_ns").or_default() += (now - t_call).saturating_sub(server);
-                        *e.entry("put_queue_ns").or_default() += timing.queue_ns;
-                        *e.entry("put_sync_ns").or_default() += timing.sync_ns;
-                        *e.entry("put_index_ns").or_default() += timing.index_ns;
+                        *e.entry(PUT_OPS).or_default() += 1;
+                        *e.entry(PUT_LATENCY_NS).or_default() += now - t_start;
+                        *e.entry(PUT_KV_NS).or_default() += kv_ns;
+                        *e.entry(PUT_RPC_NS).or_default() += (now - t_call).saturating_sub(server);
+                        *e.entry(PUT_QUEUE_NS).or_default() += timing.queue_ns;
+                        *e.entry(PUT_SYNC_NS).or_default() += timing.sync_ns;
+                        *e.entry(PUT_INDEX_NS).or_default() += timing.index_ns;
                     }
                     if timing.batch > 1 {
-                        self.counters.event("batch_shared");
+                        self.counters.event(BATCH_SHARED);
                     }
                     if timing.batch == 0 {
-                        self.counters.event("retry_answered");
+                        self.counters.event(RETRY_ANSWERED);
                     }
                     self.finish(op, block, effect)?;
                     return Ok(effect.existed);
@@ -443,12 +446,12 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             };
             let (items, more) = match reply {
                 Reply::Items { items, more, drained, waited } => {
-                    self.counters.event("scan_rpc");
+                    self.counters.event(SCAN_RPC);
                     if drained > 0 {
                         self.counters.event(SCAN_DRAINED);
                     }
                     if waited {
-                        self.counters.event("scan_commit_wait");
+                        self.counters.event(SCAN_COMMIT_WAIT);
                     }
                     (items, more)
                 }
@@ -482,13 +485,13 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             }
             if out.len() >= limit || !more {
                 let e = &mut self.counters.events;
-                *e.entry("scan_ops").or_default() += 1;
-                *e.entry("scan_latency_ns").or_default() += self.ctx.now_ns() - t_start;
-                *e.entry("scan_index_ns").or_default() += index_ns;
-                *e.entry("scan_kv_ns").or_default() += self.kv_ns;
+                *e.entry(SCAN_OPS).or_default() += 1;
+                *e.entry(SCAN_LATENCY_NS).or_default() += self.ctx.now_ns() - t_start;
+                *e.entry(SCAN_INDEX_NS).or_default() += index_ns;
+                *e.entry(SCAN_KV_NS).or_default() += self.kv_ns;
                 return Ok(out);
             }
-            self.counters.event("scan_page");
+            self.counters.event(SCAN_PAGE);
         }
         Err(IndexError::RetriesExhausted { op: "scan", retries: self.o.max_retries })
     }

@@ -21,8 +21,10 @@
 use super::layout::{self, Geometry, Slot};
 use super::wire::{Dedup, Effect, Entry, Reply, Request, SLS_SERVICE, ServerState, Timing, WriteOp, encode_log_sync};
 use super::{
-    APPLY_BEFORE_SYNC, FP_ONLY, HStoreOptions, HTS_APPLY_RETRIED, HTS_BATCHES_BLOCKED, HTS_ENTRY_BLOCKED,
-    HTS_LATE_VERIFY, HTS_PEER_RECOVERY_WAITED, HTS_RETRY_ANSWERED, NO_APPLY_RETRY, PIPELINED_SYNC, ServerCounters,
+    APPLY_BEFORE_SYNC, FP_ONLY, HStoreOptions, HTS_APPLY_ERRORS, HTS_APPLY_RETRIED, HTS_BATCH_MAX, HTS_BATCHES_BLOCKED,
+    HTS_COMMIT_MESSAGES, HTS_ENTRIES_SHIPPED, HTS_ENTRY_BLOCKED, HTS_FP_FALSE_POSITIVE, HTS_FULL, HTS_LATE_VERIFY,
+    HTS_LOG_SYNCS, HTS_OVERFLOW_BUCKETS, HTS_PEER_RECOVERY_WAITED, HTS_RECOVERED_ITEMS, HTS_RECOVERIES,
+    HTS_RECOVERY_NS, HTS_RETRY_ANSWERED, HTS_VERIFY_READS, NO_APPLY_RETRY, PIPELINED_SYNC, ServerCounters,
 };
 use crate::common::batch::post_per_node;
 use crate::common::primitive::{Mutex, lock};
@@ -360,9 +362,9 @@ impl Hts {
         if ctx.local_write(layout::READY_OFFSET, Buf::from(incarnation.to_le_bytes().to_vec())).await.is_err() {
             return;
         }
-        self.counters.add("hts_recoveries", 1);
-        self.counters.add("hts_recovered_items", items);
-        self.counters.add("hts_recovery_ns", ctx.now_ns() - t0);
+        self.counters.add(HTS_RECOVERIES, 1);
+        self.counters.add(HTS_RECOVERED_ITEMS, items);
+        self.counters.add(HTS_RECOVERY_NS, ctx.now_ns() - t0);
         self.become_serving(incarnation, ctx.now_ns());
     }
 
@@ -425,7 +427,7 @@ impl Hts {
         words[0] = word;
         ctx.local_write(bucket, Buf::from(layout::bucket_bytes(&words))).await?;
         ctx.local_write(last + layout::NEXT_AT, Buf::from(bucket.to_le_bytes().to_vec())).await?;
-        self.counters.add("hts_overflow_buckets", 1);
+        self.counters.add(HTS_OVERFLOW_BUCKETS, 1);
         Ok(())
     }
 
@@ -520,7 +522,7 @@ impl Hts {
                 kept.push(p);
             }
             for p in full {
-                self.counters.add("hts_full", 1);
+                self.counters.add(HTS_FULL, 1);
                 let _ = ctx.reply(p.to, Reply::Full.encode());
             }
             batch = kept;
@@ -538,9 +540,9 @@ impl Hts {
         };
         let sync = encode_log_sync(incarnation, w as u16, first_seq, committed, batch.iter().map(|p| &p.entry));
         let sync: SyncCall<'a> = Box::pin(ctx.call(self.o.sls_node(), SLS_SERVICE, sync));
-        self.counters.add("hts_log_syncs", 1);
-        self.counters.add("hts_entries_shipped", batch.len() as u64);
-        self.counters.set_max("hts_batch_max", batch.len() as u64);
+        self.counters.add(HTS_LOG_SYNCS, 1);
+        self.counters.add(HTS_ENTRIES_SHIPPED, batch.len() as u64);
+        self.counters.set_max(HTS_BATCH_MAX, batch.len() as u64);
         let planned_ns = ctx.now_ns();
         // The verification READs, in flight with the log sync (digest decision 2).
         if verifying {
@@ -558,7 +560,7 @@ impl Hts {
         if verify.is_empty() {
             return known;
         }
-        self.counters.add("hts_verify_reads", verify.len() as u64);
+        self.counters.add(HTS_VERIFY_READS, verify.len() as u64);
         let reqs: Vec<Verb> =
             verify.iter().map(|(&addr, &len)| Verb::read_len(layout::decode_addr(addr), len)).collect();
         if let Ok(responses) = post_per_node(ctx, reqs).await {
@@ -638,7 +640,7 @@ impl Hts {
                     }
                 }
                 Err(e) => {
-                    self.counters.add("hts_apply_errors", 1);
+                    self.counters.add(HTS_APPLY_ERRORS, 1);
                     error_reply(&e)
                 }
             };
@@ -655,7 +657,7 @@ impl Hts {
             let commit = Request::Commit { incarnation, worker: w as u16, seq: last_seq };
             // Fire and forget: the call is posted now; its ack is not needed.
             drop(ctx.call(self.o.sls_node(), SLS_SERVICE, commit.encode()));
-            self.counters.add("hts_commit_messages", 1);
+            self.counters.add(HTS_COMMIT_MESSAGES, 1);
         }
     }
 
@@ -692,7 +694,7 @@ impl Hts {
                     found = Some((off + 8 * i as u64, word, s));
                     break 'search;
                 }
-                self.counters.add("hts_fp_false_positive", 1);
+                self.counters.add(HTS_FP_FALSE_POSITIVE, 1);
             }
         }
         let new_word = (e.op != WriteOp::Delete)

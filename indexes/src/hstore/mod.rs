@@ -418,56 +418,161 @@ pub const PLANTS: [PlantedBug; 10] = [
     NO_APPLY_RETRY,
 ];
 
+// The events HStore's clients count besides its race handlers', and its node and server
+// counters (the servers' read from their state by [`server_counters`]).
+/// A GET followed a bucket chain to its next bucket.
+pub const CHAIN_HOP: &str = "chain_hop";
+/// A GET's fingerprint match whose block holds another key.
+pub const FP_FALSE_POSITIVE: &str = "fp_false_positive";
+/// A retired block another compute node carved, leaked instead of freed.
+pub const FOREIGN_BLOCK_LEAKED: &str = "foreign_block_leaked";
+/// A block the table no longer points to, given back (after the lease, or at once).
+pub const BLOCKS_RETIRED: &str = "blocks_retired";
+/// Quarantined blocks released for reuse once their lease ran out (counted by blocks).
+pub const BLOCKS_REUSED: &str = "blocks_reused";
+/// A write applied in a batch with other writes.
+pub const BATCH_SHARED: &str = "batch_shared";
+/// A write answered from the record of its first application (a retried request).
+pub const RETRY_ANSWERED: &str = "retry_answered";
+/// A scan call the SLS answered with items.
+pub const SCAN_RPC: &str = "scan_rpc";
+/// A scan call whose SLS partitions waited for the HTS to commit what they drained.
+pub const SCAN_COMMIT_WAIT: &str = "scan_commit_wait";
+/// A scan that went on to its next page of items.
+pub const SCAN_PAGE: &str = "scan_page";
+/// Timing: GETs (the operations the `get_*_ns` counters sum over).
+pub const GET_OPS: &str = "get_ops";
+/// Timing: nanoseconds of virtual time GETs took, summed.
+pub const GET_LATENCY_NS: &str = "get_latency_ns";
+/// Timing: nanoseconds GETs spent in the index (bucket READs, a degraded GET's call), summed.
+pub const GET_INDEX_NS: &str = "get_index_ns";
+/// Timing: nanoseconds GETs spent reading KV blocks, summed.
+pub const GET_KV_NS: &str = "get_kv_ns";
+/// Timing: PUTs and UPDATEs applied in a batch (the operations the `put_*_ns` counters sum over).
+pub const PUT_OPS: &str = "put_ops";
+/// Timing: nanoseconds of virtual time those writes took, summed.
+pub const PUT_LATENCY_NS: &str = "put_latency_ns";
+/// Timing: nanoseconds those writes spent writing their KV blocks, summed.
+pub const PUT_KV_NS: &str = "put_kv_ns";
+/// Timing: nanoseconds those writes' calls spent outside the server (network), summed.
+pub const PUT_RPC_NS: &str = "put_rpc_ns";
+/// Timing: nanoseconds those writes waited in the HTS's queue, summed.
+pub const PUT_QUEUE_NS: &str = "put_queue_ns";
+/// Timing: nanoseconds those writes' batches spent on the log sync, summed.
+pub const PUT_SYNC_NS: &str = "put_sync_ns";
+/// Timing: nanoseconds the HTS spent applying those writes to the table, summed.
+pub const PUT_INDEX_NS: &str = "put_index_ns";
+/// Timing: scans (the operations the `scan_*_ns` counters sum over).
+pub const SCAN_OPS: &str = "scan_ops";
+/// Timing: nanoseconds of virtual time scans took, summed.
+pub const SCAN_LATENCY_NS: &str = "scan_latency_ns";
+/// Timing: nanoseconds scans spent in SLS calls, summed.
+pub const SCAN_INDEX_NS: &str = "scan_index_ns";
+/// Timing: nanoseconds scans spent reading KV blocks, summed.
+pub const SCAN_KV_NS: &str = "scan_kv_ns";
+/// Node counter: blocks waiting out their lease before reuse.
+pub const QUARANTINED_BLOCKS: &str = "quarantined_blocks";
+/// Server counter: recoveries a restarted HTS finished.
+pub const HTS_RECOVERIES: &str = "hts_recoveries";
+/// Server counter: items a restarted HTS's recoveries put back in its table.
+pub const HTS_RECOVERED_ITEMS: &str = "hts_recovered_items";
+/// Server counter: nanoseconds the HTS's recoveries took, summed.
+pub const HTS_RECOVERY_NS: &str = "hts_recovery_ns";
+/// Server counter: overflow buckets the HTS linked to full chains.
+pub const HTS_OVERFLOW_BUCKETS: &str = "hts_overflow_buckets";
+/// Server counter: writes the HTS answered `Full`.
+pub const HTS_FULL: &str = "hts_full";
+/// Server counter: log syncs (batches) the HTS shipped to the SLS.
+pub const HTS_LOG_SYNCS: &str = "hts_log_syncs";
+/// Server counter: log entries the HTS shipped to the SLS.
+pub const HTS_ENTRIES_SHIPPED: &str = "hts_entries_shipped";
+/// Server counter: the largest batch the HTS shipped (a maximum, not a sum).
+pub const HTS_BATCH_MAX: &str = "hts_batch_max";
+/// Server counter: block key READs the HTS made to verify fingerprint matches.
+pub const HTS_VERIFY_READS: &str = "hts_verify_reads";
+/// Server counter: entries whose apply failed with an error.
+pub const HTS_APPLY_ERRORS: &str = "hts_apply_errors";
+/// Server counter: commit messages the HTS sent the SLS.
+pub const HTS_COMMIT_MESSAGES: &str = "hts_commit_messages";
+/// Server counter: fingerprint matches whose block holds another key (HTS).
+pub const HTS_FP_FALSE_POSITIVE: &str = "hts_fp_false_positive";
+/// Server counter: HTS incarnations the SLS learnt were dead.
+pub const SLS_INCARNATIONS_DEAD: &str = "sls_incarnations_dead";
+/// Server counter: log syncs the SLS accepted.
+pub const SLS_LOG_SYNCS: &str = "sls_log_syncs";
+/// Server counter: new log entries the SLS accepted.
+pub const SLS_ENTRIES_LOGGED: &str = "sls_entries_logged";
+/// Server counter: scans the SLS served.
+pub const SLS_SCANS: &str = "sls_scans";
+/// Server counter: GETs the SLS served (degraded mode).
+pub const SLS_GETS: &str = "sls_gets";
+/// Server counter: log entries the SLS applied to its skiplists.
+pub const SLS_ENTRIES_APPLIED: &str = "sls_entries_applied";
+/// Server counter: commit queries to the HTS that failed.
+pub const SLS_COMMIT_QUERY_ERRORS: &str = "sls_commit_query_errors";
+/// Server counter: SLS scan pages that first applied log entries that arrived before them.
+pub const SLS_SCANS_DRAINED: &str = "sls_scans_drained";
+/// Server counter: SLS GETs that waited for the HTS to commit.
+pub const SLS_GETS_WAITED: &str = "sls_gets_waited";
+/// Server counter: pages of a partition dump the SLS sent a recovering HTS.
+pub const SLS_DUMP_PAGES: &str = "sls_dump_pages";
+/// Server counter: recoveries a restarted SLS finished.
+pub const SLS_RECOVERIES: &str = "sls_recoveries";
+/// Server counter: items a restarted SLS's recoveries put back.
+pub const SLS_RECOVERED_ITEMS: &str = "sls_recovered_items";
+/// Server counter: nanoseconds the SLS's recoveries took, summed.
+pub const SLS_RECOVERY_NS: &str = "sls_recovery_ns";
+
 // Race handlers: the branches that exist because of a concurrent client, a server's crash or
 // the servers' asynchrony, each by the event that counts it (client events, and the servers'
 // read from their state by [`server_counters`]).
 
 /// A read outlived its lease (V3): a block it took the address of may have been reused.
-pub(crate) const LEASE_RESTART: &str = "lease_restart";
+pub const LEASE_RESTART: &str = "lease_restart";
 /// A block READ after the lease ran out found no complete block of its key (reused or torn).
-pub(crate) const SKIPPED_BAD_BLOCK: &str = "skipped_bad_block";
+pub const SKIPPED_BAD_BLOCK: &str = "skipped_bad_block";
 /// A compute node confirms a table incarnation it has not seen complete with a fenced READ
 /// (every node does at its first GET: not a race handler by itself, see the next).
-pub(crate) const INCARNATION_CONFIRMED: &str = "incarnation_confirmed";
+pub const INCARNATION_CONFIRMED: &str = "incarnation_confirmed";
 /// The confirmation of a newer incarnation than one the node already trusted: a rebuilt table.
-pub(crate) const INCARNATION_RECONFIRMED: &str = "incarnation_reconfirmed";
+pub const INCARNATION_RECONFIRMED: &str = "incarnation_reconfirmed";
 /// A GET following a chain saw the ready word change between two buckets: it starts again.
-pub(crate) const INCARNATION_RESTART: &str = "incarnation_restart";
+pub const INCARNATION_RESTART: &str = "incarnation_restart";
 /// A GET read a ready word of 0 (a restarted HTS rebuilding its table).
-pub(crate) const TABLE_REBUILDING: &str = "table_rebuilding";
+pub const TABLE_REBUILDING: &str = "table_rebuilding";
 /// A GET went to the SLS because the HTS was down or rebuilding (degraded mode).
-pub(crate) const DEGRADED_GET: &str = "degraded_get";
+pub const DEGRADED_GET: &str = "degraded_get";
 /// A write's call failed (the HTS crashed): retried with the same request id (V2).
-pub(crate) const WRITE_RETRY: &str = "write_retry";
+pub const WRITE_RETRY: &str = "write_retry";
 /// A write was answered `Blocked` (a server recovering): it backs off and tries again.
-pub(crate) const WRITE_BLOCKED: &str = "write_blocked";
+pub const WRITE_BLOCKED: &str = "write_blocked";
 /// A scan's call failed (the SLS crashed): it backs off and tries again.
-pub(crate) const SCAN_RETRY: &str = "scan_retry";
+pub const SCAN_RETRY: &str = "scan_retry";
 /// A scan was answered `Blocked` (the SLS recovering): it backs off and tries again.
-pub(crate) const SCAN_BLOCKED: &str = "scan_blocked";
+pub const SCAN_BLOCKED: &str = "scan_blocked";
 /// A scan's partitions first applied log entries that arrived before it (decision 23).
-pub(crate) const SCAN_DRAINED: &str = "scan_drained";
+pub const SCAN_DRAINED: &str = "scan_drained";
 /// A retried write answered from the record of its first application (HTS).
-pub(crate) const HTS_RETRY_ANSWERED: &str = "hts_retry_answered";
+pub const HTS_RETRY_ANSWERED: &str = "hts_retry_answered";
 /// A batch whose log sync failed or was refused, answered `Blocked` and applied nowhere (HTS).
-pub(crate) const HTS_BATCHES_BLOCKED: &str = "hts_batches_blocked";
+pub const HTS_BATCHES_BLOCKED: &str = "hts_batches_blocked";
 /// A worker took an entry after the HTS stopped serving (the SLS began recovering) (HTS).
-pub(crate) const HTS_ENTRY_BLOCKED: &str = "hts_entry_blocked";
+pub const HTS_ENTRY_BLOCKED: &str = "hts_entry_blocked";
 /// A recovering SLS's stop request waited for the HTS's batches in flight (HTS).
-pub(crate) const HTS_PEER_RECOVERY_WAITED: &str = "hts_peer_recovery_waited";
+pub const HTS_PEER_RECOVERY_WAITED: &str = "hts_peer_recovery_waited";
 /// A slot whose block key was not READ when the batch was planned, READ at apply (HTS).
-pub(crate) const HTS_LATE_VERIFY: &str = "hts_late_verify";
+pub const HTS_LATE_VERIFY: &str = "hts_late_verify";
 /// A logged entry's apply hit a verb that timed out and was applied again (HTS).
-pub(crate) const HTS_APPLY_RETRIED: &str = "hts_apply_retried";
+pub const HTS_APPLY_RETRIED: &str = "hts_apply_retried";
 /// An SLS read waited for the HTS to commit what it drained (V1) (SLS).
-pub(crate) const SLS_COMMIT_QUERIES: &str = "sls_commit_queries";
+pub const SLS_COMMIT_QUERIES: &str = "sls_commit_queries";
 /// An SLS commit wait found the HTS incarnation it waited on dead (SLS).
-pub(crate) const SLS_COMMIT_DEAD: &str = "sls_commit_dead";
+pub const SLS_COMMIT_DEAD: &str = "sls_commit_dead";
 /// A log sync from an HTS incarnation already known dead, refused (SLS).
-pub(crate) const SLS_DEAD_LOG_SYNC: &str = "sls_dead_log_sync";
+pub const SLS_DEAD_LOG_SYNC: &str = "sls_dead_log_sync";
 /// A client's write applied after a later write of the same client (another partition): the
 /// client's record keeps the later one (SLS).
-pub(crate) const SLS_DEDUP_OUT_OF_ORDER: &str = "sls_dedup_out_of_order";
+pub const SLS_DEDUP_OUT_OF_ORDER: &str = "sls_dedup_out_of_order";
 
 const RACE_HANDLERS: [RaceHandler; 21] = [
     RaceHandler {
@@ -696,7 +801,7 @@ impl IndexKind for HStore {
     }
 
     fn node_counters(node: &HStoreNode) -> BTreeMap<&'static str, u64> {
-        BTreeMap::from([("quarantined_blocks", lock(&node.quarantine).blocks.len() as u64)])
+        BTreeMap::from([(QUARANTINED_BLOCKS, lock(&node.quarantine).blocks.len() as u64)])
     }
 
     fn race_handlers() -> &'static [RaceHandler] {

@@ -8,7 +8,13 @@
 //! compute node: blocks another node carved are never reused (see the module doc).
 
 use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point, scan_shapes_preset};
-use crate::hstore::{HStore, HStoreOptions, HTS_RECOVERY_FAILED, SLS_RECOVERY_FAILED, layout, wire};
+use crate::hstore::{
+    BATCH_SHARED, BLOCKS_RETIRED, BLOCKS_REUSED, CHAIN_HOP, DEGRADED_GET, FOREIGN_BLOCK_LEAKED, FP_FALSE_POSITIVE,
+    HStore, HStoreOptions, HTS_APPLY_RETRIED, HTS_FULL, HTS_LATE_VERIFY, HTS_OVERFLOW_BUCKETS, HTS_RECOVERIES,
+    HTS_RECOVERY_FAILED, HTS_RETRY_ANSWERED, HTS_VERIFY_READS, INCARNATION_RECONFIRMED, LEASE_RESTART,
+    SCAN_COMMIT_WAIT, SCAN_DRAINED, SCAN_PAGE, SLS_RECOVERIES, SLS_RECOVERY_FAILED, TABLE_REBUILDING, WRITE_BLOCKED,
+    WRITE_RETRY, layout, wire,
+};
 
 /// The options every preset starts from.
 pub fn hstore_checking_options() -> HStoreOptions {
@@ -57,21 +63,21 @@ impl Checked for HStore {
             scan_limit: 4,
             scan_bounds: ScanBounds::From,
             required_counters: &[
-                "batch_shared",
-                "scan_drained",
-                "scan_commit_wait",
-                "chain_hop",
-                "fp_false_positive",
-                "hts_verify_reads",
-                "hts_overflow_buckets",
-                "blocks_reused",
+                BATCH_SHARED,
+                SCAN_DRAINED,
+                SCAN_COMMIT_WAIT,
+                CHAIN_HOP,
+                FP_FALSE_POSITIVE,
+                HTS_VERIFY_READS,
+                HTS_OVERFLOW_BUCKETS,
+                BLOCKS_REUSED,
             ],
             step_limit: 1_000_000,
         };
         vec![
             (base.clone(), hstore_checking_options()),
             // Scans of every shape (`ScanBounds::Shapes`) beside the writes they must order.
-            (scan_shapes_preset(&base, true, &["scan_drained"]), hstore_checking_options()),
+            (scan_shapes_preset(&base, true, &[SCAN_DRAINED]), hstore_checking_options()),
             // The default with three READs failing (a transient transport error on a memory
             // node that keeps its memory; the explorer places each): the HTS applies a logged
             // entry again and reads a slot's key at apply time when its verification READ
@@ -79,7 +85,7 @@ impl Checked for HStore {
             (
                 Preset {
                     name: "read-failure",
-                    required_counters: &["hts_apply_retried", "hts_late_verify", "batch_shared"],
+                    required_counters: &[HTS_APPLY_RETRIED, HTS_LATE_VERIFY, BATCH_SHARED],
                     ..base.clone()
                 },
                 hstore_checking_options(),
@@ -92,7 +98,7 @@ impl Checked for HStore {
                     keys: 5,
                     preload: 2,
                     mix: Mix { search: 20, insert: 40, update: 20, delete: 20, scan: 0 },
-                    required_counters: &["batch_shared", "hts_verify_reads", "hts_overflow_buckets", "blocks_reused"],
+                    required_counters: &[BATCH_SHARED, HTS_VERIFY_READS, HTS_OVERFLOW_BUCKETS, BLOCKS_REUSED],
                     ..base.clone()
                 },
                 hstore_checking_options(),
@@ -103,7 +109,7 @@ impl Checked for HStore {
                 Preset {
                     name: "crash-hts",
                     mix: Mix { search: 30, insert: 30, update: 15, delete: 10, scan: 15 },
-                    required_counters: &["hts_recoveries", "write_retry", "degraded_get"],
+                    required_counters: &[HTS_RECOVERIES, WRITE_RETRY, DEGRADED_GET],
                     step_limit: 2_000_000,
                     ..base.clone()
                 },
@@ -118,7 +124,7 @@ impl Checked for HStore {
                 Preset {
                     name: "crash-hts-long-lease",
                     mix: Mix { search: 30, insert: 30, update: 15, delete: 10, scan: 15 },
-                    required_counters: &["hts_recoveries", "write_retry", "degraded_get"],
+                    required_counters: &[HTS_RECOVERIES, WRITE_RETRY, DEGRADED_GET],
                     step_limit: 2_000_000,
                     ..base.clone()
                 },
@@ -134,7 +140,7 @@ impl Checked for HStore {
                 Preset {
                     name: "crash-hts-lease-max",
                     mix: Mix { search: 30, insert: 30, update: 15, delete: 10, scan: 15 },
-                    required_counters: &["hts_recoveries", "write_retry", "degraded_get", "blocks_retired"],
+                    required_counters: &[HTS_RECOVERIES, WRITE_RETRY, DEGRADED_GET, BLOCKS_RETIRED],
                     step_limit: 2_000_000,
                     ..base.clone()
                 },
@@ -146,7 +152,7 @@ impl Checked for HStore {
                 Preset {
                     name: "crash-sls",
                     mix: Mix { search: 30, insert: 30, update: 15, delete: 10, scan: 15 },
-                    required_counters: &["sls_recoveries", "write_blocked"],
+                    required_counters: &[SLS_RECOVERIES, WRITE_BLOCKED],
                     step_limit: 2_000_000,
                     ..base.clone()
                 },
@@ -164,7 +170,7 @@ impl Checked for HStore {
                     keys: 6,
                     preload: 3,
                     mix: Mix { search: 15, insert: 45, update: 10, delete: 30, scan: 0 },
-                    required_counters: &["hts_full", "batch_shared", "hts_overflow_buckets"],
+                    required_counters: &[HTS_FULL, BATCH_SHARED, HTS_OVERFLOW_BUCKETS],
                     ..base.clone()
                 },
                 HStoreOptions { buckets: 1, hts_workers: 1, pool_buckets: 1, ..hstore_checking_options() },
@@ -201,7 +207,7 @@ impl Checked for HStore {
                 "sweep-slots-1-chain",
                 Preset {
                     mix: writes,
-                    required_counters: &["chain_hop", "hts_overflow_buckets", "fp_false_positive", "hts_verify_reads"],
+                    required_counters: &[CHAIN_HOP, HTS_OVERFLOW_BUCKETS, FP_FALSE_POSITIVE, HTS_VERIFY_READS],
                     ..base.clone()
                 },
                 HStoreOptions { buckets: 1, slots: 1, lease_ns: Some(100_000), ..o.clone() },
@@ -210,7 +216,7 @@ impl Checked for HStore {
             // the head bucket, a fingerprint names one key, and updates verify their own key.
             point(
                 "sweep-slots-7-fp-8",
-                Preset { required_counters: &["hts_verify_reads", "batch_shared", "scan_drained"], ..base.clone() },
+                Preset { required_counters: &[HTS_VERIFY_READS, BATCH_SHARED, SCAN_DRAINED], ..base.clone() },
                 HStoreOptions { buckets: 1, slots: 7, fp_bits: 8, ..o.clone() },
             ),
             // One overflow bucket per worker's pool for one-slot buckets, and an HTS crash: the
@@ -218,11 +224,7 @@ impl Checked for HStore {
             // into pools that were full before the crash.
             point(
                 "sweep-pool-1-crash-hts",
-                Preset {
-                    mix: writes,
-                    required_counters: &["hts_full", "hts_recoveries", "write_retry"],
-                    ..crashing.clone()
-                },
+                Preset { mix: writes, required_counters: &[HTS_FULL, HTS_RECOVERIES, WRITE_RETRY], ..crashing.clone() },
                 HStoreOptions { slots: 1, pool_buckets: 1, ..o.clone() },
             ),
             // The smallest message the options accept, and an HTS crash: every log sync carries
@@ -230,7 +232,7 @@ impl Checked for HStore {
             // the skiplists and the clients' records one item a page.
             point(
                 "sweep-message-min-crash-hts",
-                Preset { required_counters: &["scan_page", "hts_recoveries", "write_retry"], ..crashing.clone() },
+                Preset { required_counters: &[SCAN_PAGE, HTS_RECOVERIES, WRITE_RETRY], ..crashing.clone() },
                 HStoreOptions { max_message_bytes: min_message, ..o.clone() },
             ),
             // Keys of the most bytes a block allows (255, sharing a 247-byte prefix) in the
@@ -238,7 +240,7 @@ impl Checked for HStore {
             // block's key at its longest, scans page one item at a time.
             point(
                 "sweep-key-max-crash-sls",
-                Preset { key_of: long_key, required_counters: &["scan_page", "sls_recoveries"], ..crashing.clone() },
+                Preset { key_of: long_key, required_counters: &[SCAN_PAGE, SLS_RECOVERIES], ..crashing.clone() },
                 HStoreOptions {
                     max_key_bytes: layout::MAX_KEY_BYTES as u32,
                     max_message_bytes: (wire::FIXED_BYTES + wire::entry_bytes(layout::MAX_KEY_BYTES)) as u32,
@@ -252,7 +254,7 @@ impl Checked for HStore {
                 Preset {
                     clients: 4,
                     mix: writes,
-                    required_counters: &["sls_recoveries", "write_blocked", "hts_overflow_buckets"],
+                    required_counters: &[SLS_RECOVERIES, WRITE_BLOCKED, HTS_OVERFLOW_BUCKETS],
                     ..crashing.clone()
                 },
                 HStoreOptions { batch_entries: 1, ..o.clone() },
@@ -267,7 +269,7 @@ impl Checked for HStore {
                 "sweep-lease-short",
                 Preset {
                     clients: 4,
-                    required_counters: &["lease_restart", "blocks_reused", "fp_false_positive"],
+                    required_counters: &[LEASE_RESTART, BLOCKS_REUSED, FP_FALSE_POSITIVE],
                     ..base.clone()
                 },
                 HStoreOptions { lease_ns: Some(5_000), chunk_bytes: 32, ..o.clone() },
@@ -278,12 +280,7 @@ impl Checked for HStore {
             point(
                 "sweep-retry-at-once-crash-hts",
                 Preset {
-                    required_counters: &[
-                        "hts_recoveries",
-                        "write_retry",
-                        "table_rebuilding",
-                        "incarnation_reconfirmed",
-                    ],
+                    required_counters: &[HTS_RECOVERIES, WRITE_RETRY, TABLE_REBUILDING, INCARNATION_RECONFIRMED],
                     ..crashing.clone()
                 },
                 HStoreOptions { backoff_ns: 1, down_probe_ns: 1, ..o.clone() },
@@ -293,7 +290,7 @@ impl Checked for HStore {
             // acks, and one thread serves every call.
             point(
                 "sweep-sync-rpc-1-crash-sls",
-                Preset { required_counters: &["sls_recoveries", "write_blocked", "batch_shared"], ..crashing.clone() },
+                Preset { required_counters: &[SLS_RECOVERIES, WRITE_BLOCKED, BATCH_SHARED], ..crashing.clone() },
                 {
                     let mut sync = HStoreOptions { rpc_threads: 1, ..o.clone() };
                     sync.configure("hstore-sync").expect("a named configuration");
@@ -304,7 +301,7 @@ impl Checked for HStore {
             // every chain, one partition every key, one RPC thread every call.
             point(
                 "sweep-threads-1-crash-hts",
-                Preset { required_counters: &["hts_recoveries", "write_retry", "degraded_get"], ..crashing.clone() },
+                Preset { required_counters: &[HTS_RECOVERIES, WRITE_RETRY, DEGRADED_GET], ..crashing.clone() },
                 HStoreOptions { hts_workers: 1, sls_partitions: 1, rpc_threads: 1, hyperthreads: false, ..o.clone() },
             ),
             // Wide: four HTS workers for two buckets (idle workers), eight SLS partitions for six
@@ -316,12 +313,7 @@ impl Checked for HStore {
                 Preset {
                     compute_nodes: 2,
                     memory_nodes: 4,
-                    required_counters: &[
-                        "hts_recoveries",
-                        "foreign_block_leaked",
-                        "incarnation_reconfirmed",
-                        "scan_drained",
-                    ],
+                    required_counters: &[HTS_RECOVERIES, FOREIGN_BLOCK_LEAKED, INCARNATION_RECONFIRMED, SCAN_DRAINED],
                     ..crashing.clone()
                 },
                 HStoreOptions { hts_workers: 4, sls_partitions: 8, memory_nodes: 4, ..o.clone() },
@@ -333,7 +325,7 @@ impl Checked for HStore {
                 Preset {
                     clients: 4,
                     ops_per_client: 20,
-                    required_counters: &["batch_shared", "chain_hop", "blocks_reused", "scan_drained", "hts_full"],
+                    required_counters: &[BATCH_SHARED, CHAIN_HOP, BLOCKS_REUSED, SCAN_DRAINED, HTS_FULL],
                     step_limit: 8_000_000,
                     ..base.clone()
                 },
@@ -345,7 +337,7 @@ impl Checked for HStore {
                 Preset {
                     clients: 4,
                     ops_per_client: 15,
-                    required_counters: &["hts_recoveries", "write_retry", "hts_retry_answered", "degraded_get"],
+                    required_counters: &[HTS_RECOVERIES, WRITE_RETRY, HTS_RETRY_ANSWERED, DEGRADED_GET],
                     step_limit: 8_000_000,
                     ..base
                 },

@@ -17,7 +17,10 @@ use super::layout::{self, Geometry};
 use super::skiplist::{SkipList, Value, Visits};
 use super::wire::{Dedup, Effect, Entry, HTS_SERVICE, Item, Reply, Request, ServerState, WriteOp};
 use super::{
-    HStoreOptions, SLS_COMMIT_DEAD, SLS_COMMIT_QUERIES, SLS_DEAD_LOG_SYNC, SLS_DEDUP_OUT_OF_ORDER, ServerCounters,
+    HStoreOptions, SLS_COMMIT_DEAD, SLS_COMMIT_QUERIES, SLS_COMMIT_QUERY_ERRORS, SLS_DEAD_LOG_SYNC,
+    SLS_DEDUP_OUT_OF_ORDER, SLS_DUMP_PAGES, SLS_ENTRIES_APPLIED, SLS_ENTRIES_LOGGED, SLS_GETS, SLS_GETS_WAITED,
+    SLS_INCARNATIONS_DEAD, SLS_LOG_SYNCS, SLS_RECOVERED_ITEMS, SLS_RECOVERIES, SLS_RECOVERY_NS, SLS_SCANS,
+    SLS_SCANS_DRAINED, ServerCounters,
 };
 use crate::common::batch::post_per_node;
 use crate::common::primitive::{Mutex, lock};
@@ -202,7 +205,7 @@ impl Sls {
         }
         if incarnation > s.dead_below {
             if s.dead_below > 0 {
-                self.counters.add("sls_incarnations_dead", 1);
+                self.counters.add(SLS_INCARNATIONS_DEAD, 1);
             }
             s.dead_below = incarnation;
         }
@@ -239,8 +242,8 @@ impl Sls {
             *seen = *last;
         }
         drop(s);
-        self.counters.add("sls_log_syncs", 1);
-        self.counters.add("sls_entries_logged", fresh.len() as u64);
+        self.counters.add(SLS_LOG_SYNCS, 1);
+        self.counters.add(SLS_ENTRIES_LOGGED, fresh.len() as u64);
         let ack = (self.o.sync_skiplist && !fresh.is_empty())
             .then(|| Arc::new(BatchAck { left: Mutex::new(fresh.len()), to }));
         let mut touched = vec![false; self.parts.len()];
@@ -289,7 +292,7 @@ impl Sls {
         if limit == 0 {
             return Some(Reply::Items { items: Vec::new(), more: false, drained: 0, waited: false });
         }
-        self.counters.add("sls_scans", 1);
+        self.counters.add(SLS_SCANS, 1);
         let job = Arc::new(ScanJob {
             start,
             end,
@@ -307,7 +310,7 @@ impl Sls {
         if lock(&self.shared).state != ServerState::Serving {
             return Some(Reply::Blocked);
         }
-        self.counters.add("sls_gets", 1);
+        self.counters.add(SLS_GETS, 1);
         self.queue(self.g.place(&key).partition as usize, Task::Get { key, to });
         None
     }
@@ -387,7 +390,7 @@ impl Sls {
                 self.counters.add(SLS_DEDUP_OUT_OF_ORDER, 1);
             }
         }
-        self.counters.add("sls_entries_applied", 1);
+        self.counters.add(SLS_ENTRIES_APPLIED, 1);
         charge(ctx, visited).await;
         if let Some(ack) = l.ack {
             let last = {
@@ -441,7 +444,7 @@ impl Sls {
                 }
                 other => {
                     drop(s);
-                    self.counters.add("sls_commit_query_errors", 1);
+                    self.counters.add(SLS_COMMIT_QUERY_ERRORS, 1);
                     let _ = other;
                     ctx.yield_now().await;
                 }
@@ -493,7 +496,7 @@ impl Sls {
                     let more = fit < all.len();
                     all.truncate(fit);
                     if drained > 0 {
-                        self.counters.add("sls_scans_drained", 1);
+                        self.counters.add(SLS_SCANS_DRAINED, 1);
                     }
                     let reply = Reply::Items { items: all, more, drained, waited };
                     let _ = ctx.reply(job.to, reply.encode());
@@ -504,7 +507,7 @@ impl Sls {
                 let (found, visited) = lock(&self.parts[p].part).list.get(&key);
                 charge(ctx, visited).await;
                 if waited {
-                    self.counters.add("sls_gets_waited", 1);
+                    self.counters.add(SLS_GETS_WAITED, 1);
                 }
                 let reply = match found {
                     Some(v) => Reply::Found { addr: v.addr, units: v.units },
@@ -532,7 +535,7 @@ impl Sls {
                     }
                     page.push(Item { key, addr: v.addr, units: v.units });
                 }
-                self.counters.add("sls_dump_pages", 1);
+                self.counters.add(SLS_DUMP_PAGES, 1);
                 let _ = ctx.reply(to, Reply::Page { items: page, dedup: Vec::new(), done }.encode());
             }
         }
@@ -645,9 +648,9 @@ impl Sls {
             s.state = ServerState::Serving;
             s.init_ns = ctx.now_ns();
         }
-        self.counters.add("sls_recoveries", 1);
-        self.counters.add("sls_recovered_items", items);
-        self.counters.add("sls_recovery_ns", ctx.now_ns() - t0);
+        self.counters.add(SLS_RECOVERIES, 1);
+        self.counters.add(SLS_RECOVERED_ITEMS, items);
+        self.counters.add(SLS_RECOVERY_NS, ctx.now_ns() - t0);
         Ok(())
     }
 

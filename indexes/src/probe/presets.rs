@@ -2,6 +2,7 @@
 //! sequence runs into others', and mixes that claim, overwrite and delete.
 
 use super::{CLAIM_LOST_OTHER_KEY, CLAIM_LOST_SAME_KEY, Probe, ProbeOptions, WRITE_LOST, WRITE_OVERWRITTEN};
+use crate::Counters;
 use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point};
 
 /// Options for a table of `slots` slots over `memory_nodes` memory nodes, with small chunks.
@@ -72,7 +73,7 @@ impl Checked for Probe {
                     memory_nodes: 2,
                     keys: 16,
                     preload: 8,
-                    required_counters: &["cas_failures"],
+                    required_counters: &[Counters::CAS_FAILURES],
                     ..base.clone()
                 },
                 tiny(56, 2),
@@ -89,7 +90,7 @@ impl Checked for Probe {
                     keys: 2,
                     preload: 1,
                     mix: Mix { search: 30, insert: 40, update: 10, delete: 20, scan: 0 },
-                    required_counters: &["cas_failures"],
+                    required_counters: &[Counters::CAS_FAILURES],
                     step_limit: 100_000,
                     ..base.clone()
                 },
@@ -128,7 +129,13 @@ impl Checked for Probe {
             // four groups, so blocks are carved on every node.
             point(
                 "sweep-nodes-4",
-                Preset { memory_nodes: 4, keys: 12, preload: 4, required_counters: &["cas_failures"], ..base.clone() },
+                Preset {
+                    memory_nodes: 4,
+                    keys: 12,
+                    preload: 4,
+                    required_counters: &[Counters::CAS_FAILURES],
+                    ..base.clone()
+                },
                 tiny(32, 4),
             ),
             // Long runs: 4 clients x 20 operations on 5 keys in 5 slots.

@@ -311,49 +311,71 @@ impl RaceOptions {
     }
 }
 
+/// A client synchronized its compute node's copy of the directory (READs of it).
+pub const DIRECTORY_SYNC: &str = "directory_sync";
+/// A wait for a split to move on (whichever race made the client wait).
+pub const SPLIT_WAIT: &str = "split_wait";
+/// An insert whose bucket a split moved before it read its slot published again.
+pub const INSERT_REDONE: &str = "insert_redone";
+/// A split that doubled the directory.
+pub const DIRECTORY_DOUBLING: &str = "directory_doubling";
+/// A split that moved half of a subtable's directory entries without doubling.
+pub const SHALLOW_SPLIT: &str = "shallow_split";
+/// A subtable split that finished.
+pub const SPLIT: &str = "split";
+/// A split moved an item to the new subtable.
+pub const ITEM_MOVED: &str = "item_moved";
+/// A split's CAS that empties a moved item's old slot lost: it moves the item again.
+pub const MOVE_REDONE: &str = "move_redone";
+/// A freed KV block returned to this compute node's allocator for reuse.
+pub const BLOCK_REUSED: &str = "block_reused";
+/// A freed KV block another compute node carved, zeroed but not reused.
+pub const FOREIGN_BLOCK_ZEROED: &str = "foreign_block_zeroed";
+/// A copy of a key published twice removed (the agreement rule).
+pub const DUPLICATE_REMOVED: &str = "duplicate_removed";
 /// A directory READ found a deeper directory than the depth it was sized by: read again.
-const SYNC_DEPTH_GREW: &str = "sync_depth_grew";
+pub const SYNC_DEPTH_GREW: &str = "sync_depth_grew";
 /// A directory READ finished after another client of the node cached a deeper directory.
-const SYNC_KEPT_DEEPER: &str = "sync_kept_deeper";
+pub const SYNC_KEPT_DEEPER: &str = "sync_kept_deeper";
 /// A write found its key's directory entry locked by a split filling the new subtable.
-const WRITE_WAITS_FILLING: &str = "write_waits_filling";
+pub const WRITE_WAITS_FILLING: &str = "write_waits_filling";
 /// A write's (update's, delete's) view did not admit the key under its cached entry.
-const STALE_BUCKET: &str = "stale_bucket";
+pub const STALE_BUCKET: &str = "stale_bucket";
 /// A search's entry was filling or its view stale: Algorithm 6's look in both subtables.
-const SEARCH_ON_RESIZE: &str = "search_on_resize";
+pub const SEARCH_ON_RESIZE: &str = "search_on_resize";
 /// A search's look after re-reading the directory found the entry's buckets moved again.
-const SEARCH_RESYNC: &str = "search_resync";
+pub const SEARCH_RESYNC: &str = "search_resync";
 /// An insert's entry was filling or its view stale.
-const INSERT_STALE_BUCKET: &str = "insert_stale_bucket";
+pub const INSERT_STALE_BUCKET: &str = "insert_stale_bucket";
 /// An insert's CAS of its present key's slot failed: the slot changed since the READ.
-const UPSERT_CAS_FAILED: &str = "upsert_cas_failed";
+pub const UPSERT_CAS_FAILED: &str = "upsert_cas_failed";
 /// An insert's CAS of a bucket header's insert lock failed (another insert holds it, or a
 /// split changed the header).
-const INSERT_LOCK_BUSY: &str = "insert_lock_busy";
+pub const INSERT_LOCK_BUSY: &str = "insert_lock_busy";
 /// Under the insert lock, the re-read found the key present.
-const INSERT_KEY_APPEARED: &str = "insert_key_appeared";
+pub const INSERT_KEY_APPEARED: &str = "insert_key_appeared";
 /// Under the insert lock, the re-read found the chosen free slot taken.
-const INSERT_SLOT_TAKEN: &str = "insert_slot_taken";
+pub const INSERT_SLOT_TAKEN: &str = "insert_slot_taken";
 /// Under the insert lock, the re-read found the buckets no longer admit the key.
-const INSERT_BUCKET_MOVED: &str = "insert_bucket_moved";
+pub const INSERT_BUCKET_MOVED: &str = "insert_bucket_moved";
 /// An update's slot CAS failed: the slot changed since the READ.
-const UPDATE_CAS_FAILED: &str = "update_cas_failed";
+pub const UPDATE_CAS_FAILED: &str = "update_cas_failed";
 /// A delete's CAS failed on every copy: they changed since the READ.
-const DELETE_CAS_FAILED: &str = "delete_cas_failed";
+pub const DELETE_CAS_FAILED: &str = "delete_cas_failed";
 /// An insert that found its buckets full found the directory lock held by another split.
-const SPLIT_LOCK_BUSY: &str = "split_lock_busy";
+pub const SPLIT_LOCK_BUSY: &str = "split_lock_busy";
 /// A split, once it held the directory lock, found the key's buckets no longer full or moved.
-const SPLIT_UNNEEDED: &str = "split_unneeded";
+pub const SPLIT_UNNEEDED: &str = "split_unneeded";
 /// A split's header CAS on a bucket failed: an insert holds the bucket's insert lock.
-const SPLIT_WAITS_INSERT_LOCK: &str = "split_waits_insert_lock";
+pub const SPLIT_WAITS_INSERT_LOCK: &str = "split_waits_insert_lock";
 /// A split's freeze CAS failed: the item changed since the mover read its bucket.
-const FREEZE_RETRY: &str = "freeze_retry";
+pub const FREEZE_RETRY: &str = "freeze_retry";
 /// A split's READ failed before its publish: it releases the directory lock and gives up.
-const SPLIT_RELEASED_AFTER_FAILED_READ: &str = "split_released_after_failed_read";
+pub const SPLIT_RELEASED_AFTER_FAILED_READ: &str = "split_released_after_failed_read";
 /// A split's READ failed past its publish: it reads again (the split cannot be undone).
-const SPLIT_READ_RETRIED: &str = "split_read_retried";
+pub const SPLIT_READ_RETRIED: &str = "split_read_retried";
 /// The READ batched with an insert's lock CASes failed: the locks it took are released.
-const INSERT_UNLOCKED_AFTER_FAILED_READ: &str = "insert_unlocked_after_failed_read";
+pub const INSERT_UNLOCKED_AFTER_FAILED_READ: &str = "insert_unlocked_after_failed_read";
 
 /// The branches of safe mode (the default configuration) that exist only because of another
 /// client. Branches that exist only for one of the paper's behaviours ([`Paper`]) are not
@@ -701,7 +723,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
 
     /// [`Self::synchronize`] with at most `attempts` READs.
     async fn synchronize_within(&mut self, attempts: u32) -> Result<(), IndexError> {
-        self.counters.event("directory_sync");
+        self.counters.event(DIRECTORY_SYNC);
         let (mut gd, cached) = {
             let d = lock(&self.node.dir);
             (d.gd, !d.entries.is_empty())
@@ -855,7 +877,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     /// race handler's event.
     async fn wait_for_split(&mut self, why: &'static str) -> Result<(), IndexError> {
         self.counters.event(why);
-        self.counters.event("split_wait");
+        self.counters.event(SPLIT_WAIT);
         self.ctx.yield_now().await;
         self.synchronize().await
     }
@@ -1039,7 +1061,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             }
             // A split moved our bucket's range away before reading our slot: taken back,
             // published again in the new subtable (the block is kept, D13).
-            self.counters.event("insert_redone");
+            self.counters.event(INSERT_REDONE);
             self.synchronize().await?;
         }
         Err(self.retries_exhausted("insert"))
@@ -1114,10 +1136,10 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
             self.ctx.write(entry_addr(1 << gd), Buf::from(used)).await?;
             gd += 1;
             self.ctx.write(root_addr(), Buf::from(layout::root_word(gd, true).to_le_bytes().to_vec())).await?;
-            self.counters.event("directory_doubling");
+            self.counters.event(DIRECTORY_DOUBLING);
         } else {
             // Several entries point at S: half of them move to T, no doubling.
-            self.counters.event("shallow_split");
+            self.counters.event(SHALLOW_SPLIT);
         }
         let publish = |filling: bool| -> Vec<Request> {
             (i0..1usize << gd)
@@ -1140,7 +1162,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         }
         self.ctx.post(publish(false)).await?;
         self.ctx.post(vec![release(gd)]).await?;
-        self.counters.event("split");
+        self.counters.event(SPLIT);
         self.synchronize().await
     }
 
@@ -1251,10 +1273,10 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                     let placed = self.place(t, b, &kh, w).await?;
                     let seen = self.ctx.cas(slot_at, w, 0).await?;
                     if seen == w {
-                        self.counters.event("item_moved");
+                        self.counters.event(ITEM_MOVED);
                         break;
                     }
-                    self.counters.event("move_redone");
+                    self.counters.event(MOVE_REDONE);
                     self.ctx.cas(placed, w, 0).await?;
                     w = seen;
                     continue;
@@ -1279,7 +1301,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 if !self.cas(slot_at, moving, 0).await? && freeze {
                     return Err(IndexError::Corrupt("split: a frozen slot changed".into()));
                 }
-                self.counters.event("item_moved");
+                self.counters.event(ITEM_MOVED);
                 break;
             }
         }
@@ -1436,10 +1458,10 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         self.ctx.write(slot.block, Buf::from(vec![0u8; slot.bytes()])).await?;
         if self.node.chunks.owns(slot.block) {
             self.node.chunks.free(slot.block, slot.bytes() as u64)?;
-            self.counters.event("block_reused");
+            self.counters.event(BLOCK_REUSED);
         } else {
             // Carved by another compute node's allocator: zeroed as the paper does, not reused.
-            self.counters.event("foreign_block_zeroed");
+            self.counters.event(FOREIGN_BLOCK_ZEROED);
         }
         Ok(())
     }
@@ -1471,7 +1493,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         }
         for c in self.copies(&view, kh, key).await?.iter().skip(1) {
             if self.cas(view.slot_addr(&g, c.pos), c.word, 0).await? {
-                self.counters.event("duplicate_removed");
+                self.counters.event(DUPLICATE_REMOVED);
             }
         }
         Ok(true)

@@ -1,7 +1,11 @@
 //! Checking presets of RACE hashing (`dmkit_indexes::race`).
 
+use crate::Counters;
 use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point};
-use crate::race::{Race, RaceOptions};
+use crate::race::{
+    DIRECTORY_DOUBLING, INSERT_UNLOCKED_AFTER_FAILED_READ, ITEM_MOVED, Race, RaceOptions, SEARCH_ON_RESIZE,
+    SHALLOW_SPLIT, SPLIT, SPLIT_READ_RETRIED, SPLIT_RELEASED_AFTER_FAILED_READ, SPLIT_WAIT, SYNC_DEPTH_GREW,
+};
 
 /// RACE's checking tables: 2 groups of 3 buckets of 2 slots in one subtable, so few keys fill
 /// combined buckets, share them and collide on fingerprints' buckets.
@@ -34,7 +38,7 @@ impl Checked for Race {
             mix: Mix { search: 35, insert: 35, update: 15, delete: 15, scan: 0 },
             scan_limit: 4,
             scan_bounds: ScanBounds::From,
-            required_counters: &["cas_failures", "lock_failures"],
+            required_counters: &[Counters::CAS_FAILURES, Counters::LOCK_FAILURES],
             step_limit: 400_000,
         };
         // One subtable of six 1-slot buckets: inserts split it and double the directory while
@@ -44,7 +48,7 @@ impl Checked for Race {
             keys: 8,
             preload: 3,
             mix: Mix { search: 35, insert: 40, update: 15, delete: 10, scan: 0 },
-            required_counters: &["split", "item_moved", "directory_doubling", "search_on_resize", "split_wait"],
+            required_counters: &[SPLIT, ITEM_MOVED, DIRECTORY_DOUBLING, SEARCH_ON_RESIZE, SPLIT_WAIT],
             step_limit: 1_000_000,
             ..basic.clone()
         };
@@ -55,7 +59,7 @@ impl Checked for Race {
             keys: 16,
             preload: 10,
             mix: Mix { search: 35, insert: 40, update: 15, delete: 10, scan: 0 },
-            required_counters: &["shallow_split", "directory_doubling", "item_moved", "search_on_resize"],
+            required_counters: &[SHALLOW_SPLIT, DIRECTORY_DOUBLING, ITEM_MOVED, SEARCH_ON_RESIZE],
             step_limit: 1_000_000,
             ..basic.clone()
         };
@@ -102,10 +106,10 @@ impl Checked for Race {
                 Preset {
                     name: "read-failure",
                     required_counters: &[
-                        "split",
-                        "insert_unlocked_after_failed_read",
-                        "split_released_after_failed_read",
-                        "split_read_retried",
+                        SPLIT,
+                        INSERT_UNLOCKED_AFTER_FAILED_READ,
+                        SPLIT_RELEASED_AFTER_FAILED_READ,
+                        SPLIT_READ_RETRIED,
                     ],
                     ..default.clone()
                 },
@@ -152,7 +156,7 @@ impl Checked for Race {
                     keys: 48,
                     preload: 42,
                     mix: growing,
-                    required_counters: &["split", "item_moved", "directory_doubling", "split_wait"],
+                    required_counters: &[SPLIT, ITEM_MOVED, DIRECTORY_DOUBLING, SPLIT_WAIT],
                     step_limit: 2_000_000,
                     ..default.clone()
                 },
@@ -168,7 +172,7 @@ impl Checked for Race {
                     keys: 392,
                     preload: 384,
                     mix: growing,
-                    required_counters: &["split", "item_moved"],
+                    required_counters: &[SPLIT, ITEM_MOVED],
                     step_limit: 20_000_000,
                     ..default.clone()
                 },
@@ -184,7 +188,7 @@ impl Checked for Race {
                     keys: 16,
                     preload: 6,
                     mix: growing,
-                    required_counters: &["split", "directory_doubling"],
+                    required_counters: &[SPLIT, DIRECTORY_DOUBLING],
                     ..default.clone()
                 },
                 RaceOptions { max_depth: 1, ..one_slot.clone() },
@@ -200,7 +204,7 @@ impl Checked for Race {
                     keys: 60,
                     preload: 46,
                     mix: growing,
-                    required_counters: &["split", "directory_doubling", "sync_depth_grew", "search_on_resize"],
+                    required_counters: &[SPLIT, DIRECTORY_DOUBLING, SYNC_DEPTH_GREW, SEARCH_ON_RESIZE],
                     step_limit: 2_000_000,
                     ..default.clone()
                 },
@@ -226,7 +230,7 @@ impl Checked for Race {
                     keys: 280,
                     preload: 256,
                     mix: growing,
-                    required_counters: &["split", "item_moved", "shallow_split"],
+                    required_counters: &[SPLIT, ITEM_MOVED, SHALLOW_SPLIT],
                     step_limit: 8_000_000,
                     ..default.clone()
                 },
@@ -252,7 +256,7 @@ impl Checked for Race {
                     keys: 16,
                     preload: 4,
                     step_limit: 4_000_000,
-                    required_counters: &["split", "item_moved", "shallow_split", "search_on_resize", "split_wait"],
+                    required_counters: &[SPLIT, ITEM_MOVED, SHALLOW_SPLIT, SEARCH_ON_RESIZE, SPLIT_WAIT],
                     ..default.clone()
                 },
                 one_slot.clone(),
@@ -266,7 +270,7 @@ impl Checked for Race {
                     keys: 24,
                     preload: 9,
                     step_limit: 4_000_000,
-                    required_counters: &["split", "item_moved", "search_on_resize", "split_wait"],
+                    required_counters: &[SPLIT, ITEM_MOVED, SEARCH_ON_RESIZE, SPLIT_WAIT],
                     ..default
                 },
                 RaceOptions { slots: 2, ..one_slot },

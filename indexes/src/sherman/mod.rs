@@ -92,7 +92,7 @@ pub mod presets;
 
 use crate::common::bounds::{below_end, in_bounds};
 pub use crate::common::change::{Change, Reply};
-use crate::common::change::{Combined, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK, search_via, write_via};
+use crate::common::change::{Combined, RDWC_READ_FALLBACK_HANDLER, RDWC_WRITE_FALLBACK_HANDLER, search_via, write_via};
 use crate::common::chunk::LocalChunkAllocator;
 use crate::common::hocl::{HOCL_HANDED_OVER, HOCL_LOCK_FAILED, HoclHeld, LocalLockTable, acquire_global};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
@@ -128,28 +128,48 @@ fn superblock_addr() -> RemoteAddr {
     SUPERBLOCK.on(NodeId(0))
 }
 
+/// A traversal found an internal node for its key in the node cache.
+pub const CACHE_HIT: &str = Counters::CACHE_HIT;
+/// A traversal looked in the node cache and found no internal node for its key.
+pub const CACHE_MISS: &str = Counters::CACHE_MISS;
+/// A traversal, write or separator insert followed a node's sibling pointer (any cause).
+pub const MOVE_RIGHT: &str = "move_right";
+/// A move right from a node a cached internal node routed to.
+pub const MOVE_RIGHT_FROM_CACHE: &str = "move_right_from_cache";
+/// A cached internal node routed to an internal node that split since: it is dropped.
+pub const CACHE_STALE_INTERNAL: &str = "cache_stale_internal";
+/// An unlock handed the held global lock to a local waiter instead of releasing it.
+pub const LOCK_HAND_OVER: &str = "lock_hand_over";
+/// A leaf split.
+pub const LEAF_SPLIT: &str = "leaf_split";
+/// A root split whose new root's CAS into the superblock won.
+pub const ROOT_SPLIT: &str = "root_split";
+/// An internal node split.
+pub const INTERNAL_SPLIT: &str = "internal_split";
+/// A scan went on to the next leaf.
+pub const SCAN_NEXT_LEAF: &str = "scan_next_leaf";
 /// A node READ overlapped a write-back or split (its versions disagree): read it again.
-const TORN_READ: &str = "torn_read";
+pub const TORN_READ: &str = "torn_read";
 /// A search found its key in a slot whose versions disagree (bookend mode): read the leaf again.
-const TORN_SLOT: &str = "torn_slot";
+pub const TORN_SLOT: &str = "torn_slot";
 /// A scan read a leaf with a torn slot: read it again.
-const SCAN_TORN_SLOT: &str = "scan_torn_slot";
+pub const SCAN_TORN_SLOT: &str = "scan_torn_slot";
 /// A traversal read an internal node whose highest fence is at or below the key: move right.
-const MOVE_RIGHT_INTERNAL: &str = "move_right_internal";
+pub const MOVE_RIGHT_INTERNAL: &str = "move_right_internal";
 /// A search or write reached a leaf whose highest fence is at or below the key: move right.
-const MOVE_RIGHT_LEAF: &str = "move_right_leaf";
+pub const MOVE_RIGHT_LEAF: &str = "move_right_leaf";
 /// A separator insert locked a parent that split meanwhile: move right.
-const MOVE_RIGHT_PARENT: &str = "move_right_parent";
+pub const MOVE_RIGHT_PARENT: &str = "move_right_parent";
 /// A scan's next leaf split after the previous leaf was read: move right.
-const SCAN_MOVE_RIGHT: &str = "scan_move_right";
+pub const SCAN_MOVE_RIGHT: &str = "scan_move_right";
 /// A cached internal node routed to a leaf that no longer covers the key: invalidate it.
-const CACHE_STALE: &str = "cache_stale";
+pub const CACHE_STALE: &str = "cache_stale";
 /// A separator insert's copy of the root is below the level that split: re-read the root.
-const PARENT_ROOT_STALE: &str = "parent_root_stale";
+pub const PARENT_ROOT_STALE: &str = "parent_root_stale";
 /// Another splitter split the root and has not installed the new root: help it.
-const ROOT_HELP: &str = "root_help";
+pub const ROOT_HELP: &str = "root_help";
 /// The CAS of a new root lost to another client's: insert into the level that now exists.
-const ROOT_CAS_LOST: &str = "root_cas_lost";
+pub const ROOT_CAS_LOST: &str = "root_cas_lost";
 
 const RACE_HANDLERS: [RaceHandler; 15] = [
     RaceHandler {
@@ -198,8 +218,8 @@ const RACE_HANDLERS: [RaceHandler; 15] = [
     },
     HOCL_LOCK_FAILED,
     HOCL_HANDED_OVER,
-    RDWC_READ_FALLBACK,
-    RDWC_WRITE_FALLBACK,
+    RDWC_READ_FALLBACK_HANDLER,
+    RDWC_WRITE_FALLBACK_HANDLER,
 ];
 
 pub const NO_SIBLING_CHASE: PlantedBug = PlantedBug {
@@ -577,7 +597,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         if use_cache && root_level >= self.o.cache_min_root_level && self.o.cache_bytes > 0 {
             self.ctx.charge_cpu(CpuWork::CacheLookupLevel, 1).await;
             if let Some(e) = self.node.cache.lookup(key).filter(|e| e.node.level > target) {
-                self.counters.event("cache_hit");
+                self.counters.event(CACHE_HIT);
                 path[e.node.level as usize] = Some(e.addr);
                 let child = e.node.route(key);
                 if e.node.level == target + 1 {
@@ -585,7 +605,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 }
                 (p, from_cache, at_root) = (child, Some(e), false);
             } else {
-                self.counters.event("cache_miss");
+                self.counters.event(CACHE_MISS);
             }
         }
         for step in 0..self.o.max_retries {
@@ -607,19 +627,19 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             }
             if right && !self.planted(NO_SIBLING_CHASE) {
                 self.spare = Some(image);
-                self.counters.event("move_right");
+                self.counters.event(MOVE_RIGHT);
                 // Host-side tallies only (no CPU charged, no verb): which traversal read
                 // the sibling, to tell stale cached routes from concurrent splits.
                 self.counters.event(MOVE_RIGHT_INTERNAL);
                 if let Some(e) = from_cache.as_ref() {
-                    self.counters.event("move_right_from_cache");
+                    self.counters.event(MOVE_RIGHT_FROM_CACHE);
                     // The copy routed to a node that split since: drop it, so the next
                     // traversal of its range re-reads it from the level above (the artifact
                     // invalidates a stale entry too). Kept, it would send every later key of
                     // the range along the same ever longer chain of siblings.
                     if below_copy {
                         self.node.cache.invalidate(e);
-                        self.counters.event("cache_stale_internal");
+                        self.counters.event(CACHE_STALE_INTERNAL);
                     }
                 }
                 if at_root {
@@ -673,7 +693,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         if cached.is_some() && self.o.stale_restart {
             return Ok(None);
         }
-        self.counters.event("move_right");
+        self.counters.event(MOVE_RIGHT);
         self.counters.event(MOVE_RIGHT_LEAF);
         Ok(Some(sibling))
     }
@@ -704,7 +724,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             batch.push(Request::write(at, bytes));
         }
         if hand_over {
-            self.counters.event("lock_hand_over");
+            self.counters.event(LOCK_HAND_OVER);
         } else {
             let unlock = Request::write(held.word, 0u64.to_le_bytes().to_vec());
             if self.planted(UNLOCK_BEFORE_WRITE) {
@@ -897,7 +917,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         n: &mut Node,
         path: &[Option<RemoteAddr>],
     ) -> Result<(), IndexError> {
-        self.counters.event("leaf_split");
+        self.counters.event(LEAF_SPLIT);
         let mut live: Vec<Slot> = n.slots.iter().filter(|s| s.occupied).cloned().collect();
         live.sort_by(|a, b| a.key.cmp(&b.key));
         let keep = live.len() / 2;
@@ -998,7 +1018,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 let new = root::pack(at, level + 1);
                 let seen = self.ctx.cas(superblock_addr(), old, new).await?;
                 if seen == old {
-                    self.counters.event("root_split");
+                    self.counters.event(ROOT_SPLIT);
                     self.node.root.set(new);
                     if root == left {
                         return Ok(());
@@ -1056,7 +1076,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             }
             if sep >= n.highest.as_slice() {
                 self.unlock(held, None, false).await?;
-                self.counters.event("move_right");
+                self.counters.event(MOVE_RIGHT);
                 self.counters.event(MOVE_RIGHT_PARENT);
                 addr = n.sibling;
                 continue;
@@ -1085,7 +1105,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 self.unlock(held, Some((addr, image)), true).await?;
                 return Ok(None);
             }
-            self.counters.event("internal_split");
+            self.counters.event(INTERNAL_SPLIT);
             let mid = n.records.len() / 2;
             let right = n.records.split_off(mid + 1);
             let (up, up_child) = n.records.pop().expect("mid record");
@@ -1158,7 +1178,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
             if n.sibling.is_null() || !below_end(&n.highest, end) || n.highest.iter().all(|&b| b == 0xFF) {
                 return Ok(out);
             }
-            self.counters.event("scan_next_leaf");
+            self.counters.event(SCAN_NEXT_LEAF);
             cursor = n.highest.clone();
             addr = n.sibling;
         }

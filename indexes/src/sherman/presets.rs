@@ -1,8 +1,14 @@
 //! Checking presets of Sherman (`dmkit_indexes::sherman`).
 
+use crate::Counters;
 use crate::checking::{Checked, Mix, Preset, ScanBounds, be_key, point, preset_named, scan_shapes_preset};
+use crate::common::change::{RDWC_COMBINED, RDWC_DELEGATED};
+use crate::common::hocl::LOCK_HANDED_OVER;
 use crate::sherman::cache::{CacheLevels, ENTRY_OVERHEAD};
-use crate::sherman::{LockPlacement, Sherman, ShermanOptions};
+use crate::sherman::{
+    CACHE_HIT, CACHE_MISS, CACHE_STALE, INTERNAL_SPLIT, LEAF_SPLIT, LockPlacement, MOVE_RIGHT, MOVE_RIGHT_PARENT,
+    ROOT_SPLIT, SCAN_NEXT_LEAF, SCAN_TORN_SLOT, Sherman, ShermanOptions, TORN_READ, TORN_SLOT,
+};
 
 /// Sherman's checking nodes: 3 slots per leaf and 3 records per internal node, so a handful of
 /// inserts split leaves, internal nodes and the root.
@@ -29,7 +35,7 @@ impl Checked for Sherman {
             mix: Mix { search: 30, insert: 40, update: 10, delete: 10, scan: 10 },
             scan_limit: 6,
             scan_bounds: ScanBounds::From,
-            required_counters: &["leaf_split", "internal_split", "root_split", "move_right", "scan_next_leaf"],
+            required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, ROOT_SPLIT, MOVE_RIGHT, SCAN_NEXT_LEAF],
             step_limit: 400_000,
             key_of: be_key,
         };
@@ -42,7 +48,7 @@ impl Checked for Sherman {
             keys: 4,
             preload: 2,
             mix: Mix { search: 40, insert: 30, update: 20, delete: 10, scan: 0 },
-            required_counters: &["lock_handed_over", "rdwc_combined", "rdwc_delegated", "leaf_split"],
+            required_counters: &[LOCK_HANDED_OVER, RDWC_COMBINED, RDWC_DELEGATED, LEAF_SPLIT],
             ..base.clone()
         };
         let local_options = ShermanOptions { rdwc: true, max_handover: 8, ..sherman_options("sherman-fixed", 1) };
@@ -50,7 +56,7 @@ impl Checked for Sherman {
             (base.clone(), sherman_options("sherman-fixed", 2)),
             // Scans of every shape (`ScanBounds::Shapes`) while inserts split leaves.
             // Keys of one length: a bound of another is refused (`KeyTooShort`/`KeyTooLong`).
-            (scan_shapes_preset(&base, false, &["leaf_split", "scan_next_leaf"]), sherman_options("sherman-fixed", 2)),
+            (scan_shapes_preset(&base, false, &[LEAF_SPLIT, SCAN_NEXT_LEAF]), sherman_options("sherman-fixed", 2)),
             (local.clone(), local_options.clone()),
             // Small enough for DFS: two clients, a few inserts around one split.
             (
@@ -63,7 +69,7 @@ impl Checked for Sherman {
                     keys: 6,
                     preload: 2,
                     mix: Mix { search: 40, insert: 60, update: 0, delete: 0, scan: 0 },
-                    required_counters: &["leaf_split"],
+                    required_counters: &[LEAF_SPLIT],
                     step_limit: 200_000,
                     ..base.clone()
                 },
@@ -76,7 +82,7 @@ impl Checked for Sherman {
             (
                 Preset {
                     name: "host-locks",
-                    required_counters: &["leaf_split", "internal_split", "root_split", "lock_failures"],
+                    required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, ROOT_SPLIT, Counters::LOCK_FAILURES],
                     ..base.clone()
                 },
                 ShermanOptions {
@@ -97,7 +103,7 @@ impl Checked for Sherman {
                     ops_per_client: 20,
                     keys: 30,
                     step_limit: 2_000_000,
-                    required_counters: &["leaf_split", "internal_split", "root_split", "move_right", "scan_next_leaf"],
+                    required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, ROOT_SPLIT, MOVE_RIGHT, SCAN_NEXT_LEAF],
                     ..base.clone()
                 },
                 sherman_options("sherman-fixed", 2),
@@ -116,7 +122,7 @@ impl Checked for Sherman {
                     keys: 9,
                     preload: 9,
                     mix: Mix { search: 30, insert: 15, update: 30, delete: 0, scan: 25 },
-                    required_counters: &["torn_slot", "scan_torn_slot"],
+                    required_counters: &[TORN_SLOT, SCAN_TORN_SLOT],
                     ..base.clone()
                 },
                 // PCT starves a write-back half placed while a reader re-reads the torn slot:
@@ -139,7 +145,7 @@ impl Checked for Sherman {
                     ops_per_client: 20,
                     keys: 10,
                     step_limit: 2_000_000,
-                    required_counters: &["lock_handed_over", "rdwc_combined", "root_split", "internal_split"],
+                    required_counters: &[LOCK_HANDED_OVER, RDWC_COMBINED, ROOT_SPLIT, INTERNAL_SPLIT],
                     ..local
                 },
                 local_options,
@@ -158,13 +164,7 @@ impl Checked for Sherman {
             point(
                 "sweep-spans-min",
                 Preset {
-                    required_counters: &[
-                        "leaf_split",
-                        "internal_split",
-                        "root_split",
-                        "move_right",
-                        "move_right_parent",
-                    ],
+                    required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, ROOT_SPLIT, MOVE_RIGHT, MOVE_RIGHT_PARENT],
                     ..base.clone()
                 },
                 fixed.clone().with_spans(2, 3),
@@ -173,14 +173,14 @@ impl Checked for Sherman {
             // READ overlapping a write-back or split sees mixed line versions (torn_read).
             point(
                 "sweep-node-bytes-1k",
-                Preset { required_counters: &["leaf_split", "internal_split", "torn_read"], ..base.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, TORN_READ], ..base.clone() },
                 ShermanOptions { node_bytes: 1024, ..fixed.clone() },
             ),
             // A lock table of one word per memory node: every node of a memory node shares one
             // lock, so a split's parent insert contends with every leaf write of that node.
             point(
                 "sweep-lock-table-1",
-                Preset { required_counters: &["leaf_split", "internal_split", "lock_failures"], ..base.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, Counters::LOCK_FAILURES], ..base.clone() },
                 ShermanOptions { lock_table_bytes: 8, ..fixed.clone() },
             ),
             // Locks in a host table, no local lock table, and the write-back and unlock in two
@@ -188,7 +188,7 @@ impl Checked for Sherman {
             // and the unlock lands a round trip after the write-back (also after a split).
             point(
                 "sweep-host-locks-no-hocl",
-                Preset { required_counters: &["leaf_split", "lock_failures"], ..local.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, Counters::LOCK_FAILURES], ..local.clone() },
                 ShermanOptions {
                     lock_placement: LockPlacement::HostTable,
                     hocl_local_table: false,
@@ -200,18 +200,14 @@ impl Checked for Sherman {
             // ever being released while one is waiting (the artifact stops at 8).
             point(
                 "sweep-handover-max",
-                Preset { required_counters: &["lock_handed_over", "leaf_split"], ..local.clone() },
+                Preset { required_counters: &[LOCK_HANDED_OVER, LEAF_SPLIT], ..local.clone() },
                 ShermanOptions { max_handover: u32::MAX, rdwc: false, ..local_options.clone() },
             ),
             // One RDWC slot for every key: leaders of different keys share the slot, so a
             // follower may find a leader of another key.
             point(
                 "sweep-rdwc-slots-1",
-                Preset {
-                    keys: 6,
-                    required_counters: &["rdwc_combined", "rdwc_delegated", "leaf_split"],
-                    ..local.clone()
-                },
+                Preset { keys: 6, required_counters: &[RDWC_COMBINED, RDWC_DELEGATED, LEAF_SPLIT], ..local.clone() },
                 ShermanOptions { rdwc_slots: 1, ..local_options.clone() },
             ),
             // A cache of exactly one internal node: every insert of a copy evicts the last, and
@@ -219,7 +215,7 @@ impl Checked for Sherman {
             point(
                 "sweep-cache-one-node",
                 Preset {
-                    required_counters: &["leaf_split", "internal_split", "cache_hit", "cache_miss", "cache_stale"],
+                    required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, CACHE_HIT, CACHE_MISS, CACHE_STALE],
                     ..base.clone()
                 },
                 ShermanOptions { cache_bytes: geometry.node_bytes as u64 + ENTRY_OVERHEAD + 8, ..fixed.clone() },
@@ -231,7 +227,7 @@ impl Checked for Sherman {
                 Preset {
                     keys: 24,
                     preload: 14,
-                    required_counters: &["leaf_split", "cache_hit", "cache_stale"],
+                    required_counters: &[LEAF_SPLIT, CACHE_HIT, CACHE_STALE],
                     ..base.clone()
                 },
                 ShermanOptions {
@@ -244,7 +240,7 @@ impl Checked for Sherman {
             // Chunks of four nodes: the allocator takes a new chunk every few splits.
             point(
                 "sweep-chunk-min",
-                Preset { required_counters: &["leaf_split", "internal_split"], ..base.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT], ..base.clone() },
                 ShermanOptions { chunk_bytes: 4 * geometry.alloc_bytes() as u64, ..fixed.clone() },
             ),
             // Four memory nodes: nodes, chunks and lock tables spread over all of them.
@@ -257,7 +253,7 @@ impl Checked for Sherman {
             // reaches the parent, a new root never installed) and later ones must cope.
             point(
                 "sweep-retries-3",
-                Preset { required_counters: &["leaf_split", "internal_split", "retries"], ..base.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, Counters::RETRIES], ..base.clone() },
                 ShermanOptions { max_retries: 3, ..fixed.clone() },
             ),
             // CHIME's Sherman (`sherman-chime`), which no preset runs: lock words embedded after
@@ -266,7 +262,7 @@ impl Checked for Sherman {
             // stale read it allows within seconds, the scripted scenario of `tests/sherman.rs`.
             point(
                 "sweep-config-chime",
-                Preset { required_counters: &["leaf_split", "internal_split", "lock_failures"], ..base.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, Counters::LOCK_FAILURES], ..base.clone() },
                 ShermanOptions { split_write_signaled: true, ..sherman_options("sherman-chime", 2) },
             ),
             // Long runs on one compute node: hand-over, combining and splits interleave.
@@ -276,7 +272,7 @@ impl Checked for Sherman {
                     ops_per_client: 20,
                     keys: 10,
                     step_limit: 2_000_000,
-                    required_counters: &["lock_handed_over", "rdwc_combined", "leaf_split", "internal_split"],
+                    required_counters: &[LOCK_HANDED_OVER, RDWC_COMBINED, LEAF_SPLIT, INTERNAL_SPLIT],
                     ..local
                 },
                 local_options,

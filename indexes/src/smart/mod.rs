@@ -78,7 +78,8 @@ use crate::art::{LATE_HANDOVER, RETIRE_AFTER_PUBLISH};
 use crate::common::bounds::{above_start, below_end, in_bounds};
 use crate::common::change::{Change, Reply, fold};
 use crate::common::change::{
-    Combined, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK, RDWC_WRITE_QUEUED, replies, search_via, write_via,
+    Combined, RDWC_READ_FALLBACK_HANDLER, RDWC_WRITE_FALLBACK_HANDLER, RDWC_WRITE_QUEUED_HANDLER, replies, search_via,
+    write_via,
 };
 use crate::common::chunk::LocalChunkAllocator;
 use crate::common::hocl::{HOCL_HANDED_OVER, HOCL_LOCK_FAILED, HoclHeld, LocalLockTable, acquire_global};
@@ -109,116 +110,184 @@ pub fn root_slot_addr() -> RemoteAddr {
     SUPERBLOCK.on(NodeId(0))
 }
 
+// The events SMART and ART count (`Counters::event`), the race handlers' first.
+/// A node or leaf reached through a slot did not fit it (a stale route): the slot is read again.
+pub const STALE_ROUTE: &str = "stale_route";
+/// A node's header type was larger than its slot's: the rest of the node was read.
+pub const TYPE_STALE_READ: &str = "type_stale_read";
+/// A leaf READ overlapped an in-place update (checksum mismatch): the leaf is read again.
+pub const TORN_LEAF: &str = "torn_leaf";
+/// A leaf read dead or retired had its slot changed meanwhile: the new slot is followed.
+pub const LEAF_MOVED: &str = "leaf_moved";
+/// An insert published over the slot of a dead leaf its delete had not unlinked yet.
+pub const DEAD_LEAF_REPLACED: &str = "dead_leaf_replaced";
+/// An insert's CAS into an empty node slot lost to another insert: it tries the next slot.
+pub const SLOT_TAKEN: &str = "slot_taken";
+/// An insert's slot CAS lost: it starts again from the new slot value.
+pub const PUBLISH_LOST: &str = "publish_lost";
+/// A write with nothing to insert found the empty slot taken on re-reading it: it starts again.
+pub const ABSENCE_CHANGED: &str = "absence_changed";
+/// A write with nothing to insert, on a split's path, found the slot changed: it starts again.
+pub const SPLIT_ABSENCE_CHANGED: &str = "split_absence_changed";
+/// A write finished a node's type switch before acting on its partial.
+pub const TYPE_SWITCH_HELPED: &str = "type_switch_helped";
+/// A split's publishing CAS on the parent slot lost: it undoes its work and starts again.
+pub const SPLIT_LOST: &str = "split_lost";
+/// A split could not move the child's reverse pointer and the parent slot changed: it starts again.
+pub const SPLIT_SLOT_CHANGED: &str = "split_slot_changed";
+/// A split found the child's reverse pointer moved by another unpublished split: it waits.
+pub const REV_CAS_WAIT: &str = "rev_cas_wait";
+/// A header split's trim CAS lost to another change of the header: it trims again.
+pub const TRIM_RETRY: &str = "trim_retry";
+/// A type switch followed a split above its node down to the node's new slot.
+pub const TYPE_SWITCH_FOLLOWED: &str = "type_switch_followed";
+/// A type switch's CAS on the parent slot or the header lost: it tries again.
+pub const TYPE_SWITCH_RETRY: &str = "type_switch_retry";
+/// A scan reached a node that did not fit its slot: it reads the slot again.
+pub const SCAN_REREAD: &str = "scan_reread";
+/// An in-place update's leaf lock CAS found the leaf locked by another writer.
+pub const LEAF_LOCK_BUSY: &str = "leaf_lock_busy";
+/// An in-place update's lock CAS found the leaf deleted since it was read.
+pub const LOCK_FOUND_DEAD: &str = "lock_found_dead";
+/// A delete's tombstone CAS lost to a split that moved the dead leaf: it follows the leaf.
+pub const UNLINK_FOLLOWED: &str = "unlink_followed";
+/// An out-of-place update's slot CAS lost to another update or delete of the key.
+pub const RCU_LOST: &str = "rcu_lost";
+/// A traversal started from a slot found in the radix cache.
+pub const CACHE_HIT: &str = Counters::CACHE_HIT;
+/// A traversal found nothing for its key in the radix cache and started from the root.
+pub const CACHE_MISS: &str = Counters::CACHE_MISS;
+/// A cache entry found stale (a stale route, a node type changed) was dropped.
+pub const CACHE_INVALIDATED: &str = "cache_invalidated";
+/// A write found a tombstone where its key belongs and publishes over it.
+pub const TOMBSTONE_REUSED: &str = "tombstone_reused";
+/// An insert's slot CAS published its new leaf.
+pub const INSERT_PUBLISHED: &str = "insert_published";
+/// An out-of-place update (or delete) swung its key's slot to a new leaf (or a tombstone).
+pub const RCU_UPDATE: &str = "rcu_update";
+/// An update written into its leaf under the leaf lock.
+pub const UPDATE_IN_PLACE: &str = "update_in_place";
+/// A delete that marked its leaf dead under the leaf lock and unlinked it.
+pub const DELETE: &str = "delete";
+/// A split that published a new node above a node's header (a prefix split).
+pub const HEADER_SPLIT: &str = "header_split";
+/// A split of a leaf's slot into a new node holding the old leaf and the new key.
+pub const LEAF_SPLIT: &str = "leaf_split";
+/// A node switched to a larger type (its header and parent slot CASed).
+pub const TYPE_SWITCH: &str = "type_switch";
+/// An ART node unlock handed the held lock to a local waiter instead of releasing it.
+pub const LOCK_HAND_OVER: &str = "lock_hand_over";
+
 // The branches that exist because another client got there first, by the event each counts.
-const STALE_ROUTE: RaceHandler = RaceHandler {
-    event: "stale_route",
+const STALE_ROUTE_HANDLER: RaceHandler = RaceHandler {
+    event: STALE_ROUTE,
     race: "a node or leaf reached through a cached or just-read slot does not fit it (reverse pointer, depth, deleted node): the slot is read again",
 };
-const TYPE_STALE_READ: RaceHandler = RaceHandler {
-    event: "type_stale_read",
+const TYPE_STALE_READ_HANDLER: RaceHandler = RaceHandler {
+    event: TYPE_STALE_READ,
     race: "a node's header type is larger than its slot's (a type switch raised the header first): the rest of the node is read",
 };
-const TORN_LEAF: RaceHandler = RaceHandler {
-    event: "torn_leaf",
+const TORN_LEAF_HANDLER: RaceHandler = RaceHandler {
+    event: TORN_LEAF,
     race: "a leaf READ overlapped an in-place update (checksum mismatch): the leaf is read again",
 };
-const LEAF_MOVED: RaceHandler = RaceHandler {
-    event: "leaf_moved",
+const LEAF_MOVED_HANDLER: RaceHandler = RaceHandler {
+    event: LEAF_MOVED,
     race: "a leaf read dead or retired had its slot changed meanwhile (a delete's unlink, an update's swing): the new slot is followed",
 };
-const DEAD_LEAF_REPLACED: RaceHandler = RaceHandler {
-    event: "dead_leaf_replaced",
+const DEAD_LEAF_REPLACED_HANDLER: RaceHandler = RaceHandler {
+    event: DEAD_LEAF_REPLACED,
     race: "an insert met a dead leaf whose delete has not unlinked it yet: it publishes over the dead leaf's slot",
 };
-const SLOT_TAKEN: RaceHandler = RaceHandler {
-    event: "slot_taken",
+const SLOT_TAKEN_HANDLER: RaceHandler = RaceHandler {
+    event: SLOT_TAKEN,
     race: "an insert's CAS into an empty node slot lost to another partial's insert: it tries the next slot",
 };
-const PUBLISH_LOST: RaceHandler = RaceHandler {
-    event: "publish_lost",
+const PUBLISH_LOST_HANDLER: RaceHandler = RaceHandler {
+    event: PUBLISH_LOST,
     race: "an insert's slot CAS lost (another insert, split or delete changed the slot): it starts again from the new slot value",
 };
-const ABSENCE_CHANGED: RaceHandler = RaceHandler {
-    event: "absence_changed",
+const ABSENCE_CHANGED_HANDLER: RaceHandler = RaceHandler {
+    event: ABSENCE_CHANGED,
     race: "a write with nothing to insert re-read the empty slot after its window closed and found it taken: it starts again from the new value",
 };
-const SPLIT_ABSENCE_CHANGED: RaceHandler = RaceHandler {
-    event: "split_absence_changed",
+const SPLIT_ABSENCE_CHANGED_HANDLER: RaceHandler = RaceHandler {
+    event: SPLIT_ABSENCE_CHANGED,
     race: "a write with nothing to insert, on a split's path, re-read the slot after its window closed and found it changed: it starts again",
 };
-const TYPE_SWITCH_HELPED: RaceHandler = RaceHandler {
-    event: "type_switch_helped",
+const TYPE_SWITCH_HELPED_HANDLER: RaceHandler = RaceHandler {
+    event: TYPE_SWITCH_HELPED,
     race: "a write found its partial behind a node's capacity before the inserter switched the type: it finishes the switch first (else it acts on a key searches miss)",
 };
-const SPLIT_LOST: RaceHandler = RaceHandler {
-    event: "split_lost",
+const SPLIT_LOST_HANDLER: RaceHandler = RaceHandler {
+    event: SPLIT_LOST,
     race: "a split's publishing CAS on the parent slot lost: it moves the child's reverse pointer back, frees its nodes and starts again",
 };
-const SPLIT_SLOT_CHANGED: RaceHandler = RaceHandler {
-    event: "split_slot_changed",
+const SPLIT_SLOT_CHANGED_HANDLER: RaceHandler = RaceHandler {
+    event: SPLIT_SLOT_CHANGED,
     race: "a split could not move the child's reverse pointer and the parent slot changed meanwhile: it frees its nodes and starts again",
 };
-const REV_CAS_WAIT: RaceHandler = RaceHandler {
-    event: "rev_cas_wait",
+const REV_CAS_WAIT_HANDLER: RaceHandler = RaceHandler {
+    event: REV_CAS_WAIT,
     race: "a split found the child's reverse pointer moved by another split of the same child that has not published: it waits",
 };
-const TRIM_RETRY: RaceHandler = RaceHandler {
-    event: "trim_retry",
+const TRIM_RETRY_HANDLER: RaceHandler = RaceHandler {
+    event: TRIM_RETRY,
     race: "a header split's trim CAS lost to another change of the header: it trims again from the fresh header (digest H10)",
 };
-const TYPE_SWITCH_FOLLOWED: RaceHandler = RaceHandler {
-    event: "type_switch_followed",
+const TYPE_SWITCH_FOLLOWED_HANDLER: RaceHandler = RaceHandler {
+    event: TYPE_SWITCH_FOLLOWED,
     race: "a type switch found the node's parent slot moved by a split above it: it follows the new nodes' slot 0 down to the node",
 };
-const TYPE_SWITCH_RETRY: RaceHandler = RaceHandler {
-    event: "type_switch_retry",
+const TYPE_SWITCH_RETRY_HANDLER: RaceHandler = RaceHandler {
+    event: TYPE_SWITCH_RETRY,
     race: "a type switch's CAS on the parent slot or the header lost to another change: it tries again with the value it read",
 };
-const SCAN_REREAD: RaceHandler = RaceHandler {
-    event: "scan_reread",
+const SCAN_REREAD_HANDLER: RaceHandler = RaceHandler {
+    event: SCAN_REREAD,
     race: "a scan reached a node that does not fit its slot (deleted, or a split moved it): it reads the slot again",
 };
-const LEAF_LOCK_BUSY: RaceHandler = RaceHandler {
-    event: "leaf_lock_busy",
+const LEAF_LOCK_BUSY_HANDLER: RaceHandler = RaceHandler {
+    event: LEAF_LOCK_BUSY,
     race: "an in-place update's leaf lock CAS found the leaf locked by another writer: it CASes again",
 };
-const LOCK_FOUND_DEAD: RaceHandler = RaceHandler {
-    event: "lock_found_dead",
+const LOCK_FOUND_DEAD_HANDLER: RaceHandler = RaceHandler {
+    event: LOCK_FOUND_DEAD,
     race: "an in-place update's lock CAS found the leaf deleted since it was read: it reads the slot again",
 };
-const UNLINK_FOLLOWED: RaceHandler = RaceHandler {
-    event: "unlink_followed",
+const UNLINK_FOLLOWED_HANDLER: RaceHandler = RaceHandler {
+    event: UNLINK_FOLLOWED,
     race: "a delete's tombstone CAS lost because a split moved the dead leaf down: it follows the leaf to its new slot",
 };
-const RCU_LOST: RaceHandler = RaceHandler {
-    event: "rcu_lost",
+const RCU_LOST_HANDLER: RaceHandler = RaceHandler {
+    event: RCU_LOST,
     race: "an out-of-place update's slot CAS lost to another update or delete of the key: it starts again from the new slot value",
 };
 
 /// SMART's race handlers (configuration `smart`: lock-free nodes, in-place updates, RDWC).
 pub const RACE_HANDLERS: [RaceHandler; 22] = [
-    STALE_ROUTE,
-    TYPE_STALE_READ,
-    TORN_LEAF,
-    LEAF_MOVED,
-    DEAD_LEAF_REPLACED,
-    SLOT_TAKEN,
-    PUBLISH_LOST,
-    ABSENCE_CHANGED,
-    SPLIT_ABSENCE_CHANGED,
-    TYPE_SWITCH_HELPED,
-    SPLIT_LOST,
-    SPLIT_SLOT_CHANGED,
-    REV_CAS_WAIT,
-    TRIM_RETRY,
-    TYPE_SWITCH_FOLLOWED,
-    TYPE_SWITCH_RETRY,
-    SCAN_REREAD,
-    LEAF_LOCK_BUSY,
-    LOCK_FOUND_DEAD,
-    UNLINK_FOLLOWED,
-    RDWC_READ_FALLBACK,
-    RDWC_WRITE_FALLBACK,
+    STALE_ROUTE_HANDLER,
+    TYPE_STALE_READ_HANDLER,
+    TORN_LEAF_HANDLER,
+    LEAF_MOVED_HANDLER,
+    DEAD_LEAF_REPLACED_HANDLER,
+    SLOT_TAKEN_HANDLER,
+    PUBLISH_LOST_HANDLER,
+    ABSENCE_CHANGED_HANDLER,
+    SPLIT_ABSENCE_CHANGED_HANDLER,
+    TYPE_SWITCH_HELPED_HANDLER,
+    SPLIT_LOST_HANDLER,
+    SPLIT_SLOT_CHANGED_HANDLER,
+    REV_CAS_WAIT_HANDLER,
+    TRIM_RETRY_HANDLER,
+    TYPE_SWITCH_FOLLOWED_HANDLER,
+    TYPE_SWITCH_RETRY_HANDLER,
+    SCAN_REREAD_HANDLER,
+    LEAF_LOCK_BUSY_HANDLER,
+    LOCK_FOUND_DEAD_HANDLER,
+    UNLINK_FOLLOWED_HANDLER,
+    RDWC_READ_FALLBACK_HANDLER,
+    RDWC_WRITE_FALLBACK_HANDLER,
 ];
 
 /// ART's (configuration `art`): no in-place updates (so no torn leaf, and no dead leaf: a
@@ -226,26 +295,26 @@ pub const RACE_HANDLERS: [RaceHandler; 22] = [
 /// artifact's same-key hand-over (a window of RDWC's write table whose late writers queue), and
 /// the hierarchical node locks.
 pub const ART_RACE_HANDLERS: [RaceHandler; 20] = [
-    STALE_ROUTE,
-    TYPE_STALE_READ,
-    LEAF_MOVED,
-    SLOT_TAKEN,
-    PUBLISH_LOST,
-    ABSENCE_CHANGED,
-    SPLIT_ABSENCE_CHANGED,
-    TYPE_SWITCH_HELPED,
-    SPLIT_LOST,
-    SPLIT_SLOT_CHANGED,
-    REV_CAS_WAIT,
-    TRIM_RETRY,
-    TYPE_SWITCH_FOLLOWED,
-    TYPE_SWITCH_RETRY,
-    SCAN_REREAD,
-    RCU_LOST,
+    STALE_ROUTE_HANDLER,
+    TYPE_STALE_READ_HANDLER,
+    LEAF_MOVED_HANDLER,
+    SLOT_TAKEN_HANDLER,
+    PUBLISH_LOST_HANDLER,
+    ABSENCE_CHANGED_HANDLER,
+    SPLIT_ABSENCE_CHANGED_HANDLER,
+    TYPE_SWITCH_HELPED_HANDLER,
+    SPLIT_LOST_HANDLER,
+    SPLIT_SLOT_CHANGED_HANDLER,
+    REV_CAS_WAIT_HANDLER,
+    TRIM_RETRY_HANDLER,
+    TYPE_SWITCH_FOLLOWED_HANDLER,
+    TYPE_SWITCH_RETRY_HANDLER,
+    SCAN_REREAD_HANDLER,
+    RCU_LOST_HANDLER,
     HOCL_LOCK_FAILED,
     HOCL_HANDED_OVER,
-    RDWC_WRITE_QUEUED,
-    RDWC_WRITE_FALLBACK,
+    RDWC_WRITE_QUEUED_HANDLER,
+    RDWC_WRITE_FALLBACK_HANDLER,
 ];
 
 pub const REV_CAS_UNSIGNALED: PlantedBug = PlantedBug {
@@ -675,10 +744,10 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             let (hit, probes) = self.node.cache.lookup(key);
             self.ctx.charge_cpu(CpuWork::CacheLookupLevel, u64::from(probes)).await;
             if let Some((e, i)) = hit {
-                self.counters.event("cache_hit");
+                self.counters.event(CACHE_HIT);
                 return Ok(At { s: e.slot(i), sa: e.slot_addr(i), d: e.depth() + 1, cached: Some(e) });
             }
-            self.counters.event("cache_miss");
+            self.counters.event(CACHE_MISS);
         }
         let s = self.read_slot(root_slot_addr()).await?;
         Ok(At { s, sa: root_slot_addr(), d: 1, cached: None })
@@ -688,10 +757,10 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
     async fn reread(&mut self, at: &mut At) -> Result<(), IndexError> {
         if let Some(e) = at.cached.take() {
             self.node.cache.invalidate(&e);
-            self.counters.event("cache_invalidated");
+            self.counters.event(CACHE_INVALIDATED);
         }
         self.counters.retries += 1;
-        self.counters.event(STALE_ROUTE.event);
+        self.counters.event(STALE_ROUTE);
         at.s = self.read_slot(at.sa).await?;
         Ok(())
     }
@@ -718,7 +787,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         }
         if cap > n {
             // The node grew since the slot recorded its type: fetch the rest (a second READ).
-            self.counters.event(TYPE_STALE_READ.event);
+            self.counters.event(TYPE_STALE_READ);
             let rest = self.ctx.read(ptr.add(16 + 8 * n as u64), Buf::zeroed(8 * (cap - n))).await?;
             buf.extend_from_slice(rest.as_slice());
         }
@@ -726,7 +795,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             && ht != t
         {
             self.node.cache.invalidate(e);
-            self.counters.event("cache_invalidated");
+            self.counters.event(CACHE_INVALIDATED);
         }
         self.ctx.charge_cpu(CpuWork::NodeSearchEntry, cap as u64).await;
         let rev_ok = at.cached.is_none() || rev == at.sa.raw() || self.planted(NO_REVERSE_CHECK);
@@ -771,7 +840,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 // Deleted, or retired by an out-of-place update: the slot tells.
                 let now = self.read_slot(at.sa).await?;
                 if now != at.s {
-                    self.counters.event(LEAF_MOVED.event);
+                    self.counters.event(LEAF_MOVED);
                     return Ok(LeafView::Moved(now));
                 }
                 if leaf.dead() {
@@ -779,7 +848,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 }
             }
             if !leaf.intact() && !self.planted(NO_CHECKSUM) {
-                self.counters.event(TORN_LEAF.event);
+                self.counters.event(TORN_LEAF);
                 self.counters.retries += 1;
                 self.ctx.yield_now().await;
                 continue;
@@ -825,7 +894,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             if at.s.is_empty() {
                 let pk = if at.s.is_tombstone() { at.s.partial() } else { kb(key, at.d - 1) };
                 if at.s.is_tombstone() {
-                    self.counters.event("tombstone_reused");
+                    self.counters.event(TOMBSTONE_REUSED);
                 }
                 match self.publish_leaf(key, p, at.sa, at.s, pk).await? {
                     Publish::Done(r) => return Ok(r),
@@ -847,7 +916,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     }
                     LeafView::Dead => {
                         // A deleted leaf is an empty slot for whoever comes next.
-                        self.counters.event(DEAD_LEAF_REPLACED.event);
+                        self.counters.event(DEAD_LEAF_REPLACED);
                         self.publish_leaf(key, p, at.sa, at.s, at.s.partial()).await?
                     }
                     LeafView::Live(l) if l.key == key => self.change_existing(key, p, &at, l).await?,
@@ -946,13 +1015,13 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                         // still miss).
                         let t = self.node.types.for_slot_index(i);
                         self.switch_type(at.sa, at.s, node, h, t).await?;
-                        self.counters.event(TYPE_SWITCH_HELPED.event);
+                        self.counters.event(TYPE_SWITCH_HELPED);
                     }
                     *at = child(i, old);
                     return Ok(Step::Continue);
                 }
                 // Another partial took this slot: try the next.
-                Publish::Lost(_) => self.counters.event(SLOT_TAKEN.event),
+                Publish::Lost(_) => self.counters.event(SLOT_TAKEN),
             }
         }
         Err(IndexError::Corrupt(format!("node at {node} has 256 slots and none for partial {pk}")))
@@ -974,7 +1043,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             // window closed, so every combined change linearizes inside its interval.
             let now = self.read_slot(target).await?;
             if now != expected {
-                self.counters.event(ABSENCE_CHANGED.event);
+                self.counters.event(ABSENCE_CHANGED);
                 return Ok(Publish::Lost(now));
             }
             return Ok(Publish::Done(results));
@@ -984,12 +1053,12 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         let old = Slot(self.ctx.cas(target, expected.0, new.0).await?);
         if old == expected {
             p.leaf = None;
-            self.counters.event("insert_published");
+            self.counters.event(INSERT_PUBLISHED);
             return Ok(Publish::Done(results));
         }
         // The written leaf stays in `p` for the next attempt.
         self.counters.cas_failures += 1;
-        self.counters.event(PUBLISH_LOST.event);
+        self.counters.event(PUBLISH_LOST);
         Ok(Publish::Lost(old))
     }
 
@@ -1053,7 +1122,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             let old = Slot(self.ctx.cas(at.sa, at.s.0, new.0).await?);
             if old != at.s {
                 self.counters.cas_failures += 1;
-                self.counters.event(RCU_LOST.event);
+                self.counters.event(RCU_LOST);
                 return Ok(Publish::Lost(old));
             }
             if new.is_leaf() {
@@ -1062,7 +1131,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             if late {
                 self.ctx.post_unsignaled(vec![retire])?;
             }
-            self.counters.event("rcu_update");
+            self.counters.event(RCU_UPDATE);
             return Ok(Publish::Done(results));
         }
         let lock_at = leaf_addr.add(g.lock_at() as u64);
@@ -1075,12 +1144,12 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             }
             if old & DEAD_BIT != 0 {
                 // Deleted since we read it: look at the slot again.
-                self.counters.event(LOCK_FOUND_DEAD.event);
+                self.counters.event(LOCK_FOUND_DEAD);
                 let now = self.read_slot(at.sa).await?;
                 return Ok(Publish::Lost(now));
             }
             self.counters.lock_failures += 1;
-            self.counters.event(LEAF_LOCK_BUSY.event);
+            self.counters.event(LEAF_LOCK_BUSY);
             self.ctx.yield_now().await;
         }
         if !locked {
@@ -1107,14 +1176,14 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     self.ctx.write(leaf_addr.add(at_off as u64), Buf::from(data)).await?;
                     self.ctx.write(lock_at, Buf::from(0u64.to_le_bytes().to_vec())).await?;
                 }
-                self.counters.event("update_in_place");
+                self.counters.event(UPDATE_IN_PLACE);
             }
             None => {
                 // The delete's linearization point: dead, and unlocked, in one WRITE.
                 self.ctx.write(lock_at, Buf::from(DEAD_BIT.to_le_bytes().to_vec())).await?;
                 self.ctx.write(leaf_addr.add(VALID_AT as u64), Buf::from(vec![0u8])).await?;
                 self.unlink(key, at, leaf_addr).await?;
-                self.counters.event("delete");
+                self.counters.event(DELETE);
             }
         }
         Ok(Publish::Done(results))
@@ -1155,7 +1224,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 // Replaced (by an insert that found it dead), or already unlinked.
                 return Ok(());
             }
-            self.counters.event(UNLINK_FOLLOWED.event);
+            self.counters.event(UNLINK_FOLLOWED);
             (expected, depth) = (cur, depth + 1);
         }
         Err(self.retries_exhausted("unlink"))
@@ -1178,7 +1247,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         let Some(value) = state else {
             let now = self.read_slot(at.sa).await?;
             if now != at.s {
-                self.counters.event(SPLIT_ABSENCE_CHANGED.event);
+                self.counters.event(SPLIT_ABSENCE_CHANGED);
                 return Ok(Publish::Lost(now));
             }
             return Ok(Publish::Done(results));
@@ -1252,7 +1321,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         let new_parent = nodes[last].add(16);
         let early = !self.planted(REV_CAS_UNSIGNALED) && !self.planted(REV_CAS_AFTER_PUBLISH);
         if early && let Some(now) = self.move_reverse(at, moved, new_parent).await? {
-            self.counters.event(SPLIT_SLOT_CHANGED.event);
+            self.counters.event(SPLIT_SLOT_CHANGED);
             for a in nodes {
                 let _ = node.chunks.free(a, types.node_alloc_bytes());
             }
@@ -1269,11 +1338,11 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 let _ = node.chunks.free(a, types.node_alloc_bytes());
             }
             self.counters.cas_failures += 1;
-            self.counters.event(SPLIT_LOST.event);
+            self.counters.event(SPLIT_LOST);
             return Ok(Publish::Lost(old));
         }
         p.leaf = None;
-        self.counters.event(if header.is_some() { "header_split" } else { "leaf_split" });
+        self.counters.event(if header.is_some() { HEADER_SPLIT } else { LEAF_SPLIT });
         if self.planted(REV_CAS_UNSIGNALED) {
             // The artifact: an unsignaled CAS after the publish, never awaited (H1).
             self.ctx.post_unsignaled(vec![Request::cas(moved, at.sa.raw(), new_parent.raw())])?;
@@ -1306,7 +1375,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             if now != at.s {
                 return Ok(Some(now));
             }
-            self.counters.event(REV_CAS_WAIT.event);
+            self.counters.event(REV_CAS_WAIT);
             self.ctx.yield_now().await;
         }
         Err(self.retries_exhausted("reverse pointer"))
@@ -1325,7 +1394,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             if old & mask == h.0 & mask {
                 return Ok(());
             }
-            self.counters.event(TRIM_RETRY.event);
+            self.counters.event(TRIM_RETRY);
             h = Header(old);
         }
         Err(self.retries_exhausted("header trim"))
@@ -1362,7 +1431,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                         break;
                     }
                     // A split put node(s) above this one: it is under their slot 0.
-                    self.counters.event(TYPE_SWITCH_FOLLOWED.event);
+                    self.counters.event(TYPE_SWITCH_FOLLOWED);
                     psa = p.ptr().add(16);
                     p = self.read_slot(psa).await?;
                 }
@@ -1373,7 +1442,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     if old == p.0 {
                         done1 = true;
                     } else {
-                        self.counters.event(TYPE_SWITCH_RETRY.event);
+                        self.counters.event(TYPE_SWITCH_RETRY);
                         p = Slot(old);
                     }
                 }
@@ -1386,12 +1455,12 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     r2 = self.ctx.masked_cas(header_at, cur.0, TYPE_MASK, tbits, TYPE_MASK).await?;
                     done2 = r2 & TYPE_MASK == cur.0 & TYPE_MASK;
                     if !done2 {
-                        self.counters.event(TYPE_SWITCH_RETRY.event);
+                        self.counters.event(TYPE_SWITCH_RETRY);
                     }
                 }
             }
             if done1 && done2 {
-                self.counters.event("type_switch");
+                self.counters.event(TYPE_SWITCH);
                 return Ok(());
             }
         }
@@ -1417,7 +1486,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             // A failed post leaves the word locked; the next CAS on it reports the error.
             let _ = self.ctx.post_unsignaled(vec![Request::write(held.word, 0u64.to_le_bytes().to_vec())]);
         } else {
-            self.counters.event("lock_hand_over");
+            self.counters.event(LOCK_HAND_OVER);
         }
         if let (Some(t), Some(h)) = (&table.local_locks, held.hold) {
             t.finish_release(h, hand_over);
@@ -1474,7 +1543,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     return Err(self.retries_exhausted("scan"));
                 }
                 self.counters.retries += 1;
-                self.counters.event(SCAN_REREAD.event);
+                self.counters.event(SCAN_REREAD);
                 let s = self.read_slot(sa).await?;
                 stack.push(Item::Visit(s, sa, d, path));
                 continue;

@@ -1,9 +1,14 @@
 //! Checking presets of SMART (`dmkit check --index smart`); ART's, its baseline configuration, are in `art/presets.rs`.
 
+use crate::Counters;
 use crate::IndexKind;
 use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point, preset_named, scan_shapes_preset};
+use crate::common::change::{RDWC_COMBINED, RDWC_DELEGATED, RDWC_READ_FALLBACK, RDWC_WRITE_FALLBACK};
 use crate::smart::layout::NodeTypes;
-use crate::smart::{Smart, SmartOptions};
+use crate::smart::{
+    CACHE_HIT, CACHE_INVALIDATED, HEADER_SPLIT, LEAF_SPLIT, PUBLISH_LOST, RCU_UPDATE, Smart, SmartOptions, TORN_LEAF,
+    TYPE_STALE_READ, TYPE_SWITCH, UPDATE_IN_PLACE,
+};
 
 /// SMART's checking keys: two groups of six sharing seven bytes and differing in the last
 /// (so a node fills past NODE_4 and switches type), split at byte 5, and two keys diverging at
@@ -51,13 +56,13 @@ pub(crate) fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
         mix: Mix { search: 35, insert: 35, update: 10, delete: 10, scan: 10 },
         scan_limit: 6,
         scan_bounds: ScanBounds::From,
-        required_counters: &["leaf_split", "header_split", "type_switch", "cache_hit", "cache_invalidated"],
+        required_counters: &[LEAF_SPLIT, HEADER_SPLIT, TYPE_SWITCH, CACHE_HIT, CACHE_INVALIDATED],
         step_limit: 400_000,
     };
     vec![
         (base.clone(), smart_options(config, 2)),
         // Scans of every shape (`ScanBounds::Shapes`) while inserts split leaves and headers.
-        (scan_shapes_preset(&base, true, &["leaf_split"]), smart_options(config, 2)),
+        (scan_shapes_preset(&base, true, &[LEAF_SPLIT]), smart_options(config, 2)),
         // One compute node, hot keys: delegation, combining, lock contention.
         (
             Preset {
@@ -68,7 +73,7 @@ pub(crate) fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
                 keys: 4,
                 preload: 1,
                 mix: Mix { search: 40, insert: 30, update: 20, delete: 10, scan: 0 },
-                required_counters: &["rdwc_combined", "rdwc_delegated", "leaf_split", "lock_failures"],
+                required_counters: &[RDWC_COMBINED, RDWC_DELEGATED, LEAF_SPLIT, Counters::LOCK_FAILURES],
                 ..base.clone()
             },
             smart_options(config, 1),
@@ -85,7 +90,7 @@ pub(crate) fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
                 keys: 4,
                 preload: 1,
                 mix: Mix { search: 40, insert: 30, update: 20, delete: 10, scan: 0 },
-                required_counters: &["rdwc_write_fallback", "rdwc_read_fallback"],
+                required_counters: &[RDWC_WRITE_FALLBACK, RDWC_READ_FALLBACK],
                 ..base.clone()
             },
             smart_options(config, 1),
@@ -101,7 +106,7 @@ pub(crate) fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
                 keys: 4,
                 preload: 1,
                 mix: Mix { search: 40, insert: 40, update: 20, delete: 0, scan: 0 },
-                required_counters: &["leaf_split"],
+                required_counters: &[LEAF_SPLIT],
                 step_limit: 200_000,
                 ..base
             },
@@ -119,7 +124,7 @@ pub(crate) fn wide(base: &Preset) -> Preset {
         key_of: be_key,
         preload: 15,
         mix: Mix { search: 30, insert: 50, update: 10, delete: 10, scan: 0 },
-        required_counters: &["type_switch"],
+        required_counters: &[TYPE_SWITCH],
         ..base.clone()
     }
 }
@@ -140,7 +145,7 @@ impl Checked for Smart {
             // Found by the option sweep; it failed before two fixes: descent steps counted as
             // attempts (the preload gave up at once), and a delete whose unlink CAS lost to a
             // split above its leaf gave up, leaving its dead leaf reachable.
-            Preset { name: "retries-1", required_counters: &["leaf_split", "publish_lost"], ..long(&base) },
+            Preset { name: "retries-1", required_counters: &[LEAF_SPLIT, PUBLISH_LOST], ..long(&base) },
             SmartOptions { max_retries: 1, ..o },
         ));
         presets
@@ -150,7 +155,7 @@ impl Checked for Smart {
         let presets = smart_presets(Smart::NAME);
         let (base, o) = preset_named(&presets, "default");
         let (local, lo) = preset_named(&presets, "local");
-        let splits = &["leaf_split", "header_split", "cache_hit"][..];
+        let splits = &[LEAF_SPLIT, HEADER_SPLIT, CACHE_HIT][..];
         vec![
             // NODE_256 only (Fig. 22(d)'s one type): no node ever switches type, every READ of
             // a node fetches 256 slots.
@@ -163,7 +168,7 @@ impl Checked for Smart {
             // (Three children preloaded: the fifth insert makes the switch.)
             point(
                 "sweep-types-2",
-                Preset { keys: 8, preload: 3, required_counters: &["type_switch", "type_stale_read"], ..wide(&base) },
+                Preset { keys: 8, preload: 3, required_counters: &[TYPE_SWITCH, TYPE_STALE_READ], ..wide(&base) },
                 SmartOptions { node_types: NodeTypes::geometric(2).expect("valid"), ..o.clone() },
             ),
             // 31 types (4, 5, 5, 6, ... deduplicated): a switch every one or two inserts, so
@@ -177,24 +182,21 @@ impl Checked for Smart {
             // a cached route, no invalidation).
             point(
                 "sweep-cache-0",
-                Preset { required_counters: &["leaf_split", "header_split", "type_switch"], ..base.clone() },
+                Preset { required_counters: &[LEAF_SPLIT, HEADER_SPLIT, TYPE_SWITCH], ..base.clone() },
                 SmartOptions { cache_bytes: 0, ..o.clone() },
             ),
             // A cache of 100 bytes: one NODE_4 entry (65 bytes with its 7-byte prefix), so each
             // add evicts the last and larger nodes are never cached.
             point(
                 "sweep-cache-tiny",
-                Preset {
-                    required_counters: &["leaf_split", "header_split", "cache_hit", "cache_invalidated"],
-                    ..base.clone()
-                },
+                Preset { required_counters: &[LEAF_SPLIT, HEADER_SPLIT, CACHE_HIT, CACHE_INVALIDATED], ..base.clone() },
                 SmartOptions { cache_bytes: 100, ..o.clone() },
             ),
             // One RDWC slot per compute node: every key shares it, so a window of one key meets
             // searches and writes of the others.
             point(
                 "sweep-rdwc-1",
-                Preset { required_counters: &["rdwc_combined", "rdwc_delegated", "leaf_split"], ..local.clone() },
+                Preset { required_counters: &[RDWC_COMBINED, RDWC_DELEGATED, LEAF_SPLIT], ..local.clone() },
                 SmartOptions { rdwc_slots: 1, ..lo.clone() },
             ),
             // 32-byte keys with 24 shared zero bytes: chains of full headers, header splits
@@ -226,7 +228,7 @@ impl Checked for Smart {
                 Preset {
                     value_bytes: 4096,
                     step_limit: 4_000_000,
-                    required_counters: &["leaf_split", "torn_leaf"],
+                    required_counters: &[LEAF_SPLIT, TORN_LEAF],
                     ..local.clone()
                 },
                 SmartOptions { value_bytes: 4096, ..lo.clone() },
@@ -236,7 +238,7 @@ impl Checked for Smart {
             point(
                 "sweep-inplace",
                 Preset {
-                    required_counters: &["update_in_place", "leaf_split", "lock_failures", "torn_leaf"],
+                    required_counters: &[UPDATE_IN_PLACE, LEAF_SPLIT, Counters::LOCK_FAILURES, TORN_LEAF],
                     ..local.clone()
                 },
                 configured(&lo, "smart-inplace"),
@@ -245,16 +247,13 @@ impl Checked for Smart {
             // without its node locks; no preset runs it.
             point(
                 "sweep-lockfree",
-                Preset {
-                    required_counters: &["rcu_update", "leaf_split", "header_split", "type_switch"],
-                    ..base.clone()
-                },
+                Preset { required_counters: &[RCU_UPDATE, LEAF_SPLIT, HEADER_SPLIT, TYPE_SWITCH], ..base.clone() },
                 configured(&o, "smart-lockfree"),
             ),
             // Read delegation without write combining (smart-rd): no preset runs it.
             point(
                 "sweep-rd",
-                Preset { required_counters: &["rdwc_delegated", "leaf_split", "lock_failures"], ..local.clone() },
+                Preset { required_counters: &[RDWC_DELEGATED, LEAF_SPLIT, Counters::LOCK_FAILURES], ..local.clone() },
                 configured(&lo, "smart-rd"),
             ),
             // Sixteen memory nodes: a split's nodes and the leaves it moves live on different
