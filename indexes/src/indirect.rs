@@ -22,7 +22,7 @@
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
 use crate::hstore::layout::{self, Block};
 use crate::registry::RunShape;
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
+use crate::{Change, Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
 use dmkit_rdma::{Buf, Caps, Client, MemoryView};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -107,23 +107,25 @@ impl<H: Index, N, C: Client + Clone + 'static> Index for IndirectHandle<H, N, C>
         }
     }
 
-    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        let (_, _, w) = self.write_block(key, value).await?;
-        self.inner.insert(key, &w).await
-    }
-
-    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        let (at, units, w) = self.write_block(key, value).await?;
-        let existed = self.inner.update(key, &w).await?;
-        if !existed {
-            self.node.chunks.free(at, units * layout::UNIT)?;
+    async fn write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        match change {
+            Change::Upsert(value) => {
+                let (_, _, w) = self.write_block(key, &value).await?;
+                self.inner.write(key, Change::Upsert(w)).await
+            }
+            Change::Update(value) => {
+                let (at, units, w) = self.write_block(key, &value).await?;
+                let existed = self.inner.write(key, Change::Update(w)).await?;
+                if !existed {
+                    self.node.chunks.free(at, units * layout::UNIT)?;
+                }
+                Ok(existed)
+            }
+            Change::Delete => {
+                self.limits.check_key(key)?;
+                self.inner.write(key, Change::Delete).await
+            }
         }
-        Ok(existed)
-    }
-
-    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
-        self.limits.check_key(key)?;
-        self.inner.delete(key).await
     }
 
     async fn scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {

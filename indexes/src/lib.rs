@@ -1,7 +1,8 @@
 //! # dmkit-indexes: indexes on disaggregated memory
 //!
 //! Every index is written against [`dmkit_rdma::Client`] (verbs plus the client context) and
-//! never names a backend. It implements [`Index`] (the operations of one client) and
+//! never names a backend. It implements [`Index`] (the operations of one client: `search`,
+//! `write` — insert, update and delete, told apart by a [`Change`] — and `scan`) and
 //! [`IndexKind`] (how to create, open, check and break it).
 //!
 //! - [`spec`]: the sequential specification, in words and as an executable model.
@@ -180,15 +181,52 @@ impl Counters {
 /// Key-value pairs, as scans return them.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// What a write does to its key: [`Index::write`]'s argument, and what an RDWC window combines
+/// ([`common::change`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Insert the key, or replace its value ([`Index::insert`]).
+    Upsert(Vec<u8>),
+    /// Replace the value of a present key; an absent key stays absent ([`Index::update`]).
+    Update(Vec<u8>),
+    /// Remove the key ([`Index::delete`]).
+    Delete,
+}
+
+impl Change {
+    /// The operation's name, as histories and errors say it: `insert`, `update` or `delete`.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Change::Upsert(_) => "insert",
+            Change::Update(_) => "update",
+            Change::Delete => "delete",
+        }
+    }
+}
+
 /// The operations of one client (one coroutine) on an index. See [`spec`] for what each must
 /// do; every key and value is checked against the index's [`Limits`] first.
+///
+/// An index implements `search`, `write`, `scan` and `counters`; `insert`, `update` and
+/// `delete` are `write` with a [`Change`].
 pub trait Index {
     fn search(&mut self, key: &[u8]) -> impl Future<Output = Result<Option<Vec<u8>>, IndexError>>;
+    /// Applies `change` to `key`; returns whether the key existed just before it (so: upsert and
+    /// update say "existed", delete says "was deleted"; an update of an absent key changes
+    /// nothing).
+    fn write(&mut self, key: &[u8], change: Change) -> impl Future<Output = Result<bool, IndexError>>;
     /// Upsert: returns whether the key existed.
-    fn insert(&mut self, key: &[u8], value: &[u8]) -> impl Future<Output = Result<bool, IndexError>>;
+    fn insert(&mut self, key: &[u8], value: &[u8]) -> impl Future<Output = Result<bool, IndexError>> {
+        self.write(key, Change::Upsert(value.to_vec()))
+    }
     /// Returns false (and changes nothing) if the key is absent.
-    fn update(&mut self, key: &[u8], value: &[u8]) -> impl Future<Output = Result<bool, IndexError>>;
-    fn delete(&mut self, key: &[u8]) -> impl Future<Output = Result<bool, IndexError>>;
+    fn update(&mut self, key: &[u8], value: &[u8]) -> impl Future<Output = Result<bool, IndexError>> {
+        self.write(key, Change::Update(value.to_vec()))
+    }
+    /// Returns whether the key was deleted (existed).
+    fn delete(&mut self, key: &[u8]) -> impl Future<Output = Result<bool, IndexError>> {
+        self.write(key, Change::Delete)
+    }
     /// Up to `limit` pairs with keys within the bounds, ascending.
     fn scan(
         &mut self,

@@ -33,7 +33,9 @@ use crate::common::hash::FixedHashMap;
 use crate::common::primitive::{Mutex, lock};
 use crate::hstore::layout::{decode_block_word, encode_block_word};
 use crate::registry::{self, RunShape};
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler, Servers};
+use crate::{
+    Change, Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler, Servers,
+};
 use dmkit_rdma::service::{ServerCtx, Service, ServiceHost};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, VerbsError};
 use std::collections::BTreeMap;
@@ -374,7 +376,8 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         Err(IndexError::RetriesExhausted { op: "follow", retries: self.o.max_retries })
     }
 
-    async fn write(&mut self, key: &[u8], value: Option<&[u8]>, upsert: bool) -> Result<bool, IndexError> {
+    /// Insert (`upsert`), update or (no `value`) delete: returns whether the key existed.
+    async fn apply(&mut self, key: &[u8], value: Option<&[u8]>, upsert: bool) -> Result<bool, IndexError> {
         let limits = Clover::limits(&self.o);
         limits.check_key(key)?;
         if let Some(v) = value {
@@ -448,16 +451,12 @@ impl<C: Client + Clone + 'static> Index for CloverHandle<C> {
         Ok(self.tail(slot, key).await?.1.value)
     }
 
-    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.write(key, Some(value), true).await
-    }
-
-    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.write(key, Some(value), false).await
-    }
-
-    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
-        self.write(key, None, false).await
+    async fn write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        match &change {
+            Change::Upsert(value) => self.apply(key, Some(value), true).await,
+            Change::Update(value) => self.apply(key, Some(value), false).await,
+            Change::Delete => self.apply(key, None, false).await,
+        }
     }
 
     async fn scan(&mut self, _: Bound<&[u8]>, _: Bound<&[u8]>, _: usize) -> Result<Pairs, IndexError> {

@@ -108,7 +108,7 @@ pub mod presets;
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
 use crate::common::primitive::{Mutex, lock};
 use crate::registry::{self, RunShape, TableShape};
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
+use crate::{Change, Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MaskedAtomics, MemoryView, NodeId, RemoteAddr, Request};
 use layout::{Block, Bucket, Header, LOCK_BIT, SlotWord, Superblock};
 use rand::Rng;
@@ -532,14 +532,6 @@ fn walk(o: &ClusterOptions, memory: &dyn MemoryView) -> Result<InvariantReport, 
     Ok(report)
 }
 
-/// What a writer does once it holds the chain.
-#[derive(Clone, Copy)]
-enum Change<'a> {
-    Upsert(&'a [u8]),
-    Update(&'a [u8]),
-    Delete,
-}
-
 /// A chain as a writer (or a reader) read it: bucket addresses and images, the items in
 /// position order, the first empty position.
 struct Chain {
@@ -787,7 +779,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
 
     /// Locks the key's chain, reads it, applies `change`, writes and unlocks. Returns whether the
     /// key existed.
-    async fn write(&mut self, op: &'static str, key: &[u8], change: Change<'_>) -> Result<bool, IndexError> {
+    async fn apply(&mut self, key: &[u8], change: &Change) -> Result<bool, IndexError> {
         self.limits().check_key(key)?;
         if let Change::Upsert(v) | Change::Update(v) = change {
             self.limits().check_value(v)?;
@@ -957,7 +949,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
             }
         }
         self.give_back(&block);
-        Err(IndexError::RetriesExhausted { op, retries: self.o.max_retries })
+        Err(IndexError::RetriesExhausted { op: change.op(), retries: self.o.max_retries })
     }
 }
 
@@ -966,16 +958,8 @@ impl<C: Client + Clone + 'static> Index for ClusterHandle<C> {
         self.do_search(key).await
     }
 
-    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.write("insert", key, Change::Upsert(value)).await
-    }
-
-    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.write("update", key, Change::Update(value)).await
-    }
-
-    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
-        self.write("delete", key, Change::Delete).await
+    async fn write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        self.apply(key, &change).await
     }
 
     async fn scan(&mut self, _: Bound<&[u8]>, _: Bound<&[u8]>, _: usize) -> Result<crate::Pairs, IndexError> {

@@ -5,13 +5,9 @@
 use crate::common::rdwc::{Rdwc, ReadLeader, ReadRole, WriteLeader, WriteRole};
 use crate::{Counters, IndexError, PlantedBug, RaceHandler};
 
-/// What a write does to its key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Change {
-    Upsert(Vec<u8>),
-    Update(Vec<u8>),
-    Delete,
-}
+// What a write does to its key: defined at the crate root (`Index::write`'s argument), and
+// named here too, beside the helpers that fold and route it.
+pub use crate::Change;
 
 /// A delegated or combined operation's result.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -21,11 +21,13 @@
 //!   verified: a slot whose units were read across a concurrent WRITE fails the checksum and the
 //!   bucket is read again. A key lives in at most one slot of its bucket and a slot is read
 //!   whole, so search is linearizable per key. 1 round trip.
-//! - **insert / update / delete** — one doorbell batch `[CAS lock 0 → me, READ bucket]`: on one
-//!   QP a READ after an RMW sees it, so the bucket is read after the lock is taken. If the CAS
-//!   failed, back off and retry. Otherwise find the key (or a free slot), then one batch
-//!   `[WRITE slot, WRITE lock = 0]`: on one QP a WRITE is placed after the earlier WRITE, so no
-//!   one can take the lock before the slot is written. 2 round trips.
+//! - **insert / update / delete** — one method, [`Index::write`], told which by a [`Change`]
+//!   (the trait supplies `insert`, `update` and `delete` from it). One doorbell batch
+//!   `[CAS lock 0 → me, READ bucket]`: on one QP a READ after an RMW sees it, so the bucket is
+//!   read after the lock is taken. If the CAS failed, back off and retry. Otherwise find the key
+//!   (or a free slot), then one batch `[WRITE slot, WRITE lock = 0]`: on one QP a WRITE is
+//!   placed after the earlier WRITE, so no one can take the lock before the slot is written.
+//!   2 round trips.
 //! - **scan** — unsupported (a hash table has no order).
 //!
 //! ## Invariants ([`Example::check_invariants`])
@@ -46,7 +48,7 @@ pub mod layout;
 pub mod presets;
 
 use crate::registry::{self, RunShape};
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
+use crate::{Change, Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
 use cache::NodeCache;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, Request};
 use layout::{Slot, Superblock};
@@ -271,13 +273,6 @@ impl IndexKind for Example {
     }
 }
 
-/// What a writer does once it holds the bucket.
-enum Change<'a> {
-    Upsert(&'a [u8]),
-    Update(&'a [u8]),
-    Delete,
-}
-
 impl<C: Client + Clone + 'static> ExampleHandle<C> {
     fn planted(&self, bug: PlantedBug) -> bool {
         self.options.plants.contains(bug.name)
@@ -346,11 +341,11 @@ impl<C: Client + Clone + 'static> ExampleHandle<C> {
         Err(IndexError::RetriesExhausted { op: "search", retries: self.options.max_retries })
     }
 
-    /// Locks the key's bucket, applies `change`, writes the slot and unlocks. Returns whether
-    /// the key existed.
-    async fn write(&mut self, op: &'static str, key: &[u8], change: Change<'_>) -> Result<bool, IndexError> {
+    /// [`Index::write`]: locks the key's bucket, applies `change`, writes the slot and unlocks.
+    /// Returns whether the key existed.
+    async fn apply(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
         self.limits().check_key(key)?;
-        if let Change::Upsert(v) | Change::Update(v) = change {
+        if let Change::Upsert(v) | Change::Update(v) = &change {
             self.limits().check_value(v)?;
         }
         let sb = self.superblock().await?;
@@ -435,7 +430,7 @@ impl<C: Client + Clone + 'static> ExampleHandle<C> {
                 _ => Ok(found.is_some()),
             };
         }
-        Err(IndexError::RetriesExhausted { op, retries: self.options.max_retries })
+        Err(IndexError::RetriesExhausted { op: change.op(), retries: self.options.max_retries })
     }
 }
 
@@ -444,16 +439,10 @@ impl<C: Client + Clone + 'static> Index for ExampleHandle<C> {
         self.do_search(key).await
     }
 
-    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.write("insert", key, Change::Upsert(value)).await
-    }
-
-    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.write("update", key, Change::Update(value)).await
-    }
-
-    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
-        self.write("delete", key, Change::Delete).await
+    /// Insert, update and delete are this one method, told which by `change` ([`Index`]'s
+    /// `insert`, `update` and `delete` call it).
+    async fn write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        self.apply(key, change).await
     }
 
     async fn scan(

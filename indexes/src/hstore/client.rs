@@ -25,7 +25,7 @@ use super::{
     SCAN_COMMIT_WAIT, SCAN_DRAINED, SCAN_INDEX_NS, SCAN_KV_NS, SCAN_LATENCY_NS, SCAN_OPS, SCAN_PAGE, SCAN_RETRY,
     SCAN_RPC, SKIPPED_BAD_BLOCK, TABLE_REBUILDING, WRITE_BLOCKED, WRITE_RETRY,
 };
-use crate::{Counters, Index, IndexError, IndexKind, Pairs};
+use crate::{Change, Counters, Index, IndexError, IndexKind, Pairs};
 use dmkit_rdma::{Buf, Client, NodeId, RemoteAddr, Request as Verb, VerbsError};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -297,7 +297,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
     }
 
     /// PUT, UPDATE and DELETE: returns whether the key existed.
-    async fn write(&mut self, op: WriteOp, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
+    async fn write_op(&mut self, op: WriteOp, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
         let limits = HStore::limits(&self.o);
         limits.check_key(key)?;
         let t_start = self.ctx.now_ns();
@@ -502,16 +502,12 @@ impl<C: Client + Clone + 'static> Index for HStoreHandle<C> {
         self.get(key).await
     }
 
-    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.write(WriteOp::Upsert, key, value).await
-    }
-
-    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.write(WriteOp::Update, key, value).await
-    }
-
-    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
-        self.write(WriteOp::Delete, key, &[]).await
+    async fn write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        match &change {
+            Change::Upsert(value) => self.write_op(WriteOp::Upsert, key, value).await,
+            Change::Update(value) => self.write_op(WriteOp::Update, key, value).await,
+            Change::Delete => self.write_op(WriteOp::Delete, key, &[]).await,
+        }
     }
 
     async fn scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {

@@ -6,8 +6,7 @@ use super::{
     CLAIM_LOST_OTHER_KEY, CLAIM_LOST_SAME_KEY, OVERWRITE_ANY_LOSS, Probe, ProbeOptions, REUSE_TOMBSTONES,
     SKIP_LOST_CLAIM, WRITE_LOST, WRITE_OVERWRITTEN,
 };
-use crate::common::change::Change;
-use crate::{Counters, Index, IndexError, IndexKind, Limits, PlantedBug};
+use crate::{Change, Counters, Index, IndexError, IndexKind, Limits, PlantedBug};
 use dmkit_rdma::{Buf, Client, CpuWork, NodeId, RemoteAddr, Request};
 use rand::Rng;
 use std::ops::Bound;
@@ -200,24 +199,6 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
         })
     }
 
-    /// Applies `change` to `key`; returns whether the key existed (was live) before.
-    async fn write(&mut self, op: &'static str, key: &[u8], change: Change) -> Result<bool, IndexError> {
-        self.limits().check_key(key)?;
-        if let Change::Upsert(v) | Change::Update(v) = &change {
-            self.limits().check_value(v)?;
-        }
-        let sb = self.superblock().await?;
-        let (home, fp) = self.home(&sb, key).await;
-        let mut staged = None;
-        let result = self.write_from(op, &sb, key, home, fp, &change, &mut staged).await;
-        // A block that was never published goes back to the allocator; one whose publishing CAS
-        // failed in transport may have been published (the CAS may have landed) and stays.
-        if let Some(s) = staged.filter(|s| !s.in_doubt) {
-            self.release(s);
-        }
-        result
-    }
-
     /// Gives an unpublished block back to the allocator that carved it.
     fn release(&self, s: Staged) {
         self.node
@@ -226,10 +207,10 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
             .expect("an unpublished block goes back to the allocator that carved it");
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// [`Index::write`] from the probe sequence's start: claims or writes over `key`'s slot,
+    /// staging the value's block in `staged`.
     async fn write_from(
         &mut self,
-        op: &'static str,
         sb: &Superblock,
         key: &[u8],
         home: u64,
@@ -300,7 +281,7 @@ impl<C: Client + Clone + 'static> ProbeHandle<C> {
                 }
             };
         }
-        Err(IndexError::RetriesExhausted { op, retries: self.options.max_retries })
+        Err(IndexError::RetriesExhausted { op: change.op(), retries: self.options.max_retries })
     }
 }
 
@@ -309,16 +290,23 @@ impl<C: Client + Clone + 'static> Index for ProbeHandle<C> {
         self.do_search(key).await
     }
 
-    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.write("insert", key, Change::Upsert(value.to_vec())).await
-    }
-
-    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.write("update", key, Change::Update(value.to_vec())).await
-    }
-
-    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
-        self.write("delete", key, Change::Delete).await
+    /// Insert, update and delete: applies `change` to `key`; returns whether the key existed
+    /// (was live) before.
+    async fn write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        self.limits().check_key(key)?;
+        if let Change::Upsert(v) | Change::Update(v) = &change {
+            self.limits().check_value(v)?;
+        }
+        let sb = self.superblock().await?;
+        let (home, fp) = self.home(&sb, key).await;
+        let mut staged = None;
+        let result = self.write_from(&sb, key, home, fp, &change, &mut staged).await;
+        // A block that was never published goes back to the allocator; one whose publishing CAS
+        // failed in transport may have been published (the CAS may have landed) and stays.
+        if let Some(s) = staged.filter(|s| !s.in_doubt) {
+            self.release(s);
+        }
+        result
     }
 
     async fn scan(

@@ -168,7 +168,7 @@ use crate::common::batch::{post_per_node, post_per_node_keeping};
 use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
 use crate::common::primitive::{Mutex, lock};
 use crate::registry::{self, RunShape, TableShape};
-use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
+use crate::{Change, Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, Fixed, MemoryView, NodeId, RemoteAddr, Request, VerbsError};
 use layout::{Entry, Geometry, Header, KeyHash, Slot};
 use std::collections::BTreeSet;
@@ -1683,16 +1683,12 @@ impl<C: Client + Clone + 'static> Index for RaceHandle<C> {
         self.do_search(key).await
     }
 
-    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.do_insert(key, value).await
-    }
-
-    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.do_modify(key, Some(value)).await
-    }
-
-    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
-        self.do_modify(key, None).await
+    async fn write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        match &change {
+            Change::Upsert(value) => self.do_insert(key, value).await,
+            Change::Update(value) => self.do_modify(key, Some(value)).await,
+            Change::Delete => self.do_modify(key, None).await,
+        }
     }
 
     async fn scan(&mut self, _: Bound<&[u8]>, _: Bound<&[u8]>, _: usize) -> Result<Pairs, IndexError> {

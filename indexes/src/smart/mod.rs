@@ -1740,16 +1740,8 @@ impl<C: Client + Clone + 'static> Index for SmartHandle<C> {
         self.do_search(key).await
     }
 
-    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.do_write(key, Change::Upsert(value.to_vec())).await
-    }
-
-    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, IndexError> {
-        self.do_write(key, Change::Update(value.to_vec())).await
-    }
-
-    async fn delete(&mut self, key: &[u8]) -> Result<bool, IndexError> {
-        self.do_write(key, Change::Delete).await
+    async fn write(&mut self, key: &[u8], change: Change) -> Result<bool, IndexError> {
+        self.do_write(key, change).await
     }
 
     async fn scan(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Pairs, IndexError> {
