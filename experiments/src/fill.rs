@@ -5,11 +5,11 @@
 use dmkit_indexes::registry::{self, TableShape, Visitor};
 use dmkit_indexes::{Index, IndexError, IndexKind};
 use dmkit_sim::{Sim, SimConfig};
+use dmkit_verify::deploy;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cell::Cell;
 use std::rc::Rc;
-use std::sync::Arc;
 
 /// What to fill.
 #[derive(Clone, Debug)]
@@ -66,9 +66,12 @@ pub fn fillable() -> Vec<&'static str> {
 }
 
 fn fill_index<K: IndexKind>(o: &K::Options, req: &FillRequest) -> Result<FillResult, String> {
-    let mut sim = Sim::new(SimConfig::default()).map_err(|e| e.to_string())?;
+    let mut cfg = SimConfig::default();
+    cfg.topology = deploy::topology::<K>(o, cfg.topology.memory_nodes, cfg.topology.compute_nodes);
+    let mut sim = Sim::new(cfg).map_err(|e| e.to_string())?;
+    let node = deploy::install::<K>(&mut sim, o, 1)?.remove(0);
     let client = sim.add_client(0).map_err(|e| e.to_string())?;
-    let mut handle = K::open(o, Arc::new(K::node_state(o, sim.caps())), client.clone());
+    let mut handle = K::open(o, node, client.clone());
     let stored = Rc::new(Cell::new(0u64));
     let failure: Rc<std::cell::RefCell<Option<IndexError>>> = Rc::default();
     let (c, n, f, opts) = (client.clone(), stored.clone(), failure.clone(), o.clone());

@@ -25,7 +25,8 @@ use dmkit_indexes::common::rdwc::{
     RDWC_WRITES_LED,
 };
 use dmkit_indexes::{Counters, IndexKind};
-use dmkit_sim::{ClientStats, Image, Sim, SimConfig, Stats, Topology, VerbKind};
+use dmkit_sim::{ClientStats, Image, Sim, SimConfig, Stats, VerbKind};
+use dmkit_verify::deploy;
 use dmkit_verify::history::{History, simulated_clock};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -80,17 +81,9 @@ pub type ImageSlot = Arc<OnceLock<Result<Arc<Loaded>, String>>>;
 
 /// The simulation a run needs for `options` with `compute_nodes` compute nodes.
 fn sim_config<K: IndexKind>(setup: &RunSetup, options: &K::Options, compute_nodes: u16) -> SimConfig {
-    let servers = K::servers(options);
     SimConfig {
         profile: setup.profile.clone(),
-        topology: Topology {
-            memory_nodes: setup.memory_nodes,
-            compute_nodes,
-            server_nodes: servers.nodes,
-            server_threads: servers.rpc_threads.max(1),
-            server_workers_share_cores: servers.workers_share_cores,
-            ..Topology::default()
-        },
+        topology: deploy::topology::<K>(options, setup.memory_nodes, compute_nodes),
         seed: setup.seed,
         ..SimConfig::default()
     }
@@ -121,8 +114,9 @@ pub fn load<K: IndexKind>(
     let key = image_key::<K>(setup, options, &items);
     let mut item_bytes_total = 0u64;
     let mut sim = Sim::new(sim_config::<K>(setup, options, 1)).map_err(|e| e.to_string())?;
-    K::install(options, &mut sim).map_err(|e| format!("starting the index's services: {e}"))?;
-    let node = Arc::new(K::node_state(options, sim.caps()));
+    let node = deploy::install::<K>(&mut sim, options, 1)
+        .map_err(|e| format!("starting the index's services: {e}"))?
+        .remove(0);
     // What runs inherit from the loader: a fresh compute node given the loader's allocator
     // (`inherit` copies it) once the load is done, not the loader's node, whose caches would
     // stay with the image for nothing (SMART's at 60 M keys: its 600 MB budget, full).
@@ -269,13 +263,11 @@ pub fn run_loaded<K: IndexKind>(
     setup.window.validate()?;
     let servers = K::servers(options);
     let mut sim = Sim::new(sim_config::<K>(setup, options, setup.compute_nodes)).map_err(|e| e.to_string())?;
-    K::install(options, &mut sim).map_err(|e| format!("starting the index's services: {e}"))?;
+    let nodes = deploy::install::<K>(&mut sim, options, setup.compute_nodes)
+        .map_err(|e| format!("starting the index's services: {e}"))?;
     sim.restore(&loaded.image).map_err(|e| e.to_string())?;
     // Client 0 is the loader's (module doc).
     let _loader = sim.add_client(0).map_err(|e| e.to_string())?;
-    let caps = sim.caps().clone();
-    let nodes: Vec<Arc<K::NodeState>> =
-        (0..setup.compute_nodes).map(|_| Arc::new(K::node_state(options, &caps))).collect();
     let loader_state =
         loaded.loader.clone().downcast::<K::NodeState>().map_err(|_| "internal: an image of another index")?;
     K::inherit(&nodes[0], &loader_state);

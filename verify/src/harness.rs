@@ -11,18 +11,18 @@
 //! After an exploration, a preset's required counters summed over every run must be non-zero,
 //! or the result is reported as vacuous.
 
+use crate::deploy;
 use crate::explore::{self, Exploration, Judge, Mode, Phase, Scenario};
 use crate::history::{History, Record, apply_recorded, simulated_clock};
 use crate::linearizability;
 use dmkit_indexes::spec::{self, Op};
 use dmkit_indexes::{Counters, Index, IndexKind};
-use dmkit_sim::{Faults, MemoryModel, Sim, SimConfig, SimError, Topology};
+use dmkit_sim::{Faults, MemoryModel, Sim, SimConfig, SimError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cell::{Cell, RefCell};
 use std::ops::Bound;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Duration;
 
 pub use dmkit_indexes::checking::{
@@ -216,16 +216,8 @@ impl<K: Checked> IndexScenario<K> {
 
 impl<K: Checked> Scenario for IndexScenario<K> {
     fn config(&self) -> SimConfig {
-        let servers = K::servers(&self.options);
         SimConfig {
-            topology: Topology {
-                memory_nodes: self.preset.memory_nodes,
-                compute_nodes: self.preset.compute_nodes,
-                server_nodes: servers.nodes,
-                server_threads: servers.rpc_threads.max(1),
-                server_workers_share_cores: servers.workers_share_cores,
-                ..Topology::default()
-            },
+            topology: deploy::topology::<K>(&self.options, self.preset.memory_nodes, self.preset.compute_nodes),
             memory_model: self.memory_model,
             seed: self.workload_seed,
             step_limit: Some(self.preset.step_limit),
@@ -244,12 +236,10 @@ impl<K: Checked> Scenario for IndexScenario<K> {
     fn build(&self, sim: &mut Sim, phase: &Phase, variant: u64) -> Judge {
         // Set-up, earliest-first: start the index's services, create it and preload keys with
         // one client.
-        if let Err(e) = K::install(&self.options, sim) {
-            return Box::new(move |_, _| Err(format!("installing the services: {e}")));
-        }
-        let caps = sim.caps().clone();
-        let nodes: Vec<Arc<K::NodeState>> =
-            (0..self.preset.compute_nodes).map(|_| Arc::new(K::node_state(&self.options, &caps))).collect();
+        let nodes = match deploy::install::<K>(sim, &self.options, self.preset.compute_nodes) {
+            Ok(nodes) => nodes,
+            Err(e) => return Box::new(move |_, _| Err(format!("installing the services: {e}"))),
+        };
         let creator = sim.add_client(0).expect("compute node 0 exists");
         let (c, options, preload, value_bytes, key_of) =
             (creator.clone(), self.options.clone(), self.preset.preload, self.preset.value_bytes, self.preset.key_of);
@@ -416,16 +406,12 @@ pub fn run_sequence_checked<K: IndexKind>(
     options: &K::Options,
     ops: &[Op],
 ) -> (Vec<spec::Outcome>, Vec<spec::Outcome>, Result<dmkit_indexes::InvariantReport, String>) {
-    let servers = K::servers(options);
     let mut cfg = SimConfig::default();
-    cfg.topology.server_nodes = servers.nodes;
-    cfg.topology.server_threads = servers.rpc_threads.max(1);
-    cfg.topology.server_workers_share_cores = servers.workers_share_cores;
+    cfg.topology = deploy::topology::<K>(options, cfg.topology.memory_nodes, cfg.topology.compute_nodes);
     let mut sim = Sim::new(cfg).expect("the default configuration is valid");
-    K::install(options, &mut sim).expect("the index's services install");
+    let mut nodes = deploy::install::<K>(&mut sim, options, 1).expect("the index's services install");
     let client = sim.add_client(0).expect("compute node 0 exists");
-    let node = Arc::new(K::node_state(options, sim.caps()));
-    let mut handle = K::open(options, node, client.clone());
+    let mut handle = K::open(options, nodes.remove(0), client.clone());
     let got = Rc::new(RefCell::new(Vec::new()));
     let (g, c, o, todo) = (got.clone(), client.clone(), options.clone(), ops.to_vec());
     sim.spawn(&client, async move {
