@@ -76,6 +76,14 @@ impl Checked for Race {
             (deep.clone(), RaceOptions { slots: 1, initial_depth: 1, ..race_options(2) }),
             // Two subtables of 2-slot buckets, no splits: the plain protocol.
             (basic.clone(), race_options(2)),
+            // "basic" with 150-byte values: every item's block spans three 64-byte units, which a
+            // slot's unit count must say (with 32-byte values every block is one unit, and a
+            // slot decoded as one unit long read the whole block: the first mutation sample
+            // left that alive).
+            (
+                Preset { name: "sizes", value_bytes: 150, ..basic.clone() },
+                RaceOptions { value_bytes: 150, ..race_options(2) },
+            ),
             // Three keys in 1-slot buckets, three inserting clients: concurrent inserts of one
             // absent key land in different slots.
             (
