@@ -7,13 +7,24 @@
 
 use crate::Counters;
 use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point};
+use crate::cluster::layout;
 use crate::cluster::{
-    Cluster, ClusterOptions, DELETE_MOVED, FULL, OVERFLOW_LINKED, SEARCH_REVALIDATED, SEARCH_TORN_VERSION,
-    UNLOCK_AFTER_FAILED_READ,
+    Cluster, ClusterOptions, DELETE_MOVED, FP_COLLISION, FULL, OVERFLOW_LINKED, SEARCH_REVALIDATED,
+    SEARCH_TORN_VERSION, UNLOCK_AFTER_FAILED_READ,
 };
 
 /// The options every preset starts from: 2 slots per bucket, 4 overflow buckets per main
 /// bucket (so the pool never runs out with the presets' key counts), small chunks.
+/// The `k`-th 8-byte big-endian key whose fingerprint is 0 or 1 (about one integer in 128):
+/// keys of two fingerprints only.
+pub fn colliding_key(k: u64) -> Vec<u8> {
+    (0u64..)
+        .map(|n| n.to_be_bytes().to_vec())
+        .filter(|key| layout::fingerprint(key) < 2)
+        .nth(k as usize)
+        .expect("the integers hold enough such keys")
+}
+
 pub fn cluster_checking_options(main_buckets: u64, memory_nodes: u16) -> ClusterOptions {
     ClusterOptions {
         main_buckets,
@@ -62,6 +73,19 @@ impl Checked for Cluster {
                     ..base.clone()
                 },
                 cluster_checking_options(3, 2),
+            ),
+            // Every key shares its 8-bit fingerprint with three others, in one chain: a search
+            // or write meets blocks of other keys behind its fingerprint and must compare the
+            // key (with `be_key`'s keys no two fingerprints met, and a search that took any
+            // fingerprint match for its key survived the second mutation sample).
+            (
+                Preset {
+                    name: "fp-collisions",
+                    key_of: colliding_key,
+                    required_counters: &[FP_COLLISION, OVERFLOW_LINKED],
+                    ..base.clone()
+                },
+                cluster_checking_options(1, 1),
             ),
             // Small enough for DFS: two clients, one chain.
             (
