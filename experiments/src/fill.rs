@@ -8,8 +8,6 @@ use dmkit_sim::{Sim, SimConfig};
 use dmkit_verify::deploy;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::cell::Cell;
-use std::rc::Rc;
 
 /// What to fill.
 #[derive(Clone, Debug)]
@@ -69,48 +67,33 @@ fn fill_index<K: IndexKind>(o: &K::Options, req: &FillRequest) -> Result<FillRes
     let mut cfg = SimConfig::default();
     cfg.topology = deploy::topology::<K>(o, cfg.topology.memory_nodes, cfg.topology.compute_nodes);
     let mut sim = Sim::new(cfg).map_err(|e| e.to_string())?;
-    let node = deploy::install::<K>(&mut sim, o, 1)?.remove(0);
-    let client = sim.add_client(0).map_err(|e| e.to_string())?;
-    let mut handle = K::open(o, node, client.clone());
-    let stored = Rc::new(Cell::new(0u64));
-    let failure: Rc<std::cell::RefCell<Option<IndexError>>> = Rc::default();
-    let (c, n, f, opts) = (client.clone(), stored.clone(), failure.clone(), o.clone());
+    let deployed = deploy::deploy::<K>(&mut sim, o, 1)?;
     let (key_bytes, value_bytes, seed) = (req.key_bytes, req.value_bytes, req.seed);
-    sim.spawn(&client, async move {
-        if let Err(e) = K::create(&opts, &c).await {
-            *f.borrow_mut() = Some(e);
-            return;
-        }
+    // Inserts until one fails: how many succeeded, and the failure.
+    let filled = deployed.create_then(&mut sim, o, move |mut handle| async move {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut stored = 0u64;
         loop {
             let mut key = rng.random::<u64>().to_be_bytes().to_vec();
             key.resize(key_bytes, 0);
             match handle.insert(&key, &vec![0x5A; value_bytes]).await {
-                Ok(false) => n.set(n.get() + 1),
+                Ok(false) => stored += 1,
                 Ok(true) => {}
-                Err(e) => {
-                    *f.borrow_mut() = Some(e);
-                    return;
-                }
+                Err(e) => return (stored, e),
             }
         }
     });
     sim.run().map_err(|e| e.to_string())?;
-    match failure.borrow().clone() {
-        Some(IndexError::Full) => {}
-        Some(other) => return Err(format!("the fill stopped on {other:?}, not on a full table")),
-        None => return Err("the fill ended without a failure".into()),
-    }
+    let stored = match filled.try_take() {
+        Some(Ok((stored, IndexError::Full))) => stored,
+        Some(Ok((_, other)) | Err(other)) => return Err(format!("the fill stopped on {other:?}, not on a full table")),
+        None => return Err("the fill's client is blocked: the simulation ended before a failure".into()),
+    };
     crate::runner::stray_verbs(&sim.stats(), "the fill")?;
     let report = K::check_invariants(o, &sim)?;
     let capacity = report.capacity_items.ok_or("the index does not report its capacity")?;
-    if report.items != stored.get() {
-        return Err(format!("{} inserts succeeded but the walk counts {} items", stored.get(), report.items));
+    if report.items != stored {
+        return Err(format!("{} inserts succeeded but the walk counts {} items", stored, report.items));
     }
-    Ok(FillResult {
-        index: K::NAME.to_string(),
-        stored: stored.get(),
-        capacity,
-        load_factor: stored.get() as f64 / capacity as f64,
-    })
+    Ok(FillResult { index: K::NAME.to_string(), stored, capacity, load_factor: stored as f64 / capacity as f64 })
 }

@@ -42,17 +42,19 @@
 
 use crate::cluster::{ClusterConfig, ServerRole};
 use crate::measure::{Decision, Estimate, Monitor, Window};
+use crate::run::client::{Meter, Phase, Recorded, Series, Sink, Tally};
 use crate::run::schema::{OpSource, RunResult, RunSetup, coarse_series, round3};
-use crate::run::tally::{OpLog, perform, walk_after_run};
+use crate::run::tally::{OpLog, walk_after_run};
 use dmkit_indexes::IndexKind;
 use dmkit_rdma::alloc::ALLOCATOR_SERVICE;
 use dmkit_rdma::real::device::{BlockingExecutor, Nic, check_hugepages};
 use dmkit_rdma::real::node::{barrier, dial};
-use dmkit_rdma::real::runtime::{Connection, Executor};
+use dmkit_rdma::real::runtime::{Connection, Executor, RdmaClient};
 use dmkit_rdma::real::server::{AllocatorService, HostConfig, ServerClient, ServiceNode};
 use dmkit_rdma::service::{LocalMemory, Replier, Responder, Service, ServiceHost};
 use dmkit_rdma::sync::Queue;
 use dmkit_rdma::{ClientCtx, MemoryView, NodeId, RemoteAddr, Request, Verbs, VerbsError};
+use dmkit_sim::ClientStats;
 use dmkit_verify::history::History;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -322,46 +324,29 @@ impl MemoryView for HardwareView {
     }
 }
 
-/// What one compute thread's clients record: their operations ([`OpLog`]), and the history
-/// when one is recorded.
-#[derive(Default)]
-struct Tally {
-    log: OpLog,
-    /// The clients' operations, stamped (module doc), when a history is recorded.
-    history: Vec<dmkit_verify::history::Record>,
-    /// Why the history clock could not be read, if it could not.
-    clock_error: Option<String>,
-}
-
-/// The measurement a process's threads share: each thread's operations per tick (its own lock,
-/// taken by the monitor only at checks), when to stop, and how many threads still run.
-struct Clock {
+/// A hardware client's [`Meter`]: the wall clock from the measured phase's `start`, no verb
+/// counts (they are the simulator's), the cluster-wide history clock, and a yield between
+/// operations so the thread's other coroutines and its completion queue run.
+struct RdmaMeter {
+    client: RdmaClient,
     start: Instant,
-    tick_ns: u64,
-    ticks: Vec<std::sync::Mutex<Vec<u64>>>,
-    /// Clients start no operation at or after this (ns from `start`).
-    end_ns: std::sync::atomic::AtomicU64,
-    running: std::sync::atomic::AtomicUsize,
 }
 
-impl Clock {
+impl Meter for RdmaMeter {
     fn now_ns(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
     }
 
-    /// Every thread's series, summed.
-    fn series(&self) -> Vec<u64> {
-        let mut sum: Vec<u64> = Vec::new();
-        for t in &self.ticks {
-            let t = t.lock().unwrap_or_else(|e| e.into_inner());
-            if sum.len() < t.len() {
-                sum.resize(t.len(), 0);
-            }
-            for (s, x) in sum.iter_mut().zip(t.iter()) {
-                *s += x;
-            }
-        }
-        sum
+    fn stats(&self) -> ClientStats {
+        ClientStats::default()
+    }
+
+    async fn stamp(&self) -> Result<u64, String> {
+        history_stamp(&self.client).await.map_err(|e| e.to_string())
+    }
+
+    async fn between(&self) {
+        self.client.yield_now().await;
     }
 }
 
@@ -471,47 +456,51 @@ pub fn run_index<K: IndexKind>(
     // The measured phase is chosen as in the simulator (crate::measure), on the wall clock: each
     // process judges its own clients' series and stops on its own (module doc).
     let mut monitor = Monitor::new(setup.window, setup.tick_ns);
-    let clock = Arc::new(Clock {
-        start: Instant::now(),
-        tick_ns: setup.tick_ns,
-        ticks: (0..threads).map(|_| std::sync::Mutex::new(Vec::new())).collect(),
-        end_ns: std::sync::atomic::AtomicU64::new(match setup.window {
+    let phase = Arc::new(Phase::new(
+        clients as usize,
+        setup.tick_ns,
+        setup.timeseries_ns > 0,
+        match setup.window {
             Window::Fixed { warmup_ns, duration_ns: Some(d) } => warmup_ns + d,
             _ => u64::MAX,
-        }),
-        running: std::sync::atomic::AtomicUsize::new(threads),
-    });
+        },
+    ));
+    let series: Vec<Arc<Series>> = (0..threads).map(|_| Arc::default()).collect();
+    let start = Instant::now();
+    let now_ns = || start.elapsed().as_nanos() as u64;
     let mut sources = sources.into_iter();
     let work: Vec<ThreadWork> = per_thread
         .into_iter()
         .zip(cqs)
-        .map(|(conns, cq)| (conns, cq, sources.by_ref().take(setup.coroutines as usize).collect()))
+        .zip(&series)
+        .map(|((conns, cq), s)| (conns, cq, s.clone(), sources.by_ref().take(setup.coroutines as usize).collect()))
         .collect();
-    let (tallies, estimate): (Vec<Result<Tally, String>>, Estimate) = std::thread::scope(|scope| {
+    let (tallies, estimate): (Vec<Result<Recorded, String>>, Estimate) = std::thread::scope(|scope| {
         let handles: Vec<_> = work
             .into_iter()
             .enumerate()
-            .map(|(t, (conns, cq, mine))| {
-                let (nic, node, clock) = (nic.clone(), node.clone(), clock.clone());
+            .map(|(t, (conns, cq, series, mine))| {
+                let (nic, node, phase) = (nic.clone(), node.clone(), phase.clone());
                 scope.spawn(move || {
-                    let r = run_thread::<K>(nic, cq, conns, cn, t as u32, setup, options, node, mine, clock.clone());
-                    clock.running.fetch_sub(1, Ordering::Relaxed);
+                    let thread = ClientThread { cn, thread: t as u32, start, phase: phase.clone(), series };
+                    let r = thread.run::<K>(nic, cq, conns, setup, options, node, mine);
+                    if r.is_err() {
+                        phase.fail();
+                    }
                     r
                 })
             })
             .collect();
         let estimate = loop {
             let target = monitor.next_check_ns();
-            while clock.now_ns() < target && clock.running.load(Ordering::Relaxed) > 0 {
-                std::thread::sleep(
-                    Duration::from_micros(200).min(Duration::from_nanos(target - clock.now_ns().min(target))),
-                );
+            while now_ns() < target && !phase.ended() {
+                std::thread::sleep(Duration::from_micros(200).min(Duration::from_nanos(target - now_ns().min(target))));
             }
-            let ended = clock.running.load(Ordering::Relaxed) == 0;
+            let ended = phase.ended();
             // Judge the ticks completed by now (a tick boundary at or before the clock).
-            let now = clock.now_ns() / clock.tick_ns * clock.tick_ns;
-            if let Decision::Stop(e) = monitor.check(&clock.series(), now, ended) {
-                clock.end_ns.fetch_min(now, Ordering::Relaxed);
+            let now = now_ns() / setup.tick_ns * setup.tick_ns;
+            if let Decision::Stop(e) = monitor.check(&Series::sum(&series), now, ended) {
+                phase.stop_at(now);
                 break e;
             }
         };
@@ -521,14 +510,15 @@ pub fn run_index<K: IndexKind>(
     });
     // Every compute node has finished before anyone walks the index.
     barrier(&mut control, 2, parties).map_err(|e| format!("waiting for the other compute nodes: {e}"))?;
-    let mut tally = Tally { history: preload, ..Tally::default() };
+    let mut tally = Tally::default();
+    let mut history = History { records: preload };
     for t in tallies {
-        let t = t?;
+        let (t, h) = t?;
         if let Some(e) = t.clock_error {
             return Err(format!("reading the history clock on memory node 0: {e}"));
         }
-        tally.history.extend(t.history);
-        tally.log.merge(t.log);
+        history.records.extend(h.map(|h| h.records).unwrap_or_default());
+        tally.merge(t);
     }
     let report = walk_after_run::<K>(options, &view, &tally.log)?;
     let measured = RunResult::measured(
@@ -541,86 +531,69 @@ pub fn run_index<K: IndexKind>(
         &tally.log,
     );
     let ops = measured.operations.max(1) as f64;
-    let (series_mops, series_bin_ns) = coarse_series(&clock.series(), setup.tick_ns);
+    let (from, to) = (estimate.warmup_ticks, estimate.warmup_ticks + estimate.measured_ticks);
+    let cost = tally.window_cost(from, to);
+    let end_ns = start.elapsed().as_nanos() as u64;
+    let (series_mops, series_bin_ns) = coarse_series(&Series::sum(&series), setup.tick_ns);
     Ok(RunResult {
         series_mops,
         series_bin_ns,
         cache_bytes_per_cn: K::node_state_bytes(&node) as f64,
-        retries_per_op: round3(tally.log.counters.retries as f64 / ops),
-        lock_failures: tally.log.counters.lock_failures,
-        cas_failures: tally.log.counters.cas_failures,
-        history: setup.record_history.then_some(dmkit_verify::history::History { records: tally.history }),
+        retries_per_op: round3(cost.retries as f64 / ops),
+        lock_failures: cost.lock_failures,
+        cas_failures: cost.cas_failures,
+        timeseries: if setup.timeseries_ns > 0 { tally.timeseries(setup.timeseries_ns, end_ns) } else { Vec::new() },
+        history: setup.record_history.then_some(history),
         supports_scan: K::SUPPORTS_SCAN,
         // Verb-level costs and NIC utilisation are the simulator's: they stay 0 here.
         ..measured.with_structure(&report, item_bytes)
     })
 }
 
-/// A compute thread's queue pairs, completion queue and operation sources.
-type ThreadWork = (Vec<Connection>, dmkit_rdma::real::device::Cq, Vec<Box<dyn OpSource>>);
+/// A compute thread's queue pairs, completion queue, series and operation sources.
+type ThreadWork = (Vec<Connection>, dmkit_rdma::real::device::Cq, Arc<Series>, Vec<Box<dyn OpSource>>);
 
-/// One compute thread: an executor, its clients, their sources; returns their tally.
-#[allow(clippy::too_many_arguments)]
-fn run_thread<K: IndexKind>(
-    nic: Arc<Nic>,
-    cq: dmkit_rdma::real::device::Cq,
-    conns: Vec<Connection>,
+/// One compute thread of compute node `cn`: an executor whose clients record into `series`.
+struct ClientThread {
     cn: NodeId,
     thread: u32,
-    setup: &RunSetup,
-    options: &K::Options,
-    node: Arc<K::NodeState>,
-    sources: Vec<Box<dyn OpSource>>,
-    clock: Arc<Clock>,
-) -> Result<Tally, String> {
-    let exec = Executor::new(nic, cq, conns, cn, thread, setup.seed, STAGING_BYTES).map_err(|e| e.to_string())?;
-    let tally = Rc::new(RefCell::new(Tally::default()));
-    let history = setup.record_history.then(|| Rc::new(RefCell::new(History::default())));
-    for (k, mut source) in sources.into_iter().enumerate() {
-        // Unique among the run's clients, every compute node's included (as in the simulator):
-        // indexes name lock owners and writers by it (HStore's servers keep each client's last
-        // write by its id).
-        let id = (cn.0 as u32 * setup.threads_per_cn + thread) * setup.coroutines + k as u32;
-        let c = exec.client(id, k as u32);
-        let mut handle = K::open(options, node.clone(), c.clone());
-        let (tally, clock, history) = (tally.clone(), clock.clone(), history.clone());
-        exec.spawn(async move {
-            let ticks = &clock.ticks[thread as usize];
-            'run: while clock.now_ns() < clock.end_ns.load(Ordering::Relaxed) {
-                let Some(task) = source.next_op() else { break };
-                let t0 = clock.now_ns();
-                let stamp = || async { history_stamp(&c).await.map_err(|e| e.to_string()) };
-                let outcomes = match perform(&mut handle, &task.ops, history.as_deref().map(|h| (id, h, stamp))).await {
-                    Ok(outcomes) => outcomes,
-                    // The record whose response could not be stamped stays unfinished
-                    // (indeterminate), and the run fails with the clock's error.
-                    Err(e) => {
-                        tally.borrow_mut().clock_error = Some(e);
-                        break 'run;
-                    }
-                };
-                let t1 = clock.now_ns();
-                if t1 <= clock.end_ns.load(Ordering::Relaxed) {
-                    let tick = (t1 / clock.tick_ns) as usize;
-                    if tally.borrow_mut().log.task(task.name, &outcomes, t1 - t0, tick) {
-                        let mut series = ticks.lock().unwrap_or_else(|e| e.into_inner());
-                        if series.len() <= tick {
-                            series.resize(tick + 1, 0);
-                        }
-                        series[tick] += 1;
-                    }
-                }
-                // Let the thread's other coroutines and the completion queue run.
-                c.yield_now().await;
-            }
-            tally.borrow_mut().log.counters.merge(dmkit_indexes::Index::counters(&handle));
-        });
+    start: Instant,
+    phase: Arc<Phase>,
+    series: Arc<Series>,
+}
+
+impl ClientThread {
+    /// Runs a client per source on an executor of the thread's own; returns their tally and
+    /// history.
+    #[allow(clippy::too_many_arguments)]
+    fn run<K: IndexKind>(
+        self,
+        nic: Arc<Nic>,
+        cq: dmkit_rdma::real::device::Cq,
+        conns: Vec<Connection>,
+        setup: &RunSetup,
+        options: &K::Options,
+        node: Arc<K::NodeState>,
+        sources: Vec<Box<dyn OpSource>>,
+    ) -> Result<Recorded, String> {
+        let (cn, thread) = (self.cn, self.thread);
+        let exec = Executor::new(nic, cq, conns, cn, thread, setup.seed, STAGING_BYTES).map_err(|e| e.to_string())?;
+        let sink = Sink {
+            phase: self.phase,
+            series: self.series,
+            tally: Rc::default(),
+            history: setup.record_history.then(|| Rc::new(RefCell::new(History::default()))),
+        };
+        for (k, source) in sources.into_iter().enumerate() {
+            // Unique among the run's clients, every compute node's included (as in the
+            // simulator): indexes name lock owners and writers by it (HStore's servers keep
+            // each client's last write by its id).
+            let id = (cn.0 as u32 * setup.threads_per_cn + thread) * setup.coroutines + k as u32;
+            let client = exec.client(id, k as u32);
+            let handle = K::open(options, node.clone(), client.clone());
+            exec.spawn(sink.client(id, handle, source, RdmaMeter { client, start: self.start }));
+        }
+        exec.run().map_err(|e| e.to_string())?;
+        sink.finish()
     }
-    exec.run().map_err(|e| e.to_string())?;
-    let outlived = || "clients outlived the run".to_string();
-    let mut tally = Rc::try_unwrap(tally).map_err(|_| outlived())?.into_inner();
-    if let Some(h) = history {
-        tally.history = Rc::try_unwrap(h).map_err(|_| outlived())?.into_inner().records;
-    }
-    Ok(tally)
 }

@@ -17,18 +17,19 @@
 //! measured clients are numbered from 1, as they were when one simulation loaded and ran.
 
 use crate::measure::{Decision, Estimate, Monitor, Window};
-use crate::run::schema::{OpSource, RunResult, RunSetup, TimePoint, round3, useful_bytes};
-use crate::run::tally::{OpLog, perform, walk_after_run};
+use crate::run::client::{Meter, Phase, Series, Sink};
+use crate::run::schema::{OpSource, RunResult, RunSetup, round3};
+use crate::run::tally::walk_after_run;
 use crate::workload::LoadItems;
 use dmkit_indexes::common::rdwc::{
     RDWC_READS_BYPASSED, RDWC_READS_DELEGATED, RDWC_READS_LED, RDWC_WRITES_BYPASSED, RDWC_WRITES_COMBINED,
     RDWC_WRITES_LED,
 };
 use dmkit_indexes::{Counters, IndexKind};
-use dmkit_sim::{ClientStats, Image, Sim, SimConfig, Stats, VerbKind};
+use dmkit_sim::{ClientStats, Image, Sim, SimClient, SimConfig, Stats, VerbKind};
 use dmkit_verify::deploy;
-use dmkit_verify::history::{History, simulated_clock};
-use std::cell::{Cell, RefCell};
+use dmkit_verify::history::History;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
@@ -114,22 +115,22 @@ pub fn load<K: IndexKind>(
     let key = image_key::<K>(setup, options, &items);
     let mut item_bytes_total = 0u64;
     let mut sim = Sim::new(sim_config::<K>(setup, options, 1)).map_err(|e| e.to_string())?;
-    let node = deploy::install::<K>(&mut sim, options, 1)
-        .map_err(|e| format!("starting the index's services: {e}"))?
-        .remove(0);
+    let deployed = deploy::deploy::<K>(&mut sim, options, 1)?;
     // What runs inherit from the loader: a fresh compute node given the loader's allocator
     // (`inherit` copies it) once the load is done, not the loader's node, whose caches would
     // stay with the image for nothing (SMART's at 60 M keys: its 600 MB budget, full).
     let kept = K::node_state(options, sim.caps());
     sim.set_instant(setup.load == crate::run::schema::LoadMethod::Bulk);
-    let loader = sim.add_client(0).map_err(|e| e.to_string())?;
-    let created = {
-        let (c, o) = (loader.clone(), options.clone());
-        sim.spawn_output(&loader, async move { K::create(&o, &c).await })
-    };
+    // The creator creates the index and hands its handle back; the items follow in chunks.
+    let created = deployed.create_then(&mut sim, options, |handle| async move { handle });
     sim.run().map_err(|e| e.to_string())?;
-    created.take().map_err(|e| format!("creating the index: {e}"))?;
-    let mut handle = Some(K::open(options, node.clone(), loader.clone()));
+    let mut handle = Some(
+        created
+            .try_take()
+            .ok_or("creating the index: its client is blocked")?
+            .map_err(|e| format!("creating the index: {e}"))?,
+    );
+    let loader = deployed.creator.clone();
     let mut items = items.into_iter();
     let mut done = 0u64;
     progress.loading(0, keys);
@@ -153,8 +154,8 @@ pub fn load<K: IndexKind>(
         progress.loading(done, keys);
     }
     drop(handle);
-    K::inherit(&kept, &node);
-    drop(node);
+    K::inherit(&kept, &deployed.nodes[0]);
+    drop(deployed);
     let loader_state: Arc<dyn std::any::Any + Send + Sync> = Arc::new(kept);
     stray_verbs(&sim.stats(), "loading")?;
     let image = sim.into_image().map_err(|e| format!("imaging the loaded index: {e}"))?;
@@ -162,25 +163,28 @@ pub fn load<K: IndexKind>(
     Ok(Loaded { key, image, loader: loader_state, keys, item_bytes, load_wall_s: started.elapsed().as_secs_f64() })
 }
 
-/// What one tick of the series accumulates besides its operation count.
-#[derive(Clone, Copy, Default)]
-struct TickCost {
-    cost: ClientStats,
-    useful_bytes: u64,
-    retries: u64,
-    lock_failures: u64,
-    cas_failures: u64,
+/// A simulated client's [`Meter`]: simulated time from `start`, the simulator's verb counts,
+/// its history stamps, and nothing between operations (the schedule stays the one a run has
+/// always had).
+struct SimMeter {
+    client: SimClient,
+    start: u64,
 }
 
-/// What the measured clients record.
-#[derive(Default)]
-struct Tally {
-    /// Operations completed per tick (the series the window is judged on).
-    ticks: Vec<u64>,
-    costs: Vec<TickCost>,
-    log: OpLog,
-    /// Completion times (ns from the start) of every operation, if a time series was asked for.
-    completions: Vec<u64>,
+impl Meter for SimMeter {
+    fn now_ns(&self) -> u64 {
+        self.client.now_ns() - self.start
+    }
+
+    fn stats(&self) -> ClientStats {
+        self.client.stats()
+    }
+
+    async fn stamp(&self) -> Result<u64, String> {
+        Ok(self.client.history_stamp())
+    }
+
+    async fn between(&self) {}
 }
 
 /// Compute-node counters ([`IndexKind::node_counters`]) summed over nodes.
@@ -263,11 +267,10 @@ pub fn run_loaded<K: IndexKind>(
     setup.window.validate()?;
     let servers = K::servers(options);
     let mut sim = Sim::new(sim_config::<K>(setup, options, setup.compute_nodes)).map_err(|e| e.to_string())?;
-    let nodes = deploy::install::<K>(&mut sim, options, setup.compute_nodes)
-        .map_err(|e| format!("starting the index's services: {e}"))?;
+    // Client 0, the creator, stays the loader's (module doc): it runs nothing here.
+    let deployed = deploy::deploy::<K>(&mut sim, options, setup.compute_nodes)?;
     sim.restore(&loaded.image).map_err(|e| e.to_string())?;
-    // Client 0 is the loader's (module doc).
-    let _loader = sim.add_client(0).map_err(|e| e.to_string())?;
+    let nodes = &deployed.nodes;
     let loader_state =
         loaded.loader.clone().downcast::<K::NodeState>().map_err(|_| "internal: an image of another index")?;
     K::inherit(&nodes[0], &loader_state);
@@ -301,19 +304,23 @@ pub fn run_loaded<K: IndexKind>(
         .map_err(|e| e.to_string())?;
     }
     let tick_ns = setup.tick_ns;
-    // Clients start no operation at or after `end` (set when the monitor stops the run).
-    let end = Rc::new(Cell::new(match setup.window {
-        Window::Fixed { warmup_ns, duration_ns: Some(d) } => start + warmup_ns + d,
-        _ => u64::MAX,
-    }));
-    let running = Rc::new(Cell::new(0usize));
-    // When the first client ran out of operations (from `start`): a run of a fixed number of
-    // operations per client is measured while every client runs, not through the ramp-down.
-    let first_done = Rc::new(Cell::new(u64::MAX));
     let timeseries = setup.timeseries_ns > 0;
-    // The history, when one is recorded, starts with the loaded items.
-    let history = setup.record_history.then(|| Rc::new(RefCell::new(History { records: preload })));
-    let tally = Rc::new(RefCell::new(Tally::default()));
+    let phase = Arc::new(Phase::new(
+        clients as usize,
+        tick_ns,
+        timeseries,
+        match setup.window {
+            Window::Fixed { warmup_ns, duration_ns: Some(d) } => warmup_ns + d,
+            _ => u64::MAX,
+        },
+    ));
+    let sink = Sink {
+        phase: phase.clone(),
+        series: Arc::default(),
+        tally: Rc::default(),
+        // The history, when one is recorded, starts with the loaded items.
+        history: setup.record_history.then(|| Rc::new(RefCell::new(History { records: preload }))),
+    };
     let mut index = 0usize;
     for cn in 0..setup.compute_nodes {
         for _ in 0..setup.threads_per_cn {
@@ -323,54 +330,11 @@ pub fn run_loaded<K: IndexKind>(
                 thread.push(sim.add_coroutine(&first));
             }
             for client in thread {
-                let mut source = std::mem::replace(&mut sources[index], Box::new(Done));
+                let source = std::mem::replace(&mut sources[index], Box::new(Done));
                 index += 1;
-                let mut handle = K::open(options, nodes[cn as usize].clone(), client.clone());
-                let (c, tally, end, running) = (client.clone(), tally.clone(), end.clone(), running.clone());
-                let history = history.clone();
-                let first_done = first_done.clone();
-                running.set(running.get() + 1);
-                sim.spawn(&client, async move {
-                    use dmkit_indexes::Index;
-                    while c.now_ns() < end.get() {
-                        let Some(task) = source.next_op() else { break };
-                        let (t0, s0) = (c.now_ns(), c.stats());
-                        let k0 = handle.counters();
-                        let k0 = (k0.retries, k0.lock_failures, k0.cas_failures);
-                        let recorded = history.as_deref().map(|h| (c.id(), h, simulated_clock(&c)));
-                        let Ok(outcomes) = perform(&mut handle, &task.ops, recorded).await;
-                        let t1 = c.now_ns();
-                        if t1 > end.get() {
-                            // Completed after the run was stopped: not measured.
-                            continue;
-                        }
-                        let tick = ((t1 - start) / tick_ns) as usize;
-                        let k1 = handle.counters();
-                        let mut t = tally.borrow_mut();
-                        if !t.log.task(task.name, &outcomes, t1 - t0, tick) {
-                            continue;
-                        }
-                        if timeseries {
-                            t.completions.push(t1 - start);
-                        }
-                        if t.ticks.len() <= tick {
-                            t.ticks.resize(tick + 1, 0);
-                            t.costs.resize(tick + 1, TickCost::default());
-                        }
-                        t.ticks[tick] += 1;
-                        let cost = &mut t.costs[tick];
-                        cost.cost.add(&c.stats().since(&s0));
-                        cost.retries += k1.retries - k0.0;
-                        cost.lock_failures += k1.lock_failures - k0.1;
-                        cost.cas_failures += k1.cas_failures - k0.2;
-                        for (op, outcome) in task.ops.iter().zip(&outcomes) {
-                            cost.useful_bytes += useful_bytes(op, outcome);
-                        }
-                    }
-                    tally.borrow_mut().log.counters.merge(handle.counters());
-                    first_done.set(first_done.get().min(c.now_ns() - start));
-                    running.set(running.get() - 1);
-                });
+                let handle = deployed.open(options, cn, &client);
+                let meter = SimMeter { client: client.clone(), start };
+                sim.spawn(&client, sink.client(client.id(), handle, source, meter));
             }
         }
     }
@@ -378,7 +342,7 @@ pub fn run_loaded<K: IndexKind>(
     // Advance tick by tick, snapshotting the NICs at each boundary; the monitor decides at its
     // checks whether the run goes on.
     let mut monitor = Monitor::new(setup.window, tick_ns);
-    let mut snapshots = vec![snapshot::<K>(&sim, setup.memory_nodes, &nodes)];
+    let mut snapshots = vec![snapshot::<K>(&sim, setup.memory_nodes, nodes)];
     let mut now = 0u64;
     let mut last_report = std::time::Instant::now();
     let mut status = String::from("warming up");
@@ -388,8 +352,8 @@ pub fn run_loaded<K: IndexKind>(
         while now < target {
             now += tick_ns;
             sim.run_until(start + now).map_err(|e| e.to_string())?;
-            snapshots.push(snapshot::<K>(&sim, setup.memory_nodes, &nodes));
-            if running.get() == 0 {
+            snapshots.push(snapshot::<K>(&sim, setup.memory_nodes, nodes));
+            if phase.ended() {
                 ended = true;
                 break;
             }
@@ -402,12 +366,12 @@ pub fn run_loaded<K: IndexKind>(
         // that is past the warm-up), so every measured tick had every client running.
         let judged_until = match setup.window {
             Window::Fixed { warmup_ns, duration_ns: None } if ended => {
-                let cut = first_done.get() / tick_ns * tick_ns;
+                let cut = phase.first_done_ns() / tick_ns * tick_ns;
                 if cut > warmup_ns { cut.min(now) } else { now }
             }
             _ => now,
         };
-        let decision = monitor.check(&tally.borrow().ticks, judged_until, ended);
+        let decision = monitor.check(&Series::sum(std::slice::from_ref(&sink.series)), judged_until, ended);
         match decision {
             Decision::RunUntil { interim, .. } => {
                 if let Some(e) = interim {
@@ -418,23 +382,17 @@ pub fn run_loaded<K: IndexKind>(
         }
     };
     // Stop the clients and let the operations in flight finish (they are not measured).
-    end.set(end.get().min(start + now));
+    phase.stop_at(now);
     sim.run().map_err(|e| e.to_string())?;
     progress.measuring(now, "done; walking the structure's invariants");
     let stats = sim.stats();
     stray_verbs(&stats, "the run")?;
-    let tally = Rc::try_unwrap(tally).map_err(|_| "clients outlived the run")?.into_inner();
+    let whole_series = Series::sum(std::slice::from_ref(&sink.series));
+    let (tally, history) = sink.finish()?;
     let report = walk_after_run::<K>(options, &sim, &tally.log)?;
 
     let (from, to) = (estimate.warmup_ticks, estimate.warmup_ticks + estimate.measured_ticks);
-    let mut cost = TickCost::default();
-    for c in tally.costs.get(from..to.min(tally.costs.len())).unwrap_or(&[]) {
-        cost.cost.add(&c.cost);
-        cost.useful_bytes += c.useful_bytes;
-        cost.retries += c.retries;
-        cost.lock_failures += c.lock_failures;
-        cost.cas_failures += c.cas_failures;
-    }
+    let cost = tally.window_cost(from, to);
     let mut measured = RunResult::measured(
         K::NAME,
         names,
@@ -449,24 +407,6 @@ pub fn run_loaded<K: IndexKind>(
     let (ops, measured_ns) = (measured.operations.max(1) as f64, measured.measured_ns);
     let (s0, s1) = (&snapshots[from.min(snapshots.len() - 1)], &snapshots[to.min(snapshots.len() - 1)]);
     let busy = |a: u64, b: u64| (b - a) as f64 / setup.memory_nodes as f64 / measured_ns as f64;
-    let mut series = Vec::new();
-    if timeseries {
-        let step = setup.timeseries_ns;
-        let buckets = now.div_ceil(step).max(1) as usize;
-        let mut counts = vec![0u64; buckets];
-        for &t in &tally.completions {
-            counts[((t / step) as usize).min(buckets - 1)] += 1;
-        }
-        series = counts
-            .into_iter()
-            .enumerate()
-            .map(|(i, n)| TimePoint {
-                t_us: (i as u64 * step) as f64 / 1e3,
-                operations: n,
-                throughput_mops: round3(n as f64 / (step as f64 / 1e9) / 1e6),
-            })
-            .collect();
-    }
     let verbs_per_op = VerbKind::ALL
         .iter()
         .filter(|k| cost.cost.verbs_of(**k).count > 0)
@@ -479,7 +419,7 @@ pub fn run_loaded<K: IndexKind>(
     let hits = event(Counters::CACHE_HIT) + (s1.cache.0 - s0.cache.0);
     let misses = event(Counters::CACHE_MISS) + (s1.cache.1 - s0.cache.1);
     // The series to the end of the run (trailing ticks without a completion are zeros).
-    let mut whole = tally.ticks.clone();
+    let mut whole = whole_series;
     whole.resize((now / tick_ns) as usize, 0);
     let (series_mops, series_bin_ns) = crate::run::schema::coarse_series(&whole, tick_ns);
     Ok(RunResult {
@@ -502,11 +442,8 @@ pub fn run_loaded<K: IndexKind>(
         lock_failures: cost.lock_failures,
         cas_failures: cost.cas_failures,
         rdwc: rdwc_ratios(&s1.rdwc, &s0.rdwc),
-        timeseries: series,
-        history: match history {
-            Some(h) => Some(Rc::try_unwrap(h).map_err(|_| "clients outlived the run")?.into_inner()),
-            None => None,
-        },
+        timeseries: if timeseries { tally.timeseries(setup.timeseries_ns, now) } else { Vec::new() },
+        history,
         supports_scan: K::SUPPORTS_SCAN,
         sim_steps: stats.steps,
         trace_hash: stats.trace_hash,

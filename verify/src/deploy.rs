@@ -1,9 +1,16 @@
 //! An index deployed in the simulator, the same way for everyone who deploys one: the
-//! checker's harness, the sequential proptests, and the experiments' runner (whose hardware
-//! twin deploys on real nodes from the same [`IndexKind`] hooks).
+//! checker's harness, the sequential proptests, `dmkit fill`, and the experiments' runner (whose
+//! hardware twin deploys on real nodes from the same [`IndexKind`] hooks, and runs its measured
+//! clients through the same client loop, `dmkit_experiments::run::client`).
+//!
+//! A deployment is [`topology`] (the nodes), then [`deploy`]: the index's services, a fresh
+//! state per compute node, and the creator — client 0 on compute node 0, whose handle creates
+//! the index and loads or preloads it ([`Deployed::create_then`]) before any other client
+//! starts.
 
-use dmkit_indexes::IndexKind;
-use dmkit_sim::{Sim, Topology};
+use dmkit_indexes::{IndexError, IndexKind};
+use dmkit_sim::{Sim, SimClient, TaskOutput, Topology};
+use std::future::Future;
 use std::sync::Arc;
 
 /// The nodes a simulation of `K` needs: `memory_nodes`, `compute_nodes`, and the server nodes,
@@ -31,4 +38,55 @@ pub fn install<K: IndexKind>(
     K::install(options, sim)?;
     let caps = sim.caps().clone();
     Ok((0..compute_nodes).map(|_| Arc::new(K::node_state(options, &caps))).collect())
+}
+
+/// Index `K` deployed in a simulation (module doc).
+pub struct Deployed<K: IndexKind> {
+    /// Each compute node's state, in compute-node order.
+    pub nodes: Vec<Arc<K::NodeState>>,
+    /// Client 0, on compute node 0.
+    pub creator: SimClient,
+}
+
+impl<K: IndexKind> std::fmt::Debug for Deployed<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Deployed({}, {} compute nodes)", K::NAME, self.nodes.len())
+    }
+}
+
+/// Installs `K` in `sim` ([`install`]) on `compute_nodes` compute nodes (at least one) and adds
+/// its creator.
+pub fn deploy<K: IndexKind>(sim: &mut Sim, options: &K::Options, compute_nodes: u16) -> Result<Deployed<K>, String> {
+    let nodes = install::<K>(sim, options, compute_nodes).map_err(|e| format!("starting the index's services: {e}"))?;
+    let creator = sim.add_client(0).map_err(|e| e.to_string())?;
+    Ok(Deployed { nodes, creator })
+}
+
+impl<K: IndexKind> Deployed<K> {
+    /// A handle of `client`, which runs on compute node `cn`.
+    pub fn open(&self, options: &K::Options, cn: u16, client: &SimClient) -> K::Handle<SimClient> {
+        K::open(options, self.nodes[cn as usize].clone(), client.clone())
+    }
+
+    /// Spawns the creator's task: `K::create`, then `then` with the creator's handle (a load,
+    /// a preload, a sequence of operations). Its output is `Err` if the create failed; run the
+    /// simulation to get it.
+    pub fn create_then<T, F, Fut>(
+        &self,
+        sim: &mut Sim,
+        options: &K::Options,
+        then: F,
+    ) -> TaskOutput<Result<T, IndexError>>
+    where
+        T: 'static,
+        F: FnOnce(K::Handle<SimClient>) -> Fut + 'static,
+        Fut: Future<Output = T> + 'static,
+    {
+        let handle = self.open(options, 0, &self.creator);
+        let (c, o) = (self.creator.clone(), options.clone());
+        sim.spawn_output(&self.creator, async move {
+            K::create(&o, &c).await?;
+            Ok(then(handle).await)
+        })
+    }
 }

@@ -236,32 +236,27 @@ impl<K: Checked> Scenario for IndexScenario<K> {
     fn build(&self, sim: &mut Sim, phase: &Phase, variant: u64) -> Judge {
         // Set-up, earliest-first: start the index's services, create it and preload keys with
         // one client.
-        let nodes = match deploy::install::<K>(sim, &self.options, self.preset.compute_nodes) {
-            Ok(nodes) => nodes,
-            Err(e) => return Box::new(move |_, _| Err(format!("installing the services: {e}"))),
+        let deployed = match deploy::deploy::<K>(sim, &self.options, self.preset.compute_nodes) {
+            Ok(deployed) => deployed,
+            Err(e) => return Box::new(move |_, _| Err(e)),
         };
-        let creator = sim.add_client(0).expect("compute node 0 exists");
-        let (c, options, preload, value_bytes, key_of) =
-            (creator.clone(), self.options.clone(), self.preset.preload, self.preset.value_bytes, self.preset.key_of);
-        let mut loader = K::open(&self.options, nodes[0].clone(), creator.clone());
-        let setup_failed = Rc::new(RefCell::new(None));
-        let failed = setup_failed.clone();
-        sim.spawn(&creator, async move {
-            if let Err(e) = K::create(&options, &c).await {
-                *failed.borrow_mut() = Some(format!("create: {e}"));
-                return;
-            }
+        let (preload, value_bytes, key_of) = (self.preset.preload, self.preset.value_bytes, self.preset.key_of);
+        let set_up = deployed.create_then(sim, &self.options, move |mut loader| async move {
             for k in 0..preload {
                 if let Err(e) = loader.insert(&(key_of)(k), &value_of(u32::MAX, k as u32, value_bytes)).await {
-                    *failed.borrow_mut() = Some(format!("preload: {e}"));
-                    return;
+                    return Err(format!("preload: {e}"));
                 }
             }
+            Ok(())
         });
         if let Err(e) = sim.run() {
             return Box::new(move |_, _| Err(format!("set-up did not finish: {e}")));
         }
-        if let Some(e) = setup_failed.borrow_mut().take() {
+        let set_up = match set_up.try_take() {
+            None => Err("set-up did not finish: the creator's task is blocked".to_string()),
+            Some(r) => r.map_err(|e| format!("create: {e}")).and_then(|r| r),
+        };
+        if let Err(e) = set_up {
             return Box::new(move |_, _| Err(e));
         }
         // The preloaded keys, as completed inserts before time 0 of the history.
@@ -299,7 +294,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
         for i in 0..self.preset.clients {
             let cn = (i % self.preset.compute_nodes as u32) as u16;
             let client = sim.add_client(cn).expect("compute node exists");
-            let mut handle = K::open(&self.options, nodes[cn as usize].clone(), client.clone());
+            let mut handle = deployed.open(&self.options, cn, &client);
             let mut rng = ChaCha8Rng::seed_from_u64(
                 self.workload_seed ^ variant.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (0x5eed_0000 + i as u64),
             );
@@ -409,28 +404,22 @@ pub fn run_sequence_checked<K: IndexKind>(
     let mut cfg = SimConfig::default();
     cfg.topology = deploy::topology::<K>(options, cfg.topology.memory_nodes, cfg.topology.compute_nodes);
     let mut sim = Sim::new(cfg).expect("the default configuration is valid");
-    let mut nodes = deploy::install::<K>(&mut sim, options, 1).expect("the index's services install");
-    let client = sim.add_client(0).expect("compute node 0 exists");
-    let mut handle = K::open(options, nodes.remove(0), client.clone());
-    let got = Rc::new(RefCell::new(Vec::new()));
-    let (g, c, o, todo) = (got.clone(), client.clone(), options.clone(), ops.to_vec());
-    sim.spawn(&client, async move {
-        if let Err(e) = K::create(&o, &c).await {
-            g.borrow_mut().push(spec::Outcome::Failed(e));
-            return;
-        }
+    let deployed = deploy::deploy::<K>(&mut sim, options, 1).expect("the index's services install");
+    let todo = ops.to_vec();
+    let run = deployed.create_then(&mut sim, options, move |mut handle| async move {
+        let mut got = Vec::new();
         for op in &todo {
-            let out = spec::apply(&mut handle, op).await;
-            g.borrow_mut().push(out);
+            got.push(spec::apply(&mut handle, op).await);
         }
+        got
     });
     sim.run().expect("a sequential run ends");
+    let got = run.take().unwrap_or_else(|e| vec![spec::Outcome::Failed(e)]);
     if let Err(stray) = sim.stats().unallocated.verdict() {
         panic!("{stray}");
     }
     let mut model = spec::SpecMap::new();
     let want = ops.iter().map(|op| model.apply(op, K::SUPPORTS_SCAN)).collect();
-    let got = got.borrow().clone();
     let walk = K::check_invariants(options, &sim);
     (got, want, walk)
 }

@@ -9,11 +9,13 @@
 //!
 //! One concern a file: [`schema`] (the result and the setup), [`request`] (a request, its
 //! index from the registry, the sweep runner), [`plan`] (image keys and memory estimates),
-//! [`report`] (table and CSV), [`file`] (run files, shards, merge), [`tally`] (what clients
-//! record, and the result both backends build from it). The simulator's runner is
+//! [`report`] (table and CSV), [`file`] (run files, shards, merge), [`client`] (the measured
+//! client, written once for every backend), [`tally`] (what clients record, and the result
+//! both backends build from it). The simulator's runner is
 //! [`crate::runner`], the hardware's [`crate::hardware`]; both take the schema from here, and
 //! only [`run_index`] chooses between them.
 
+pub(crate) mod client;
 pub mod file;
 pub mod plan;
 pub mod report;

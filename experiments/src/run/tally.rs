@@ -5,41 +5,10 @@
 
 use super::schema::{Measurement, OpMetrics, RunResult, RunSetup, op_metrics, round3};
 use crate::measure::Estimate;
-use dmkit_indexes::spec::{self, Op, Outcome};
-use dmkit_indexes::{Counters, Index, IndexKind, InvariantReport};
+use dmkit_indexes::spec::Outcome;
+use dmkit_indexes::{Counters, IndexKind, InvariantReport};
 use dmkit_rdma::MemoryView;
-use dmkit_verify::history::{History, apply_recorded};
-use std::cell::RefCell;
 use std::collections::BTreeMap;
-
-/// A measured client's task, on any backend: its operations in order, stopping after the first
-/// that failed. With `recorded` = (client id, history, the history's clock), each operation
-/// enters the history through [`apply_recorded`]; `Err` is the clock's failure, after which
-/// the client must stop.
-pub(crate) async fn perform<I, E, F, S>(
-    handle: &mut I,
-    ops: &[Op],
-    mut recorded: Option<(u32, &RefCell<History>, S)>,
-) -> Result<Vec<Outcome>, E>
-where
-    I: Index,
-    S: FnMut() -> F,
-    F: std::future::Future<Output = Result<u64, E>>,
-{
-    let mut outcomes = Vec::with_capacity(ops.len());
-    for op in ops {
-        let outcome = match &mut recorded {
-            Some((client, history, stamp)) => apply_recorded(handle, op, *client, history, &mut *stamp).await?,
-            None => spec::apply(handle, op).await,
-        };
-        let failed = matches!(outcome, Outcome::Failed(_));
-        outcomes.push(outcome);
-        if failed {
-            break;
-        }
-    }
-    Ok(outcomes)
-}
 
 /// Per operation name, the latency and completion tick of every successful operation; failed
 /// operations with their tick and message; and the clients' index counters.
