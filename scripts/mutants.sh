@@ -41,7 +41,7 @@ case $index in
   chime) files=(indexes/src/chime/mod.rs indexes/src/chime/hotspot.rs) ;;
   dolphin) files=(indexes/src/dolphin/mod.rs) ;;
   hstore) files=(indexes/src/hstore/client.rs indexes/src/hstore/hts.rs indexes/src/hstore/sls.rs) ;;
-  clover) files=(indexes/src/clover/mod.rs) ;;
+  clover) files=(indexes/src/clover/mod.rs indexes/src/clover/layout.rs) ;;
   probe) files=(indexes/src/probe/ops.rs indexes/src/probe/layout.rs) ;;
   *) echo "scripts/mutants.sh: no protocol files listed for index '$index'" >&2; exit 2 ;;
 esac

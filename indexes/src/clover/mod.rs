@@ -24,11 +24,13 @@
 //! Block format: `[next u64][key_len u8][flags u8][val_len u16][check u32][key][value]`, padded
 //! to 64 bytes; `next` is `[units:8 | addr:48]` (0: the tail); flag bit 1 marks a tombstone.
 
+pub mod config;
+mod invariants;
+mod layout;
 pub mod presets;
 
 use crate::common::bytes::SmallBytes;
-use crate::common::checksum::crc64;
-use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
+use crate::common::chunk::LocalChunkAllocator;
 use crate::common::hash::FixedHashMap;
 use crate::common::primitive::{Mutex, lock};
 use crate::hstore::layout::{decode_block_word, encode_block_word};
@@ -36,8 +38,10 @@ use crate::registry::{self, RunShape};
 use crate::{
     Change, Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler, Servers,
 };
+pub use config::CloverOptions;
 use dmkit_rdma::service::{ServerCtx, Service, ServiceHost};
-use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, NodeId, RemoteAddr, VerbsError};
+use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, RemoteAddr, VerbsError};
+use layout::{SHORTCUTS_OFFSET, UNIT, Version, decode, encode};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -45,66 +49,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The metadata server's service id.
 pub const MS_SERVICE: u16 = 0x434c;
-/// The first shortcut word in the MS's memory.
-const SHORTCUTS_OFFSET: u64 = 8192;
-const HEADER: usize = 16;
-const UNIT: u64 = 64;
-const TOMBSTONE: u8 = 2;
-const VALID: u8 = 1;
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CloverOptions {
-    pub memory_nodes: u16,
-    pub max_key_bytes: u32,
-    pub max_value_bytes: u32,
-    /// RPC threads of the metadata server.
-    pub rpc_threads: u16,
-    /// Shortcut words the MS can hand out (one per key ever inserted).
-    pub max_keys: u64,
-    /// Bound on the versions one operation follows and on its CAS attempts.
-    pub max_retries: u32,
-    pub chunk_bytes: u64,
-    pub plants: std::collections::BTreeSet<&'static str>,
-}
-
-impl Default for CloverOptions {
-    fn default() -> Self {
-        CloverOptions {
-            memory_nodes: 1,
-            max_key_bytes: 64,
-            max_value_bytes: 1024,
-            rpc_threads: 4,
-            max_keys: 1 << 20,
-            max_retries: 100_000,
-            chunk_bytes: DEFAULT_CHUNK_BYTES,
-            plants: Default::default(),
-        }
-    }
-}
-
-impl CloverOptions {
-    pub fn validate(&self) -> Result<(), String> {
-        if self.memory_nodes == 0 || self.memory_nodes > 256 {
-            return Err(format!("clover: 1 to 256 memory nodes, got {}", self.memory_nodes));
-        }
-        if !(1..=255).contains(&self.max_key_bytes) {
-            return Err(format!("clover: keys of 1 to 255 bytes, got {}", self.max_key_bytes));
-        }
-        let units = (HEADER as u64 + self.max_key_bytes as u64 + self.max_value_bytes as u64).div_ceil(UNIT);
-        if units > 255 || self.max_value_bytes > u16::MAX as u32 {
-            return Err(format!("clover: a {}-byte value does not fit a block of 255 units", self.max_value_bytes));
-        }
-        if self.max_keys == 0 || self.max_retries == 0 || self.rpc_threads == 0 {
-            return Err("clover: max_keys, max_retries and rpc_threads must be positive".into());
-        }
-        ChunkOptions::paged(self.memory_nodes, self.chunk_bytes).validate()
-    }
-
-    /// The metadata server's node (the first server node).
-    pub fn ms_node(&self) -> NodeId {
-        NodeId(self.memory_nodes)
-    }
-}
 
 pub const WRITE_NEXT: PlantedBug = PlantedBug {
     name: "write-next",
@@ -153,45 +97,6 @@ const RACE_HANDLERS: [RaceHandler; 4] = [
         race: "two registrations of one key passed the MS's first lookup together: the second re-checks under the lock and answers with the first's shortcut (without it the key has two chains)",
     },
 ];
-
-fn check(b: &[u8], k: usize, v: usize) -> u32 {
-    crc64(&[&b[8..12], &b[HEADER..HEADER + k + v]]) as u32
-}
-
-fn encode(key: &[u8], value: &[u8], tombstone: bool) -> Vec<u8> {
-    let units = (HEADER + key.len() + value.len()).div_ceil(UNIT as usize);
-    let mut b = vec![0u8; units * UNIT as usize];
-    b[8] = key.len() as u8;
-    b[9] = if tombstone { TOMBSTONE | VALID } else { VALID };
-    b[10..12].copy_from_slice(&(value.len() as u16).to_le_bytes());
-    b[HEADER..HEADER + key.len()].copy_from_slice(key);
-    b[HEADER + key.len()..HEADER + key.len() + value.len()].copy_from_slice(value);
-    let c = check(&b, key.len(), value.len());
-    b[12..16].copy_from_slice(&c.to_le_bytes());
-    b
-}
-
-/// A version as READ: its `next`, key, value (`None` for a tombstone).
-struct Version {
-    next: u64,
-    key: Vec<u8>,
-    value: Option<Vec<u8>>,
-}
-
-fn decode(b: &[u8]) -> Option<Version> {
-    if b.len() < HEADER || b[9] & VALID == 0 {
-        return None;
-    }
-    let (k, v) = (b[8] as usize, u16::from_le_bytes([b[10], b[11]]) as usize);
-    if HEADER + k + v > b.len() || u32::from_le_bytes(b[12..16].try_into().ok()?) != check(b, k, v) {
-        return None;
-    }
-    Some(Version {
-        next: u64::from_le_bytes(b[..8].try_into().ok()?),
-        key: b[HEADER..HEADER + k].to_vec(),
-        value: (b[9] & TOMBSTONE == 0).then(|| b[HEADER + k..HEADER + k + v].to_vec()),
-    })
-}
 
 // ------------------------------------------------------------------ the metadata server
 
@@ -549,40 +454,8 @@ impl IndexKind for Clover {
         CloverHandle { o: o.clone(), node, ctx, counters: Counters::default() }
     }
 
-    /// Every registered key's chain, from its shortcut: complete versions of that key, ending
-    /// at a tail; the shortcut points into its own key's chain.
     fn check_invariants(o: &CloverOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
-        let mut report = InvariantReport::default();
-        let Some(ms) = memory.service_state(o.ms_node(), MS_SERVICE).and_then(|s| s.downcast::<MetadataServer>().ok())
-        else {
-            return Ok(report);
-        };
-        let keys = lock(&ms.keys).clone();
-        for (key, slot) in keys {
-            let read = |a: RemoteAddr, n: usize| memory.read_memory(a, n).map_err(|e| e.to_string());
-            let mut w = u64::from_le_bytes(read(RemoteAddr::host(o.ms_node(), slot), 8)?.try_into().expect("8 bytes"));
-            let mut hops = 0u64;
-            loop {
-                let (at, units) = decode_block_word(w);
-                let v = decode(&read(at, (units * UNIT) as usize)?)
-                    .ok_or_else(|| format!("key {key:02x?}: {at} is not a complete version"))?;
-                if key != v.key {
-                    return Err(format!("key {key:02x?}: its chain reaches a version of {:02x?}", v.key));
-                }
-                report.remote_bytes += units * UNIT;
-                hops += 1;
-                if v.next == 0 {
-                    report.items += v.value.is_some() as u64;
-                    break;
-                }
-                if hops > 1 << 24 {
-                    return Err(format!("key {key:02x?}: a chain longer than 2^24 versions (a cycle?)"));
-                }
-                w = v.next;
-            }
-            *report.structures.entry("versions_from_shortcuts").or_default() += hops;
-        }
-        Ok(report)
+        invariants::check(o, memory)
     }
 
     fn server_counters(o: &CloverOptions, memory: &dyn MemoryView) -> BTreeMap<&'static str, u64> {

@@ -102,119 +102,22 @@
 //!   [`dmkit_rdma::Verbs::post_keeping`] whether the CAS completed and won (the lock bit names no
 //!   owner) and clears the bit; the preset `read-failure` finds the plant.
 
+pub mod config;
+mod invariants;
 pub mod layout;
 pub mod presets;
 
-use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
+use crate::common::chunk::LocalChunkAllocator;
 use crate::common::primitive::{Mutex, lock};
 use crate::registry::{self, RunShape, TableShape};
 use crate::{Change, Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
+pub use config::ClusterOptions;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MaskedAtomics, MemoryView, NodeId, RemoteAddr, Request};
 use layout::{Block, Bucket, Header, LOCK_BIT, SlotWord, Superblock};
 use rand::Rng;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
-
-/// Options of the cluster hash table.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClusterOptions {
-    /// Main buckets in total (spread round-robin over the memory nodes).
-    pub main_buckets: u64,
-    /// Slots per bucket, main and overflow alike (the paper: 8; at most [`layout::MAX_SLOTS`]).
-    pub slots_per_bucket: u32,
-    /// Overflow buckets per 100 main buckets, per memory node (the paper's ratio 3 = 300).
-    pub overflow_percent: u32,
-    /// Longest key (bytes).
-    pub key_bytes: u32,
-    /// Longest value (bytes).
-    pub value_bytes: u32,
-    /// Memory nodes `0..memory_nodes` hold the buckets and KV blocks.
-    pub memory_nodes: u16,
-    /// Bound on attempts of one operation before [`IndexError::RetriesExhausted`].
-    pub max_retries: u32,
-    /// Bytes of the chunks KV blocks are carved from (per compute node and memory node).
-    pub chunk_bytes: u64,
-    /// Planted bugs (removed protections), by name.
-    pub plants: BTreeSet<&'static str>,
-}
-
-impl Default for ClusterOptions {
-    fn default() -> Self {
-        ClusterOptions {
-            main_buckets: 1 << 16,
-            slots_per_bucket: 8,
-            overflow_percent: 300,
-            key_bytes: 256,
-            value_bytes: 1024,
-            memory_nodes: 1,
-            max_retries: 10_000,
-            chunk_bytes: DEFAULT_CHUNK_BYTES,
-            plants: BTreeSet::new(),
-        }
-    }
-}
-
-impl ClusterOptions {
-    /// A clear message for options the index cannot work with.
-    pub fn validate(&self) -> Result<(), String> {
-        let m = self.memory_nodes as u64;
-        if self.memory_nodes == 0 || self.memory_nodes as usize > layout::MAX_MEMORY_NODES {
-            return Err(format!("the cluster index spreads over 1..={} memory nodes", layout::MAX_MEMORY_NODES));
-        }
-        if self.main_buckets < m {
-            return Err(format!(
-                "the cluster index needs at least one main bucket per memory node ({} for {m} nodes)",
-                self.main_buckets
-            ));
-        }
-        if self.slots_per_bucket == 0 || self.slots_per_bucket > layout::MAX_SLOTS {
-            return Err(format!(
-                "slots_per_bucket must be 1..={} (a bucket fits two 64-byte units), not {}",
-                layout::MAX_SLOTS,
-                self.slots_per_bucket
-            ));
-        }
-        let main_per_node = layout::main_on(self.main_buckets, m, 0);
-        let overflow_per_node = layout::overflow_for(main_per_node, self.overflow_percent);
-        if overflow_per_node >= u32::MAX as u64 {
-            return Err(format!("{overflow_per_node} overflow buckets per memory node do not fit a 32-bit link"));
-        }
-        let region = main_per_node
-            .checked_add(overflow_per_node)
-            .and_then(|b| b.checked_add(1))
-            .and_then(|b| b.checked_mul(layout::bucket_stride(self.slots_per_bucket)));
-        if region.is_none_or(|r| r >= RemoteAddr::OFFSET_LIMIT / 2) {
-            return Err("the table does not fit a memory node's address space".into());
-        }
-        if self.key_bytes == 0 || self.key_bytes > u16::MAX as u32 || self.value_bytes > u16::MAX as u32 {
-            return Err("key_bytes must be 1..=65535 and value_bytes at most 65535".into());
-        }
-        let units = layout::block_units(self.key_bytes as usize, self.value_bytes as usize);
-        if units > layout::MAX_BLOCK_UNITS {
-            return Err(format!(
-                "a KV block of a {}-byte key and a {}-byte value takes {units} units of 64 bytes; a slot names at most {}",
-                self.key_bytes,
-                self.value_bytes,
-                layout::MAX_BLOCK_UNITS
-            ));
-        }
-        if self.max_retries == 0 {
-            return Err("max_retries must be positive".into());
-        }
-        let chunks = ChunkOptions::paged(self.memory_nodes, self.chunk_bytes);
-        chunks.validate()?;
-        if self.chunk_bytes < 4 * (units * layout::BLOCK_UNIT) as u64 {
-            return Err(format!("chunks of {} bytes are too small for KV blocks of {units} units", self.chunk_bytes));
-        }
-        for p in &self.plants {
-            if !PLANTS.iter().any(|k| k.name == *p) {
-                return Err(format!("unknown planted bug '{p}'"));
-            }
-        }
-        Ok(())
-    }
-}
 
 pub const FAILED_READ_KEEPS_LOCK: PlantedBug = PlantedBug {
     name: "failed-read-keeps-lock",
@@ -407,7 +310,7 @@ impl IndexKind for Cluster {
     }
 
     fn check_invariants(o: &ClusterOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
-        walk(o, memory)
+        invariants::walk(o, memory)
     }
 
     fn node_counters(node: &ClusterNode) -> BTreeMap<&'static str, u64> {
@@ -427,109 +330,6 @@ impl IndexKind for Cluster {
         o.plants.insert(PlantedBug::named(&PLANTS, "the cluster index", bug)?);
         Ok(())
     }
-}
-
-/// The invariant walk (see the module doc).
-fn walk(o: &ClusterOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
-    let read = |addr: RemoteAddr, len: usize| memory.read_memory(addr, len).map_err(|e| e.to_string());
-    let raw = read(layout::superblock_addr(), layout::superblock_bytes(o.memory_nodes as usize))?;
-    let sb = Superblock::decode(&raw)?;
-    let mut report = InvariantReport { remote_bytes: raw.len() as u64, ..InvariantReport::default() };
-    let m = sb.regions.len();
-    // Overflow buckets handed out per node, and which chain links each.
-    let mut handed_out = Vec::with_capacity(m);
-    let mut linked: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); m];
-    for i in 0..m {
-        let counter = u64::from_le_bytes(read(sb.pool_counter_addr(i), 8)?.try_into().expect("8 bytes"));
-        handed_out.push(counter.min(sb.overflow_on(i)));
-        report.remote_bytes += layout::region_bytes(sb.slots, sb.main_on(i), sb.overflow_on(i));
-    }
-    let mut longest_chain = 0u64;
-    for b in 0..sb.main_buckets {
-        let i = sb.node_of(b);
-        let main = Bucket::decode(&sb, &read(sb.main_addr(b), sb.bucket_bytes())?);
-        let h = main.header;
-        if h.locked {
-            return Err(format!("main bucket {b}: locked with no operation in flight"));
-        }
-        if h.version % 2 != 0 || main.copy != h.version {
-            return Err(format!("main bucket {b}: version {} (copy {}) is odd or torn", h.version, main.copy));
-        }
-        let mut keys = BTreeSet::new();
-        let mut chain = vec![main];
-        let mut packed_end: Option<(usize, usize)> = None;
-        loop {
-            let cur = chain.len() - 1;
-            let bucket = &chain[cur];
-            for (s, &word) in bucket.slots.iter().enumerate() {
-                let Some(slot) = SlotWord::decode(word) else {
-                    packed_end.get_or_insert((cur, s));
-                    continue;
-                };
-                if let Some((pb, ps)) = packed_end {
-                    return Err(format!(
-                        "chain {b}: bucket {cur} slot {s} holds an item after the empty slot {ps} of bucket {pb}"
-                    ));
-                }
-                let at =
-                    sb.block_addr(i, slot).ok_or_else(|| format!("chain {b}: slot word {word:#x} out of range"))?;
-                let bytes = read(at, slot.block_bytes())?;
-                let Block::Item { key, value } = layout::decode_block(&bytes) else {
-                    return Err(format!("chain {b}: bucket {cur} slot {s} names an invalid KV block at {at}"));
-                };
-                if layout::block_units(key.len(), value.len()) != slot.units as usize {
-                    return Err(format!("chain {b}: slot length {} does not match its block", slot.units));
-                }
-                if layout::fingerprint(&key) != slot.fp {
-                    return Err(format!("chain {b}: key {key:02x?} has another fingerprint than its slot"));
-                }
-                if sb.bucket_of(&key) != b {
-                    return Err(format!("chain {b}: key {key:02x?} belongs to chain {}", sb.bucket_of(&key)));
-                }
-                if !keys.insert(key.clone()) {
-                    return Err(format!("chain {b}: key {key:02x?} appears twice"));
-                }
-                report.items += 1;
-                report.remote_bytes += slot.block_bytes() as u64;
-                *report.structures.entry("kv_blocks").or_default() += 1;
-            }
-            let next = bucket.header.next;
-            if next == 0 {
-                break;
-            }
-            let index = next as u64 - 1;
-            if index >= handed_out[i] {
-                return Err(format!(
-                    "chain {b}: links overflow bucket {index}, beyond the {} handed out",
-                    handed_out[i]
-                ));
-            }
-            if let Some(other) = linked[i].insert(index, b) {
-                return Err(format!("overflow bucket {index} of node {i} is linked by chains {other} and {b}"));
-            }
-            let bucket = Bucket::decode(&sb, &read(sb.overflow_addr(i, index), sb.bucket_bytes())?);
-            if bucket.header.locked || bucket.header.version != 0 || bucket.copy != 0 {
-                return Err(format!("chain {b}: overflow bucket {index} has lock or version bits"));
-            }
-            chain.push(bucket);
-        }
-        longest_chain = longest_chain.max(chain.len() as u64);
-        *report.structures.entry("main_buckets").or_default() += 1;
-        *report.structures.entry("overflow_buckets").or_default() += chain.len() as u64 - 1;
-    }
-    for i in 0..m {
-        if linked[i].len() as u64 != handed_out[i] {
-            return Err(format!(
-                "node {i}: {} overflow buckets handed out but {} linked",
-                handed_out[i],
-                linked[i].len()
-            ));
-        }
-    }
-    report.structures.insert("longest_chain", longest_chain);
-    let overflow: u64 = (0..m).map(|i| sb.overflow_on(i)).sum();
-    report.capacity_items = Some((sb.main_buckets + overflow) * sb.slots as u64);
-    Ok(report)
 }
 
 /// A chain as a writer (or a reader) read it: bucket addresses and images, the items in

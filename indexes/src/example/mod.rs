@@ -44,48 +44,20 @@
 //! - `no-checksum`: search trusts what it read, so a torn slot returns a value no one wrote.
 
 pub mod cache;
+pub mod config;
+mod invariants;
 pub mod layout;
 pub mod presets;
 
 use crate::registry::{self, RunShape};
 use crate::{Change, Counters, Index, IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
 use cache::NodeCache;
+pub use config::ExampleOptions;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, MemoryView, Request};
 use layout::{Slot, Superblock};
 use rand::Rng;
-use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::Arc;
-
-/// Options of the example hash table.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExampleOptions {
-    /// Buckets in total.
-    pub buckets: u64,
-    pub slots_per_bucket: u32,
-    pub max_key_bytes: u32,
-    pub max_value_bytes: u32,
-    /// Memory nodes to spread buckets over (`0..memory_nodes`).
-    pub memory_nodes: u16,
-    /// Bound on attempts of one operation before [`IndexError::RetriesExhausted`].
-    pub max_retries: u32,
-    /// Planted bugs (removed protections), by name.
-    pub plants: BTreeSet<&'static str>,
-}
-
-impl Default for ExampleOptions {
-    fn default() -> Self {
-        ExampleOptions {
-            buckets: 1 << 16,
-            slots_per_bucket: 4,
-            max_key_bytes: 32,
-            max_value_bytes: 64,
-            memory_nodes: 1,
-            max_retries: 10_000,
-            plants: BTreeSet::new(),
-        }
-    }
-}
 
 /// A search read a slot torn by a concurrent WRITE (its checksum failed) and reads again.
 pub const TORN_SEARCH: &str = "torn_search";
@@ -149,19 +121,7 @@ impl IndexKind for Example {
     }
 
     fn validate(o: &ExampleOptions) -> Result<(), String> {
-        if o.buckets == 0 || o.slots_per_bucket == 0 {
-            return Err("the example index needs at least one bucket and one slot per bucket".into());
-        }
-        if o.max_key_bytes == 0 || o.max_key_bytes > 1024 || o.max_value_bytes > 4096 {
-            return Err("the example index takes keys of 1..=1024 bytes and values of up to 4096".into());
-        }
-        if o.memory_nodes == 0 || o.memory_nodes as usize > layout::MAX_MEMORY_NODES {
-            return Err(format!("the example index spreads over 1..={} memory nodes", layout::MAX_MEMORY_NODES));
-        }
-        if o.max_retries == 0 {
-            return Err("max_retries must be positive".into());
-        }
-        Ok(())
+        o.validate()
     }
 
     fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(ExampleOptions, String), String> {
@@ -220,43 +180,7 @@ impl IndexKind for Example {
     }
 
     fn check_invariants(o: &ExampleOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
-        let raw = memory
-            .read_memory(layout::superblock_addr(), layout::superblock_bytes(o.memory_nodes as usize))
-            .map_err(|e| e.to_string())?;
-        let sb = Superblock::decode(&raw)?;
-        let mut report = InvariantReport::default();
-        for b in 0..sb.buckets {
-            let bytes = memory.read_memory(sb.bucket_addr(b), sb.bucket_bytes()).map_err(|e| e.to_string())?;
-            let lock = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
-            if lock != 0 {
-                return Err(format!("bucket {b}: lock word {lock:#x} held with no operation in flight"));
-            }
-            let mut keys = BTreeSet::new();
-            for i in 0..sb.slots as usize {
-                let at = sb.slot_offset(i);
-                match layout::decode_slot(&sb, &bytes[at..at + sb.slot_bytes()], true) {
-                    Slot::Empty => {}
-                    Slot::Torn => return Err(format!("bucket {b} slot {i}: bad lengths or checksum")),
-                    Slot::Item { key, .. } => {
-                        if sb.bucket_of(&key) != b {
-                            return Err(format!(
-                                "bucket {b} slot {i}: key {key:02x?} belongs to bucket {}",
-                                sb.bucket_of(&key)
-                            ));
-                        }
-                        if !keys.insert(key.clone()) {
-                            return Err(format!("bucket {b}: key {key:02x?} appears twice"));
-                        }
-                        report.items += 1;
-                    }
-                }
-            }
-            *report.structures.entry("buckets").or_default() += 1;
-        }
-        report.remote_bytes =
-            (0..sb.bases.len()).map(|i| sb.buckets_on(i).max(1) * sb.bucket_stride()).sum::<u64>() + raw.len() as u64;
-        report.capacity_items = Some(sb.buckets * sb.slots as u64);
-        Ok(report)
+        invariants::check(o, memory)
     }
 
     fn race_handlers() -> &'static [RaceHandler] {

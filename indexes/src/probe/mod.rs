@@ -70,58 +70,22 @@
 //!   every answer stays right. The simulator counts verbs outside allocated memory, and the
 //!   checker judges any such verb a violation (preset `groups`).
 
+pub mod config;
 mod invariants;
 pub mod layout;
 pub mod node;
 mod ops;
 pub mod presets;
 
-use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
+use crate::common::chunk::LocalChunkAllocator;
 use crate::registry::{self, RunShape, TableShape};
 use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
+pub use config::ProbeOptions;
 use dmkit_rdma::{Buf, Caps, Client, MemoryView, NodeId, RemoteAddr};
 use layout::Superblock;
 use node::ProbeNode;
 pub use ops::ProbeHandle;
-use std::collections::BTreeSet;
 use std::sync::Arc;
-
-/// Options of the probing table.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbeOptions {
-    /// Slots in the table: at most this many distinct keys, ever.
-    pub slots: u64,
-    pub max_key_bytes: u32,
-    pub max_value_bytes: u32,
-    /// Memory nodes to spread groups over (`0..memory_nodes`).
-    pub memory_nodes: u16,
-    /// Bytes of the chunks blocks are carved from.
-    pub chunk_bytes: u64,
-    /// Bound on the CAS attempts of one write before [`IndexError::RetriesExhausted`].
-    pub max_retries: u32,
-    /// Slots a probe sequence may span: a key lives within this many slots of its home, so a
-    /// search stops there and an insert that finds no room there answers
-    /// [`IndexError::Full`]. Without a bound, an insert into a full table READs all of it.
-    pub max_probe: u64,
-    /// Planted bugs (removed protections), by name: [`REUSE_TOMBSTONES`], [`SKIP_LOST_CLAIM`],
-    /// [`OVERWRITE_ANY_LOSS`], and one slip of address arithmetic, [`FLOOR_GROUPS_PER_NODE`].
-    pub plants: BTreeSet<&'static str>,
-}
-
-impl Default for ProbeOptions {
-    fn default() -> Self {
-        ProbeOptions {
-            slots: 1 << 17,
-            max_key_bytes: 32,
-            max_value_bytes: 64,
-            memory_nodes: 1,
-            chunk_bytes: DEFAULT_CHUNK_BYTES,
-            max_retries: 10_000,
-            max_probe: 128,
-            plants: BTreeSet::new(),
-        }
-    }
-}
 
 /// A claim of an empty slot lost to an insert of the same key: the slot is the key's, so the
 /// insert writes over it.
@@ -200,26 +164,7 @@ impl IndexKind for Probe {
     }
 
     fn validate(o: &ProbeOptions) -> Result<(), String> {
-        if o.slots == 0 || o.slots >= 1 << 48 {
-            return Err(format!("the probing table takes 1..2^48 slots, not {}", o.slots));
-        }
-        if o.max_key_bytes == 0
-            || o.max_key_bytes > layout::MAX_KEY_BYTES
-            || o.max_value_bytes > layout::MAX_VALUE_BYTES
-        {
-            return Err(format!(
-                "the probing table takes keys of 1..={} bytes and values of up to {}",
-                layout::MAX_KEY_BYTES,
-                layout::MAX_VALUE_BYTES
-            ));
-        }
-        if o.memory_nodes == 0 || o.memory_nodes as usize > layout::MAX_MEMORY_NODES {
-            return Err(format!("the probing table spreads over 1..={} memory nodes", layout::MAX_MEMORY_NODES));
-        }
-        if o.max_retries == 0 || o.max_probe == 0 {
-            return Err("max_retries and max_probe must be positive".into());
-        }
-        ChunkOptions::paged(o.memory_nodes, o.chunk_bytes).validate()
+        o.validate()
     }
 
     fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(ProbeOptions, String), String> {

@@ -161,17 +161,19 @@
 //! overwritten, which RACE cannot do as simply: its slots change keys (a delete empties one for
 //! any key) and a split's mover CASes them too.
 
+pub mod config;
+mod invariants;
 pub mod layout;
 pub mod presets;
 
 use crate::common::batch::{post_per_node, post_per_node_keeping};
-use crate::common::chunk::{ChunkOptions, LocalChunkAllocator};
+use crate::common::chunk::LocalChunkAllocator;
 use crate::common::primitive::{Mutex, lock};
 use crate::registry::{self, RunShape, TableShape};
 use crate::{Change, Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
+pub use config::{Paper, RaceOptions};
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, Fixed, MemoryView, NodeId, RemoteAddr, Request, VerbsError};
 use layout::{Entry, Geometry, Header, KeyHash, Slot};
-use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -188,127 +190,6 @@ fn root_addr() -> RemoteAddr {
 
 fn entry_addr(i: usize) -> RemoteAddr {
     root_addr().add(8 + 8 * i as u64)
-}
-
-/// Options of one RACE table.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RaceOptions {
-    /// Largest key (keys are 1..=key_bytes bytes).
-    pub key_bytes: u32,
-    /// Largest value.
-    pub value_bytes: u32,
-    /// Slots per bucket (K).
-    pub slots: u32,
-    /// Bucket groups per subtable (G).
-    pub groups: u32,
-    /// Global depth at creation: `2^initial_depth` subtables.
-    pub initial_depth: u8,
-    /// Directory reservation: `2^max_depth` entries (M).
-    pub max_depth: u8,
-    pub memory_nodes: u16,
-    pub chunk_bytes: u64,
-    pub max_retries: u32,
-    /// Which of the paper's own behaviours replace the digest's safe choices (all off: safe
-    /// mode; all on: the faithful mode).
-    pub paper: Paper,
-    pub plants: BTreeSet<&'static str>,
-}
-
-impl Default for RaceOptions {
-    fn default() -> Self {
-        RaceOptions {
-            key_bytes: 16,
-            value_bytes: 32,
-            slots: 7,
-            groups: 4096,
-            initial_depth: 4,
-            max_depth: 16,
-            memory_nodes: 1,
-            chunk_bytes: crate::common::chunk::DEFAULT_CHUNK_BYTES,
-            max_retries: 100_000,
-            paper: Paper::default(),
-            plants: BTreeSet::new(),
-        }
-    }
-}
-
-/// The paper's behaviours, each of which opens holes the digest predicts (§4.5); each can be
-/// switched on alone so that a scenario shows one hole at a time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Paper {
-    /// Algorithm 1: an insert publishes without looking for its key, then removes duplicates
-    /// by the agreement rule (K3, and concurrent inserts that both report "absent").
-    pub insert: bool,
-    /// D15's faithful column: inserts, updates and deletes act on a subtable while a split
-    /// fills it, and the mover does not freeze what it copies (K4, K5, K6).
-    pub split: bool,
-    /// A block is zeroed and reused as soon as its pointer leaves its slot, and a search skips
-    /// a block that no longer holds its key (K1, K2).
-    pub reuse: bool,
-    /// The printed pseudo-code's restart paths and results: updates and deletes restart on a
-    /// stale bucket without re-reading the directory, and succeed on an absent key (K7).
-    pub printed: bool,
-}
-
-impl Paper {
-    /// Configuration names and what each switches on.
-    pub const CONFIGS: [(&'static str, Paper); 6] = [
-        ("safe", Paper { insert: false, split: false, reuse: false, printed: false }),
-        ("faithful", Paper { insert: true, split: true, reuse: true, printed: true }),
-        ("paper-insert", Paper { insert: true, split: false, reuse: false, printed: false }),
-        ("paper-split", Paper { insert: false, split: true, reuse: false, printed: false }),
-        ("paper-reuse", Paper { insert: false, split: false, reuse: true, printed: false }),
-        ("paper-printed", Paper { insert: false, split: false, reuse: false, printed: true }),
-    ];
-
-    /// The configuration called `name` (`default` is `safe`).
-    pub fn named(name: &str) -> Result<Paper, String> {
-        let name = if name == "default" { "safe" } else { name };
-        Paper::CONFIGS.iter().find(|(n, _)| *n == name).map(|(_, p)| *p).ok_or_else(|| {
-            let names: Vec<&str> = Paper::CONFIGS.iter().map(|(n, _)| *n).collect();
-            format!("race has configurations {} (safe is the default), not '{name}'", names.join(", "))
-        })
-    }
-}
-
-impl RaceOptions {
-    pub fn geometry(&self) -> Geometry {
-        Geometry { slots: self.slots as usize, groups: self.groups as usize, max_depth: self.max_depth }
-    }
-
-    pub fn validate(&self) -> Result<(), String> {
-        if !(1..=1024).contains(&self.key_bytes) || self.value_bytes == 0 {
-            return Err(format!(
-                "RACE keys are 1..=1024 bytes and values at least 1, not {}/{}",
-                self.key_bytes, self.value_bytes
-            ));
-        }
-        if layout::block_units(self.key_bytes as usize, self.value_bytes as usize) > layout::MAX_UNITS {
-            return Err(format!("a KV block holds at most {} bytes", layout::MAX_UNITS * layout::UNIT - 16));
-        }
-        if !(1..=64).contains(&self.slots) || self.groups < 2 {
-            return Err(format!(
-                "RACE needs 1..=64 slots per bucket and at least 2 groups, not {}/{}",
-                self.slots, self.groups
-            ));
-        }
-        if self.max_depth > MAX_DEPTH {
-            return Err(format!(
-                "the directory reservation 2^{} does not fit (at most 2^{MAX_DEPTH} entries)",
-                self.max_depth
-            ));
-        }
-        if self.initial_depth > self.max_depth {
-            return Err("the initial depth exceeds the directory reservation".into());
-        }
-        if self.memory_nodes == 0 || self.memory_nodes > 256 {
-            return Err("RACE spreads over 1..=256 memory nodes".into());
-        }
-        if self.max_retries == 0 {
-            return Err("max_retries must be at least 1".into());
-        }
-        ChunkOptions::paged(self.memory_nodes, self.chunk_bytes).validate()
-    }
 }
 
 /// A client synchronized its compute node's copy of the directory (READs of it).
@@ -635,7 +516,7 @@ impl IndexKind for Race {
     }
 
     fn check_invariants(o: &RaceOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
-        check(o, memory)
+        invariants::check(o, memory)
     }
 
     fn planted_bugs() -> &'static [PlantedBug] {
@@ -1600,84 +1481,6 @@ fn free_slot(g: &Geometry, view: &View, kh: &KeyHash) -> Option<(usize, usize)> 
     None
 }
 
-/// The walk: directory consistent with the subtables' headers (I2), every slot's block valid
-/// with its fingerprint, in one of its key's combined buckets of the right subtable (I3), and
-/// no key twice (P4).
-fn check(o: &RaceOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
-    let g = o.geometry();
-    let root = memory.read_memory(root_addr(), 8).map_err(|e| e.to_string())?;
-    let root_word = u64::from_le_bytes(root[..8].try_into().expect("8"));
-    if root_word & layout::LOCK_BIT != 0 {
-        return Err("the directory lock is held with no operation in flight".into());
-    }
-    let gd = layout::root_gd(root_word);
-    let mut report = InvariantReport::default();
-    let mut seen_tables = BTreeSet::new();
-    let mut keys = BTreeSet::new();
-    for i in 0..1usize << gd {
-        let raw = memory.read_memory(entry_addr(i), 8).map_err(|e| e.to_string())?;
-        let e = Entry::decode(u64::from_le_bytes(raw[..8].try_into().expect("8")));
-        if e.lock {
-            return Err(format!("directory entry {i} is locked with no operation in flight"));
-        }
-        if e.ld > gd {
-            return Err(format!("directory entry {i}: local depth {} above the global depth {gd}", e.ld));
-        }
-        if !seen_tables.insert(e.subtable.raw()) {
-            continue;
-        }
-        let want = Header { ld: e.ld, suffix: layout::suffix(i as u64, e.ld) };
-        let bytes = memory.read_memory(e.subtable, g.subtable_bytes()).map_err(|e| e.to_string())?;
-        *report.structures.entry("subtables").or_default() += 1;
-        report.remote_bytes += g.subtable_bytes() as u64;
-        for b in 0..g.buckets() {
-            let at = g.bucket_at(b);
-            let word = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
-            if word & layout::LOCK_BIT != 0 {
-                return Err(format!("subtable of entry {i}, bucket {b}: insert lock held with no operation in flight"));
-            }
-            let h = Header::decode(word);
-            if h != want {
-                return Err(format!("subtable of entry {i}, bucket {b}: header {h:?}, the directory says {want:?}"));
-            }
-            for s in 0..g.slots {
-                let p = at + 8 + 8 * s;
-                let word = u64::from_le_bytes(bytes[p..p + 8].try_into().expect("8"));
-                if word & layout::FROZEN != 0 {
-                    return Err(format!("bucket {b} slot {s}: frozen with no split in flight"));
-                }
-                let Some(slot) = Slot::decode(word) else {
-                    continue;
-                };
-                let block = memory.read_memory(slot.block, slot.bytes()).map_err(|e| e.to_string())?;
-                let (k, _) = layout::decode_block(&block)
-                    .ok_or_else(|| format!("bucket {b} slot {s}: an invalid block at {}", slot.block))?;
-                let kh = g.hash(k);
-                if kh.fp != slot.fp {
-                    return Err(format!(
-                        "bucket {b} slot {s}: fingerprint {} for a key whose fingerprint is {}",
-                        slot.fp, kh.fp
-                    ));
-                }
-                if layout::suffix(kh.dir, e.ld) != want.suffix {
-                    return Err(format!("key {k:?} in the subtable of suffix {:#x}", want.suffix));
-                }
-                let home = kh.idx.iter().any(|&a| [g.combined_first(a), g.combined_first(a) + 1].contains(&b));
-                if !home {
-                    return Err(format!("key {k:?} in bucket {b}, outside its combined buckets"));
-                }
-                if !keys.insert(k.to_vec()) {
-                    return Err(format!("key {k:?} is stored twice"));
-                }
-                report.items += 1;
-                report.remote_bytes += slot.bytes() as u64;
-            }
-        }
-    }
-    report.capacity_items = Some(seen_tables.len() as u64 * (g.buckets() * g.slots) as u64);
-    Ok(report)
-}
-
 impl<C: Client + Clone + 'static> Index for RaceHandle<C> {
     async fn search(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
         self.do_search(key).await
@@ -1697,23 +1500,5 @@ impl<C: Client + Clone + 'static> Index for RaceHandle<C> {
 
     fn counters(&self) -> &Counters {
         &self.counters
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Paper;
-
-    /// Every name finds its own configuration, `default` the safe one, and a wrong name an
-    /// error listing them (a mutation run found no test of the look-up).
-    #[test]
-    fn configurations_are_found_by_name() {
-        for (name, paper) in Paper::CONFIGS {
-            assert_eq!(Paper::named(name), Ok(paper), "{name}");
-        }
-        assert_eq!(Paper::named("default"), Ok(Paper::default()));
-        assert_eq!(Paper::named("safe"), Ok(Paper::default()));
-        let err = Paper::named("unsafe").expect_err("no such configuration");
-        assert!(err.contains("paper-split") && err.contains("'unsafe'"), "{err}");
     }
 }
