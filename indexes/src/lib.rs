@@ -22,6 +22,7 @@ pub mod chime;
 pub mod clover;
 pub mod cluster;
 pub mod common;
+pub mod configured;
 pub mod dolphin;
 pub mod example;
 pub mod hash;

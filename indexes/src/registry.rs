@@ -18,7 +18,9 @@ use crate::IndexKind;
 /// Hands the list of indexes to `$callback`, a macro of the caller's, as
 /// `indexes: [T, ...], configurations: [T, ...]`:
 ///
-/// - `indexes`: one type per name, in the order `--help` lists them;
+/// - `indexes`: one type per name, in the order `--help` lists them (a named configuration of
+///   another index with a name of its own, as ART of SMART, is a
+///   [`Configured`](crate::configured::Configured) type: a line here, no forwarding code);
 /// - `configurations`: types that run some named configurations of an index listed above,
 ///   under its name ([`IndexKind::serves`] says which configurations each takes).
 ///

@@ -5,8 +5,9 @@
 //! immediate retries pile up on the hottest keys: ART's throughput fell from 7 to 1.3 Mops/s
 //! within 5 ms and stayed there (1 M keys, 16 CNs x 8 clients, README "The main job").
 
-use dmkit_indexes::art::{Art, ArtOptions};
+use dmkit_indexes::art::{self, Art};
 use dmkit_indexes::common::change::RDWC_COMBINED;
+use dmkit_indexes::smart::SmartOptions;
 use dmkit_indexes::smart::{RCU_LOST, RCU_UPDATE};
 use dmkit_indexes::{Index, IndexKind};
 use dmkit_sim::{Sim, SimConfig, Topology};
@@ -17,7 +18,7 @@ const UPDATES: u64 = 25;
 
 /// Runs `CLIENTS` clients of one compute node, each updating one preloaded key `UPDATES`
 /// times; returns the summed counters and the value read at the end.
-fn hammer(o: &ArtOptions) -> (u64, u64, u64, Vec<u8>) {
+fn hammer(o: &SmartOptions) -> (u64, u64, u64, Vec<u8>) {
     let config = SimConfig { topology: Topology { compute_nodes: 1, ..Topology::default() }, ..SimConfig::default() };
     let mut sim = Sim::new(config).unwrap();
     let node = Arc::new(Art::node_state(o, sim.caps()));
@@ -66,7 +67,7 @@ fn hammer(o: &ArtOptions) -> (u64, u64, u64, Vec<u8>) {
 
 #[test]
 fn same_key_updates_of_one_compute_node_never_lose_a_cas_with_the_handover() {
-    let o = ArtOptions::default();
+    let o = art::options(8, 8);
     assert!(o.update_handover, "ART's configuration has the artifact's hand-over");
     let (lost, updates, combined, value) = hammer(&o);
     assert_eq!(lost, 0, "serialised updates cannot lose their CAS to each other");
@@ -77,7 +78,7 @@ fn same_key_updates_of_one_compute_node_never_lose_a_cas_with_the_handover() {
     assert_eq!(last % 1000, UPDATES - 1, "the final value {last} is a client's last update");
 
     // The same clients without the hand-over race each other's CAS: the test can fail.
-    let mut without = ArtOptions::new(8, 8);
+    let mut without = art::options(8, 8);
     without.update_handover = false;
     without.validate().unwrap();
     let (lost, updates, combined, _) = hammer(&without);

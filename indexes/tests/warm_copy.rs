@@ -2,7 +2,7 @@
 //! the runner does) leaves every node exactly as warming each one would: the same entries, with
 //! the same insertion order and identities, and the same counters.
 
-use dmkit_indexes::art::{Art, ArtOptions};
+use dmkit_indexes::art::{self, Art};
 use dmkit_indexes::smart::{Smart, SmartOptions};
 use dmkit_indexes::{Index, IndexKind};
 use dmkit_sim::{Sim, SimConfig};
@@ -44,8 +44,8 @@ fn a_copied_warm_cache_is_the_cache_warming_leaves() {
         let (alike, copied, entries) = compare::<Smart>(&o);
         assert!(alike && copied, "budget {budget}");
         assert!(entries > 0, "the test caches something");
-        let mut o = ArtOptions::default();
-        o.0.cache_bytes = budget;
+        let mut o = art::options(8, 8);
+        o.cache_bytes = budget;
         let (alike, copied, entries) = compare::<Art>(&o);
         assert!(alike && copied && entries > 0, "ART, budget {budget}");
     }

@@ -4,7 +4,7 @@
 //! presets: clean as shipped, and every planted hazard found.
 
 use dmkit_indexes::IndexKind;
-use dmkit_indexes::art::{Art, ArtOptions};
+use dmkit_indexes::art::Art;
 use dmkit_indexes::smart::layout::NodeTypes;
 use dmkit_indexes::smart::{Smart, SmartOptions, config::CONFIGS};
 use dmkit_indexes::spec::{Op, Outcome};
@@ -122,7 +122,7 @@ fn many_keys_of_every_length_grow_a_consistent_tree() {
 /// ART's options differ from SMART's only by configuration; the `art` index runs them.
 #[test]
 fn art_runs_the_same_code_in_its_configuration() {
-    let o = ArtOptions(options("art"));
+    let o = options("art");
     assert!(o.internal_locks && o.out_of_place_update);
     let ops: Vec<Op> = (0..300u16)
         .flat_map(|i| {

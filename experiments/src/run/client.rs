@@ -305,3 +305,66 @@ where
     }
     Ok(outcomes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(retries: u64) -> TickCost {
+        TickCost { retries, useful_bytes: 8 * retries, ..TickCost::default() }
+    }
+
+    #[test]
+    fn executors_series_add_tick_by_tick() {
+        let (a, b) = (std::sync::Arc::new(Series::default()), std::sync::Arc::new(Series::default()));
+        for t in [0, 0, 2] {
+            a.count(t);
+        }
+        b.count(1);
+        b.count(4);
+        assert_eq!(Series::sum(&[a, b]), vec![2, 1, 1, 0, 1]);
+    }
+
+    #[test]
+    fn merged_tallies_keep_every_ticks_cost_and_the_first_clock_error() {
+        let mut one = Tally { costs: vec![cost(1), cost(2)], completions: vec![5], ..Tally::default() };
+        let other = Tally {
+            costs: vec![cost(10), cost(20), cost(30)],
+            completions: vec![7],
+            clock_error: Some("node down".into()),
+            ..Tally::default()
+        };
+        one.merge(other);
+        assert_eq!(one.costs.iter().map(|c| c.retries).collect::<Vec<_>>(), vec![11, 22, 30]);
+        assert_eq!(one.completions, vec![5, 7]);
+        assert_eq!(one.clock_error.as_deref(), Some("node down"));
+        // The window is ticks 1..3, past the end of the costs too.
+        let w = one.window_cost(1, 5);
+        assert_eq!((w.retries, w.useful_bytes), (52, 416));
+        assert_eq!(one.window_cost(3, 5).retries, 0);
+    }
+
+    #[test]
+    fn the_timeseries_buckets_completions_up_to_the_end() {
+        let t = Tally { completions: vec![0, 999, 1000, 2500, 9999], ..Tally::default() };
+        let s = t.timeseries(1000, 3000);
+        assert_eq!(s.iter().map(|p| p.operations).collect::<Vec<_>>(), vec![2, 1, 2]);
+        assert_eq!(s[0].throughput_mops, 2.0);
+        assert_eq!(s[2].t_us, 2.0);
+    }
+
+    #[test]
+    fn a_phase_ends_when_its_clients_finish_or_an_executor_fails() {
+        let p = Phase::new(2, 100, false, u64::MAX);
+        assert!(!p.ended());
+        p.stop_at(500);
+        p.stop_at(700);
+        assert_eq!(p.end_ns(), 500);
+        p.running.fetch_sub(2, Ordering::Relaxed);
+        assert!(p.ended());
+        let q = Phase::new(3, 100, false, u64::MAX);
+        q.fail();
+        assert!(q.ended());
+        assert_eq!(q.end_ns(), 0);
+    }
+}

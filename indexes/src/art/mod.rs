@@ -9,7 +9,8 @@
 //!
 //! It is SMART's code with the factor analysis's switches off (the `art` configuration of
 //! [`crate::smart::config`], as the artifact builds both from one source with flags), under
-//! its own name so that experiments and checks can name it. What is not modelled: 1-bit locks
+//! its own name so that experiments and checks can name it: a [`Configuration`] of SMART with
+//! its own configurations, race handlers, plants and presets. What is not modelled: 1-bit locks
 //! (the lock words are 64-bit, as Sherman's).
 //!
 //! ## The update hand-over, and why YCSB A collapsed without it
@@ -66,45 +67,23 @@
 
 pub mod presets;
 
+use crate::configured::{Configuration, Configured};
 use crate::registry::RunShape;
-use crate::smart::{self, SmartHandle, SmartNode, SmartOptions};
-use crate::{IndexError, IndexKind, InvariantReport, Limits, PlantedBug, RaceHandler};
-use dmkit_rdma::{Caps, Client, MemoryView};
-use std::ops::{Deref, DerefMut};
-use std::sync::Arc;
+use crate::smart::{self, Smart, SmartOptions};
+use crate::{IndexKind, PlantedBug, RaceHandler};
 
-/// ART's options: SMART's, in the `art` configuration by default.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ArtOptions(pub SmartOptions);
+/// ART's [`IndexKind`]: SMART in its `art` configuration, under its own name.
+pub type Art = Configured<ArtConfig>;
 
-impl Default for ArtOptions {
-    fn default() -> Self {
-        ArtOptions::new(8, 8)
-    }
-}
-
-impl ArtOptions {
-    pub fn new(key_bytes: u32, value_bytes: u32) -> ArtOptions {
-        ArtOptions(SmartOptions::named("art", key_bytes, value_bytes).expect("the art configuration exists"))
-    }
-}
-
-impl Deref for ArtOptions {
-    type Target = SmartOptions;
-    fn deref(&self) -> &SmartOptions {
-        &self.0
-    }
-}
-
-impl DerefMut for ArtOptions {
-    fn deref_mut(&mut self) -> &mut SmartOptions {
-        &mut self.0
-    }
-}
-
-/// ART's [`IndexKind`].
+/// What ART has of its own ([`Configuration`]).
 #[derive(Debug)]
-pub struct Art;
+pub struct ArtConfig;
+
+/// SMART's options in the `art` configuration, for `key_bytes`-byte keys and `value_bytes`-byte
+/// values.
+pub fn options(key_bytes: u32, value_bytes: u32) -> SmartOptions {
+    SmartOptions::named(Art::NAME, key_bytes, value_bytes).expect("the art configuration exists")
+}
 
 /// SMART's plant of the same name, for ART's cache.
 pub use crate::smart::NO_REVERSE_CHECK;
@@ -119,26 +98,16 @@ pub const LATE_HANDOVER: PlantedBug = PlantedBug {
 };
 const PLANTS: [PlantedBug; 3] = [NO_REVERSE_CHECK, RETIRE_AFTER_PUBLISH, LATE_HANDOVER];
 
-impl IndexKind for Art {
+impl Configuration for ArtConfig {
+    type Of = Smart;
     const NAME: &'static str = "art";
     /// 147 B at 10 M keys (`dmkit bench-load`, 2026-11-27) but about 230 at 60 M (`dmkit run
     /// --index smart --workload a --keys 60000000 --compute-nodes 16 --memory-nodes 2`: 14 GB
     /// loaded, 2026-11-28): from 10 M keys on, the third level's nodes fill in, each a 256-slot
     /// allocation with a few lines written. The larger, as the estimate's basis.
     const HOST_BYTES_PER_ITEM: u64 = 240;
-    type Options = ArtOptions;
-    type NodeState = SmartNode;
-    type Handle<C: Client + Clone + 'static> = SmartHandle<C>;
 
-    fn limits(o: &ArtOptions) -> Limits {
-        smart::limits(o)
-    }
-
-    fn validate(o: &ArtOptions) -> Result<(), String> {
-        o.0.validate()
-    }
-
-    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(ArtOptions, String), String> {
+    fn for_run(shape: &RunShape<'_>, config: &str) -> Result<(SmartOptions, String), String> {
         let config = if config == "default" { Self::NAME } else { config };
         if config != Self::NAME {
             return Err(format!("index art has one configuration, 'art' (asked for '{config}'); try --index smart"));
@@ -149,47 +118,7 @@ impl IndexKind for Art {
             options.cache_bytes = bytes;
         }
         options.validate().map_err(|e| format!("index {}, configuration {config}: {e}", Self::NAME))?;
-        Ok((ArtOptions(options), config.to_string()))
-    }
-
-    async fn create<C: Client>(o: &ArtOptions, ctx: &C) -> Result<(), IndexError> {
-        smart::create(o, ctx).await
-    }
-
-    fn node_state(o: &ArtOptions, caps: &Caps) -> SmartNode {
-        smart::node_state(o, caps)
-    }
-
-    fn inherit(node: &SmartNode, loader: &SmartNode) {
-        node.chunks.inherit(&loader.chunks);
-    }
-
-    fn cache_host_bytes(o: &ArtOptions, compute_nodes: u16, items: u64) -> u64 {
-        smart::cache_host_bytes(o, compute_nodes, items)
-    }
-
-    fn node_state_bytes(n: &SmartNode) -> u64 {
-        smart::node_state_bytes(n)
-    }
-
-    fn open<C: Client + Clone + 'static>(o: &ArtOptions, node: Arc<SmartNode>, ctx: C) -> SmartHandle<C> {
-        smart::open(o, node, ctx)
-    }
-
-    fn check_invariants(o: &ArtOptions, memory: &dyn MemoryView) -> Result<InvariantReport, String> {
-        smart::invariants::check(o, memory)
-    }
-
-    fn warm(o: &ArtOptions, node: &SmartNode, memory: &dyn MemoryView) -> Result<(), String> {
-        smart::warm(o, node, memory)
-    }
-
-    fn warm_like(_: &ArtOptions, node: &SmartNode, warmed: &SmartNode, _: &dyn MemoryView) -> Result<(), String> {
-        smart::warm_like(node, warmed)
-    }
-
-    fn node_counters(n: &SmartNode) -> std::collections::BTreeMap<&'static str, u64> {
-        n.rdwc.stats().counters()
+        Ok((options, config.to_string()))
     }
 
     fn race_handlers() -> &'static [RaceHandler] {
@@ -200,7 +129,7 @@ impl IndexKind for Art {
         &PLANTS
     }
 
-    fn plant(o: &mut ArtOptions, bug: &str) -> Result<(), String> {
-        smart::plant(o, bug, "art", &PLANTS)
+    fn plant(o: &mut SmartOptions, bug: &str) -> Result<(), String> {
+        smart::plant(o, bug, Self::NAME, &PLANTS)
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::Counters;
 use crate::IndexKind;
-use crate::art::{Art, ArtOptions};
+use crate::art::Art;
 use crate::checking::{Checked, FaultPlan, Preset, point, preset_named};
 use crate::common::change::{RDWC_COMBINED, RDWC_WRITE_QUEUED};
 use crate::common::hocl::LOCK_HANDED_OVER;
@@ -11,7 +11,7 @@ use crate::smart::presets::{long, smart_long_key, smart_presets, wide};
 use crate::smart::{HEADER_SPLIT, LEAF_MOVED, LEAF_SPLIT, RCU_LOST, RCU_UPDATE, SmartOptions, TYPE_SWITCH};
 
 impl Checked for Art {
-    fn presets() -> Vec<(Preset, ArtOptions)> {
+    fn presets() -> Vec<(Preset, SmartOptions)> {
         smart_presets(Art::NAME)
             .into_iter()
             .map(|(mut p, o)| {
@@ -24,22 +24,22 @@ impl Checked for Art {
                     "read-failure" => p.required_counters = &[LOCK_HANDED_OVER, LEAF_SPLIT],
                     _ => {}
                 }
-                (p, ArtOptions(o))
+                (p, o)
             })
             .collect()
     }
 
-    fn faults(preset: &str, _: &ArtOptions) -> FaultPlan {
+    fn faults(preset: &str, _: &SmartOptions) -> FaultPlan {
         FaultPlan::read_failure_preset(preset, 1)
     }
 
-    fn sweep() -> Vec<(Preset, ArtOptions)> {
+    fn sweep() -> Vec<(Preset, SmartOptions)> {
         let presets = Self::presets();
         let (base, o) = preset_named(&presets, "default");
         let (local, lo) = preset_named(&presets, "local");
-        let with = |o: &ArtOptions, f: &dyn Fn(&mut SmartOptions)| {
+        let with = |o: &SmartOptions, f: &dyn Fn(&mut SmartOptions)| {
             let mut o = o.clone();
-            f(&mut o.0);
+            f(&mut o);
             o
         };
         let locks = &[Counters::LOCK_FAILURES, LEAF_SPLIT, HEADER_SPLIT, TYPE_SWITCH][..];
