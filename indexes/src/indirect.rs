@@ -8,7 +8,7 @@
 //!
 //! - **search**: the inner index's search gives the block word `[units:8 | addr:48]` (an 8-byte
 //!   value); then one READ of the block, whose key must match (HStore's block format,
-//!   [`crate::hstore::layout`]).
+//!   [`crate::common::block`]).
 //! - **insert / update**: allocate a block, WRITE it and wait for the completion, then the inner
 //!   index's insert or update of the word. An update of an absent key frees its block at once
 //!   (never published).
@@ -19,8 +19,8 @@
 //! reader can see a block change: the adapter is linearizable exactly when the inner index is.
 //! Remote memory grows with every write; runs are short enough for that not to matter.
 
+use crate::common::block::{self as layout, Block};
 use crate::common::chunk::{ChunkOptions, DEFAULT_CHUNK_BYTES, LocalChunkAllocator};
-use crate::hstore::layout::{self, Block};
 use crate::registry::RunShape;
 use crate::{Change, Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug};
 use dmkit_rdma::{Buf, Caps, Client, MemoryView};

@@ -4,8 +4,8 @@
 use super::layout::{UNIT, decode};
 use super::{CloverOptions, MS_SERVICE, MetadataServer};
 use crate::InvariantReport;
+use crate::common::block::decode_block_word;
 use crate::common::primitive::lock;
-use crate::hstore::layout::decode_block_word;
 use dmkit_rdma::{MemoryView, RemoteAddr};
 
 /// Every registered key's chain, from its shortcut: complete versions of that key, ending

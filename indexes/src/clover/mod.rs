@@ -29,11 +29,11 @@ mod invariants;
 mod layout;
 pub mod presets;
 
+use crate::common::block::{decode_block_word, encode_block_word};
 use crate::common::bytes::SmallBytes;
 use crate::common::chunk::LocalChunkAllocator;
 use crate::common::hash::FixedHashMap;
 use crate::common::primitive::{Mutex, lock};
-use crate::hstore::layout::{decode_block_word, encode_block_word};
 use crate::registry::{self, RunShape};
 use crate::{
     Change, Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler, Servers,
@@ -158,6 +158,13 @@ impl<C: ServerCtx> Service<C> for MetadataServer {
                 }
             }
         };
+        assert!(
+            slot >= SHORTCUTS_OFFSET
+                && (slot - SHORTCUTS_OFFSET) % 8 == 0
+                && (slot - SHORTCUTS_OFFSET) / 8 < self.o.max_keys,
+            "shortcut slot {slot:#x} outside the MS's {} slots",
+            self.o.max_keys
+        );
         // The shortcut is written before the key is published: a lookup never finds an empty
         // one. Two registrations of one key may race here; the second publishes nothing, gives
         // its slot back (unpublished, nobody reads it) and answers like a lookup.
@@ -232,6 +239,11 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
 
     /// The key's shortcut slot: cached, or asked of the MS (`None`: the key was never inserted).
     async fn shortcut(&mut self, key: &[u8]) -> Result<Option<u64>, IndexError> {
+        assert!(
+            !key.is_empty() && key.len() <= self.o.max_key_bytes as usize,
+            "a {}-byte key past the entry point's check",
+            key.len()
+        );
         if let Some(&s) = lock(&self.node.shortcuts).get(key) {
             return Ok(Some(s));
         }
@@ -248,6 +260,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
     async fn read_version(&self, w: u64, key: &[u8]) -> Result<Version, IndexError> {
         let (at, units) = decode_block_word(w);
         let b = self.ctx.read(at, Buf::zeroed((units * UNIT) as usize)).await?;
+        assert_eq!(b.len() as u64, units * UNIT, "a READ returns the bytes asked");
         match decode(&b) {
             Some(v) if v.key == key => Ok(v),
             _ => Err(IndexError::Corrupt(format!("the version at {at} is not a complete version of its key"))),
@@ -271,6 +284,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         for hop in 0..self.o.max_retries {
             let v = self.read_version(w, key).await?;
             if v.next == 0 || self.planted(TRUST_SHORTCUT) {
+                assert!(v.key == key, "read_version returns only a version of its key");
                 return Ok((w, v));
             }
             if hop > 0 {
@@ -294,9 +308,21 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         }
         let bytes = encode(key, value.unwrap_or(&[]), value.is_none());
         let units = bytes.len() as u64 / UNIT;
+        // The options bound a version to 255 units (validate); encode pads to whole units.
+        assert!(
+            bytes.len() as u64 == units * UNIT && (1..=255).contains(&units),
+            "a version of {} bytes is not 1 to 255 units",
+            bytes.len()
+        );
+        debug_assert!(
+            decode(&bytes).is_some_and(|v| v.key == key && v.next == 0 && v.value.as_deref() == value),
+            "a version decodes to what was encoded"
+        );
         let at = self.node.chunks.alloc(&self.ctx, units * UNIT, UNIT).await?;
+        assert_eq!(at.offset() % UNIT, 0, "a block allocated {UNIT}-aligned");
         self.ctx.write(at, Buf::from(bytes)).await?;
         let new = encode_block_word(at, units);
+        assert_eq!(decode_block_word(new), (at, units), "a block word decodes to its block and units");
         let slot = match slot {
             Some(s) => s,
             None => match self.ms(1, Some(new), key).await? {

@@ -374,7 +374,10 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
     async fn locate(&self, sb: &Superblock, key: &[u8]) -> (u64, usize, u8) {
         self.ctx.charge_cpu(CpuWork::HashByte, 2 * key.len() as u64).await;
         let b = sb.bucket_of(key);
-        (b, sb.node_of(b), layout::fingerprint(key))
+        let node = sb.node_of(b);
+        assert!(b < sb.main_buckets, "main bucket {b} outside the table's {}", sb.main_buckets);
+        assert!(node < sb.regions.len(), "node {node} outside the superblock's {} regions", sb.regions.len());
+        (b, node, layout::fingerprint(key))
     }
 
     /// Decodes the KV block of a fingerprint match; `Ok(Some(value))` if it holds `key`.
@@ -401,6 +404,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
         chain: &mut Chain,
     ) -> Result<Vec<(RemoteAddr, usize)>, IndexError> {
         let at = chain.buckets.len() - 1;
+        assert_eq!(chain.buckets[at].1.slots.len(), sb.slots as usize, "a bucket image has the table's slots");
         let mut matches = Vec::new();
         self.ctx.charge_cpu(CpuWork::NodeSearchEntry, sb.slots as u64).await;
         for (s, &word) in chain.buckets[at].1.slots.iter().enumerate() {
@@ -432,6 +436,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
         let max_hops = sb.overflow_on(node) + 1;
         'attempt: for attempt in 0..self.o.max_retries {
             let image = self.ctx.read(main, Buf::zeroed(sb.bucket_bytes())).await?;
+            assert_eq!(image.len(), sb.bucket_bytes(), "a READ returns the bytes asked");
             let first = Bucket::decode(&sb, &image);
             let version = first.header.version;
             if validate && (version % 2 != 0 || first.copy != version) {
@@ -595,8 +600,14 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
                 let bytes = layout::encode_block(key, v);
                 self.ctx.charge_cpu(CpuWork::ChecksumByte, bytes.len() as u64).await;
                 let at = self.node.chunks.alloc_on(&self.ctx, node_id, bytes.len() as u64, 64).await?;
+                assert!(at.node() == node_id && at.offset() % 64 == 0, "a block allocated where asked: {at}");
                 let units = (bytes.len() / layout::BLOCK_UNIT) as u8;
-                Some((at, bytes, SlotWord { fp, units, offset: at.offset() }.encode()))
+                // encode_block pads to whole units, at most MAX_BLOCK_UNITS (255: fits the byte).
+                assert_eq!(bytes.len(), units as usize * layout::BLOCK_UNIT, "a block of whole units");
+                let slot = SlotWord { fp, units, offset: at.offset() };
+                let word = slot.encode();
+                assert_eq!(SlotWord::decode(word), Some(slot), "a slot word decodes to what was encoded");
+                Some((at, bytes, word))
             }
             Change::Delete => None,
         };
@@ -607,7 +618,11 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
                 self.back_off(attempt).await;
                 continue;
             };
+            assert_eq!(image.len(), sb.bucket_bytes(), "a READ returns the bytes asked");
             let mut header = Bucket::decode(&sb, &image).header;
+            // The image was read after this client's CAS set the bit (same QP), and only the
+            // holder clears it: the header a writer releases is locked, by this client.
+            assert!(!locking || header.locked, "a chain this client locked reads unlocked");
             if !locking {
                 header.locked = false;
             }
@@ -659,6 +674,7 @@ impl<C: Client + Clone + 'static> ClusterHandle<C> {
                 return Err(e);
             }
             let slot_addr = |chain: &Chain, (bucket, slot): (usize, usize)| {
+                assert!(slot < sb.slots as usize, "slot {slot} outside the bucket's {}", sb.slots);
                 chain.buckets[bucket].0.add(sb.slot_offset(slot) as u64)
             };
             let word_bytes = |w: u64| w.to_le_bytes().to_vec();

@@ -4,6 +4,7 @@
 //!   structure here imports them from it and from nowhere else, so loom can check it.
 //! - [`chunk`]: the local chunk allocator — remote memory fetched in large chunks from the
 //!   memory nodes' allocator service and carved into small blocks without a round trip.
+//! - [`block`]: the KV block format and block words shared by HStore, `indirect` and Clover.
 //! - [`bytes`]: short byte strings kept inline (decoded keys and values without allocations).
 //! - [`checksum`]: CRC-64/WE, over remote records (leaves, KV blocks, versions).
 //! - [`hash`]: a deterministic hasher for host-side maps.
@@ -22,6 +23,7 @@
 //! accounted, and never holding a lock across an `.await`.
 
 pub mod batch;
+pub mod block;
 pub mod bounds;
 pub mod bytes;
 pub mod change;

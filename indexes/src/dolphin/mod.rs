@@ -633,14 +633,17 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         let addr = p.addr();
         let t = p.node_type().max(1);
         let bytes = self.ctx.read(addr, Buf::zeroed(node_read_bytes(t))).await?;
+        assert_eq!(bytes.len(), node_read_bytes(t), "a READ returns the bytes asked");
         let mut img = NodeImage::decode(&bytes);
         let ht = img.header.node_type();
         if ht > t {
             self.counters.event(NODE_GREW);
             let from = node_read_bytes(t);
             let more = self.ctx.read(addr.add(from as u64), Buf::zeroed(node_read_bytes(ht) - from)).await?;
+            assert_eq!(more.len(), node_read_bytes(ht) - from, "a READ returns the bytes asked");
             img.entries.extend(NodeImage::decode(&[&[0u8; 16][..], more.as_slice()].concat()).entries);
         }
+        assert_eq!(img.entries.len(), layout::capacity(t.max(ht)), "an image holds every entry of its type");
         self.ctx.charge_cpu(CpuWork::NodeSearchEntry, img.live().len() as u64).await;
         Ok(img)
     }
@@ -778,8 +781,15 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
 
     async fn read_leaf(&mut self, leaf: RemoteAddr) -> Result<LeafImage, IndexError> {
         let bytes = self.ctx.read(leaf, Buf::zeroed(self.layout.bytes())).await?;
+        assert_eq!(bytes.len(), self.layout.bytes(), "a READ returns the bytes asked");
         self.ctx.charge_cpu(CpuWork::NodeSearchEntry, self.layout.slots as u64).await;
-        Ok(LeafImage::decode(&self.layout, &bytes))
+        let img = LeafImage::decode(&self.layout, &bytes);
+        assert!(
+            img.keys.len() == self.layout.slots && img.values.len() == self.layout.slots,
+            "a leaf image has the layout's {} slots",
+            self.layout.slots
+        );
+        Ok(img)
     }
 
     /// The remote search. An RDWC leader marks right before each leaf READ (the READ that decides
@@ -852,6 +862,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         }
         let mut r = done.completed;
         let bytes = r.pop().expect("a READ response").into_buf()?;
+        assert_eq!(bytes.len(), self.layout.bytes(), "a READ returns the bytes asked");
         let old = r.pop().expect("an FAA response").atomic()? as i64;
         self.ctx.charge_cpu(CpuWork::NodeSearchEntry, self.layout.slots as u64).await;
         if old < SPEAR_LIMIT {
@@ -905,13 +916,16 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
+        let posted = batch.len();
         let mut r = self.ctx.post(batch).await?;
+        assert_eq!(r.len(), posted, "a batch answers every request");
         r.truncate(n);
         Ok(r)
     }
 
     /// Waits until slot `x`'s value is written (an insert of the same key won the slot).
     async fn wait_value(&mut self, leaf: RemoteAddr, x: usize) -> Result<(), IndexError> {
+        assert!(x < self.layout.slots, "slot {x} outside the leaf's {}", self.layout.slots);
         let at = leaf.add(self.layout.value_off(x));
         for _ in 0..self.o.max_retries {
             if self.read_word(at).await? != VALUE_NULL {
@@ -1025,6 +1039,7 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         p: &mut Pending<'_, '_>,
     ) -> Result<Option<Vec<bool>>, IndexError> {
         let l = self.layout;
+        assert_eq!(img.keys.len(), l.slots, "a leaf image has the layout's slots");
         let found = img.keys.iter().position(|&x| x == k);
         if let Some(x) = found
             && self.hardened()
@@ -1040,6 +1055,9 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         }
         let state = found.map(|x| load_value(img.values[x]));
         let (state, results) = fold(state, p.changes());
+        if let Some(v) = &state {
+            assert_eq!(&load_value(store_value(v)), v, "a value word decodes to what was encoded");
+        }
         match (state, found) {
             (Some(v), Some(x)) => {
                 let w = Request::write(leaf.add(l.value_off(x)), store_value(&v).to_le_bytes().to_vec());

@@ -220,7 +220,9 @@ impl<C: Client + Clone + 'static> ExampleHandle<C> {
 
     async fn bucket_of(&self, sb: &Superblock, key: &[u8]) -> u64 {
         self.ctx.charge_cpu(CpuWork::HashByte, key.len() as u64).await;
-        sb.bucket_of(key)
+        let b = sb.bucket_of(key);
+        assert!(b < sb.buckets, "bucket {b} outside the table's {}", sb.buckets);
+        b
     }
 
     /// Waits a random, growing time after a failed lock attempt (bounded exponential backoff).
@@ -233,6 +235,7 @@ impl<C: Client + Clone + 'static> ExampleHandle<C> {
 
     /// Slots of a bucket image, decoded; `None` if any slot was torn.
     async fn decode_bucket(&self, sb: &Superblock, bytes: &[u8], verify: bool) -> Option<Vec<Slot>> {
+        assert_eq!(bytes.len(), sb.bucket_bytes(), "a bucket image is one bucket");
         self.ctx.charge_cpu(CpuWork::ChecksumByte, if verify { bytes.len() as u64 } else { 0 }).await;
         let slots: Vec<Slot> = (0..sb.slots as usize)
             .map(|i| layout::decode_slot(sb, &bytes[sb.slot_offset(i)..sb.slot_offset(i) + sb.slot_bytes()], verify))
@@ -300,8 +303,11 @@ impl<C: Client + Clone + 'static> ExampleHandle<C> {
                 }
             };
             let image = responses.pop().expect("a READ response").into_buf()?;
+            assert_eq!(image.len(), sb.bucket_bytes(), "a READ returns the bytes asked");
             if locking {
                 let old = responses.pop().expect("a CAS response").atomic()?;
+                // The CAS swapped 0 for `me`, never 0 (client ids count from 1): old 0 means ours.
+                assert_ne!(self.me, 0, "a lock word must name its holder");
                 if old != 0 {
                     self.counters.lock_failures += 1;
                     self.counters.cas_failures += 1;
@@ -328,6 +334,17 @@ impl<C: Client + Clone + 'static> ExampleHandle<C> {
                 (Change::Delete, Some(i), _) => (Some(i), vec![0; sb.slot_bytes()]),
                 _ => (None, Vec::new()),
             };
+            if let Some(i) = target {
+                assert!(i < sb.slots as usize, "slot {i} outside the bucket's {}", sb.slots);
+                assert_eq!(bytes.len(), sb.slot_bytes(), "a slot write is one slot");
+                if let Change::Upsert(v) | Change::Update(v) = &change {
+                    debug_assert_eq!(
+                        layout::decode_slot(&sb, &bytes, true),
+                        Slot::Item { key: key.to_vec(), value: v.clone() },
+                        "a slot decodes to what was encoded"
+                    );
+                }
+            }
             let unlock = Request::write(lock, 0u64.to_le_bytes().to_vec());
             let mut batch = Vec::with_capacity(2);
             match target {

@@ -117,6 +117,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
         let at = layout::decode_addr(addr);
         let t0 = self.ctx.now_ns();
         let bytes = self.ctx.read(at, Buf::zeroed(units as usize * layout::UNIT as usize)).await?;
+        assert_eq!(bytes.len(), units as usize * layout::UNIT as usize, "a READ returns the bytes asked");
         self.kv_ns += self.ctx.now_ns() - t0;
         Ok((at, layout::decode_block(&bytes)))
     }
@@ -124,6 +125,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
     /// GET through the table.
     async fn get_table(&mut self, key: &[u8], t0: u64) -> Result<Lookup, IndexError> {
         let p = self.g.place(key);
+        assert!(p.bucket < self.g.buckets, "bucket {} outside the table's {}", p.bucket, self.g.buckets);
         let hts = self.hts();
         let mut off = self.g.bucket_offset(p.bucket);
         let mut incarnation = None;
@@ -155,6 +157,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             let mut responses = responses.into_iter();
             let ready = responses.next().expect("two responses").into_buf()?.u64_at(0);
             let bucket = responses.next().expect("two responses").into_buf()?;
+            assert_eq!(bucket.len() as u64, layout::BUCKET_BYTES, "a READ returns the bytes asked");
             if ready == 0 {
                 // A restarted HTS rebuilding its table.
                 self.counters.event(TABLE_REBUILDING);
@@ -310,10 +313,14 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             if released > 0 {
                 self.counters.events.entry(BLOCKS_REUSED).and_modify(|n| *n += released).or_insert(released);
             }
+            // The options bound a value to what fits MAX_UNITS beside the longest key (validate).
+            assert!((1..=layout::MAX_UNITS).contains(&units), "a block of {units} units");
             let at = self.node.chunks.alloc(&self.ctx, units * layout::UNIT, layout::UNIT).await?;
+            assert_eq!(layout::decode_addr(layout::encode_addr(at)), at, "a block address survives its 48 bits");
             self.blocks += 1;
             let ts = layout::timestamp(self.ctx.identity().client, self.blocks);
             let data = Buf::from(layout::encode_block(key, value, ts));
+            assert_eq!(data.len() as u64, units * layout::UNIT, "a block has the units allocated");
             if self.o.planted(NO_WRITE_WAIT) {
                 // The plant: the WRITE is posted (it will land) but not waited for.
                 drop(self.ctx.write(at, data));

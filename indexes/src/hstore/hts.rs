@@ -398,11 +398,17 @@ impl Hts {
             return None;
         }
         s.pool_next[w] += 1;
-        Some(self.g.pool_offset(w as u16) + (s.pool_next[w] - 1) * layout::BUCKET_BYTES)
+        let bucket = self.g.pool_offset(w as u16) + (s.pool_next[w] - 1) * layout::BUCKET_BYTES;
+        assert!(
+            self.g.is_pool_bucket(bucket) && self.g.pool_of(bucket) == w as u16,
+            "bucket {bucket:#x} outside pool {w}"
+        );
+        Some(bucket)
     }
 
     /// Reads bucket `b`'s chain from local memory: each bucket's offset and words.
     async fn walk<C: ServerCtx>(&self, ctx: &C, b: u64) -> Result<Vec<(u64, [u64; 8])>, VerbsError> {
+        assert!(b < self.g.buckets, "bucket {b} outside the table's {}", self.g.buckets);
         let mut chain = Vec::new();
         let mut off = self.g.bucket_offset(b);
         loop {
@@ -423,6 +429,13 @@ impl Hts {
     /// Writes a new overflow bucket holding `word` and links it after `last`: the bucket first,
     /// then `next` (A2).
     async fn link_bucket<C: ServerCtx>(&self, ctx: &C, last: u64, bucket: u64, word: u64) -> Result<(), VerbsError> {
+        assert!(self.g.is_pool_bucket(bucket), "linking {bucket:#x}, not a pool bucket");
+        assert!(
+            last >= layout::TABLE_OFFSET
+                && last < self.g.end_offset()
+                && (last - layout::TABLE_OFFSET) % layout::BUCKET_BYTES == 0,
+            "linking after {last:#x}, not a bucket"
+        );
         let mut words = [0u64; 8];
         words[0] = word;
         ctx.local_write(bucket, Buf::from(layout::bucket_bytes(&words))).await?;
@@ -671,6 +684,8 @@ impl Hts {
         reserved: &mut u64,
     ) -> Result<Effect, VerbsError> {
         let p = self.g.place(&e.key);
+        // on_write logs each entry with its chain's worker: every chain has one writer.
+        assert_eq!(p.worker as usize, w, "worker {w} applying a write to worker {}'s chain", p.worker);
         let chain = self.walk(ctx, p.bucket).await?;
         // Find the key: a fingerprint match whose block holds it.
         let mut found = None;
@@ -688,6 +703,7 @@ impl Hts {
                     self.counters.add(HTS_LATE_VERIFY, 1);
                     let len = (s.units as usize * layout::UNIT as usize).min(layout::HEADER_BYTES + e.key.len());
                     let b = ctx.read(s.block, Buf::zeroed(len)).await?;
+                    assert_eq!(b.len(), len, "a READ returns the bytes asked");
                     known.insert(addr, layout::header_key(&b).map(<[u8]>::to_vec).unwrap_or_default());
                 }
                 if self.o.planted(FP_ONLY) || known.get(&addr).is_some_and(|k| *k == e.key) {
@@ -697,8 +713,11 @@ impl Hts {
                 self.counters.add(HTS_FP_FALSE_POSITIVE, 1);
             }
         }
-        let new_word = (e.op != WriteOp::Delete)
-            .then(|| Slot { fp: p.fp, units: e.units, block: layout::decode_addr(e.addr) }.encode());
+        let new_slot =
+            (e.op != WriteOp::Delete).then(|| Slot { fp: p.fp, units: e.units, block: layout::decode_addr(e.addr) });
+        let new_word = new_slot.map(Slot::encode);
+        // on_write refused a write without a block: units > 0, the word is not empty.
+        assert_eq!(new_word.and_then(Slot::decode), new_slot, "a slot word decodes to what was encoded");
         if new_word.is_some() {
             known.insert(e.addr, e.key.clone());
         }
@@ -736,6 +755,11 @@ impl Hts {
                     s.pool_next[w] += 1;
                     self.g.pool_offset(w as u16) + (s.pool_next[w] - 1) * layout::BUCKET_BYTES
                 };
+                // ship reserved it: pool_next + pool_reserved never passes pool_buckets.
+                assert!(
+                    self.g.is_pool_bucket(bucket) && self.g.pool_of(bucket) == w as u16,
+                    "bucket {bucket:#x} outside pool {w}"
+                );
                 self.link_bucket(ctx, chain.last().expect("a chain has its head").0, bucket, word).await?;
                 Ok(Effect::default())
             }

@@ -250,6 +250,7 @@ impl Sls {
         let appending = lock(&self.appending);
         for (seq, entry) in fresh {
             let p = self.g.place(&entry.key).partition as usize;
+            assert!(p < self.parts.len(), "partition {p} outside the SLS's {}", self.parts.len());
             let mut part = lock(&self.parts[p].part);
             part.log.push_back(Logged { incarnation, worker, seq, entry, ack: ack.clone() });
             part.appended += 1;
@@ -372,6 +373,7 @@ impl Sls {
             let mut part = lock(&self.parts[p].part);
             let (old, visited) = apply_entry(&mut part.list, &l.entry);
             part.applied += 1;
+            assert!(part.applied <= part.appended, "partition {p} applied more entries than its log took");
             let m = part.applied_max.entry((l.incarnation, l.worker)).or_insert(0);
             *m = (*m).max(l.seq);
             let effect = Effect {

@@ -570,6 +570,12 @@ struct Copy {
 
 impl View {
     fn slot_addr(&self, g: &Geometry, (b, s): (usize, usize)) -> RemoteAddr {
+        assert!(
+            b < g.buckets() && s < g.slots,
+            "slot ({b}, {s}) outside the subtable's {} buckets of {}",
+            g.buckets(),
+            g.slots
+        );
         self.subtable.add((g.bucket_at(b) + 8 + 8 * s) as u64)
     }
 
@@ -611,6 +617,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         };
         for _ in 0..attempts {
             let raw = self.ctx.read(root_addr(), Buf::zeroed(8 + 8 * (1usize << gd))).await?;
+            assert_eq!(raw.len(), 8 + 8 * (1usize << gd), "a READ returns the bytes asked");
             let now = layout::root_gd(raw.u64_at(0));
             if now > gd {
                 // An empty cache's first READ is sized for depth 0: no race there.
@@ -620,6 +627,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 gd = now;
                 continue;
             }
+            assert!(now <= gd, "the READ covers the directory at depth {now}");
             let entries = (0..1usize << now).map(|i| raw.u64_at(8 + 8 * i)).collect();
             let mut d = lock(&self.node.dir);
             if now >= d.gd {
@@ -660,6 +668,12 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     ) -> Result<(View, Vec<dmkit_rdma::Response>), (IndexError, Vec<Option<dmkit_rdma::Response>>)> {
         let g = self.g;
         let firsts = kh.idx.map(|a| g.combined_first(a));
+        // A combined bucket is a main bucket and its group's overflow bucket, both in the table.
+        assert!(
+            firsts.iter().all(|&b| b + 1 < g.buckets()),
+            "combined buckets {firsts:?} outside the subtable's {}",
+            g.buckets()
+        );
         // Buckets whose header shares no cache line with some of its slots: their headers are
         // read again after the slots (below).
         let torn: Vec<usize> = if self.planted(NO_HEADER_RECHECK) {
@@ -691,6 +705,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         let mut buckets = Vec::with_capacity(4);
         for (first, r) in firsts.iter().zip(reads.by_ref().take(2)) {
             let buf = r.into_buf().map_err(|e| (e.into(), Vec::new()))?;
+            assert_eq!(buf.len(), 2 * g.bucket_bytes(), "a READ returns the bytes asked");
             for half in 0..2 {
                 let at = half * g.bucket_bytes();
                 let header = Header::decode(buf.u64_at(at));
@@ -704,6 +719,8 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
                 x.1 = header;
             }
         }
+        assert_eq!(buckets.len(), 4, "a view is two combined buckets");
+        assert_eq!(resp.len(), n_pre, "the responses of `pre` only");
         Ok((View { subtable: st, buckets }, resp))
     }
 
@@ -725,6 +742,7 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
         let mut out = Vec::new();
         for ((pos, word), r) in cands.into_iter().zip(blocks) {
             let buf = r.into_buf()?;
+            assert_eq!(buf.len(), Slot::decode(word).expect("a match").bytes(), "a READ returns the bytes asked");
             self.ctx.charge_cpu(CpuWork::ChecksumByte, buf.len() as u64).await;
             match layout::decode_block(buf.as_slice()) {
                 Some((k, v)) if k == key => out.push(Copy { pos, word, value: v.to_vec() }),
@@ -861,10 +879,21 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     async fn new_block(&mut self, key: &[u8], value: &[u8], fp: u8) -> Result<(Slot, Request), IndexError> {
         let bytes = layout::encode_block(key, value);
         let units = bytes.len() / layout::UNIT;
+        // The options bound a block to MAX_UNITS (validate); the entry points checked the sizes.
+        assert!(
+            (1..=layout::MAX_UNITS).contains(&units) && bytes.len() == units * layout::UNIT,
+            "a block of {} bytes is not 1 to {} units",
+            bytes.len(),
+            layout::MAX_UNITS
+        );
+        debug_assert_eq!(layout::decode_block(&bytes), Some((key, value)), "a block decodes to what was encoded");
         let node = self.node.clone();
         let at = node.chunks.alloc(&self.ctx, bytes.len() as u64, layout::UNIT as u64).await?;
+        assert_eq!(at.offset() % layout::UNIT as u64, 0, "a block allocated unit-aligned");
         self.ctx.charge_cpu(CpuWork::ChecksumByte, bytes.len() as u64).await;
-        Ok((Slot { fp, units, block: at }, Request::write(at, bytes)))
+        let slot = Slot { fp, units, block: at };
+        assert_eq!(Slot::decode(slot.encode()), Some(slot), "a slot word decodes to what was encoded");
+        Ok((slot, Request::write(at, bytes)))
     }
 
     async fn cas(&mut self, at: RemoteAddr, old: u64, new: u64) -> Result<bool, IndexError> {
@@ -1194,9 +1223,11 @@ impl<C: Client + Clone + 'static> RaceHandle<C> {
     /// key's combined buckets there (D16). Returns the slot's address.
     async fn place(&mut self, t: RemoteAddr, b: usize, kh: &KeyHash, word: u64) -> Result<RemoteAddr, IndexError> {
         let g = self.g;
+        assert!(b < g.buckets(), "bucket {b} outside the subtable's {}", g.buckets());
         let at = t.add(g.bucket_at(b) as u64);
         for _ in 0..self.o.max_retries {
             let raw = self.ctx.read(at, Buf::zeroed(g.bucket_bytes())).await?;
+            assert_eq!(raw.len(), g.bucket_bytes(), "a READ returns the bytes asked");
             let target = match (0..g.slots).find(|&i| raw.u64_at(8 + 8 * i) == 0) {
                 Some(i) => at.add(8 + 8 * i as u64),
                 None => {
