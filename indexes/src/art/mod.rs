@@ -96,7 +96,11 @@ pub const LATE_HANDOVER: PlantedBug = PlantedBug {
     name: "late-handover",
     description: "an update queued behind a same-key update of its compute node returns with that update's outcome instead of running its own (the artifact's hand-over until the winner's release): one that queued after the winner's CAS took effect is lost",
 };
-const PLANTS: [PlantedBug; 3] = [NO_REVERSE_CHECK, RETIRE_AFTER_PUBLISH, LATE_HANDOVER];
+pub const NO_NODE_LOCKS: PlantedBug = PlantedBug {
+    name: "no-node-locks",
+    description: "inserts visit internal nodes without their ROWEX lock: two header splits of one node race, and the loser's trim finds the header changed under what should have been its lock (reported as corruption; SMART, lock-free, retries there instead)",
+};
+const PLANTS: [PlantedBug; 4] = [NO_REVERSE_CHECK, RETIRE_AFTER_PUBLISH, LATE_HANDOVER, NO_NODE_LOCKS];
 
 impl Configuration for ArtConfig {
     type Of = Smart;

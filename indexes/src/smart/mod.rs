@@ -74,7 +74,7 @@ pub mod invariants;
 pub mod layout;
 pub mod presets;
 
-use crate::art::{LATE_HANDOVER, RETIRE_AFTER_PUBLISH};
+use crate::art::{LATE_HANDOVER, NO_NODE_LOCKS, RETIRE_AFTER_PUBLISH};
 use crate::common::bounds::{above_start, below_end, in_bounds};
 use crate::common::change::{Change, Reply, fold};
 use crate::common::change::{
@@ -294,7 +294,7 @@ pub const RACE_HANDLERS: [RaceHandler; 22] = [
 /// delete swings the slot to a tombstone) and no RDWC, but out-of-place updates with the
 /// artifact's same-key hand-over (a window of RDWC's write table whose late writers queue), and
 /// the hierarchical node locks.
-pub const ART_RACE_HANDLERS: [RaceHandler; 20] = [
+pub const ART_RACE_HANDLERS: [RaceHandler; 19] = [
     STALE_ROUTE_HANDLER,
     TYPE_STALE_READ_HANDLER,
     LEAF_MOVED_HANDLER,
@@ -306,7 +306,7 @@ pub const ART_RACE_HANDLERS: [RaceHandler; 20] = [
     SPLIT_LOST_HANDLER,
     SPLIT_SLOT_CHANGED_HANDLER,
     REV_CAS_WAIT_HANDLER,
-    TRIM_RETRY_HANDLER,
+    // No `trim_retry`: unreachable under node locks, and reported as corruption (see `trim`).
     TYPE_SWITCH_FOLLOWED_HANDLER,
     TYPE_SWITCH_RETRY_HANDLER,
     SCAN_REREAD_HANDLER,
@@ -944,7 +944,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 }
             }
             let held = match self.node.locks {
-                Some(_) if p.inserting => Some(self.node_lock(at.s.ptr()).await?),
+                Some(_) if p.inserting && !self.planted(NO_NODE_LOCKS) => Some(self.node_lock(at.s.ptr()).await?),
                 _ => None,
             };
             let step = self.visit_node(key, p, &mut at).await;
@@ -1383,6 +1383,13 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
 
     /// Drops the partials a header split moved up: masked CAS on all but the type bits, again
     /// with the fresh header while it is short of `target` (digest H10).
+    ///
+    /// With node locks (ART) the CAS cannot lose, argued: only a header split of `node` writes
+    /// its header's non-type bits (a type switch masks them out, and the new nodes of a split
+    /// are written before anyone can reach them); every split runs for a write that inserts,
+    /// such a write holds the lock of the node it visits until its visit (the split, its
+    /// publish and this trim) returns, and the lock word excludes every other client, on any
+    /// compute node. A lost CAS there is corruption (plant `no-node-locks` shows it found).
     async fn trim(&mut self, node: RemoteAddr, mut h: Header, target: usize) -> Result<(), IndexError> {
         let mask = !TYPE_MASK;
         for _ in 0..self.o.max_retries {
@@ -1393,6 +1400,12 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             let old = self.ctx.masked_cas(node.add(8), h.0, mask, new.0, mask).await?;
             if old & mask == h.0 & mask {
                 return Ok(());
+            }
+            if self.node.locks.is_some() {
+                return Err(IndexError::Corrupt(format!(
+                    "the header of {node} changed under its node lock during a header split's trim ({:#x} -> {old:#x})",
+                    h.0
+                )));
             }
             self.counters.event(TRIM_RETRY);
             h = Header(old);
