@@ -172,6 +172,8 @@ struct SimMeter {
 }
 
 impl Meter for SimMeter {
+    const PER_TICK_COSTS: bool = true;
+
     fn now_ns(&self) -> u64 {
         self.client.now_ns() - self.start
     }
