@@ -227,22 +227,33 @@ mod explored {
         assert_eq!(Art::planted_bugs().len(), 4, "a new plant needs a line above");
     }
 
-    /// ART's `trim_retry` is unreachable, argued at `SmartHandle::trim`: the node lock an
-    /// inserting visit holds keeps a header split's trim from losing its CAS, so a lost one is
-    /// reported as corruption. Without the locks the explorer finds exactly that report.
+    /// ART's `trim_retry`, `type_switch_followed` and `type_switch_retry` are unreachable,
+    /// argued at `SmartHandle::trim` and `switch_type`: the node lock an inserting visit holds
+    /// keeps a header split's trim and a type switch's CASes from meeting another's change, so
+    /// such a change is reported as corruption. Without the locks the explorer finds exactly
+    /// those reports.
     #[test]
     fn without_node_locks_arts_trim_loses_and_is_reported() {
+        changed_under_lock("default", "during a header split's trim");
+    }
+
+    #[test]
+    fn without_node_locks_arts_type_switch_meets_a_split_and_is_reported() {
+        changed_under_lock("switch-under-split", "during a type switch");
+    }
+
+    fn changed_under_lock(preset: &str, during: &str) {
         let mut seen = Vec::new();
         for seed in 1..=8 {
-            let s = scenario::<Art>("default", Some("no-node-locks"), seed);
+            let s = scenario::<Art>(preset, Some("no-node-locks"), seed);
             let check = check_index(&s, Mode::Random, seed, find_budget(), 20_000);
             let Some(f) = check.exploration.failure else { continue };
-            // Seed 1 finds it at schedule 758.
-            if f.message.contains("changed under its node lock") {
+            // Seed 1 finds each: the trim at schedule 758, the switch at schedule 1.
+            if f.message.contains("changed under its node lock") && f.message.contains(during) {
                 return;
             }
             seen.push(f.message);
         }
-        panic!("no trim lost its CAS without node locks; failures seen: {seen:#?}");
+        panic!("nothing changed under a node lock {during} without the locks; failures seen: {seen:#?}");
     }
 }

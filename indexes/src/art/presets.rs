@@ -22,6 +22,8 @@ impl Checked for Art {
                     }
                     // No combining in ART: the failed READs meet its locks and splits instead.
                     "read-failure" => p.required_counters = &[LOCK_HANDED_OVER, LEAF_SPLIT],
+                    // The node locks serialize the switch and the split (`switch_type`).
+                    "switch-under-split" => p.required_counters = &[TYPE_SWITCH, HEADER_SPLIT, LOCK_HANDED_OVER],
                     _ => {}
                 }
                 (p, o)

@@ -294,7 +294,7 @@ pub const RACE_HANDLERS: [RaceHandler; 22] = [
 /// delete swings the slot to a tombstone) and no RDWC, but out-of-place updates with the
 /// artifact's same-key hand-over (a window of RDWC's write table whose late writers queue), and
 /// the hierarchical node locks.
-pub const ART_RACE_HANDLERS: [RaceHandler; 19] = [
+pub const ART_RACE_HANDLERS: [RaceHandler; 17] = [
     STALE_ROUTE_HANDLER,
     TYPE_STALE_READ_HANDLER,
     LEAF_MOVED_HANDLER,
@@ -306,9 +306,8 @@ pub const ART_RACE_HANDLERS: [RaceHandler; 19] = [
     SPLIT_LOST_HANDLER,
     SPLIT_SLOT_CHANGED_HANDLER,
     REV_CAS_WAIT_HANDLER,
-    // No `trim_retry`: unreachable under node locks, and reported as corruption (see `trim`).
-    TYPE_SWITCH_FOLLOWED_HANDLER,
-    TYPE_SWITCH_RETRY_HANDLER,
+    // No `trim_retry`, `type_switch_followed` or `type_switch_retry`: unreachable under node
+    // locks, and reported as corruption (see `trim` and `switch_type`).
     SCAN_REREAD_HANDLER,
     RCU_LOST_HANDLER,
     HOCL_LOCK_FAILED,
@@ -1415,6 +1414,16 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
 
     /// Raises the node's type to `t` in its parent slot (CAS) and its header (masked CAS on
     /// the type bits); done on each side once it holds `t` or more (digest §3.3).
+    ///
+    /// With node locks (ART) neither CAS can meet another's change, argued: the switch runs in
+    /// an inserting visit that holds the node's lock from before its READ of the node (whose
+    /// reverse check confirmed that the parent slot then pointed to it) until the switch
+    /// returns; the parent slot changes only by a header split of this node (new nodes above
+    /// it) or a type switch of it, and the header's type bits only by a type switch of it, each
+    /// in a visit holding the same lock. A CAS that finds the slot or the type bits changed by
+    /// someone else is corruption there; one that finds only older type bits in its own
+    /// expectation (a cached parent image) sees the slot as it is and is not a race.
+    /// `verify/tests/smart.rs`: the preset `switch-under-split` reaches both handlers in SMART.
     async fn switch_type(
         &mut self,
         psa: RemoteAddr,
@@ -1444,6 +1453,9 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                         break;
                     }
                     // A split put node(s) above this one: it is under their slot 0.
+                    if self.node.locks.is_some() {
+                        return Err(self.changed_under_lock("parent slot", node, p.0));
+                    }
                     self.counters.event(TYPE_SWITCH_FOLLOWED);
                     psa = p.ptr().add(16);
                     p = self.read_slot(psa).await?;
@@ -1455,6 +1467,9 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     if old == p.0 {
                         done1 = true;
                     } else {
+                        if self.node.locks.is_some() {
+                            return Err(self.changed_under_lock("parent slot", node, old));
+                        }
                         self.counters.event(TYPE_SWITCH_RETRY);
                         p = Slot(old);
                     }
@@ -1468,6 +1483,9 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     r2 = self.ctx.masked_cas(header_at, cur.0, TYPE_MASK, tbits, TYPE_MASK).await?;
                     done2 = r2 & TYPE_MASK == cur.0 & TYPE_MASK;
                     if !done2 {
+                        if self.node.locks.is_some() {
+                            return Err(self.changed_under_lock("header", node, r2));
+                        }
                         self.counters.event(TYPE_SWITCH_RETRY);
                     }
                 }
@@ -1478,6 +1496,13 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             }
         }
         Err(self.retries_exhausted("type switch"))
+    }
+
+    /// The corruption of a word that changed under `node`'s lock (ART; see `switch_type`).
+    fn changed_under_lock(&self, what: &str, node: RemoteAddr, now: u64) -> IndexError {
+        IndexError::Corrupt(format!(
+            "the {what} of {node} changed under its node lock during a type switch (now {now:#x})"
+        ))
     }
 
     /// Takes ART's lock on an internal node: the local table first, then the lock word.

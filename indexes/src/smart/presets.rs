@@ -7,7 +7,7 @@ use crate::common::change::{RDWC_COMBINED, RDWC_DELEGATED, RDWC_READ_FALLBACK, R
 use crate::smart::layout::NodeTypes;
 use crate::smart::{
     CACHE_HIT, CACHE_INVALIDATED, HEADER_SPLIT, LEAF_SPLIT, PUBLISH_LOST, RCU_UPDATE, Smart, SmartOptions, TORN_LEAF,
-    TYPE_STALE_READ, TYPE_SWITCH, UPDATE_IN_PLACE,
+    TYPE_STALE_READ, TYPE_SWITCH, TYPE_SWITCH_FOLLOWED, UPDATE_IN_PLACE,
 };
 
 /// SMART's checking keys: two groups of six sharing seven bytes and differing in the last
@@ -20,6 +20,14 @@ pub fn smart_key(k: u64) -> Vec<u8> {
     } else {
         vec![0, 0, 1, 0, 0, 0, 0, (k - 12) as u8]
     }
+}
+
+/// Keys for a type switch racing a header split of the same node: keys 0–4 differ at byte 6
+/// only (one node of six compressed partials, bytes 0–5, whose fifth child switches it past
+/// NODE_4), and key 5 diverges inside those partials at byte 3 (a header split of that node,
+/// which publishes new nodes on the very slot the switch CASes).
+pub fn switch_split_key(k: u64) -> Vec<u8> {
+    if k < 5 { vec![0, 0, 0, 0, 0, 0, k as u8, 0] } else { vec![0, 0, 0, (k - 4) as u8, 0, 0, 0, 0] }
 }
 
 /// [`smart_key`] behind `P` zero bytes (`8 + P`-byte keys): the first leaf split builds a chain
@@ -94,6 +102,25 @@ pub(crate) fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
                 ..base.clone()
             },
             smart_options(config, 1),
+        ),
+        // A type switch and a header split of one node at once (`switch_split_key`): four
+        // children preloaded, so the fifth insert switches the node while an insert of key 5
+        // splits its header; whichever CAS on the parent slot lands second must cope. The
+        // first preset to reach `type_switch_followed` and `type_switch_retry` (2026-11-29;
+        // `wide` and the sweep's switch-heavy points split other nodes than they switch).
+        (
+            Preset {
+                name: "switch-under-split",
+                keys: 6,
+                key_of: switch_split_key,
+                preload: 4,
+                clients: 3,
+                ops_per_client: 4,
+                mix: Mix { search: 30, insert: 70, update: 0, delete: 0, scan: 0 },
+                required_counters: &[TYPE_SWITCH, HEADER_SPLIT, TYPE_SWITCH_FOLLOWED],
+                ..base.clone()
+            },
+            smart_options(config, 2),
         ),
         // Small enough for DFS: two clients, a split and an update race.
         (
