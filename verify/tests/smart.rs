@@ -189,6 +189,19 @@ mod explored {
         clean::<Art>();
     }
 
+    /// A type switch and a header split of one node at once: SMART follows the split's new
+    /// nodes down to the node it switches (`type_switch_followed`, a required counter of the
+    /// preset), and stays clean. Bounded by schedules, not time: 2000 are plenty here.
+    #[test]
+    fn a_type_switch_meets_a_header_split_of_its_node() {
+        let s = scenario::<Smart>("switch-under-split", None, 1);
+        check_index(&s, Mode::Random, 1, Duration::from_secs(600), 2000).assert_clean(
+            "smart switch-under-split",
+            2000,
+            true,
+        );
+    }
+
     fn found<K: Checked>(bug: &str, preset: &str, mode: Mode, seed: u64) {
         let s = scenario::<K>(preset, Some(bug), seed);
         let check = check_index(&s, mode, seed, find_budget(), u64::MAX);
