@@ -1400,12 +1400,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             if old & mask == h.0 & mask {
                 return Ok(());
             }
-            if self.node.locks.is_some() {
-                return Err(IndexError::Corrupt(format!(
-                    "the header of {node} changed under its node lock during a header split's trim ({:#x} -> {old:#x})",
-                    h.0
-                )));
-            }
+            self.race_under_lock("header", node, old, "a header split's trim")?;
             self.counters.event(TRIM_RETRY);
             h = Header(old);
         }
@@ -1453,9 +1448,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                         break;
                     }
                     // A split put node(s) above this one: it is under their slot 0.
-                    if self.node.locks.is_some() {
-                        return Err(self.changed_under_lock("parent slot", node, p.0));
-                    }
+                    self.race_under_lock("parent slot", node, p.0, "a type switch")?;
                     self.counters.event(TYPE_SWITCH_FOLLOWED);
                     psa = p.ptr().add(16);
                     p = self.read_slot(psa).await?;
@@ -1467,9 +1460,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     if old == p.0 {
                         done1 = true;
                     } else {
-                        if self.node.locks.is_some() {
-                            return Err(self.changed_under_lock("parent slot", node, old));
-                        }
+                        self.race_under_lock("parent slot", node, old, "a type switch")?;
                         self.counters.event(TYPE_SWITCH_RETRY);
                         p = Slot(old);
                     }
@@ -1483,9 +1474,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     r2 = self.ctx.masked_cas(header_at, cur.0, TYPE_MASK, tbits, TYPE_MASK).await?;
                     done2 = r2 & TYPE_MASK == cur.0 & TYPE_MASK;
                     if !done2 {
-                        if self.node.locks.is_some() {
-                            return Err(self.changed_under_lock("header", node, r2));
-                        }
+                        self.race_under_lock("header", node, r2, "a type switch")?;
                         self.counters.event(TYPE_SWITCH_RETRY);
                     }
                 }
@@ -1498,11 +1487,16 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         Err(self.retries_exhausted("type switch"))
     }
 
-    /// The corruption of a word that changed under `node`'s lock (ART; see `switch_type`).
-    fn changed_under_lock(&self, what: &str, node: RemoteAddr, now: u64) -> IndexError {
-        IndexError::Corrupt(format!(
-            "the {what} of {node} changed under its node lock during a type switch (now {now:#x})"
-        ))
+    /// A CAS of `during` found `node`'s `what` changed by another client (now `now`). Lock-free
+    /// SMART handles that race; under ART's node locks it cannot happen (argued at `trim` and
+    /// `switch_type`), so there it is corruption.
+    fn race_under_lock(&self, what: &str, node: RemoteAddr, now: u64, during: &str) -> Result<(), IndexError> {
+        match self.node.locks {
+            Some(_) => Err(IndexError::Corrupt(format!(
+                "the {what} of {node} changed under its node lock during {during} (now {now:#x})"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Takes ART's lock on an internal node: the local table first, then the lock word.
