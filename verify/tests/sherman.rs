@@ -195,6 +195,9 @@ mod explored {
             ("unlock-before-write", &[Mode::Random][..]),
             // The walk's check that every finished split reached its parent.
             ("split-skips-parent", &[Mode::Random][..]),
+            // The assertion that a separator insert's copy of the root is not below the level
+            // that split (the copy only moves forward: `common::root::CachedRoot`).
+            ("root-copy-regresses", &[Mode::Random][..]),
         ] {
             for &mode in modes {
                 let s = scenario("default", None, Some(bug), 3);
@@ -204,9 +207,12 @@ mod explored {
                 });
                 let again = scenario("default", None, Some(bug), 3);
                 assert_eq!(explore::replay(&again, f.variant, &f.choices), Err(f.message.clone()), "{bug} {mode:?}");
+                if bug == "root-copy-regresses" {
+                    assert!(f.message.contains("the copy moved backwards"), "{}", f.message);
+                }
             }
         }
-        assert_eq!(Sherman::planted_bugs().len(), 5);
+        assert_eq!(Sherman::planted_bugs().len(), 6);
     }
 }
 

@@ -204,16 +204,12 @@ pub const BITMAP_MISMATCH: &str = "bitmap_mismatch";
 pub const HALF_SPLIT_RIGHT: &str = "half_split_right";
 /// A writer's key may have moved right in a split: unlock, go to the sibling.
 pub const HALF_SPLIT_RIGHT_LOCKED: &str = "half_split_right_locked";
-/// A pivot insert's copy of the root is below the level that split: re-read the root word.
-pub const PARENT_ROOT_STALE: &str = "parent_root_stale";
 /// Another splitter split the root and has not grown the tree: help it.
 pub const ROOT_HELP: &str = "root_help";
-/// The root to help has not split (yet or any more): re-read the root word.
-pub const ROOT_HELP_STALE: &str = "root_help_stale";
 /// The CAS of a new root lost to another client's: insert into the level that now exists.
 pub const ROOT_CAS_LOST: &str = "root_cas_lost";
 
-const RACE_HANDLERS: [RaceHandler; 17] = [
+const RACE_HANDLERS: [RaceHandler; 15] = [
     RaceHandler {
         event: TORN_INTERNAL,
         race: "an internal node READ overlapped a concurrent write or split (line versions disagree): it is read again, else a torn node routes the traversal",
@@ -255,16 +251,8 @@ const RACE_HANDLERS: [RaceHandler; 17] = [
         race: "a writer locked a leaf that split after the traversal and the key belongs right: it unlocks and goes to the sibling, else it writes the wrong leaf",
     },
     RaceHandler {
-        event: PARENT_ROOT_STALE,
-        race: "a splitter's copy of the root is older than the level that split (another client grew the tree): it re-reads the root word",
-    },
-    RaceHandler {
         event: ROOT_HELP,
         race: "another client split the root and has not grown the tree: this splitter installs the new root with the old root's sibling, instead of waiting",
-    },
-    RaceHandler {
-        event: ROOT_HELP_STALE,
-        race: "the root a splitter meant to help shows no split (no sibling, or no key to pivot on): it re-reads the root word",
     },
     RaceHandler {
         event: ROOT_CAS_LOST,
@@ -314,7 +302,11 @@ pub const DELETE_CLEARS: PlantedBug = PlantedBug {
     name: "delete-clears",
     description: "a delete clears the entry instead of writing a tombstone, losing the left node's maximum (digest G5)",
 };
-const PLANTS: [PlantedBug; 9] = [
+pub const ROOT_COPY_REGRESSES: PlantedBug = PlantedBug {
+    name: "root-copy-regresses",
+    description: "the compute node's copy of the root goes back to the first root it held while a pivot insert splits an internal node (a superblock READ issued before the tree grew, landing late, with the copy stored as it comes instead of only forward): the next level finds no parent",
+};
+const PLANTS: [PlantedBug; 10] = [
     NO_ENTRY_VERSION,
     NO_BITMAP_CHECK,
     NO_SIBLING_VALIDATION,
@@ -324,6 +316,7 @@ const PLANTS: [PlantedBug; 9] = [
     SPLIT_DROPS_MAX_TOMBSTONE,
     SPLIT_SKIPS_PARENT,
     DELETE_CLEARS,
+    ROOT_COPY_REGRESSES,
 ];
 
 /// The state one compute node's clients share.
@@ -570,10 +563,6 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
 
     async fn root(&mut self) -> Result<(RemoteAddr, u8), IndexError> {
         self.node.root.get(&self.ctx, &mut self.counters).await
-    }
-
-    async fn refresh_root(&mut self) -> Result<(RemoteAddr, u8), IndexError> {
-        self.node.root.refresh(&self.ctx, &mut self.counters).await
     }
 
     async fn home(&self, key: &[u8]) -> usize {
@@ -1483,9 +1472,9 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         for _ in 0..self.o.max_retries {
             let (root, root_level) = self.root().await?;
             if root_level < level {
-                self.counters.event(PARENT_ROOT_STALE);
-                self.refresh_root().await?;
-                continue;
+                // This node's copy of the root never moves back (`CachedRoot`), and this client
+                // reached `left` from it or from the node's cache, which traversals from it fill.
+                return Err(root::copy_below_split(root_level, level));
             }
             if root_level == level {
                 let (first_sep, first_child) = if root == left {
@@ -1493,13 +1482,13 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 } else {
                     // Another client split the root and has not grown the tree yet: help.
                     self.counters.event(ROOT_HELP);
+                    // `left`, at the root's level and not the root, exists only because the
+                    // root split: nodes of a level come from splits of its first node, the root
+                    // is that first node, and a sibling pointer is never cleared (a leaf keeps
+                    // its largest key, I9, so its pivot is known). A root word packs its level.
                     match self.root_split_of(root, level).await? {
                         Some(x) => x,
-                        None => {
-                            self.counters.event(ROOT_HELP_STALE);
-                            self.refresh_root().await?;
-                            continue;
-                        }
+                        None => return Err(root::root_not_split(root, level, left)),
                     }
                 };
                 let k = self.l.key_bytes;
@@ -1538,7 +1527,12 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             use_path = false;
             match self.internal_store(parent, level + 1, &sep, child).await? {
                 None => return Ok(()),
-                Some((up, right)) => (left, level, sep, child) = (parent, level + 1, up, right),
+                Some((up, right)) => {
+                    if self.planted(ROOT_COPY_REGRESSES) {
+                        self.node.root.regress();
+                    }
+                    (left, level, sep, child) = (parent, level + 1, up, right)
+                }
             }
         }
         Err(self.retries_exhausted("insert into parent"))

@@ -164,14 +164,12 @@ pub const MOVE_RIGHT_PARENT: &str = "move_right_parent";
 pub const SCAN_MOVE_RIGHT: &str = "scan_move_right";
 /// A cached internal node routed to a leaf that no longer covers the key: invalidate it.
 pub const CACHE_STALE: &str = "cache_stale";
-/// A separator insert's copy of the root is below the level that split: re-read the root.
-pub const PARENT_ROOT_STALE: &str = "parent_root_stale";
 /// Another splitter split the root and has not installed the new root: help it.
 pub const ROOT_HELP: &str = "root_help";
 /// The CAS of a new root lost to another client's: insert into the level that now exists.
 pub const ROOT_CAS_LOST: &str = "root_cas_lost";
 
-const RACE_HANDLERS: [RaceHandler; 15] = [
+const RACE_HANDLERS: [RaceHandler; 14] = [
     RaceHandler {
         event: TORN_READ,
         race: "a node READ overlapped a concurrent write-back or split (versions disagree): it is read again, else a torn node is used",
@@ -203,10 +201,6 @@ const RACE_HANDLERS: [RaceHandler; 15] = [
     RaceHandler {
         event: CACHE_STALE,
         race: "a cached internal node routed to a leaf that split since it was cached: the copy is invalidated (and, with stale_restart, the operation restarts from the root)",
-    },
-    RaceHandler {
-        event: PARENT_ROOT_STALE,
-        race: "a splitter's copy of the root is older than the level that split (another client grew the tree): it re-reads the root word",
     },
     RaceHandler {
         event: ROOT_HELP,
@@ -242,8 +236,18 @@ pub const SPLIT_WRITE_UNSIGNALED: PlantedBug = PlantedBug {
     name: "split-write-unsignaled",
     description: "the split node's WRITE is not awaited before the parent changes (artifact bug B7)",
 };
-const PLANTS: [PlantedBug; 5] =
-    [NO_SIBLING_CHASE, NO_VERSION_CHECK, UNLOCK_BEFORE_WRITE, SPLIT_SKIPS_PARENT, SPLIT_WRITE_UNSIGNALED];
+pub const ROOT_COPY_REGRESSES: PlantedBug = PlantedBug {
+    name: "root-copy-regresses",
+    description: "the compute node's copy of the root goes back to the first root it held while a separator insert splits an internal node (a superblock READ issued before the tree grew, landing late, with the copy stored as it comes instead of only forward): the next level finds no parent",
+};
+const PLANTS: [PlantedBug; 6] = [
+    NO_SIBLING_CHASE,
+    NO_VERSION_CHECK,
+    UNLOCK_BEFORE_WRITE,
+    SPLIT_SKIPS_PARENT,
+    SPLIT_WRITE_UNSIGNALED,
+    ROOT_COPY_REGRESSES,
+];
 
 /// Where this tree's locks are, resolved against the NIC's capabilities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -525,10 +529,6 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
     /// The root (address, level), from this node's copy or the superblock.
     async fn root(&mut self) -> Result<(RemoteAddr, u8), IndexError> {
         self.node.root.get(&self.ctx, &mut self.counters).await
-    }
-
-    async fn refresh_root(&mut self) -> Result<(RemoteAddr, u8), IndexError> {
-        self.node.root.refresh(&self.ctx, &mut self.counters).await
     }
 
     /// READs and decodes a node, reading again while it is torn.
@@ -978,10 +978,9 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
         for _ in 0..self.o.max_retries {
             let (root, root_level) = self.root().await?;
             if root_level < level {
-                // This node's copy of the root is older than the level that split.
-                self.counters.event(PARENT_ROOT_STALE);
-                self.refresh_root().await?;
-                continue;
+                // This node's copy of the root never moves back (`CachedRoot`), and this client
+                // reached `left` from it or from the node's cache, which traversals from it fill.
+                return Err(root::copy_below_split(root_level, level));
             }
             if root_level == level {
                 // No level above the one that split: grow the tree. If the node that split is
@@ -1002,10 +1001,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                     // root CAS leaks its node unreachable), the root is that first node, and a
                     // sibling pointer is never cleared. A root word packs its node's level.
                     if r.level != level || r.sibling.is_null() {
-                        return Err(IndexError::Corrupt(format!(
-                            "root at {root} (level {}) has no sibling though node {left} of its level split",
-                            r.level
-                        )));
+                        return Err(root::root_not_split(root, level, left));
                     }
                     (r.highest, r.sibling)
                 };
@@ -1042,6 +1038,9 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 None => return Ok(()),
                 Some((up, right)) => {
                     // The parent split in turn: its separator goes one level up.
+                    if self.planted(ROOT_COPY_REGRESSES) {
+                        self.node.root.regress();
+                    }
                     (left, level, sep, child) = (parent, level + 1, up, right);
                 }
             }
