@@ -4,7 +4,6 @@
 
 use dmkit_indexes::registry::{self, TableShape, Visitor};
 use dmkit_indexes::{Index, IndexError, IndexKind};
-use dmkit_sim::{Sim, SimConfig};
 use dmkit_verify::deploy;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -64,9 +63,7 @@ pub fn fillable() -> Vec<&'static str> {
 }
 
 fn fill_index<K: IndexKind>(o: &K::Options, req: &FillRequest) -> Result<FillResult, String> {
-    let mut cfg = SimConfig::default();
-    cfg.topology = deploy::topology::<K>(o, cfg.topology.memory_nodes, cfg.topology.compute_nodes);
-    let mut sim = Sim::new(cfg).map_err(|e| e.to_string())?;
+    let mut sim = deploy::default_sim::<K>(o)?;
     let deployed = deploy::deploy::<K>(&mut sim, o, 1)?;
     let (key_bytes, value_bytes, seed) = (req.key_bytes, req.value_bytes, req.seed);
     // Inserts until one fails: how many succeeded, and the failure.

@@ -9,7 +9,7 @@
 //! starts.
 
 use dmkit_indexes::{IndexError, IndexKind};
-use dmkit_sim::{Sim, SimClient, TaskOutput, Topology};
+use dmkit_sim::{Sim, SimClient, SimConfig, TaskOutput, Topology};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -26,6 +26,14 @@ pub fn topology<K: IndexKind>(options: &K::Options, memory_nodes: u16, compute_n
         server_workers_share_cores: servers.workers_share_cores,
         ..Topology::default()
     }
+}
+
+/// A simulation with the default configuration and the nodes `K` needs (one compute node's
+/// worth of sequential use: `dmkit fill`, the sequential proptests).
+pub fn default_sim<K: IndexKind>(options: &K::Options) -> Result<Sim, String> {
+    let mut cfg = SimConfig::default();
+    cfg.topology = topology::<K>(options, cfg.topology.memory_nodes, cfg.topology.compute_nodes);
+    Sim::new(cfg).map_err(|e| e.to_string())
 }
 
 /// Starts `K`'s services in `sim` and gives each of `compute_nodes` compute nodes a fresh

@@ -401,9 +401,7 @@ pub fn run_sequence_checked<K: IndexKind>(
     options: &K::Options,
     ops: &[Op],
 ) -> (Vec<spec::Outcome>, Vec<spec::Outcome>, Result<dmkit_indexes::InvariantReport, String>) {
-    let mut cfg = SimConfig::default();
-    cfg.topology = deploy::topology::<K>(options, cfg.topology.memory_nodes, cfg.topology.compute_nodes);
-    let mut sim = Sim::new(cfg).expect("the default configuration is valid");
+    let mut sim = deploy::default_sim::<K>(options).expect("the default configuration is valid");
     let deployed = deploy::deploy::<K>(&mut sim, options, 1).expect("the index's services install");
     let todo = ops.to_vec();
     let run = deployed.create_then(&mut sim, options, move |mut handle| async move {
