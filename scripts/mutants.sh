@@ -15,6 +15,7 @@
 # boolean operator, delete a `!`) are the standard ones, it rebuilds only what a mutant touches,
 # and its outcome files are machine-readable; a dmkit-specific mutator would have to reinvent all
 # three. Functions that are not protocol (option validation, limits, a run's sizing (`for_run`),
+# the memory guard's estimate (`cache_host_bytes`), `dmkit fill`'s table shapes,
 # invariant walks, reporting) are excluded: mutating the judge is not a test of the judged.
 #
 # It mutates the tree it runs in (--in-place): run it in a clean clone or worktree, not where you
@@ -57,7 +58,7 @@ fi
 # checking run uses them (experiments/tests/steady_state.rs tests them). cargo-mutants 27.1
 # applies -E to no field-deletion mutant ("delete field x from struct S expression in f"): the
 # field deletions in `for_run` (a run's sizing) still run, and are set-up when they survive.
-not_protocol='validate|::limits|node_state_bytes|check_invariants|planted_bugs|race_handlers|node_counters|server_counters|::fmt|<impl Default|<impl Display|<impl Debug|configure|for_run|describe|Example.*::scan|Race.*::scan|Cluster.*::scan|Clover.*::scan|Probe.*::scan|::plant|::inherit|::fork|::warm'
+not_protocol='validate|::limits|node_state_bytes|cache_host_bytes|fixed_table|::serves|check_invariants|planted_bugs|race_handlers|node_counters|server_counters|::fmt|<impl Default|<impl Display|<impl Debug|configure|for_run|describe|Example.*::scan|Race.*::scan|Cluster.*::scan|Clover.*::scan|Probe.*::scan|::plant|::inherit|::fork|::warm'
 mutate=(--profile mutants --test-package dmkit-verify -E "$not_protocol")
 for f in "${files[@]}"; do mutate+=(-f "$f"); done
 [ -n "$focus" ] && mutate+=(-F "$focus")

@@ -4,7 +4,7 @@
 //! presets: clean as shipped, and every planted hazard found.
 
 use dmkit_indexes::IndexKind;
-use dmkit_indexes::chime::{Chime, ChimeOptions, config::CONFIGS};
+use dmkit_indexes::chime::{Chime, ChimeOptions, MAX_BLOCK_PAYLOAD, config::CONFIGS};
 use dmkit_indexes::spec::{Op, Outcome};
 use dmkit_verify::harness::{run_sequence, run_sequence_checked};
 use dmkit_verify::registry::chime_var_key;
@@ -128,6 +128,26 @@ fn bad_keys_values_and_options_are_errors() {
     assert!(Chime::validate(&ChimeOptions { span: 1, ..o.clone() }).is_err());
     assert!(Chime::validate(&ChimeOptions { max_retries: 0, ..o.clone() }).is_err());
     assert!(ChimeOptions::named("chime,hood", 8, 8).is_err());
+}
+
+/// CHIME-Indirect's block bound: an item of exactly `MAX_BLOCK_PAYLOAD` bytes (key and value) is
+/// accepted, fills its block's 63 lines and reads back whole beside its neighbours; one byte
+/// more is refused (a larger bound would let a payload run past its block, into the next).
+#[test]
+fn indirect_blocks_hold_items_up_to_the_bound_and_no_more() {
+    let value_bytes = MAX_BLOCK_PAYLOAD as u32 - 8;
+    let o = ChimeOptions::named("chime-indirect", 8, value_bytes).unwrap();
+    Chime::validate(&o).unwrap();
+    let over = ChimeOptions { value_bytes: value_bytes + 1, ..o.clone() };
+    assert!(Chime::validate(&over).is_err(), "an item one byte over the block bound is accepted");
+    let value = |k: u8| (0..value_bytes).map(|i| (i as u8).wrapping_mul(31) ^ k).collect::<Vec<u8>>();
+    let keys: Vec<Vec<u8>> = (1..=3u8).map(|k| vec![k; 8]).collect();
+    let mut ops: Vec<Op> = keys.iter().zip(1..).map(|(k, i)| Op::Insert { key: k.clone(), value: value(i) }).collect();
+    ops.extend(keys.iter().map(|k| Op::Search { key: k.clone() }));
+    let (got, want, walk) = run_sequence_checked::<Chime>(&o, &ops);
+    assert_eq!(got, want);
+    assert_eq!(got[4], Outcome::Found(Some(value(2))));
+    walk.unwrap();
 }
 
 /// Thousands of scrambled keys with the default geometry (S = 64, H = 8) and with indirect
