@@ -209,6 +209,7 @@ mod explored {
             ("indirect", Mode::Pct { depth: 3 }),
             ("pair", Mode::Dfs { preemptions: 2 }),
             ("long-local", Mode::Random),
+            ("long-splits", Mode::Random),
         ] {
             check_index(&scenario(preset, None, 5), mode, 5, budget, u64::MAX).assert_clean(
                 &format!("{preset} {mode:?}"),

@@ -5,7 +5,7 @@ use crate::IndexKind;
 use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, point, preset_named, scan_shapes_preset};
 use crate::chime::{
     CACHE_HIT, Chime, ChimeOptions, HALF_SPLIT_RIGHT, HOP, INTERNAL_SPLIT, LEAF_ROUTE_STALE, LEAF_SPLIT, MOVE_RIGHT,
-    PREFIX_COLLISION, ROOT_SPLIT, SCAN_NEXT_LEAF, SPECULATION_HIT, SPECULATION_MISS,
+    MOVE_RIGHT_PARENT, PREFIX_COLLISION, ROOT_SPLIT, SCAN_NEXT_LEAF, SPECULATION_HIT, SPECULATION_MISS,
 };
 use crate::common::change::{RDWC_COMBINED, RDWC_DELEGATED};
 
@@ -160,6 +160,26 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
                 ..base.clone()
             },
             chime_options(config, 1),
+        ),
+        // Splits meeting splits: leaves of 4, many inserts from 4 clients on 2 compute nodes,
+        // so a pivot insert often finds the parent on its path split by another client
+        // (`move_right_parent`: thousands of times in 20 s, where other presets reach it
+        // rarely) and unlocks it to move right.
+        (
+            Preset {
+                name: "long-splits",
+                compute_nodes: 2,
+                memory_nodes: 1,
+                clients: 4,
+                ops_per_client: 12,
+                keys: 60,
+                preload: 8,
+                mix: Mix { search: 15, insert: 85, update: 0, delete: 0, scan: 0 },
+                required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, MOVE_RIGHT_PARENT],
+                step_limit: 2_000_000,
+                ..base.clone()
+            },
+            ChimeOptions { ..chime_options(config, 1).with_spans(4, 2, 2) },
         ),
         // Found by the sweep (`sweep-long-local`, failed before the fix): a split dropped the
         // deleted maximum of a leaf with a sibling from the right half, whose argmax then fell
