@@ -207,6 +207,7 @@ mod explored {
             ("wide", Mode::Random),
             ("indirect", Mode::Random),
             ("indirect", Mode::Pct { depth: 3 }),
+            ("indirect-long", Mode::Random),
             ("pair", Mode::Dfs { preemptions: 2 }),
             ("long-local", Mode::Random),
             ("long-splits", Mode::Random),

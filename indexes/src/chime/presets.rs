@@ -98,6 +98,21 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
             },
             ChimeOptions { prefix: 2, ..chime_options("chime-indirect", 2) },
         ),
+        // CHIME-Indirect with blocks of three lines (150-byte values): every other preset's
+        // blocks fit one line, so a block allocated one line's worth short was never met (a
+        // mutation survivor: the allocation `lines * 64` made `lines + 64`).
+        (
+            Preset {
+                name: "indirect-long",
+                keys: 36,
+                preload: 12,
+                key_of: chime_var_key,
+                value_bytes: 150,
+                required_counters: &[LEAF_SPLIT, PREFIX_COLLISION],
+                ..base.clone()
+            },
+            ChimeOptions { prefix: 2, value_bytes: 150, ..chime_options("chime-indirect", 2) },
+        ),
         // Found by the sweep (`sweep-prefix-1`, failed before the fix): a one-byte prefix
         // gives every key the prefix 0, the key field of an empty entry, and a search took an
         // empty entry its hop bit was read for (its insert not landed yet) as a match, and
