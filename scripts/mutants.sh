@@ -8,15 +8,19 @@
 #   scripts/mutants.sh INDEX --list           # the mutants, without running them
 #   SHARD=0/4 scripts/mutants.sh INDEX 2000   # a sample: every 4th mutant of the list, from the
 #                                             # first (round-robin, so it spans every function)
-#   SWEEP=1 scripts/mutants.sh INDEX 2000     # the sweep's points too (`dmkit check --sweep`):
-#                                             # options at their extremes, several times slower
+#   SWEEP=0 scripts/mutants.sh INDEX 2000     # presets only, without the sweep's points
+#                                             # (`dmkit check --sweep`: options at their extremes),
+#                                             # which the oracle runs by default: about half the
+#                                             # time per mutant, and blind to what only an option
+#                                             # extreme reaches (HStore's multi-unit blocks)
 #
 # Why cargo-mutants: its mutation operators (replace a function's body, swap a comparison or a
 # boolean operator, delete a `!`) are the standard ones, it rebuilds only what a mutant touches,
 # and its outcome files are machine-readable; a dmkit-specific mutator would have to reinvent all
 # three. Functions that are not protocol (option validation, limits, a run's sizing (`for_run`),
 # the memory guard's estimate (`cache_host_bytes`), `dmkit fill`'s table shapes,
-# invariant walks, reporting) are excluded: mutating the judge is not a test of the judged.
+# invariant walks, reporting, unit-test helpers) are excluded: mutating the judge is not a test
+# of the judged.
 #
 # It mutates the tree it runs in (--in-place): run it in a clean clone or worktree, not where you
 # are editing. Results go to results/mutants/INDEX/mutants.out (outcomes.json, caught.txt,
@@ -58,7 +62,7 @@ fi
 # checking run uses them (experiments/tests/steady_state.rs tests them). cargo-mutants 27.1
 # applies -E to no field-deletion mutant ("delete field x from struct S expression in f"): the
 # field deletions in `for_run` (a run's sizing) still run, and are set-up when they survive.
-not_protocol='validate|::limits|node_state_bytes|cache_host_bytes|fixed_table|::serves|check_invariants|planted_bugs|race_handlers|node_counters|server_counters|::fmt|<impl Default|<impl Display|<impl Debug|configure|for_run|describe|Example.*::scan|Race.*::scan|Cluster.*::scan|Clover.*::scan|Probe.*::scan|::plant|::inherit|::fork|::warm'
+not_protocol='tests::|validate|::limits|node_state_bytes|cache_host_bytes|fixed_table|::serves|check_invariants|planted_bugs|race_handlers|node_counters|server_counters|::fmt|<impl Default|<impl Display|<impl Debug|configure|for_run|describe|Example.*::scan|Race.*::scan|Cluster.*::scan|Clover.*::scan|Probe.*::scan|::plant|::inherit|::fork|::warm'
 mutate=(--profile mutants --test-package dmkit-verify -E "$not_protocol")
 for f in "${files[@]}"; do mutate+=(-f "$f"); done
 [ -n "$focus" ] && mutate+=(-F "$focus")
@@ -69,10 +73,11 @@ if [ "$arg" = "--list" ]; then
   exec cargo mutants "${mutate[@]}" --list
 fi
 
-sweep_tag=; [ "${SWEEP:-0}" = 1 ] && sweep_tag=-sweep
+sweep=${SWEEP:-1}
+sweep_tag=; [ "$sweep" = 1 ] && sweep_tag=-sweep
 out=results/mutants/$index$sweep_tag${shard:+-shard-${shard/\//-of-}}
 mkdir -p "$out"
-export DMKIT_MUTANTS_INDEX=${oracle:-$index} DMKIT_MUTANTS_SCHEDULES=$arg DMKIT_MUTANTS_SWEEP=${SWEEP:-0}
+export DMKIT_MUTANTS_INDEX=${oracle:-$index} DMKIT_MUTANTS_SCHEDULES=$arg DMKIT_MUTANTS_SWEEP=$sweep
 # The baseline: the unmutated tree must pass the oracle. (cargo-mutants 27's own baseline runs
 # the mutated package's tests whatever --test-package says, so it is skipped and run here.)
 cargo test --profile mutants -p dmkit-verify --test mutation_oracle -- --ignored
