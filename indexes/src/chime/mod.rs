@@ -302,10 +302,6 @@ pub const DELETE_CLEARS: PlantedBug = PlantedBug {
     name: "delete-clears",
     description: "a delete clears the entry instead of writing a tombstone, losing the left node's maximum (digest G5)",
 };
-pub const ROOT_COPY_REGRESSES: PlantedBug = PlantedBug {
-    name: "root-copy-regresses",
-    description: "the compute node's copy of the root goes back to the first root it held while a pivot insert splits an internal node (a superblock READ issued before the tree grew, landing late, with the copy stored as it comes instead of only forward): the next level finds no parent",
-};
 const PLANTS: [PlantedBug; 10] = [
     NO_ENTRY_VERSION,
     NO_BITMAP_CHECK,
@@ -316,7 +312,7 @@ const PLANTS: [PlantedBug; 10] = [
     SPLIT_DROPS_MAX_TOMBSTONE,
     SPLIT_SKIPS_PARENT,
     DELETE_CLEARS,
-    ROOT_COPY_REGRESSES,
+    root::ROOT_COPY_REGRESSES,
 ];
 
 /// The state one compute node's clients share.
@@ -1528,7 +1524,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
             match self.internal_store(parent, level + 1, &sep, child).await? {
                 None => return Ok(()),
                 Some((up, right)) => {
-                    if self.planted(ROOT_COPY_REGRESSES) {
+                    if self.planted(root::ROOT_COPY_REGRESSES) {
                         self.node.root.regress();
                     }
                     (left, level, sep, child) = (parent, level + 1, up, right)

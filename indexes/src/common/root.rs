@@ -6,7 +6,7 @@
 //! (never an older one: [`CachedRoot`]) and re-reads it when a traversal finds it stale.
 
 use crate::common::primitive::{AtomicU64, Ordering};
-use crate::{Counters, IndexError};
+use crate::{Counters, IndexError, PlantedBug};
 use dmkit_rdma::{Buf, Client, RemoteAddr};
 
 /// A READ of the root word from the superblock (no copy on the compute node, or a stale one).
@@ -121,6 +121,13 @@ impl CachedRoot {
         Ok(unpack(self.word()))
     }
 }
+
+/// Sherman's and CHIME's plant: [`CachedRoot::regress`] after an internal split, where the
+/// unguarded store of a late READ would leave the copy.
+pub const ROOT_COPY_REGRESSES: PlantedBug = PlantedBug {
+    name: "root-copy-regresses",
+    description: "the compute node's copy of the root goes back to the first root it held while an insert into the parent level splits an internal node (a superblock READ issued before the tree grew, landing late, with the copy stored as it comes instead of only forward): the next level finds no parent",
+};
 
 /// The corruption a separator insert reports when its node's copy of the root is below the
 /// level that split (impossible while [`CachedRoot`] only moves forward).

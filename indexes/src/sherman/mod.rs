@@ -236,17 +236,13 @@ pub const SPLIT_WRITE_UNSIGNALED: PlantedBug = PlantedBug {
     name: "split-write-unsignaled",
     description: "the split node's WRITE is not awaited before the parent changes (artifact bug B7)",
 };
-pub const ROOT_COPY_REGRESSES: PlantedBug = PlantedBug {
-    name: "root-copy-regresses",
-    description: "the compute node's copy of the root goes back to the first root it held while a separator insert splits an internal node (a superblock READ issued before the tree grew, landing late, with the copy stored as it comes instead of only forward): the next level finds no parent",
-};
 const PLANTS: [PlantedBug; 6] = [
     NO_SIBLING_CHASE,
     NO_VERSION_CHECK,
     UNLOCK_BEFORE_WRITE,
     SPLIT_SKIPS_PARENT,
     SPLIT_WRITE_UNSIGNALED,
-    ROOT_COPY_REGRESSES,
+    root::ROOT_COPY_REGRESSES,
 ];
 
 /// Where this tree's locks are, resolved against the NIC's capabilities.
@@ -1038,7 +1034,7 @@ impl<C: Client + Clone + 'static> ShermanHandle<C> {
                 None => return Ok(()),
                 Some((up, right)) => {
                     // The parent split in turn: its separator goes one level up.
-                    if self.planted(ROOT_COPY_REGRESSES) {
+                    if self.planted(root::ROOT_COPY_REGRESSES) {
                         self.node.root.regress();
                     }
                     (left, level, sep, child) = (parent, level + 1, up, right);
