@@ -133,11 +133,6 @@ impl Hts {
         (s.state, s.incarnation)
     }
 
-    /// Each client's last applied write (for invariant walks).
-    pub fn dedup(&self) -> BTreeMap<u32, (u64, Effect)> {
-        lock(&self.shared).dedup.clone()
-    }
-
     fn become_serving(&self, incarnation: u64, now_ns: u64) {
         {
             let mut s = lock(&self.shared);
