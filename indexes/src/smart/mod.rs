@@ -131,6 +131,9 @@ pub const ABSENCE_CHANGED: &str = "absence_changed";
 pub const SPLIT_ABSENCE_CHANGED: &str = "split_absence_changed";
 /// A write finished a node's type switch before acting on its partial.
 pub const TYPE_SWITCH_HELPED: &str = "type_switch_helped";
+/// (ART) A write without the node's lock found its partial behind the node's capacity: it
+/// waits for the inserter, which holds the lock, to switch the type.
+pub const TYPE_SWITCH_AWAITED: &str = "type_switch_awaited";
 /// A split's publishing CAS on the parent slot lost: it undoes its work and starts again.
 pub const SPLIT_LOST: &str = "split_lost";
 /// A split could not move the child's reverse pointer and the parent slot changed: it starts again.
@@ -219,6 +222,10 @@ const TYPE_SWITCH_HELPED_HANDLER: RaceHandler = RaceHandler {
     event: TYPE_SWITCH_HELPED,
     race: "a write found its partial behind a node's capacity before the inserter switched the type: it finishes the switch first (else it acts on a key searches miss)",
 };
+const TYPE_SWITCH_AWAITED_HANDLER: RaceHandler = RaceHandler {
+    event: TYPE_SWITCH_AWAITED,
+    race: "(node locks) a write that does not hold the node's lock found its partial behind the node's capacity before the inserter, which holds it, switched the type: it waits and reads the slot again, rather than switch without the lock (a second switcher would meet the inserter's CAS)",
+};
 const SPLIT_LOST_HANDLER: RaceHandler = RaceHandler {
     event: SPLIT_LOST,
     race: "a split's publishing CAS on the parent slot lost: it moves the child's reverse pointer back, frees its nodes and starts again",
@@ -302,7 +309,9 @@ pub const ART_RACE_HANDLERS: [RaceHandler; 17] = [
     PUBLISH_LOST_HANDLER,
     ABSENCE_CHANGED_HANDLER,
     SPLIT_ABSENCE_CHANGED_HANDLER,
-    TYPE_SWITCH_HELPED_HANDLER,
+    // Not `type_switch_helped`: under node locks a write that finds a switch unfinished waits
+    // for the lock holder instead of helping.
+    TYPE_SWITCH_AWAITED_HANDLER,
     SPLIT_LOST_HANDLER,
     SPLIT_SLOT_CHANGED_HANDLER,
     REV_CAS_WAIT_HANDLER,
@@ -686,6 +695,9 @@ struct NodeImage {
 /// The outcome of an attempt to publish at a slot.
 enum Publish {
     Done(Vec<bool>),
+    /// Nothing to publish (an update or delete of an absent key), and the slot still held what
+    /// was expected: the absence is confirmed.
+    Absent(Vec<bool>),
     /// The slot held `Slot` instead of the expected value: look again from there.
     Lost(Slot),
 }
@@ -896,7 +908,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     self.counters.event(TOMBSTONE_REUSED);
                 }
                 match self.publish_leaf(key, p, at.sa, at.s, pk).await? {
-                    Publish::Done(r) => return Ok(r),
+                    Publish::Done(r) | Publish::Absent(r) => return Ok(r),
                     Publish::Lost(old) => {
                         (at.s, at.cached) = (old, None);
                         continue;
@@ -935,7 +947,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     }
                 };
                 match outcome {
-                    Publish::Done(r) => return Ok(r),
+                    Publish::Done(r) | Publish::Absent(r) => return Ok(r),
                     Publish::Lost(old) => {
                         (at.s, at.cached) = (old, None);
                         continue;
@@ -971,7 +983,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             }
             let lcp = h.depth() + i - at.d;
             return Ok(match self.split(key, p, at, lcp, h.partial(i), Some((h, i))).await? {
-                Publish::Done(r) => {
+                Publish::Done(r) | Publish::Absent(r) => {
                     if let Some(e) = at.cached.take() {
                         self.node.cache.invalidate(&e);
                     }
@@ -996,6 +1008,12 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         let all = self.node.types.capacity(self.node.types.largest());
         for i in (0..cap).filter(|&i| img.slots[i].is_null()).chain(cap..all) {
             match self.publish_leaf(key, p, node.add(16 + 8 * i as u64), Slot::null(), pk).await? {
+                // An absent key's update or delete published nothing, so there is no type to
+                // switch, even at a slot behind the capacity (a full node). It used to switch
+                // there: a node grown for nothing, and, under ART's node locks, a switch by a
+                // client without the lock, whose CAS met the lock holder's (sweep point
+                // `sweep-keys-32`, reported as corruption by the argument at `switch_type`).
+                Publish::Absent(r) => return Ok(Step::Done(r)),
                 Publish::Done(r) => {
                     if i >= cap {
                         let t = self.node.types.for_slot_index(i);
@@ -1007,6 +1025,18 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     return Ok(Step::Done(r));
                 }
                 Publish::Lost(old) if old.partial() == pk && !old.is_null() => {
+                    if i >= cap && self.node.locks.is_some() && !p.inserting && !self.planted(NO_NODE_LOCKS) {
+                        // Under node locks the insert that took this slot holds the node's lock
+                        // until it has switched the type, and only a lock holder may switch
+                        // (the argument at `switch_type`): a write without the lock waits for
+                        // it and reads the slot again. Found by the sweep point
+                        // `sweep-keys-32`, where such a write helped and its CAS met the
+                        // holder's, which the argument had reported as corruption.
+                        self.counters.event(TYPE_SWITCH_AWAITED);
+                        self.ctx.yield_now().await;
+                        self.reread(at).await?;
+                        return Ok(Step::Continue);
+                    }
                     if i >= cap {
                         // Another insert put our partial behind the capacity and has not
                         // switched the type yet: readers cannot see that slot, so finish the
@@ -1045,7 +1075,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 self.counters.event(ABSENCE_CHANGED);
                 return Ok(Publish::Lost(now));
             }
-            return Ok(Publish::Done(results));
+            return Ok(Publish::Absent(results));
         };
         let leaf = self.ensure_leaf(key, p, &value, target).await?;
         let new = Slot::leaf(pk, self.node.leaf.bytes(), leaf);
