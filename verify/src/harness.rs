@@ -362,6 +362,11 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             if judge_give_ups && let Some(violation) = history.borrow().unfair_give_up(FAIR_GIVE_UP_BOUND) {
                 return Err(violation);
             }
+            // A valid input refused as too long or too short: no effect, so the linearizability
+            // check would accept it (see `History::refused_valid_input`).
+            if let Some(violation) = history.borrow().refused_valid_input(&K::limits(&options)) {
+                return Err(violation);
+            }
             // An index that detects a broken invariant reports it: the checker judges that a
             // violation of its own kind (`IndexReportedCorruption`), not an operation of unknown
             // effect.

@@ -56,7 +56,7 @@
 //! ```
 
 use dmkit_indexes::spec::{self, Op, Outcome};
-use dmkit_indexes::{Index, IndexError};
+use dmkit_indexes::{Index, IndexError, Limits};
 use dmkit_rdma::VerbsError;
 use serde_json::{Value, json};
 use std::cell::RefCell;
@@ -330,6 +330,45 @@ impl History {
         ))
     }
 
+    /// The violation to report for the first operation refused as a key or value of the wrong
+    /// length although every key and value it carries is within `limits`, the index's own
+    /// declared bounds. Such a refusal changed nothing, so the linearizability check accepts it:
+    /// an index refusing every scan or write so would pass (a mutation survivor of HStore's scan
+    /// bound check did).
+    pub fn refused_valid_input(&self, limits: &Limits) -> Option<String> {
+        let r = self.records.iter().find(|r| {
+            let Outcome::Failed(e) = &r.outcome else { return false };
+            let length_error = matches!(
+                e,
+                IndexError::KeyTooShort { .. }
+                    | IndexError::KeyTooLong { .. }
+                    | IndexError::ValueTooShort { .. }
+                    | IndexError::ValueTooLong { .. }
+            );
+            let (keys, value): (Vec<&[u8]>, Option<&[u8]>) = match &r.op {
+                Op::Search { key } | Op::Delete { key } => (vec![key], None),
+                Op::Insert { key, value } | Op::Update { key, value } => (vec![key], Some(value)),
+                Op::Scan { start, end, .. } => (
+                    [start, end]
+                        .into_iter()
+                        .filter_map(|b| match b {
+                            Bound::Included(k) | Bound::Excluded(k) => Some(k.as_slice()),
+                            Bound::Unbounded => None,
+                        })
+                        .collect(),
+                    None,
+                ),
+            };
+            length_error
+                && keys.iter().all(|k| limits.check_key(k).is_ok())
+                && value.is_none_or(|v| limits.check_value(v).is_ok())
+        })?;
+        Some(format!(
+            "an operation was refused for a length within the index's own limits ({limits:?}): client {} {:?} -> {:?}",
+            r.client, r.op, r.outcome
+        ))
+    }
+
     /// A violation if some operation gave up after a retry bound of at least `bound` attempts
     /// ([`IndexError::RetriesExhausted`]): under a fair schedule with no fault injected, a
     /// bound that large is exhausted only by a livelock or a retry condition that never clears.
@@ -486,5 +525,24 @@ mod tests {
         let mut line = rec(Outcome::Found(None)).to_json();
         line["result"] = Value::Null;
         assert!(Record::from_json(&line).is_err());
+    }
+    #[test]
+    fn a_length_refusal_is_judged_against_the_declared_limits() {
+        let limits = Limits { min_key_bytes: 8, max_key_bytes: 8, min_value_bytes: 0, max_value_bytes: 16 };
+        let refused = |op: Op, e: IndexError| History {
+            records: vec![Record { client: 0, op, outcome: Outcome::Failed(e), invoke: 1, respond: Some(2) }],
+        };
+        let too_long = IndexError::KeyTooLong { len: 8, max: 7 };
+        let valid_scan = Op::Scan { start: Bound::Included(vec![1; 8]), end: Bound::Unbounded, limit: 4 };
+        assert!(refused(valid_scan, too_long.clone()).refused_valid_input(&limits).is_some());
+        let long_bound = Op::Scan { start: Bound::Included(vec![1; 9]), end: Bound::Unbounded, limit: 4 };
+        assert!(refused(long_bound, too_long.clone()).refused_valid_input(&limits).is_none());
+        let value = IndexError::ValueTooLong { len: 17, max: 16 };
+        let long_value = Op::Insert { key: vec![1; 8], value: vec![0; 17] };
+        assert!(refused(long_value, value.clone()).refused_valid_input(&limits).is_none());
+        let fine_value = Op::Update { key: vec![1; 8], value: vec![0; 16] };
+        assert!(refused(fine_value, value).refused_valid_input(&limits).is_some());
+        // Other refusals are the index's to make (a reserved key, a full table).
+        assert!(refused(Op::Search { key: vec![1; 8] }, IndexError::Full).refused_valid_input(&limits).is_none());
     }
 }
