@@ -526,6 +526,7 @@ mod tests {
         line["result"] = Value::Null;
         assert!(Record::from_json(&line).is_err());
     }
+
     #[test]
     fn a_length_refusal_is_judged_against_the_declared_limits() {
         let limits = Limits { min_key_bytes: 8, max_key_bytes: 8, min_value_bytes: 0, max_value_bytes: 16 };

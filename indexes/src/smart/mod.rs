@@ -954,10 +954,8 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     }
                 }
             }
-            let held = match self.node.locks {
-                Some(_) if p.inserting && !self.planted(NO_NODE_LOCKS) => Some(self.node_lock(at.s.ptr()).await?),
-                _ => None,
-            };
+            let held =
+                if p.inserting && self.node_locks_in_force() { Some(self.node_lock(at.s.ptr()).await?) } else { None };
             let step = self.visit_node(key, p, &mut at).await;
             if let Some(h) = held {
                 self.node_unlock(h);
@@ -1025,23 +1023,23 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                     return Ok(Step::Done(r));
                 }
                 Publish::Lost(old) if old.partial() == pk && !old.is_null() => {
-                    if i >= cap && self.node.locks.is_some() && !p.inserting && !self.planted(NO_NODE_LOCKS) {
-                        // Under node locks the insert that took this slot holds the node's lock
-                        // until it has switched the type, and only a lock holder may switch
-                        // (the argument at `switch_type`): a write without the lock waits for
-                        // it and reads the slot again. Found by the sweep point
-                        // `sweep-keys-32`, where such a write helped and its CAS met the
-                        // holder's, which the argument had reported as corruption.
-                        self.counters.event(TYPE_SWITCH_AWAITED);
-                        self.ctx.yield_now().await;
-                        self.reread(at).await?;
-                        return Ok(Step::Continue);
-                    }
                     if i >= cap {
                         // Another insert put our partial behind the capacity and has not
-                        // switched the type yet: readers cannot see that slot, so finish the
-                        // switch before acting on it (else we would update a key that searches
-                        // still miss).
+                        // switched the type yet: readers cannot see that slot, so the switch
+                        // must finish before we act on it (else we would update a key that
+                        // searches still miss).
+                        if !p.inserting && self.node_locks_in_force() {
+                            // Under node locks that insert holds the node's lock until it has
+                            // switched, and only a lock holder may switch (the argument at
+                            // `switch_type`): a write without the lock waits and reads the slot
+                            // again. Found by the sweep point `sweep-keys-32`, where such a
+                            // write helped and its CAS met the holder's, which the argument had
+                            // reported as corruption.
+                            self.counters.event(TYPE_SWITCH_AWAITED);
+                            self.ctx.yield_now().await;
+                            self.reread(at).await?;
+                            return Ok(Step::Continue);
+                        }
                         let t = self.node.types.for_slot_index(i);
                         self.switch_type(at.sa, at.s, node, h, t).await?;
                         self.counters.event(TYPE_SWITCH_HELPED);
@@ -1527,6 +1525,11 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             ))),
             None => Ok(()),
         }
+    }
+
+    /// Whether inserting visits take ART's node locks (ART, unless the plant removes them).
+    fn node_locks_in_force(&self) -> bool {
+        self.node.locks.is_some() && !self.planted(NO_NODE_LOCKS)
     }
 
     /// Takes ART's lock on an internal node: the local table first, then the lock word.
