@@ -78,6 +78,9 @@ pub const REGISTER_LOST: &str = "register_lost";
 /// Two registrations of one key interleaved inside the MS (server-side): the second publishes
 /// nothing and answers like a lookup.
 pub const MS_REGISTER_RACED: &str = "ms_register_raced";
+/// An insert of a new key the MS refused for want of a shortcut word: its version, written but
+/// never linked, goes back to the compute node's allocator and the insert answers `Full`.
+pub const MS_FULL: &str = "ms_full";
 
 const RACE_HANDLERS: [RaceHandler; 4] = [
     RaceHandler {
@@ -337,6 +340,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                     s
                 }
                 Ms::Full => {
+                    self.counters.event(MS_FULL);
                     self.node.chunks.free(at, units * UNIT)?;
                     return Err(IndexError::Full);
                 }

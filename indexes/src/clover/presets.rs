@@ -3,7 +3,7 @@
 use crate::Counters;
 use crate::checking::{Checked, Mix, Preset, ScanBounds, be_key, point};
 use crate::clover::{
-    CHAIN_HOP, Clover, CloverOptions, MS_LOOKUP, MS_REGISTER_RACED, REGISTER_LOST, REGISTERED, STALE_HINT,
+    CHAIN_HOP, Clover, CloverOptions, MS_FULL, MS_LOOKUP, MS_REGISTER_RACED, REGISTER_LOST, REGISTERED, STALE_HINT,
 };
 
 /// Key `k` as the last `k % 8 + 1` big-endian bytes of `k + 1`: keys of 1 to 8 bytes, all but
@@ -92,6 +92,21 @@ impl Checked for Clover {
                     ..base.clone()
                 },
                 CloverOptions { max_keys: 4, ..o.clone() },
+            ),
+            // One shortcut word fewer than keys: the MS refuses the last new key, whose insert
+            // gives its unlinked version back to the allocator (a free of the exact block: an
+            // allocator refuses one of a length it never handed out) and answers `Full`, while
+            // the other keys' chains grow. Added for the mutation run: no preset reached the
+            // refusal, so mutants of its free survived.
+            point(
+                "sweep-max-keys-short",
+                Preset {
+                    preload: 0,
+                    mix: Mix { search: 20, insert: 50, update: 15, delete: 15, scan: 0 },
+                    required_counters: &[REGISTERED, MS_FULL],
+                    ..base.clone()
+                },
+                CloverOptions { max_keys: 3, ..o.clone() },
             ),
             // One retry: a reader follows no version past the first, a writer whose CAS lost
             // gives up, so every lost race ends in an operation of unknown effect.
