@@ -13,7 +13,7 @@ mode=${1:-random}; schedules=${2:-300}; out=${3:-results/check-all/$mode}
 bin=${DMKIT:-target/release/dmkit}
 [ -x "$bin" ] || cargo build --release -p dmkit-experiments --bins
 mkdir -p "$out"
-for index in ${INDEXES:-example sherman smart art chime race cluster dolphin hstore clover probe}; do
+for index in ${INDEXES:-$("$bin" check --list-indexes)}; do
   for point in $("$bin" check --index "$index" --list-presets 2>&1 | grep -E '^[a-z0-9-]+: [0-9]+ clients x' | cut -d: -f1); do
     if ! "$bin" check --index "$index" --preset "$point" --mode "$mode" --max-schedules "$schedules" --seed 1 \
         --seconds 60 > "$out/$index.$point" 2>&1; then

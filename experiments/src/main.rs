@@ -515,9 +515,12 @@ struct CheckHistoryArgs {
 
 #[derive(Args, Debug)]
 struct CheckArgs {
-    /// Index to check.
+    /// Index to check (see --list-indexes).
+    #[arg(long, required_unless_present = "list_indexes")]
+    index: Option<String>,
+    /// List the indexes `dmkit check` knows, one per line, and exit (scripts loop over these).
     #[arg(long)]
-    index: String,
+    list_indexes: bool,
     /// Checking preset (default: the index's first).
     #[arg(long)]
     preset: Option<String>,
@@ -1109,21 +1112,26 @@ fn run_reproduce(a: ReproduceArgs) -> Result<ExitCode, String> {
 
 fn run_check(a: CheckArgs) -> Result<ExitCode, String> {
     use dmkit_verify::{explore::Mode, registry};
+    if a.list_indexes {
+        registry::index_names().iter().for_each(|name| println!("{name}"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let index = a.index.expect("clap requires --index unless --list-indexes");
     if a.list_plants {
-        print!("{}", registry::list_plants(&a.index)?);
+        print!("{}", registry::list_plants(&index)?);
         return Ok(ExitCode::SUCCESS);
     }
     if a.list_race_handlers {
-        print!("{}", registry::list_race_handlers(&a.index)?);
+        print!("{}", registry::list_race_handlers(&index)?);
         return Ok(ExitCode::SUCCESS);
     }
     if a.list_presets {
-        print!("{}", registry::list_presets(&a.index)?);
+        print!("{}", registry::list_presets(&index)?);
         return Ok(ExitCode::SUCCESS);
     }
     let mode = a.mode.as_deref().map(Mode::parse).transpose()?;
     let request = registry::CheckRequest {
-        index: a.index,
+        index,
         preset: a.preset,
         config: a.config,
         clients: a.clients,

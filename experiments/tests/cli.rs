@@ -284,6 +284,26 @@ fn check_coverage_lists_every_race_handler_and_preset() {
 /// `--sweep` runs every sweep preset, one row each, and a sweep preset can be checked alone by
 /// name (the replay line of a violation names it).
 #[test]
+fn check_lists_the_indexes_it_knows_and_each_has_presets() {
+    let out = dmkit(&["check", "--list-indexes"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let names: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    for expected in ["example", "sherman", "smart", "art", "chime", "race", "cluster", "dolphin", "hstore", "clover"] {
+        assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
+    }
+    for name in &names {
+        let presets = dmkit(&["check", "--index", name, "--list-presets"]);
+        assert_eq!(presets.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&presets.stderr));
+        assert!(
+            String::from_utf8_lossy(&presets.stdout).lines().nth(1).is_some_and(|l| l.contains(" clients x ")),
+            "{name}"
+        );
+    }
+    let missing = dmkit(&["check"]);
+    assert_eq!(missing.status.code(), Some(2), "no --index and no --list-indexes is a usage error");
+}
+
+#[test]
 fn check_sweep_runs_every_sweep_preset() {
     let out = dmkit(&["check", "--index", "example", "--sweep", "--max-schedules", "30"]);
     let text = String::from_utf8_lossy(&out.stdout);
