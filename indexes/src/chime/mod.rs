@@ -270,6 +270,10 @@ pub const NO_ENTRY_VERSION: PlantedBug = PlantedBug {
     name: "no-entry-version",
     description: "entry writes do not bump the entry version (EV): a READ torn across a multi-line entry's update is accepted",
 };
+pub const NO_INTERNAL_VERSION: PlantedBug = PlantedBug {
+    name: "no-internal-version",
+    description: "an internal node's READ is not checked for tearing (its line and entry versions): an entry made of two writes' bytes routes a search to a null or wrong child",
+};
 pub const NO_BITMAP_CHECK: PlantedBug = PlantedBug {
     name: "no-bitmap-check",
     description: "a neighbourhood READ is not checked against the home's hop bitmap (C3): a READ that caught half a hop misses the key",
@@ -302,8 +306,9 @@ pub const DELETE_CLEARS: PlantedBug = PlantedBug {
     name: "delete-clears",
     description: "a delete clears the entry instead of writing a tombstone, losing the left node's maximum (digest G5)",
 };
-const PLANTS: [PlantedBug; 10] = [
+const PLANTS: [PlantedBug; 11] = [
     NO_ENTRY_VERSION,
+    NO_INTERNAL_VERSION,
     NO_BITMAP_CHECK,
     NO_SIBLING_VALIDATION,
     EV_HOP_ENTRIES_ONLY,
@@ -569,7 +574,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     // ----- internal nodes -----
 
     async fn read_internal(&mut self, addr: RemoteAddr) -> Result<Internal, IndexError> {
-        let check = !self.planted(NO_ENTRY_VERSION);
+        let check = !self.planted(NO_ENTRY_VERSION) && !self.planted(NO_INTERNAL_VERSION);
         for _ in 0..self.o.max_retries {
             let raw = self.ctx.read(addr, Buf::zeroed(self.il.encoded_bytes())).await?;
             match self.il.decode(raw.as_slice(), check) {
