@@ -165,3 +165,14 @@ pub fn point<O>(name: &'static str, preset: Preset, options: O) -> (Preset, O) {
 pub fn be_key(k: u64) -> Vec<u8> {
     k.to_be_bytes().to_vec()
 }
+
+/// Key `k` as the byte `k + 1` eight times: keys that sort as their numbers do and differ in
+/// every byte (never all-zero, never the all-0xFF fence, for `k < 254`). With [`be_key`] only
+/// the last byte differs, so a READ torn inside a node's entry mixes two keys' equal leading
+/// bytes and reads one of them whole: a torn entry never names a key no node has, and removing
+/// a B-tree's version check on internal nodes went unnoticed (CHIME's and Sherman's
+/// `wide-keys` presets were added for that).
+pub fn wide_key(k: u64) -> Vec<u8> {
+    assert!(k < 254, "wide keys are one byte repeated");
+    vec![k as u8 + 1; 8]
+}

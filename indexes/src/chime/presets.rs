@@ -2,7 +2,7 @@
 
 use crate::Counters;
 use crate::IndexKind;
-use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, point, preset_named, scan_shapes_preset};
+use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, point, preset_named, scan_shapes_preset, wide_key};
 use crate::chime::{
     CACHE_HIT, Chime, ChimeOptions, HALF_SPLIT_RIGHT, HOP, INTERNAL_SPLIT, LEAF_ROUTE_STALE, LEAF_SPLIT, MOVE_RIGHT,
     MOVE_RIGHT_PARENT, PREFIX_COLLISION, ROOT_SPLIT, SCAN_NEXT_LEAF, SPECULATION_HIT, SPECULATION_MISS, TORN_INTERNAL,
@@ -12,16 +12,6 @@ use crate::common::change::{RDWC_COMBINED, RDWC_DELEGATED};
 /// CHIME's checking keys: `k + 1` big-endian (the all-zero key marks empty entries).
 pub fn chime_key(k: u64) -> Vec<u8> {
     (k + 1).to_be_bytes().to_vec()
-}
-
-/// Checking keys whose every byte grows with `k`: `k + 1` in each of the 8 bytes (never the
-/// all-0xFF key for `k < 254`). With `chime_key` only the last byte differs, so a READ torn
-/// inside an entry's key (an internal node's second entry straddles its first line boundary)
-/// mixes two keys' leading zeros and reads one of them whole: only a key whose high bytes
-/// differ makes a torn entry name a key no node has.
-pub fn chime_wide_key(k: u64) -> Vec<u8> {
-    assert!(k < 254, "wide keys are one byte repeated");
-    vec![k as u8 + 1; 8]
 }
 
 /// CHIME-Indirect's checking keys (with `prefix=2`): three keys of 2, 3 and 5 bytes per 2-byte
@@ -206,7 +196,7 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
             },
             ChimeOptions { ..chime_options(config, 1).with_spans(4, 2, 2) },
         ),
-        // `long-splits` with keys whose high bytes differ (`chime_wide_key`) and more searches:
+        // `long-splits` with keys whose high bytes differ (`wide_key`) and more searches:
         // a READ of an internal node torn between two writes of it mixes the bytes of two
         // entries' keys, so only the internal nodes' versions keep a search from following a
         // made-up separator to the wrong leaf. Added for the mutation run: with `chime_key`
@@ -220,7 +210,7 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
                 ops_per_client: 12,
                 keys: 60,
                 preload: 8,
-                key_of: chime_wide_key,
+                key_of: wide_key,
                 mix: Mix { search: 35, insert: 65, update: 0, delete: 0, scan: 0 },
                 required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, TORN_INTERNAL],
                 step_limit: 2_000_000,
