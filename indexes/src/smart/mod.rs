@@ -1639,16 +1639,20 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             let mut items = Vec::with_capacity(children.len());
             for (i, c) in children {
                 let csa = s.ptr().add(16 + 8 * i as u64);
+                let mut cp = p.clone();
+                cp.push(c.partial());
                 if c.is_leaf() {
                     match images.iter().find(|(j, _)| *j == i).map(|(_, l)| l.clone()) {
                         Some(Some(l)) if in_bounds(&l.key, start, end) => items.push(Item::Emit(l.key, l.value)),
                         Some(Some(_)) => {}
-                        // Torn, deleted or retired: look at it on its own.
-                        _ => items.push(Item::Visit(c, csa, h.slot_depth() + 1, Vec::new())),
+                        // Torn, deleted or retired: look at it on its own, with its key prefix,
+                        // since the slot may hold a node by then (an insert expanded the leaf
+                        // into a node of two leaves), whose children are filtered by that
+                        // prefix. An empty prefix here made them look out of bounds: a scan
+                        // missed keys present throughout it (found by ART's `scan-shapes`).
+                        _ => items.push(Item::Visit(c, csa, h.slot_depth() + 1, cp)),
                     }
                 } else {
-                    let mut cp = p.clone();
-                    cp.push(c.partial());
                     items.push(Item::Visit(c, csa, h.slot_depth() + 1, cp));
                 }
             }
