@@ -604,6 +604,9 @@ impl IndexKind for HStore {
 pub const HTS_RECOVERY_FAILED: &str = "hts_recovery_failed";
 /// A restarted SLS gave its recovery up (its HTS peer was down too): counted, not retried.
 pub const SLS_RECOVERY_FAILED: &str = "sls_recovery_failed";
+/// A server refused a request longer than `max_message_bytes` (`wire::oversized`): a sender
+/// sized a message past the limit, which no run gives it cause to do.
+pub const MESSAGE_OVERSIZED: &str = "message_oversized";
 
 /// The server nodes' counters (batches, drains, recoveries), read from the services' state.
 pub fn server_counters(o: &HStoreOptions, memory: &dyn MemoryView) -> BTreeMap<&'static str, u64> {

@@ -737,6 +737,10 @@ impl<C: ServerCtx> Service<C> for Sls {
     }
 
     async fn dispatch(self: Arc<Self>, ctx: C, request: Vec<u8>, to: Responder) -> Option<Vec<u8>> {
+        if let Some(refused) = super::wire::oversized(&request, self.o.max_message_bytes) {
+            self.counters.add(super::MESSAGE_OVERSIZED, 1);
+            return Some(refused.encode());
+        }
         let reply = match Request::decode(&request) {
             Ok(Request::LogSync { incarnation, worker, first_seq, committed, entries }) => {
                 let bytes: usize = entries.iter().map(|e| super::wire::entry_bytes(e.key.len())).sum();

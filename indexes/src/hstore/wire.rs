@@ -323,6 +323,15 @@ pub fn entry_bytes(key_len: usize) -> usize {
 /// Bytes of a reply's or a log sync's fixed part (under any message limit's slack).
 pub const FIXED_BYTES: usize = 64;
 
+/// The refusal of a request longer than `max_message_bytes`, which a server checks before
+/// decoding (eRPC, the papers' transport, cannot carry a message above its limit; a sender
+/// that batches past the limit is a bug the checker should see, not a bigger message).
+pub fn oversized(request: &[u8], max_message_bytes: u32) -> Option<Reply> {
+    (request.len() > max_message_bytes as usize).then(|| {
+        Reply::Error(format!("a request of {} bytes, above max_message_bytes {max_message_bytes}", request.len()))
+    })
+}
+
 /// A `Request::LogSync`'s bytes, from entries kept elsewhere (the HTS encodes its batch without
 /// copying its entries into a request first).
 pub fn encode_log_sync<'a>(
