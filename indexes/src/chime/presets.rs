@@ -60,6 +60,18 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
         required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, HOP, CACHE_HIT, HALF_SPLIT_RIGHT, SCAN_NEXT_LEAF],
         step_limit: 400_000,
     };
+    // Leaves of 4, many inserts from 4 clients on 2 compute nodes (`long-splits`, below).
+    let long_splits = Preset {
+        name: "long-splits",
+        memory_nodes: 1,
+        clients: 4,
+        ops_per_client: 12,
+        keys: 60,
+        mix: Mix { search: 15, insert: 85, update: 0, delete: 0, scan: 0 },
+        required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, MOVE_RIGHT_PARENT],
+        step_limit: 2_000_000,
+        ..base.clone()
+    };
     vec![
         (base.clone(), chime_options(config, 2)),
         // Scans of every shape (`ScanBounds::Shapes`) while inserts split leaves.
@@ -180,22 +192,7 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
         // so a pivot insert often finds the parent on its path split by another client
         // (`move_right_parent`: thousands of times in 20 s, where other presets reach it
         // rarely) and unlocks it to move right.
-        (
-            Preset {
-                name: "long-splits",
-                compute_nodes: 2,
-                memory_nodes: 1,
-                clients: 4,
-                ops_per_client: 12,
-                keys: 60,
-                preload: 8,
-                mix: Mix { search: 15, insert: 85, update: 0, delete: 0, scan: 0 },
-                required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, MOVE_RIGHT_PARENT],
-                step_limit: 2_000_000,
-                ..base.clone()
-            },
-            ChimeOptions { ..chime_options(config, 1).with_spans(4, 2, 2) },
-        ),
+        (long_splits.clone(), chime_options(config, 1).with_spans(4, 2, 2)),
         // `long-splits` with keys whose high bytes differ (`wide_key`) and more searches:
         // a READ of an internal node torn between two writes of it mixes the bytes of two
         // entries' keys, so only the internal nodes' versions keep a search from following a
@@ -204,19 +201,12 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
         (
             Preset {
                 name: "wide-keys",
-                compute_nodes: 2,
-                memory_nodes: 1,
-                clients: 4,
-                ops_per_client: 12,
-                keys: 60,
-                preload: 8,
                 key_of: wide_key,
                 mix: Mix { search: 35, insert: 65, update: 0, delete: 0, scan: 0 },
                 required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, TORN_INTERNAL],
-                step_limit: 2_000_000,
-                ..base.clone()
+                ..long_splits
             },
-            ChimeOptions { ..chime_options(config, 1).with_spans(4, 2, 2) },
+            chime_options(config, 1).with_spans(4, 2, 2),
         ),
         // Found by the sweep (`sweep-long-local`, failed before the fix): a split dropped the
         // deleted maximum of a leaf with a sibling from the right half, whose argmax then fell

@@ -7,7 +7,7 @@
 //! blocks are reused within a schedule (and a read that outlives its lease restarts). One
 //! compute node: blocks another node carved are never reused (see the module doc).
 
-use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point, scan_shapes_preset};
+use crate::checking::{Checked, FaultPlan, Mix, Preset, ScanBounds, be_key, point, preset_named, scan_shapes_preset};
 use crate::hstore::{
     BATCH_SHARED, BLOCKS_RETIRED, BLOCKS_REUSED, CHAIN_HOP, DEGRADED_GET, FOREIGN_BLOCK_LEAKED, FP_FALSE_POSITIVE,
     HStore, HStoreOptions, HTS_APPLY_RETRIED, HTS_FULL, HTS_LATE_VERIFY, HTS_OVERFLOW_BUCKETS, HTS_RECOVERIES,
@@ -193,6 +193,7 @@ impl Checked for HStore {
 
     fn sweep() -> Vec<(Preset, HStoreOptions)> {
         let (base, o) = Self::presets().swap_remove(0);
+        let (writes_preset, writes_options) = preset_named(&Self::presets(), "writes");
         let writes = Mix { search: 25, insert: 40, update: 15, delete: 20, scan: 0 };
         let crashing = Preset { step_limit: 3_000_000, ..base.clone() };
         // The smallest message the options accept for 8-byte keys: one log entry, one item.
@@ -220,16 +221,11 @@ impl Checked for HStore {
             // unnoticed.
             point(
                 "sweep-message-two-entries",
-                Preset {
-                    name: "writes",
-                    clients: 4,
-                    keys: 5,
-                    preload: 2,
-                    mix: Mix { search: 20, insert: 40, update: 20, delete: 20, scan: 0 },
-                    required_counters: &[BATCH_SHARED],
-                    ..base.clone()
+                Preset { required_counters: &[BATCH_SHARED], ..writes_preset },
+                HStoreOptions {
+                    max_message_bytes: (wire::FIXED_BYTES + 2 * wire::entry_bytes(8)) as u32,
+                    ..writes_options
                 },
-                HStoreOptions { max_message_bytes: (wire::FIXED_BYTES + 2 * wire::entry_bytes(8)) as u32, ..o.clone() },
             ),
             // The hardware bucket (7 slots, 8-bit fingerprints) and one bucket: every key fits
             // the head bucket, a fingerprint names one key, and updates verify their own key.
