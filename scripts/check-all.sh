@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every checking preset and sweep point of every index, a fixed number of schedules each, one
 # report per point: a quick pass over the whole option space after a change to a protocol or to
-# the checker (203 points, about 4 minutes at 300 schedules here). Prints the points that did
+# the checker (206 points, about 4 minutes at 300 schedules here). Prints the points that did
 # not come out clean; vacuity at a small budget (required counters not reached in so few
 # schedules) is expected for a few and says nothing about the protocol.
 #
