@@ -125,6 +125,23 @@ fn a_dense_prefix_fits_its_special_node() {
     assert_eq!(report.structures["leaf"], 5, "{report:?}");
 }
 
+/// A scan over many sparse leaves of one special node reads them in several batches; only
+/// re-reads count against `max_retries`, so with a bound of 1 and no other client it returns
+/// every key. Counting every batch, it gave up after the first (found reading the mutation
+/// run's survivor that halved the batch size: the size was a matter of safety with a small bound).
+#[test]
+fn a_scan_over_many_leaves_counts_only_rereads_as_retries() {
+    let o = DolphinOptions { max_retries: 1, ..options(4, Split::ThreeQuarters, "hardened") };
+    let key = |k: u64| (0x4200 + k).to_be_bytes().to_vec();
+    let mut ops: Vec<Op> = (1..=90u64).map(|k| Op::Insert { key: key(k), value: k.to_be_bytes().to_vec() }).collect();
+    ops.extend((1..=90u64).filter(|k| k % 3 != 0).map(|k| Op::Delete { key: key(k) }));
+    ops.push(Op::Scan { start: std::ops::Bound::Unbounded, end: std::ops::Bound::Unbounded, limit: 30 });
+    let (got, want, walk) = run_sequence_checked::<Dolphin>(&o, &ops);
+    walk.unwrap();
+    assert!(matches!(want.last(), Some(Outcome::Scanned(p)) if p.len() == 30), "{:?}", want.last());
+    assert_eq!(got, want);
+}
+
 mod explored {
     use dmkit_indexes::dolphin::Dolphin;
     use dmkit_indexes::spec::Op;

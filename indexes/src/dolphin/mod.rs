@@ -1690,7 +1690,12 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
         let end = hi.min(first | 0xFF);
         let mut cur = lo.max(first);
         let per_leaf = (self.layout.slots / 2).max(1);
-        for _ in 0..self.o.max_retries {
+        // Only re-reads count against `max_retries`: every pass that reads its leaves whole
+        // moves `cur` past at least one leaf, so passes without a re-read are bounded by the
+        // special node's entries. (Counting them too made a scan over many leaves give up
+        // with a small bound and no race at all, and the batch size a matter of safety.)
+        let mut rereads = 0;
+        loop {
             if cur > end || out.len() >= limit {
                 return Ok(());
             }
@@ -1700,9 +1705,10 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
             let from = leaves.iter().rposition(|(_, e)| e.partial() <= kbyte(cur, SPECIAL_POS)).unwrap_or(0);
             let want = (limit - out.len()) / per_leaf + 1;
             let chosen: Vec<(usize, Entry)> = leaves[from..].iter().copied().take(want).collect();
+            // No leaf at all: read the special node again (as a torn leaf would).
+            let mut restart = chosen.is_empty();
             let reads = chosen.iter().map(|(_, e)| Request::read_len(e.addr(), self.layout.bytes())).collect();
             let images = crate::common::batch::post_per_node(&self.ctx, reads).await?;
-            let mut restart = false;
             for ((i, _), r) in chosen.iter().zip(images) {
                 let leaf = LeafImage::decode(&self.layout, &r.into_buf()?);
                 self.ctx.charge_cpu(CpuWork::NodeSearchEntry, self.layout.slots as u64).await;
@@ -1726,11 +1732,14 @@ impl<C: Client + Clone + 'static> DolphinHandle<C> {
                 cur = leaf.max;
             }
             if restart {
+                rereads += 1;
+                if rereads >= self.o.max_retries {
+                    return Err(self.exhausted("scan leaves"));
+                }
                 self.ctx.yield_now().await;
                 img = self.read_special(s).await?;
             }
         }
-        Err(self.exhausted("scan leaves"))
     }
 }
 
