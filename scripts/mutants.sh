@@ -80,8 +80,16 @@ mkdir -p "$out"
 export DMKIT_MUTANTS_INDEX=${oracle:-$index} DMKIT_MUTANTS_SCHEDULES=$arg DMKIT_MUTANTS_SWEEP=$sweep
 # The baseline: the unmutated tree must pass the oracle. (cargo-mutants 27's own baseline runs
 # the mutated package's tests whatever --test-package says, so it is skipped and run here.)
+# A mutant's test times out at three times the baseline's wall time (at least 300 s): a fixed
+# 300 s counted every survivor of SMART's oracle (SMART's and ART's presets and sweep points,
+# 298 s on a busy machine) as a timeout, i.e. as caught. TIMEOUT=S overrides.
+cargo build --profile mutants -p dmkit-verify --test mutation_oracle
+t0=$(date +%s)
 cargo test --profile mutants -p dmkit-verify --test mutation_oracle -- --ignored
-cargo mutants "${mutate[@]}" --in-place --no-shuffle -o "$out" --baseline skip --timeout 300 \
+baseline=$(( $(date +%s) - t0 ))
+timeout=${TIMEOUT:-$(( 3 * baseline > 300 ? 3 * baseline : 300 ))}
+echo "baseline ${baseline} s; a mutant's test times out after ${timeout} s" >&2
+cargo mutants "${mutate[@]}" --in-place --no-shuffle -o "$out" --baseline skip --timeout "$timeout" \
   -- --test mutation_oracle -- --ignored || true
 mo=$out/mutants.out
 count() { [ -f "$mo/$1.txt" ] && wc -l < "$mo/$1.txt" || echo 0; }
