@@ -281,8 +281,7 @@ fn check_coverage_lists_every_race_handler_and_preset() {
     assert!(text.contains("every race handler ran in some preset"), "{text}");
 }
 
-/// `--sweep` runs every sweep preset, one row each, and a sweep preset can be checked alone by
-/// name (the replay line of a violation names it).
+/// `--list-indexes` names every index the registry has, and each lists its presets.
 #[test]
 fn check_lists_the_indexes_it_knows_and_each_has_presets() {
     let out = dmkit(&["check", "--list-indexes"]);
@@ -303,6 +302,8 @@ fn check_lists_the_indexes_it_knows_and_each_has_presets() {
     assert_eq!(missing.status.code(), Some(2), "no --index and no --list-indexes is a usage error");
 }
 
+/// `--sweep` runs every sweep preset, one row each, and a sweep preset can be checked alone by
+/// name (the replay line of a violation names it).
 #[test]
 fn check_sweep_runs_every_sweep_preset() {
     let out = dmkit(&["check", "--index", "example", "--sweep", "--max-schedules", "30"]);

@@ -875,9 +875,8 @@ impl<C: ServerCtx> Service<C> for Hts {
     }
 
     async fn dispatch(self: Arc<Self>, ctx: C, request: Vec<u8>, responder: Responder) -> Option<Vec<u8>> {
-        if let Some(refused) = super::wire::oversized(&request, self.o.max_message_bytes) {
-            self.counters.add(super::MESSAGE_OVERSIZED, 1);
-            return Some(refused.encode());
+        if let Some(refused) = super::wire::refuse_oversized(&request, self.o.max_message_bytes, &self.counters) {
+            return Some(refused);
         }
         match Request::decode(&request) {
             Ok(Request::Write(e)) => self.on_write(&ctx, e, responder).await.map(|r| r.encode()),

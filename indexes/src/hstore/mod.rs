@@ -604,7 +604,7 @@ impl IndexKind for HStore {
 pub const HTS_RECOVERY_FAILED: &str = "hts_recovery_failed";
 /// A restarted SLS gave its recovery up (its HTS peer was down too): counted, not retried.
 pub const SLS_RECOVERY_FAILED: &str = "sls_recovery_failed";
-/// A server refused a request longer than `max_message_bytes` (`wire::oversized`): a sender
+/// A server refused a request longer than `max_message_bytes` (`wire::refuse_oversized`): a sender
 /// sized a message past the limit, which no run gives it cause to do.
 pub const MESSAGE_OVERSIZED: &str = "message_oversized";
 

@@ -737,9 +737,8 @@ impl<C: ServerCtx> Service<C> for Sls {
     }
 
     async fn dispatch(self: Arc<Self>, ctx: C, request: Vec<u8>, to: Responder) -> Option<Vec<u8>> {
-        if let Some(refused) = super::wire::oversized(&request, self.o.max_message_bytes) {
-            self.counters.add(super::MESSAGE_OVERSIZED, 1);
-            return Some(refused.encode());
+        if let Some(refused) = super::wire::refuse_oversized(&request, self.o.max_message_bytes, &self.counters) {
+            return Some(refused);
         }
         let reply = match Request::decode(&request) {
             Ok(Request::LogSync { incarnation, worker, first_seq, committed, entries }) => {

@@ -323,12 +323,19 @@ pub fn entry_bytes(key_len: usize) -> usize {
 /// Bytes of a reply's or a log sync's fixed part (under any message limit's slack).
 pub const FIXED_BYTES: usize = 64;
 
-/// The refusal of a request longer than `max_message_bytes`, which a server checks before
-/// decoding (eRPC, the papers' transport, cannot carry a message above its limit; a sender
-/// that batches past the limit is a bug the checker should see, not a bigger message).
-pub fn oversized(request: &[u8], max_message_bytes: u32) -> Option<Reply> {
+/// The encoded refusal of a request longer than `max_message_bytes`, counted in the server's
+/// `counters` as `MESSAGE_OVERSIZED`; each server checks before decoding. (eRPC, the papers'
+/// transport, cannot carry a message above its limit: a sender that batches past the limit is
+/// a bug the checker should see, not a bigger message.)
+pub(crate) fn refuse_oversized(
+    request: &[u8],
+    max_message_bytes: u32,
+    counters: &super::ServerCounters,
+) -> Option<Vec<u8>> {
     (request.len() > max_message_bytes as usize).then(|| {
+        counters.add(super::MESSAGE_OVERSIZED, 1);
         Reply::Error(format!("a request of {} bytes, above max_message_bytes {max_message_bytes}", request.len()))
+            .encode()
     })
 }
 

@@ -52,6 +52,16 @@ impl Checked for Sherman {
             ..base.clone()
         };
         let local_options = ShermanOptions { rdwc: true, max_handover: 8, ..sherman_options("sherman-fixed", 1) };
+        // Four clients x 20 operations on 30 keys (`long-splits`, below).
+        let long_splits = Preset {
+            name: "long-splits",
+            clients: 4,
+            ops_per_client: 20,
+            keys: 30,
+            step_limit: 2_000_000,
+            required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, ROOT_SPLIT, MOVE_RIGHT, SCAN_NEXT_LEAF],
+            ..base.clone()
+        };
         vec![
             (base.clone(), sherman_options("sherman-fixed", 2)),
             // Scans of every shape (`ScanBounds::Shapes`) while inserts split leaves.
@@ -96,18 +106,7 @@ impl Checked for Sherman {
             // and scans over the moved keys. A sweep point until the Sherman mutation sample
             // showed that no other preset split a level-2 node: the parent a split at that level
             // takes from its traversal's path (mutated to the level below) went unchecked.
-            (
-                Preset {
-                    name: "long-splits",
-                    clients: 4,
-                    ops_per_client: 20,
-                    keys: 30,
-                    step_limit: 2_000_000,
-                    required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, ROOT_SPLIT, MOVE_RIGHT, SCAN_NEXT_LEAF],
-                    ..base.clone()
-                },
-                sherman_options("sherman-fixed", 2),
-            ),
+            (long_splits.clone(), sherman_options("sherman-fixed", 2)),
             // `long-splits` with keys whose high bytes differ (`wide_key`) and more searches, so
             // that a READ of an internal node torn across a write mixes two records' keys into
             // one no node has. Added with CHIME's, where `be_key` hid the removal of the internal
@@ -118,14 +117,10 @@ impl Checked for Sherman {
             (
                 Preset {
                     name: "wide-keys",
-                    clients: 4,
-                    ops_per_client: 20,
-                    keys: 30,
                     key_of: wide_key,
                     mix: Mix { search: 40, insert: 50, update: 0, delete: 0, scan: 10 },
-                    step_limit: 2_000_000,
                     required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, ROOT_SPLIT, TORN_READ],
-                    ..base.clone()
+                    ..long_splits
                 },
                 sherman_options("sherman-fixed", 2),
             ),
