@@ -17,7 +17,7 @@ use crate::history::{History, Record, apply_recorded, simulated_clock};
 use crate::linearizability;
 use dmkit_indexes::spec::{self, Op};
 use dmkit_indexes::{Counters, Index, IndexKind};
-use dmkit_sim::{Faults, MemoryModel, Sim, SimConfig, SimError};
+use dmkit_sim::{Faults, MemoryModel, Sim, SimClient, SimConfig, SimError};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cell::{Cell, RefCell};
@@ -240,6 +240,15 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             Ok(deployed) => deployed,
             Err(e) => return Box::new(move |_, _| Err(e)),
         };
+        let client_cn = |i: u32| (i % self.preset.compute_nodes as u32) as u16;
+        // With `low_client_ids`, the checking clients exist before the set-up run starts the
+        // services' workers, so they take ids 1..=clients (the creator is 0).
+        let mut early: Vec<SimClient> = Vec::new();
+        if self.preset.low_client_ids {
+            for i in 0..self.preset.clients {
+                early.push(sim.add_client(client_cn(i)).expect("compute node exists"));
+            }
+        }
         let (preload, value_bytes, key_of) = (self.preset.preload, self.preset.value_bytes, self.preset.key_of);
         let set_up = deployed.create_then(sim, &self.options, move |mut loader| async move {
             for k in 0..preload {
@@ -292,8 +301,11 @@ impl<K: Checked> Scenario for IndexScenario<K> {
         let audit: Vec<Op> = (0..self.preset.keys).map(|k| Op::Search { key: (self.preset.key_of)(k) }).collect();
         phase.explore();
         for i in 0..self.preset.clients {
-            let cn = (i % self.preset.compute_nodes as u32) as u16;
-            let client = sim.add_client(cn).expect("compute node exists");
+            let cn = client_cn(i);
+            let client = match early.get(i as usize) {
+                Some(client) => client.clone(),
+                None => sim.add_client(cn).expect("compute node exists"),
+            };
             let mut handle = deployed.open(&self.options, cn, &client);
             let mut rng = ChaCha8Rng::seed_from_u64(
                 self.workload_seed ^ variant.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (0x5eed_0000 + i as u64),

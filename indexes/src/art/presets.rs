@@ -24,6 +24,8 @@ impl Checked for Art {
                     "read-failure" => p.required_counters = &[LOCK_HANDED_OVER, LEAF_SPLIT],
                     // The node locks serialize the switch and the split (`switch_type`).
                     "switch-under-split" => p.required_counters = &[TYPE_SWITCH, HEADER_SPLIT, LOCK_HANDED_OVER],
+                    // A compute node a client: no local hand-over, the lock word contended.
+                    "low-ids" => p.required_counters = &[TYPE_SWITCH, HEADER_SPLIT, Counters::LOCK_FAILURES],
                     _ => {}
                 }
                 (p, o)

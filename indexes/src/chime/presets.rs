@@ -59,6 +59,7 @@ fn chime_presets(config: &str) -> Vec<(Preset, ChimeOptions)> {
         scan_bounds: ScanBounds::From,
         required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, HOP, CACHE_HIT, HALF_SPLIT_RIGHT, SCAN_NEXT_LEAF],
         step_limit: 400_000,
+        low_client_ids: false,
     };
     // Leaves of 4, many inserts from 4 clients on 2 compute nodes (`long-splits`, below).
     let long_splits = Preset {

@@ -41,6 +41,7 @@ impl Checked for Clover {
             scan_bounds: ScanBounds::From,
             required_counters: &[Counters::CAS_FAILURES, STALE_HINT, REGISTERED, MS_LOOKUP],
             step_limit: 1_000_000,
+            low_client_ids: false,
         };
         vec![
             (base.clone(), options.clone()),

@@ -55,6 +55,7 @@ impl Checked for Cluster {
             scan_bounds: ScanBounds::From,
             required_counters: &[OVERFLOW_LINKED, DELETE_MOVED, Counters::LOCK_FAILURES, SEARCH_REVALIDATED],
             step_limit: 400_000,
+            low_client_ids: false,
             key_of: be_key,
         };
         vec![

@@ -105,6 +105,7 @@ impl Checked for Dolphin {
                 SCAN_REREAD,
             ],
             step_limit: 1_000_000,
+            low_client_ids: false,
         };
         // One compute node, three hot keys: read delegation and write combining.
         let local = Preset {

@@ -73,6 +73,7 @@ impl Checked for HStore {
                 BLOCKS_REUSED,
             ],
             step_limit: 1_000_000,
+            low_client_ids: false,
         };
         vec![
             (base.clone(), hstore_checking_options()),

@@ -42,6 +42,7 @@ impl Checked for Probe {
             scan_bounds: ScanBounds::From,
             required_counters: &[CLAIM_LOST_OTHER_KEY, WRITE_OVERWRITTEN, WRITE_LOST],
             step_limit: 200_000,
+            low_client_ids: false,
         };
         vec![
             // Four keys in five slots. Keys 0 and 1 share home 3, key 3's is 4: with key 0

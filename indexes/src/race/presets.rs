@@ -40,6 +40,7 @@ impl Checked for Race {
             scan_bounds: ScanBounds::From,
             required_counters: &[Counters::CAS_FAILURES, Counters::LOCK_FAILURES],
             step_limit: 400_000,
+            low_client_ids: false,
         };
         // One subtable of six 1-slot buckets: inserts split it and double the directory while
         // searches and writes meet items in flight.

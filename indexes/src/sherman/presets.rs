@@ -37,6 +37,7 @@ impl Checked for Sherman {
             scan_bounds: ScanBounds::From,
             required_counters: &[LEAF_SPLIT, INTERNAL_SPLIT, ROOT_SPLIT, MOVE_RIGHT, SCAN_NEXT_LEAF],
             step_limit: 400_000,
+            low_client_ids: false,
             key_of: be_key,
         };
         // One compute node, hot keys: local lock hand-over and write combining.
@@ -101,6 +102,11 @@ impl Checked for Sherman {
                     ..sherman_options("sherman-fixed", 2)
                 },
             ),
+            // `default` with the checking clients numbered 1..=3, as a hardware run numbers its
+            // workload clients: the lock word is `client + 1`, so only here does a client own
+            // the word 2 (found by mutation: `client - 1` made client 1's word the unlocked 0,
+            // and no preset had a client 1, the simulator's first service worker).
+            (Preset { name: "low-ids", low_client_ids: true, ..base.clone() }, sherman_options("sherman-fixed", 2)),
             // Long runs on 30 keys (4 clients x 20 operations): a tree three or four levels
             // deep, so internal nodes below the root split too, then moves right, late inserts
             // and scans over the moved keys. A sweep point until the Sherman mutation sample
