@@ -234,6 +234,10 @@ impl<K: Checked> Scenario for IndexScenario<K> {
     }
 
     fn build(&self, sim: &mut Sim, phase: &Phase, variant: u64) -> Judge {
+        // Every block a free gives back must be one handed out, whole (an assertion of checking
+        // runs; see `check_frees`).
+        dmkit_indexes::common::chunk::check_frees(true);
+        dmkit_indexes::common::chunk::take_bad_free();
         // Set-up, earliest-first: start the index's services, create it and preload keys with
         // one client.
         let deployed = match deploy::deploy::<K>(sim, &self.options, self.preset.compute_nodes) {
@@ -358,6 +362,11 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             // A verb that addressed memory no allocator handed out: an address computation
             // went astray, whether or not the bytes it touched mattered to this run.
             sim.stats().unallocated.verdict()?;
+            // A free that gave back something other than a block whole (a leak, or a neighbour's
+            // bytes), whether or not the index looked at free's answer.
+            if let Some(bad) = dmkit_indexes::common::chunk::take_bad_free() {
+                return Err(format!("the index freed memory it was not handed out as one block: {bad}"));
+            }
             // Work the index abandoned with no cause in this run (a failed recovery).
             for name in K::abandoned() {
                 let n = counter(&servers, name) + counter(&run_counters.borrow(), name);
