@@ -247,6 +247,7 @@ impl Checked for Chime {
         let (base, chime) = presets[0].clone();
         let (local, local_options) = preset_named(&presets, "local");
         let (zero_prefix, zero_prefix_options) = preset_named(&presets, "zero-prefix");
+        let (wide_keys, wide_keys_options) = preset_named(&presets, "wide-keys");
         // A configuration of the ladder with the presets' small nodes and budgets.
         let ladder = |config: &str| {
             let mut o = chime.clone();
@@ -328,6 +329,14 @@ impl Checked for Chime {
                 Preset { memory_nodes: 4, ..base.clone() },
                 ChimeOptions { memory_nodes: 4, ..chime.clone() },
             ),
+            // Internal nodes wider than the presets' two entries (the paper's are 64), with
+            // `wide-keys`' keys: an internal node takes several writes between splits, so a READ
+            // can be torn across two of them, with entries of different counts on either side
+            // of a line. Added for the mutation run: CHIME's internal version bump `& 0x0F`
+            // made `^` alternates between two values, which only a READ torn across an even
+            // number of writes passes, and two entries a node never tore that way.
+            point("sweep-internal-4", wide_keys.clone(), wide_keys_options.clone().with_spans(4, 2, 4)),
+            point("sweep-internal-8", wide_keys, wide_keys_options.with_spans(4, 2, 8)),
             // A small retry bound: operations give up mid-way (a split whose pivot never reaches
             // the parent) and later ones must cope.
             point(
