@@ -254,6 +254,25 @@ mod explored {
         }
     }
 
+    /// The internal nodes' 4-bit version must change with every write: one that repeats after
+    /// two (plant `internal-version-alternates`, a mutation survivor) passes a READ of a new
+    /// root torn across its next two writes, whose straddling entry joins an empty entry's
+    /// leading zeros to a new separator's tail, and a search goes one child too far right. Only
+    /// nodes wider than two entries, keys whose high bytes differ and no internal-node cache
+    /// reach it (`sweep-internal-4-uncached`); seed 1 finds it at schedule 4837 (seeds 2, 4
+    /// and 5 not within 30 000 schedules), so it has a budget of its own.
+    #[test]
+    fn an_internal_version_that_repeats_after_two_writes_is_found() {
+        let (preset, bug) = ("sweep-internal-4-uncached", "internal-version-alternates");
+        let check = check_index(&scenario(preset, Some(bug), 1), Mode::Random, 1, Duration::from_secs(180), u64::MAX);
+        let f = check
+            .exploration
+            .failure
+            .unwrap_or_else(|| panic!("not found in {} schedules", check.exploration.schedules));
+        assert!(f.message.contains("not linearizable"), "{}", f.message);
+        assert_eq!(explore::replay(&scenario(preset, Some(bug), 1), f.variant, &f.choices), Err(f.message.clone()));
+    }
+
     /// Preloaded keys 10, 20, ..., 160: leaves {10..40}, {50..80}, {90..120}, {130..160}.
     fn tens(k: u64) -> Vec<u8> {
         chime_key(10 * (k + 1))

@@ -274,6 +274,10 @@ pub const NO_INTERNAL_VERSION: PlantedBug = PlantedBug {
     name: "no-internal-version",
     description: "an internal node's READ is not checked for tearing (its line and entry versions): an entry made of two writes' bytes routes a search to a null or wrong child",
 };
+pub const INTERNAL_VERSION_ALTERNATES: PlantedBug = PlantedBug {
+    name: "internal-version-alternates",
+    description: "an internal node's 4-bit version alternates between two values ((nv + 1) ^ 0xF), so a READ torn across two writes of the node passes the version check (found by mutation)",
+};
 pub const NO_BITMAP_CHECK: PlantedBug = PlantedBug {
     name: "no-bitmap-check",
     description: "a neighbourhood READ is not checked against the home's hop bitmap (C3): a READ that caught half a hop misses the key",
@@ -306,9 +310,10 @@ pub const DELETE_CLEARS: PlantedBug = PlantedBug {
     name: "delete-clears",
     description: "a delete clears the entry instead of writing a tombstone, losing the left node's maximum (digest G5)",
 };
-const PLANTS: [PlantedBug; 11] = [
+const PLANTS: [PlantedBug; 12] = [
     NO_ENTRY_VERSION,
     NO_INTERNAL_VERSION,
+    INTERNAL_VERSION_ALTERNATES,
     NO_BITMAP_CHECK,
     NO_SIBLING_VALIDATION,
     EV_HOP_ENTRIES_ONLY,
@@ -1605,7 +1610,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 bytes.extend_from_slice(&(word & !LOCK_BIT).to_le_bytes());
                 bytes
             };
-            n.nv = (n.nv + 1) & 0x0F;
+            n.nv = if self.planted(INTERNAL_VERSION_ALTERNATES) { (n.nv + 1) ^ 0x0F } else { (n.nv + 1) & 0x0F };
             if n.entries.len() <= il.span {
                 self.ctx.write(addr, Buf::from(whole(&n))).await?;
                 return Ok(None);

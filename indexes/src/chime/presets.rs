@@ -336,7 +336,16 @@ impl Checked for Chime {
             // made `^` alternates between two values, which only a READ torn across an even
             // number of writes passes, and two entries a node never tore that way.
             point("sweep-internal-4", wide_keys.clone(), wide_keys_options.clone().with_spans(4, 2, 4)),
-            point("sweep-internal-8", wide_keys, wide_keys_options.with_spans(4, 2, 8)),
+            point("sweep-internal-8", wide_keys.clone(), wide_keys_options.clone().with_spans(4, 2, 8)),
+            // `sweep-internal-4` with no internal-node cache, so that every search READs the
+            // root and the internal nodes below it: a new root of one entry that takes two more
+            // is where a READ torn across two writes could mix an empty entry's leading key
+            // bytes (zero) with a new entry's tail, a made-up separator below every other.
+            point(
+                "sweep-internal-4-uncached",
+                wide_keys,
+                ChimeOptions { cache_bytes: 0, ..wide_keys_options.with_spans(4, 2, 4) },
+            ),
             // A small retry bound: operations give up mid-way (a split whose pivot never reaches
             // the parent) and later ones must cope.
             point(
