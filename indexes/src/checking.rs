@@ -45,12 +45,12 @@ pub struct Preset {
     pub required_counters: &'static [&'static str],
     /// Steps after which a run is reported as making no progress.
     pub step_limit: u64,
-    /// The checking clients take client ids `1..=clients`, as a run's workload clients do on
+    /// The checking clients take client ids `0..clients`, as a run's workload clients do on
     /// hardware (`dmkit run --backend rdma` numbers them from 0), instead of the ids after the
-    /// services' workers (`1..=workers` in the simulator, which starts the services when the
-    /// creator, id 0, first runs). An index that derives a word from its client id (a lock
-    /// owner `id + 1`) meets the small ids only this way. Off in most presets: it changes every
-    /// client's id, and so its random stream and every schedule's numbering.
+    /// creator's (0) and the services' workers' (`1..=workers` in the simulator, which starts
+    /// the services when the creator first runs). An index that derives a word from its client
+    /// id (a lock owner `id + 1`) meets ids 0 and 1 only this way. Off in most presets: it
+    /// changes every client's id, and so its random stream and every schedule's numbering.
     pub low_client_ids: bool,
 }
 

@@ -234,6 +234,15 @@ impl<K: Checked> Scenario for IndexScenario<K> {
     }
 
     fn build(&self, sim: &mut Sim, phase: &Phase, variant: u64) -> Judge {
+        let client_cn = |i: u32| (i % self.preset.compute_nodes as u32) as u16;
+        // With `low_client_ids`, the checking clients exist before the creator and the services'
+        // workers (which the set-up run starts), so they take ids 0..clients, as on hardware.
+        let mut early: Vec<SimClient> = Vec::new();
+        if self.preset.low_client_ids {
+            for i in 0..self.preset.clients {
+                early.push(sim.add_client(client_cn(i)).expect("compute node exists"));
+            }
+        }
         // Every block a free gives back must be one handed out, whole (an assertion of checking
         // runs; see `check_frees`).
         dmkit_indexes::common::chunk::check_frees(true);
@@ -244,15 +253,6 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             Ok(deployed) => deployed,
             Err(e) => return Box::new(move |_, _| Err(e)),
         };
-        let client_cn = |i: u32| (i % self.preset.compute_nodes as u32) as u16;
-        // With `low_client_ids`, the checking clients exist before the set-up run starts the
-        // services' workers, so they take ids 1..=clients (the creator is 0).
-        let mut early: Vec<SimClient> = Vec::new();
-        if self.preset.low_client_ids {
-            for i in 0..self.preset.clients {
-                early.push(sim.add_client(client_cn(i)).expect("compute node exists"));
-            }
-        }
         let (preload, value_bytes, key_of) = (self.preset.preload, self.preset.value_bytes, self.preset.key_of);
         let set_up = deployed.create_then(sim, &self.options, move |mut loader| async move {
             for k in 0..preload {

@@ -102,10 +102,11 @@ impl Checked for Sherman {
                     ..sherman_options("sherman-fixed", 2)
                 },
             ),
-            // `default` with the checking clients numbered 1..=3, as a hardware run numbers its
-            // workload clients: the lock word is `client + 1`, so only here does a client own
-            // the word 2 (found by mutation: `client - 1` made client 1's word the unlocked 0,
-            // and no preset had a client 1, the simulator's first service worker).
+            // `default` with the checking clients numbered 0..3, as a hardware run numbers its
+            // workload clients: the lock word is `client + 1`, and only here do clients 0 and 1
+            // lock (found by mutation: `client - 1` and `client * 1` make client 1's or client
+            // 0's word the unlocked 0; the simulator gives those ids to the creator and the
+            // first service worker).
             (Preset { name: "low-ids", low_client_ids: true, ..base.clone() }, sherman_options("sherman-fixed", 2)),
             // Long runs on 30 keys (4 clients x 20 operations): a tree three or four levels
             // deep, so internal nodes below the root split too, then moves right, late inserts

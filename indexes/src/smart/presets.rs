@@ -121,13 +121,13 @@ pub(crate) fn smart_presets(config: &str) -> Vec<(Preset, SmartOptions)> {
         // first preset to reach `type_switch_followed` and `type_switch_retry` (2026-11-29;
         // `wide` and the sweep's switch-heavy points split other nodes than they switch).
         (switch_under_split.clone(), smart_options(config, 2)),
-        // `switch-under-split` with the checking clients numbered 1..=3, as a hardware run
+        // `switch-under-split` with the checking clients numbered 0..3, as a hardware run
         // numbers its workload clients, each on a compute node of its own (no local lock table
-        // in between): ART's node-lock word is `client + 1`, so only here does a client own the
-        // word 2. Found by mutation: `client - 1` made client 1's word the unlocked 0, and no
-        // preset had a client 1 (the simulator's first service worker); `default` with low ids
-        // stayed clean over 20 000 schedules of each mode, its clients 1 and 3 sharing a
-        // compute node's local lock.
+        // in between): ART's node-lock word is `client + 1`, and only here do clients 0 and 1
+        // lock. Found by mutation: `client - 1` and `client * 1` make client 1's or client 0's
+        // word the unlocked 0 (the simulator gives those ids to the creator and the first
+        // service worker); `default` with low ids stayed clean with the first over 20 000
+        // schedules of each mode, its clients sharing a compute node's local lock.
         (
             Preset { name: "low-ids", compute_nodes: 3, low_client_ids: true, ..switch_under_split },
             smart_options(config, 2),
