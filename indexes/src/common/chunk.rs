@@ -113,9 +113,10 @@ static CHECK_FREES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 
 /// Makes every [`LocalChunkAllocator`] created after this call record each block it hands out
 /// and refuse a free that does not give back exactly such a block, with its size, noting the
-/// first for [`take_bad_free`] (the checker turns it on: `dmkit check`, the verify tests). Off by default: a record per block would cost
-/// memory at 60 M keys, and nothing else reads it. Found by mutation: Clover's free of an
-/// unused version with one unit too many freed 64 bytes of its neighbour, and nothing noticed.
+/// first for [`take_bad_free`] (the checker turns it on: `dmkit check`, the verify tests). Off
+/// by default: a record per block would cost memory at 60 M keys, and nothing else reads it.
+/// Prompted by mutation: Clover freeing an unused 64-byte version as 65 bytes was refused only
+/// when the block was its chunk's last; otherwise the free was accepted, a leak nobody saw.
 pub fn check_frees(on: bool) {
     CHECK_FREES.store(on, std::sync::atomic::Ordering::Relaxed);
 }
