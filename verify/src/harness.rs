@@ -243,10 +243,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
                 early.push(sim.add_client(client_cn(i)).expect("compute node exists"));
             }
         }
-        // Every block a free gives back must be one handed out, whole (an assertion of checking
-        // runs; see `check_frees`).
-        dmkit_indexes::common::chunk::check_frees(true);
-        dmkit_indexes::common::chunk::take_bad_free();
+        watch_frees();
         // Set-up, earliest-first: start the index's services, create it and preload keys with
         // one client.
         let deployed = match deploy::deploy::<K>(sim, &self.options, self.preset.compute_nodes) {
@@ -362,11 +359,7 @@ impl<K: Checked> Scenario for IndexScenario<K> {
             // A verb that addressed memory no allocator handed out: an address computation
             // went astray, whether or not the bytes it touched mattered to this run.
             sim.stats().unallocated.verdict()?;
-            // A free that gave back something other than a block whole (a leak, or a neighbour's
-            // bytes), whether or not the index looked at free's answer.
-            if let Some(bad) = dmkit_indexes::common::chunk::take_bad_free() {
-                return Err(format!("the index freed memory it was not handed out as one block: {bad}"));
-            }
+            bad_free_verdict()?;
             // Work the index abandoned with no cause in this run (a failed recovery).
             for name in K::abandoned() {
                 let n = counter(&servers, name) + counter(&run_counters.borrow(), name);
@@ -422,12 +415,29 @@ pub fn run_sequence<K: IndexKind>(options: &K::Options, ops: &[Op]) -> (Vec<spec
     (got, want)
 }
 
+/// Before a checked run: every block a free gives back must be one handed out, whole (the chunk
+/// allocators the run creates keep a record of blocks; see `check_frees`).
+fn watch_frees() {
+    dmkit_indexes::common::chunk::check_frees(true);
+    dmkit_indexes::common::chunk::take_bad_free();
+}
+
+/// After a checked run: a free that gave back something other than a block whole (a leak, or a
+/// neighbour's bytes), whether or not the index looked at free's answer.
+fn bad_free_verdict() -> Result<(), String> {
+    match dmkit_indexes::common::chunk::take_bad_free() {
+        Some(bad) => Err(format!("the index freed memory it was not handed out as one block: {bad}")),
+        None => Ok(()),
+    }
+}
+
 /// [`run_sequence`], and the index's invariant walk of the final structure.
 pub fn run_sequence_checked<K: IndexKind>(
     options: &K::Options,
     ops: &[Op],
 ) -> (Vec<spec::Outcome>, Vec<spec::Outcome>, Result<dmkit_indexes::InvariantReport, String>) {
     let mut sim = deploy::default_sim::<K>(options).expect("the default configuration is valid");
+    watch_frees();
     let deployed = deploy::deploy::<K>(&mut sim, options, 1).expect("the index's services install");
     let todo = ops.to_vec();
     let run = deployed.create_then(&mut sim, options, move |mut handle| async move {
@@ -439,7 +449,7 @@ pub fn run_sequence_checked<K: IndexKind>(
     });
     sim.run().expect("a sequential run ends");
     let got = run.take().unwrap_or_else(|e| vec![spec::Outcome::Failed(e)]);
-    if let Err(stray) = sim.stats().unallocated.verdict() {
+    if let Err(stray) = sim.stats().unallocated.verdict().and_then(|()| bad_free_verdict()) {
         panic!("{stray}");
     }
     let mut model = spec::SpecMap::new();
