@@ -251,6 +251,30 @@ mod explored {
         assert_eq!(Art::planted_bugs().len(), 4, "a new plant needs a line above");
     }
 
+    /// `smart-paper`, the configuration figures run to show the paper's protocol beside the
+    /// safe one, is the two H6 plants together: its delegated searches are found stale.
+    #[test]
+    fn the_papers_delegation_window_is_found_stale() {
+        let seed = 1;
+        let s: IndexScenario<Smart> =
+            IndexScenario::from_preset(Some("local"), Some("smart-paper"), None, seed).unwrap();
+        let check = check_index(&s, Mode::Random, seed, find_budget(), u64::MAX);
+        let f = check.exploration.failure.expect("the paper's delegation window is not linearizable");
+        assert!(f.message.contains("not linearizable"), "{}", f.message);
+        let again: IndexScenario<Smart> =
+            IndexScenario::from_preset(Some("local"), Some("smart-paper"), None, seed).unwrap();
+        assert_eq!(explore::replay(&again, f.variant, &f.choices), Err(f.message.clone()));
+        // The default configuration on the same preset and seed is clean over as many schedules.
+        let safe = check_index(
+            &scenario::<Smart>("local", None, seed),
+            Mode::Random,
+            seed,
+            find_budget(),
+            check.exploration.schedules,
+        );
+        assert!(safe.exploration.failure.is_none(), "{:?}", safe.exploration.failure);
+    }
+
     /// ART's `trim_retry`, `type_switch_followed` and `type_switch_retry` are unreachable,
     /// argued at `SmartHandle::trim` and `switch_type`: the node lock an inserting visit holds
     /// keeps a header split's trim and a type switch's CASes from meeting another's change, so

@@ -9,10 +9,14 @@
 //! | `smart-rearlock` | lock-free | in place | yes (one WRITE) | off | off | 7 types |
 //! | `smart-rd` | lock-free | in place | yes | on | off | 7 types |
 //! | `smart` (default) | lock-free | in place | yes | on | on | 7 types |
+//! | `smart-paper` | lock-free | in place | yes | the paper's window | on | 7 types |
 //!
 //! `smart-no-rdwc` is `smart-rearlock` under the name the paper's Fig. 19 uses. Every
 //! configuration has the digest's safety fixes (H1–H5, H9, H10); the paper's behaviour at each
-//! hazard is a planted bug (`dmkit check --plant`).
+//! hazard is a planted bug (`dmkit check --plant`). `smart-paper` is the one configuration that runs
+//! a hazard's unsafe side on purpose: the paper's read-delegation window (H6 open), so that a
+//! figure can show the paper's protocol beside the safe one (the gap between them is what the
+//! safety costs).
 
 use super::layout::NodeTypes;
 use std::collections::BTreeSet;
@@ -34,6 +38,11 @@ pub struct SmartOptions {
     /// word); else a second WRITE after the data lands.
     pub rear_lock: bool,
     pub read_delegation: bool,
+    /// The paper's read-delegation window, unsafe (H6): followers that join until the leader's
+    /// leaf READ has returned take its result, and a result that depended on an earlier READ is
+    /// shared too (what plants `rdwc-late-mark` and `rdwc-no-unmark` do together). Off in every
+    /// configuration but `smart-paper`.
+    pub paper_read_window: bool,
     pub write_combining: bool,
     /// The hand-over of same-key out-of-place updates on a compute node (SMART's artifact builds
     /// every configuration without write combining with it, `TREE_TEST_HOCL_HANDOVER`): updates
@@ -59,8 +68,8 @@ pub struct SmartOptions {
 }
 
 /// Every configuration name, the default first.
-pub const CONFIGS: [&str; 7] =
-    ["smart", "smart-rd", "smart-rearlock", "smart-no-rdwc", "smart-inplace", "smart-lockfree", "art"];
+pub const CONFIGS: [&str; 8] =
+    ["smart", "smart-paper", "smart-rd", "smart-rearlock", "smart-no-rdwc", "smart-inplace", "smart-lockfree", "art"];
 
 const MB: u64 = 1 << 20;
 
@@ -85,6 +94,7 @@ impl SmartOptions {
             out_of_place_update: false,
             rear_lock: true,
             read_delegation: true,
+            paper_read_window: false,
             write_combining: true,
             update_handover: false,
             rdwc_slots: 1024,
@@ -98,6 +108,7 @@ impl SmartOptions {
         };
         match config {
             "smart" => {}
+            "smart-paper" => o.paper_read_window = true,
             "smart-rd" => o.write_combining = false,
             "smart-rearlock" | "smart-no-rdwc" => (o.read_delegation, o.write_combining) = (false, false),
             "smart-inplace" => (o.read_delegation, o.write_combining, o.rear_lock) = (false, false, false),

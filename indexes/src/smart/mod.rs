@@ -827,7 +827,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
     ) -> Result<LeafView, IndexError> {
         let g = self.node.leaf;
         for _ in 0..self.o.max_retries {
-            let late = self.planted(RDWC_LATE_MARK);
+            let late = self.o.paper_read_window || self.planted(RDWC_LATE_MARK);
             if let Some(l) = leader.as_deref_mut()
                 && !late
             {
@@ -1721,6 +1721,7 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
                     LeafView::Live(l) => {
                         if let Some(leader) = leader.as_deref_mut()
                             && l.rev != at.sa.raw()
+                            && !self.o.paper_read_window
                             && !self.planted(RDWC_NO_UNMARK)
                         {
                             leader.unmark();
@@ -1755,6 +1756,7 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
             if (0..h.len()).any(|i| kb(key, h.depth() + i) != h.partial(i)) {
                 if let Some(leader) = leader.as_deref_mut()
                     && img.rev != at.sa.raw()
+                    && !self.o.paper_read_window
                     && !self.planted(RDWC_NO_UNMARK)
                 {
                     leader.unmark();
