@@ -22,6 +22,7 @@
 //! numerator = { index = "smart", workload = "ycsb-a" }
 //! denominator = { index = "sherman", config = "sherman-smart", workload = "ycsb-a" }
 //! value = 6.1
+//! why = "..."                            # where ours misses: the mechanism, as measured
 //!
 //! [[ratio]]                              # a range the paper states ("+37.3% to +54.5%"):
 //! numerator = { index = "hstore", workload = "ycsb-a" }
@@ -102,6 +103,10 @@ pub struct Published {
     /// Divide the metric by this one of the same row (a share).
     #[serde(default)]
     pub per: Option<String>,
+    /// Why ours differs from the paper's, as measured (the counter, trace or sweep that shows
+    /// it, and where it is written up): reports print it under any number that misses.
+    #[serde(default)]
+    pub why: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -113,6 +118,9 @@ pub struct Ratio {
     pub value: Option<f64>,
     #[serde(default)]
     pub range: Option<[f64; 2]>,
+    /// As [`Published::why`].
+    #[serde(default)]
+    pub why: Option<String>,
 }
 
 /// What the paper states: one number, or a range.

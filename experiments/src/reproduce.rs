@@ -240,9 +240,16 @@ pub struct Comparison {
     /// Whether every run behind our number was steady (`None`: the rows do not say).
     pub steady: Option<bool>,
     pub ranking: Option<Ranking>,
+    /// The figure file's account of the gap ([`crate::figure::Published::why`]).
+    pub why: Option<String>,
 }
 
 impl Comparison {
+    /// Outside the tolerance (or missing), or the paper's ranking of the two systems reversed.
+    pub fn misses(&self) -> bool {
+        !self.within || self.ranking == Some(Ranking::Reversed)
+    }
+
     /// `mean ± half-width`, or the value alone, or `missing`.
     pub fn ours_text(&self) -> String {
         match (self.ours, self.ours_ci95) {
@@ -274,7 +281,7 @@ fn steady_text(s: Option<bool>) -> &'static str {
 /// Every comparison a figure states, judged on `rows`.
 pub fn comparisons(figure: &Figure, rows: &[Value]) -> Vec<Comparison> {
     let mut out = Vec::new();
-    let base = |kind: &'static str, what: String, claim: Claim| {
+    let base = |kind: &'static str, what: String, claim: Claim, why: &Option<String>| {
         let (paper_value, paper_range) = match claim {
             Claim::Value(v) => (Some(v), None),
             Claim::Range(lo, hi) => (None, Some([lo, hi])),
@@ -292,6 +299,7 @@ pub fn comparisons(figure: &Figure, rows: &[Value]) -> Vec<Comparison> {
             within: false,
             steady: None,
             ranking: None,
+            why: why.clone(),
         }
     };
     for p in &figure.published {
@@ -302,7 +310,7 @@ pub fn comparisons(figure: &Figure, rows: &[Value]) -> Vec<Comparison> {
             (m, None) => format!("{} `{}`", short(&p.series), m.as_deref().unwrap_or(metric)),
             (_, Some(per)) => format!("{} `{metric}` / `{per}`", short(&p.series)),
         };
-        let mut c = base("value", what, claim);
+        let mut c = base("value", what, claim, &p.why);
         if let Some(pt) = point_of(rows, &figure.compare, &p.series, metric, p.per.as_deref()) {
             c.ours = Some(pt.value);
             c.ours_ci95 = pt.ci95;
@@ -314,7 +322,7 @@ pub fn comparisons(figure: &Figure, rows: &[Value]) -> Vec<Comparison> {
     }
     for r in &figure.ratio {
         let claim = r.claim().expect("checked when the figure was parsed");
-        let mut c = base("ratio", format!("{} / {}", short(&r.numerator), short(&r.denominator)), claim);
+        let mut c = base("ratio", format!("{} / {}", short(&r.numerator), short(&r.denominator)), claim, &r.why);
         let n = point_of(rows, &figure.compare, &r.numerator, &figure.compare.metric, None);
         let d = point_of(rows, &figure.compare, &r.denominator, &figure.compare.metric, None);
         if let (Some(n), Some(d)) = (n, d) {
@@ -479,6 +487,33 @@ fn report_text(figure: &Figure, rows: &[Value], scale: &str, all: &[Comparison],
         }
         out.push('\n');
     }
+    out.push_str(&misses_text(all.iter()));
+    out
+}
+
+/// Every number that misses, each with the figure file's account of why (`why`), or saying
+/// that there is none yet; empty when nothing misses.
+fn misses_text<'a>(all: impl Iterator<Item = &'a Comparison>) -> String {
+    let misses: Vec<&Comparison> = all.filter(|c| c.misses()).collect();
+    if misses.is_empty() {
+        return String::new();
+    }
+    let explained = misses.iter().filter(|c| c.why.is_some()).count();
+    let mut out = format!(
+        "Why the {} numbers outside their tolerance or against the paper's ranking miss ({explained} explained):\n\n",
+        misses.len()
+    );
+    for c in misses {
+        let _ = writeln!(
+            out,
+            "- {} {}, {}: {}",
+            c.paper,
+            c.figure,
+            c.what,
+            c.why.as_deref().unwrap_or("**not explained yet**")
+        );
+    }
+    out.push('\n');
     out
 }
 
@@ -721,12 +756,15 @@ pub fn fidelity(outcomes: &[(String, Outcome)], scale: &str) -> (String, Value) 
     let _ = writeln!(
         md,
         "{} figures, {runs} runs ({unsteady} not steady), {:.0} min. {within} of {} numbers within their \
-         figure's tolerance; of {} rankings the papers state, {holds} hold, {reversed} are reversed, {} unresolved.\n",
+         figure's tolerance; of {} rankings the papers state, {holds} hold, {reversed} are reversed, {} \
+         unresolved; {} of the {} numbers that miss either way have their mechanism stated (below).\n",
         outcomes.len(),
         wall / 60.0,
         all.len(),
         ranked.len(),
-        ranked.len() - holds - reversed
+        ranked.len() - holds - reversed,
+        all.iter().filter(|c| c.misses() && c.why.is_some()).count(),
+        all.iter().filter(|c| c.misses()).count()
     );
     let _ = writeln!(
         md,
@@ -752,6 +790,7 @@ pub fn fidelity(outcomes: &[(String, Outcome)], scale: &str) -> (String, Value) 
         );
     }
     md.push('\n');
+    md.push_str(&misses_text(all.iter().copied()));
     let _ = writeln!(md, "| figure | runs | not steady | wall s |\n|---|---|---|---|");
     for (name, o) in outcomes {
         let _ = writeln!(md, "| {name} | {} | {} | {:.0} |", o.runs, o.unsteady_runs, o.wall_s);
@@ -765,6 +804,8 @@ pub fn fidelity(outcomes: &[(String, Outcome)], scale: &str) -> (String, Value) 
         "comparisons": all,
         "within": within,
         "total": all.len(),
+        "misses": all.iter().filter(|c| c.misses()).count(),
+        "misses_explained": all.iter().filter(|c| c.misses() && c.why.is_some()).count(),
         "rankings": { "stated": ranked.len(), "hold": holds, "reversed": reversed },
     });
     (md, json)

@@ -283,6 +283,38 @@ fn the_fidelity_summary_counts_every_number_and_ranking() {
     assert_eq!(json["comparisons"].as_array().unwrap().len(), 4);
 }
 
+/// A number that misses carries the figure file's account of why (`why`), in the figure's
+/// report and in the summary, and one without an account says so; a number within tolerance
+/// lists nothing.
+#[test]
+fn every_miss_is_listed_with_its_mechanism_or_as_unexplained() {
+    let text = FIGURE.replace(
+        "[[published]]\nseries = { index = \"example\", workload = \"ycsb-c\" }\nvalue = 20.0\n",
+        "[[published]]\nseries = { index = \"example\", workload = \"ycsb-c\" }\nvalue = 20.0\nwhy = \"the test's cause\"\n",
+    );
+    assert_ne!(text, FIGURE, "the test figure's C value gained a why");
+    let figure = Figure::parse(&text).unwrap();
+    let (md, _) = report(&figure, &rows(), "reduced");
+    assert!(md.contains("miss (1 explained):"), "{md}");
+    assert!(md.contains("- test ycsb, example ycsb-c: the test's cause"), "{md}");
+    assert!(md.contains("- test ycsb, sherman ycsb-c: **not explained yet**"), "{md}");
+    assert!(!md.contains("- test ycsb, example ycsb-a"), "A is within tolerance: {md}");
+    let outcome = reproduce::Outcome {
+        report: String::new(),
+        comparisons: reproduce::comparisons(&figure, &rows()),
+        failures: 2,
+        runs: 4,
+        unsteady_runs: 0,
+        wall_s: 60.0,
+    };
+    let (md, json) = reproduce::fidelity(&[("test ycsb".into(), outcome)], "reduced");
+    assert!(md.contains("1 of the 2 numbers that miss either way have their mechanism stated"), "{md}");
+    assert!(md.contains("- test ycsb, example ycsb-c: the test's cause"), "{md}");
+    assert_eq!((json["misses"].as_u64(), json["misses_explained"].as_u64()), (Some(2), Some(1)));
+    // A misspelt field is still refused, not taken for a note.
+    assert!(Figure::parse(&text.replace("why =", "whyy =")).is_err());
+}
+
 /// An extrapolation is tested on the largest scale measured: the line through the smaller
 /// points, evaluated there, against the measurement there; the comparison fits every point.
 #[test]
