@@ -104,7 +104,9 @@ pub struct Published {
     #[serde(default)]
     pub per: Option<String>,
     /// Why ours differs from the paper's, as measured (the counter, trace or sweep that shows
-    /// it, and where it is written up): reports print it under any number that misses.
+    /// it, and where it is written up): reports print it under any number that misses. It
+    /// quotes the run it was written from (`docs/fidelity.md` says which): when a change moves
+    /// the numbers, read it again.
     #[serde(default)]
     pub why: Option<String>,
 }
