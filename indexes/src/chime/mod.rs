@@ -699,7 +699,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     /// extended to the next group's replica and one entry beyond it (the artifact's rule, digest
     /// §8 item 13), or in the last group back to its own replica: still one READ. Reading the
     /// header as a second READ instead, as this did until 2026-11-30, cost inserts (whose
-    /// hop-range READs are short) 0.9 verbs each on a memory node bound by its operation rate:
+    /// hop-range READs are short) 0.7 verbs each on a memory node bound by its operation rate:
     /// CHIME's LOAD took 5.49 verbs per insert where the paper's takes 4.
     async fn read_range(
         &mut self,
