@@ -504,6 +504,10 @@ const BIG: u16 = 4;
 const APPLIED: u64 = 4096;
 const CASED: u64 = 4096 + 64;
 const REMOTE_ADDED: u64 = 4096 + 128;
+/// The worker's count of requests whose remote FAA has completed: the test stops the nodes only
+/// after the last one (stopping after APPLIED alone raced the last remote FAA against memory node
+/// 0's exit: "connection 0 is closed (its peer left)", a Soft-RoCE run of 2026-11-30).
+const FINISHED: u64 = 4096 + 192;
 /// A word of memory node 0 the worker FAAs remotely.
 const SHIPPED: u64 = 128;
 
@@ -544,6 +548,7 @@ impl Service<ServerClient> for Deferred {
             for (to, request) in batch.into_iter().rev() {
                 ctx.local_faa(APPLIED, 1).await.unwrap();
                 ctx.faa(RemoteAddr::host(NodeId(0), SHIPPED), 1).await.unwrap();
+                ctx.local_faa(FINISHED, 1).await.unwrap();
                 ctx.reply(to, request.clone()).unwrap();
                 if request == b"twice" {
                     let again = ctx.reply(to, request).unwrap_err();
@@ -706,13 +711,13 @@ fn a_server_node_hosts_async_services() {
             assert_eq!(c.call(server, DEFERRED, b"last".to_vec()).await.unwrap(), b"last");
             let mut after = 0;
             for _ in 0..10_000 {
-                after = read(RemoteAddr::host(server, APPLIED)).await;
+                after = read(RemoteAddr::host(server, FINISHED)).await;
                 if after == CALLERS + DROPPED + 1 {
                     break;
                 }
                 c.sleep(1_000_000).await;
             }
-            assert_eq!(after, CALLERS + DROPPED + 1, "every dropped call reached the worker");
+            assert_eq!(after, CALLERS + DROPPED + 1, "every dropped call reached the worker and memory node 0");
             (applied, shipped, locals, cased)
         })
         .unwrap();
@@ -727,6 +732,7 @@ fn a_server_node_hosts_async_services() {
     assert_eq!(report.admitted, 1, "the compute side's connection ({report:?})");
     assert_eq!(report.calls, CALLERS + 8 + 3 + DROPPED + 1, "the 5000-byte request never left the client");
     assert_eq!(memory.read(APPLIED, 8).unwrap(), (CALLERS + DROPPED + 1).to_le_bytes());
+    assert_eq!(memory.read(FINISHED, 8).unwrap(), (CALLERS + DROPPED + 1).to_le_bytes());
     let (mn_report, _) = mn.join().unwrap();
     assert_eq!(mn_report.admitted, 2, "the compute side and the server node's worker thread");
 }
