@@ -752,19 +752,20 @@ pub fn fidelity(outcomes: &[(String, Outcome)], scale: &str) -> (String, Value) 
     let wall: f64 = outcomes.iter().map(|(_, o)| o.wall_s).sum();
     let runs: usize = outcomes.iter().map(|(_, o)| o.runs).sum();
     let unsteady: usize = outcomes.iter().map(|(_, o)| o.unsteady_runs).sum();
+    let misses = all.iter().filter(|c| c.misses()).count();
+    let explained = all.iter().filter(|c| c.misses() && c.why.is_some()).count();
     let _ = writeln!(md, "# Fidelity summary ({scale} scale)\n");
     let _ = writeln!(
         md,
         "{} figures, {runs} runs ({unsteady} not steady), {:.0} min. {within} of {} numbers within their \
          figure's tolerance; of {} rankings the papers state, {holds} hold, {reversed} are reversed, {} \
-         unresolved; {} of the {} numbers that miss either way have their mechanism stated (below).\n",
+         unresolved; {explained} of the {misses} numbers that miss either way have their mechanism stated \
+         (below).\n",
         outcomes.len(),
         wall / 60.0,
         all.len(),
         ranked.len(),
-        ranked.len() - holds - reversed,
-        all.iter().filter(|c| c.misses() && c.why.is_some()).count(),
-        all.iter().filter(|c| c.misses()).count()
+        ranked.len() - holds - reversed
     );
     let _ = writeln!(
         md,
@@ -804,8 +805,8 @@ pub fn fidelity(outcomes: &[(String, Outcome)], scale: &str) -> (String, Value) 
         "comparisons": all,
         "within": within,
         "total": all.len(),
-        "misses": all.iter().filter(|c| c.misses()).count(),
-        "misses_explained": all.iter().filter(|c| c.misses() && c.why.is_some()).count(),
+        "misses": misses,
+        "misses_explained": explained,
         "rankings": { "stated": ranked.len(), "hold": holds, "reversed": reversed },
     });
     (md, json)

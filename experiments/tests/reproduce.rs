@@ -265,17 +265,22 @@ fn seeds_are_aggregated_into_mean_and_interval() {
     assert_eq!(points[1]["steady"], false, "one seed's run was not steady");
 }
 
+/// What reproducing the test figure over [`rows`] gave: 4 runs in a minute, 2 numbers missing.
+fn outcome_of(figure: &Figure, unsteady_runs: usize) -> reproduce::Outcome {
+    reproduce::Outcome {
+        report: String::new(),
+        comparisons: reproduce::comparisons(figure, &rows()),
+        failures: 2,
+        runs: 4,
+        unsteady_runs,
+        wall_s: 60.0,
+    }
+}
+
 #[test]
 fn the_fidelity_summary_counts_every_number_and_ranking() {
     let figure = Figure::parse(FIGURE).unwrap();
-    let outcome = reproduce::Outcome {
-        report: String::new(),
-        comparisons: reproduce::comparisons(&figure, &rows()),
-        failures: 2,
-        runs: 4,
-        unsteady_runs: 1,
-        wall_s: 60.0,
-    };
+    let outcome = outcome_of(&figure, 1);
     let (md, json) = reproduce::fidelity(&[("test ycsb".into(), outcome)], "reduced");
     assert!(md.contains("2 of 4 numbers within their figure's tolerance"), "{md}");
     assert!(md.contains("of 1 rankings the papers state, 1 hold"), "{md}");
@@ -299,14 +304,7 @@ fn every_miss_is_listed_with_its_mechanism_or_as_unexplained() {
     assert!(md.contains("- test ycsb, example ycsb-c: the test's cause"), "{md}");
     assert!(md.contains("- test ycsb, sherman ycsb-c: **not explained yet**"), "{md}");
     assert!(!md.contains("- test ycsb, example ycsb-a"), "A is within tolerance: {md}");
-    let outcome = reproduce::Outcome {
-        report: String::new(),
-        comparisons: reproduce::comparisons(&figure, &rows()),
-        failures: 2,
-        runs: 4,
-        unsteady_runs: 0,
-        wall_s: 60.0,
-    };
+    let outcome = outcome_of(&figure, 0);
     let (md, json) = reproduce::fidelity(&[("test ycsb".into(), outcome)], "reduced");
     assert!(md.contains("1 of the 2 numbers that miss either way have their mechanism stated"), "{md}");
     assert!(md.contains("- test ycsb, example ycsb-c: the test's cause"), "{md}");

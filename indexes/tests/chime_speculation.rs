@@ -55,10 +55,10 @@ fn a_speculative_search_is_one_read_of_one_entry() {
 
 /// An insert that meets nothing (no split, no stale route, no extended or whole-leaf read, its
 /// path from the cache) is one READ, the hop range holding a metadata replica, unless the range
-/// wraps past the leaf's end. A short hop
-/// range inside one group used to take the leaf's header as a second READ; the artifact extends
-/// the range to the next group's replica instead (digest §8 item 13), one READ. On a memory node
-/// bound by its operation rate the second verb cost CHIME's LOAD 0.7 verbs per insert.
+/// wraps past the leaf's end. A short hop range inside one group used to take the leaf's header
+/// as a second READ; the artifact extends the range to the next group's replica instead (digest
+/// §8 item 13), one READ. On a memory node bound by its operation rate the second verb cost
+/// CHIME's LOAD 0.7 verbs per insert.
 #[test]
 fn a_plain_insert_reads_once_unless_its_range_wraps() {
     use dmkit_indexes::chime::{

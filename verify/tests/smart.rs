@@ -256,14 +256,13 @@ mod explored {
     #[test]
     fn the_papers_delegation_window_is_found_stale() {
         let seed = 1;
-        let s: IndexScenario<Smart> =
-            IndexScenario::from_preset(Some("local"), Some("smart-paper"), None, seed).unwrap();
-        let check = check_index(&s, Mode::Random, seed, find_budget(), u64::MAX);
+        let paper = || -> IndexScenario<Smart> {
+            IndexScenario::from_preset(Some("local"), Some("smart-paper"), None, seed).unwrap()
+        };
+        let check = check_index(&paper(), Mode::Random, seed, find_budget(), u64::MAX);
         let f = check.exploration.failure.expect("the paper's delegation window is not linearizable");
         assert!(f.message.contains("not linearizable"), "{}", f.message);
-        let again: IndexScenario<Smart> =
-            IndexScenario::from_preset(Some("local"), Some("smart-paper"), None, seed).unwrap();
-        assert_eq!(explore::replay(&again, f.variant, &f.choices), Err(f.message.clone()));
+        assert_eq!(explore::replay(&paper(), f.variant, &f.choices), Err(f.message.clone()));
         // The default configuration on the same preset and seed is clean over as many schedules.
         let safe = check_index(
             &scenario::<Smart>("local", None, seed),

@@ -823,6 +823,19 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         Ok(Some(NodeImage { rev, h, slots }))
     }
 
+    /// Whether a delegating leader marks after its leaf READ returns, not before posting it: the
+    /// paper's window (`smart-paper`), or the plant `rdwc-late-mark` (H6).
+    fn marks_late(&self) -> bool {
+        self.o.paper_read_window || self.planted(RDWC_LATE_MARK)
+    }
+
+    /// Whether a leader withdraws its mark when its last READ did not decide the result alone
+    /// (the digest's H6 fix is not enough without it); not in the paper's window, nor under the
+    /// plant `rdwc-no-unmark`.
+    fn unmarks(&self) -> bool {
+        !self.o.paper_read_window && !self.planted(RDWC_NO_UNMARK)
+    }
+
     /// READs the leaf `at.s` points to, again while torn.
     async fn read_leaf(
         &mut self,
@@ -831,7 +844,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
     ) -> Result<LeafView, IndexError> {
         let g = self.node.leaf;
         for _ in 0..self.o.max_retries {
-            let late = self.o.paper_read_window || self.planted(RDWC_LATE_MARK);
+            let late = self.marks_late();
             if let Some(l) = leader.as_deref_mut()
                 && !late
             {
@@ -1725,8 +1738,7 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
                     LeafView::Live(l) => {
                         if let Some(leader) = leader.as_deref_mut()
                             && l.rev != at.sa.raw()
-                            && !self.o.paper_read_window
-                            && !self.planted(RDWC_NO_UNMARK)
+                            && self.unmarks()
                         {
                             leader.unmark();
                         }
@@ -1760,8 +1772,7 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
             if (0..h.len()).any(|i| kb(key, h.depth() + i) != h.partial(i)) {
                 if let Some(leader) = leader.as_deref_mut()
                     && img.rev != at.sa.raw()
-                    && !self.o.paper_read_window
-                    && !self.planted(RDWC_NO_UNMARK)
+                    && self.unmarks()
                 {
                     leader.unmark();
                 }
