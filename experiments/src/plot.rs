@@ -40,12 +40,17 @@ impl PlotSpec {
 /// One series: its name and its points in order.
 pub type Series = (String, Vec<(f64, f64)>);
 
+/// A field of a result row; a dotted name reaches into an object (`rdwc.read_delegation_ratio`).
+fn field<'a>(row: &'a Value, name: &str) -> Option<&'a Value> {
+    name.split('.').try_fold(row, |v, part| v.get(part))
+}
+
 fn field_f64(row: &Value, name: &str) -> Option<f64> {
-    row.get(name)?.as_f64()
+    field(row, name)?.as_f64()
 }
 
 fn field_label(row: &Value, name: &str) -> String {
-    match row.get(name) {
+    match field(row, name) {
         Some(Value::String(s)) => s.clone(),
         Some(v) => v.to_string(),
         None => "-".into(),
@@ -450,15 +455,29 @@ pub fn figure_plots(figure: &crate::figure::Figure, rows: &[Value], raw: &[Value
     let title = format!("{} {}: {}", figure.paper, figure.figure, figure.title);
     match (&figure.compare.x, figure.compare.over.as_str()) {
         // A quantity fitted over a scale (memory over keys): that quantity against the scale.
+        // Every metric the figure judges gets its own: `curve` for the main one, `curve-<name>`
+        // for another a published number names (`curve-write_combining_ratio`).
         (Some(x), "extrapolate") => {
-            let spec = PlotSpec {
-                x: x.clone(),
-                y: figure.compare.metric.clone(),
-                series: figure.compare.series.clone(),
-                order_by: None,
-                title: title.clone(),
-            };
-            plot(rows, &spec, &out.join("curve"))?;
+            let mut metrics = vec![figure.compare.metric.clone()];
+            for p in figure.published.iter().filter(|p| p.per.is_none()) {
+                if let Some(m) = p.metric.as_ref().filter(|m| !metrics.contains(m)) {
+                    metrics.push(m.clone());
+                }
+            }
+            for (i, metric) in metrics.iter().enumerate() {
+                let spec = PlotSpec {
+                    x: x.clone(),
+                    y: metric.clone(),
+                    series: figure.compare.series.clone(),
+                    order_by: None,
+                    title: if i == 0 { title.clone() } else { format!("{title}: {metric}") },
+                };
+                let name = match i {
+                    0 => "curve".to_string(),
+                    _ => format!("curve-{}", metric.rsplit('.').next().unwrap_or(metric)),
+                };
+                plot(rows, &spec, &out.join(name))?;
+            }
         }
         _ => plot_panels(
             &figure_panels(figure, rows),

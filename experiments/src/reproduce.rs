@@ -45,39 +45,51 @@ fn matches(row: &Value, sel: &Selector) -> bool {
     })
 }
 
-/// A least-squares line `y = intercept + slope * x` through the results `sel` selects.
+/// A least-squares line `y = intercept + slope * t(x)` through the results `sel` selects, where
+/// `t` is the figure's [`XScale`] (`x` or `ln x`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fit {
+    /// The points, `x` as measured (not transformed).
     pub points: Vec<(f64, f64)>,
     pub intercept: f64,
     pub slope: f64,
+    pub scale: XScale,
 }
 
-/// The line of `compare.metric` over `compare.x` through the selected results (two or more
-/// distinct x values), or `None`.
-pub fn fit(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<Fit> {
-    line(fit_points(rows, compare, sel))
+impl Fit {
+    /// The line's value at `x`.
+    pub fn at(&self, x: f64) -> f64 {
+        self.intercept + self.slope * self.scale.of(x)
+    }
+}
+
+/// The line of `metric` over `compare.x` (on `compare.x_scale`) through the selected results
+/// (two or more distinct x values), or `None`.
+pub fn fit(rows: &[Value], compare: &Compare, sel: &Selector, metric: &str) -> Option<Fit> {
+    line(fit_points(rows, compare, sel, metric), compare.x_scale)
 }
 
 /// The selected results' (x, metric) points, in row order.
-fn fit_points(rows: &[Value], compare: &Compare, sel: &Selector) -> Vec<(f64, f64)> {
+fn fit_points(rows: &[Value], compare: &Compare, sel: &Selector, metric: &str) -> Vec<(f64, f64)> {
     let Some(x) = compare.x.as_ref() else { return Vec::new() };
     rows.iter()
         .filter(|r| matches(r, sel))
-        .filter_map(|r| Some((field(r, x)?.as_f64()?, field(r, &compare.metric)?.as_f64()?)))
+        .filter_map(|r| Some((field(r, x)?.as_f64()?, field(r, metric)?.as_f64()?)))
+        .filter(|(x, _)| compare.x_scale == XScale::Linear || *x > 0.0)
         .collect()
 }
 
-/// The least-squares line through `points` (two or more distinct x values), or `None`.
-fn line(points: Vec<(f64, f64)>) -> Option<Fit> {
+/// The least-squares line through `points` on `scale` (two or more distinct x values), or `None`.
+fn line(points: Vec<(f64, f64)>, scale: XScale) -> Option<Fit> {
     let n = points.len() as f64;
-    let (mx, my) = (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
-    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let t: Vec<(f64, f64)> = points.iter().map(|&(x, y)| (scale.of(x), y)).collect();
+    let (mx, my) = (t.iter().map(|p| p.0).sum::<f64>() / n, t.iter().map(|p| p.1).sum::<f64>() / n);
+    let sxx: f64 = t.iter().map(|p| (p.0 - mx).powi(2)).sum();
     if points.len() < 2 || sxx == 0.0 {
         return None;
     }
-    let slope = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx;
-    Some(Fit { intercept: my - slope * mx, slope, points })
+    let slope = t.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx;
+    Some(Fit { intercept: my - slope * mx, slope, points, scale })
 }
 
 /// The test of an extrapolation on one series: the line through the points below the
@@ -97,17 +109,17 @@ impl Holdout {
     }
 }
 
-/// The held-out test of `sel`'s extrapolation, if the figure asks for one and the results
-/// have two smaller x values below the largest.
-pub fn holdout(rows: &[Value], compare: &Compare, sel: &Selector) -> Option<Holdout> {
+/// The held-out test of `sel`'s extrapolation of `metric`, if the figure asks for one and the
+/// results have two smaller x values below the largest.
+pub fn holdout(rows: &[Value], compare: &Compare, sel: &Selector, metric: &str) -> Option<Holdout> {
     if !compare.holdout {
         return None;
     }
-    let points = fit_points(rows, compare, sel);
+    let points = fit_points(rows, compare, sel, metric);
     let at = points.iter().map(|p| p.0).reduce(f64::max)?;
     let there: Vec<f64> = points.iter().filter(|p| p.0 == at).map(|p| p.1).collect();
-    let fit = line(points.into_iter().filter(|p| p.0 < at).collect())?;
-    let predicted = fit.intercept + fit.slope * at;
+    let fit = line(points.into_iter().filter(|p| p.0 < at).collect(), compare.x_scale)?;
+    let predicted = fit.at(at);
     Some(Holdout { at, fit, predicted, measured: there.iter().sum::<f64>() / there.len() as f64 })
 }
 
@@ -128,9 +140,9 @@ pub struct Point {
 
 /// The comparison point of `metric` (divided by `per` of the same row, if given).
 fn point_of(rows: &[Value], compare: &Compare, sel: &Selector, metric: &str, per: Option<&str>) -> Option<Point> {
-    if compare.over == "extrapolate" && per.is_none() && metric == compare.metric {
-        let f = fit(rows, compare, sel)?;
-        return Some(Point { value: f.intercept + f.slope * compare.at?, ci95: None, steady: None });
+    if compare.over == "extrapolate" && per.is_none() {
+        let f = fit(rows, compare, sel, metric)?;
+        return Some(Point { value: f.at(compare.at?), ci95: None, steady: None });
     }
     let points: Vec<Point> = rows
         .iter()
@@ -374,39 +386,56 @@ fn report_text(figure: &Figure, rows: &[Value], scale: &str, all: &[Comparison],
         let _ = writeln!(out, "{f}\n");
     }
     if figure.compare.over == "extrapolate" {
-        let mut sels: Vec<&Selector> = figure.published.iter().map(|p| &p.series).collect();
-        sels.extend(figure.ratio.iter().flat_map(|r| [&r.numerator, &r.denominator]));
-        sels.dedup();
+        let main = figure.compare.metric.as_str();
+        // Every (series, metric) the figure judges: a published number may name its own metric.
+        let mut fitted: Vec<(&Selector, &str)> = Vec::new();
+        let wanted = figure
+            .published
+            .iter()
+            .filter(|p| p.per.is_none())
+            .map(|p| (&p.series, p.metric.as_deref().unwrap_or(main)))
+            .chain(figure.ratio.iter().flat_map(|r| [(&r.numerator, main), (&r.denominator, main)]));
+        for w in wanted {
+            if !fitted.contains(&w) {
+                fitted.push(w);
+            }
+        }
         let x = figure.compare.x.as_deref().unwrap_or("x");
+        let on = match figure.compare.x_scale {
+            XScale::Linear => format!("`{x}`"),
+            XScale::Log => format!("`ln {x}`"),
+        };
+        let target = figure.compare.at.unwrap_or(0.0);
+        let also = &figure.compare.also_at;
+        let _ = writeln!(out, "Fits over {on} (least squares), evaluated at {x} = {target}:\n");
+        let also_heads: String = also.iter().map(|a| format!(" at {a:e} |")).collect();
         let _ = writeln!(
             out,
-            "Fits of `{}` over `{x}` (least squares), evaluated at {x} = {}:\n",
-            figure.compare.metric,
-            figure.compare.at.unwrap_or(0.0)
+            "| series | metric | points ({x}, value) | intercept | slope | at target |{also_heads}\n|---|---|---|---|---|---|{}",
+            "---|".repeat(also.len())
         );
-        let _ =
-            writeln!(out, "| series | points ({x}, value) | intercept | slope | at target |\n|---|---|---|---|---|");
-        let mut seen = Vec::new();
-        for sel in sels {
-            if seen.contains(&sel) {
-                continue;
-            }
-            seen.push(sel);
-            match fit(rows, &figure.compare, sel) {
+        for (sel, metric) in &fitted {
+            match fit(rows, &figure.compare, sel, metric) {
                 Some(f) => {
                     let pts: Vec<String> = f.points.iter().map(|p| format!("({}, {:.4e})", p.0, p.1)).collect();
-                    let at = f.intercept + f.slope * figure.compare.at.unwrap_or(0.0);
+                    let more: String = also.iter().map(|a| format!(" {:.4e} |", f.at(*a))).collect();
                     let _ = writeln!(
                         out,
-                        "| {} | {} | {:.4e} | {:.4e} | {at:.4e} |",
+                        "| {} | {metric} | {} | {:.4e} | {:.4e} | {:.4e} |{more}",
                         describe(sel),
                         pts.join(" "),
                         f.intercept,
-                        f.slope
+                        f.slope,
+                        f.at(target)
                     );
                 }
                 None => {
-                    let _ = writeln!(out, "| {} | too few points | - | - | - |", describe(sel));
+                    let _ = writeln!(
+                        out,
+                        "| {} | {metric} | too few points | - | - | - |{}",
+                        describe(sel),
+                        " - |".repeat(also.len())
+                    );
                 }
             }
         }
@@ -415,15 +444,15 @@ fn report_text(figure: &Figure, rows: &[Value], scale: &str, all: &[Comparison],
             let _ = writeln!(
                 out,
                 "The model tested on the largest {x} measured: the line through the smaller points, evaluated \
-                 there, against the measurement there:\n\n| series | fitted on | at | predicted | measured | error |\n|---|---|---|---|---|---|"
+                 there, against the measurement there:\n\n| series | metric | fitted on | at | predicted | measured | error |\n|---|---|---|---|---|---|---|"
             );
-            for sel in &seen {
-                match holdout(rows, &figure.compare, sel) {
+            for (sel, metric) in &fitted {
+                match holdout(rows, &figure.compare, sel, metric) {
                     Some(t) => {
                         let xs: Vec<String> = t.fit.points.iter().map(|p| format!("{}", p.0)).collect();
                         let _ = writeln!(
                             out,
-                            "| {} | {x} = {} | {} | {:.4e} | {:.4e} | {:+.1}% |",
+                            "| {} | {metric} | {x} = {} | {} | {:.4e} | {:.4e} | {:+.1}% |",
                             describe(sel),
                             xs.join(", "),
                             t.at,
@@ -433,7 +462,8 @@ fn report_text(figure: &Figure, rows: &[Value], scale: &str, all: &[Comparison],
                         );
                     }
                     None => {
-                        let _ = writeln!(out, "| {} | fewer than three sizes | - | - | - | - |", describe(sel));
+                        let _ =
+                            writeln!(out, "| {} | {metric} | fewer than three sizes | - | - | - | - |", describe(sel));
                     }
                 }
             }

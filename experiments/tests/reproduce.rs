@@ -68,6 +68,8 @@ fn comparison_points_are_peak_min_or_last() {
         x: None,
         at: None,
         holdout: false,
+        x_scale: Default::default(),
+        also_at: vec![],
     };
     let a = sel(&[("workload", "ycsb-a")]);
     assert_eq!(comparison_point(&rows(), &c, &a), Some(10.0));
@@ -346,19 +348,100 @@ keys = 1000
         .iter()
         .map(|(k, y)| json!({"index": "example", "keys": k, "cache_bytes_per_cn": y}))
         .collect();
-    let h = holdout(&rows, &figure.compare, &sel(&[("index", "example")])).expect("a held-out test");
+    let h =
+        holdout(&rows, &figure.compare, &sel(&[("index", "example")]), "cache_bytes_per_cn").expect("a held-out test");
     assert_eq!((h.at, h.fit.points.len(), h.predicted, h.measured), (10.0, 3, 21.0, 25.0));
     assert!((h.error() + 0.16).abs() < 1e-12);
     let (report_text, _) = report(&figure, &rows, "reduced");
     assert!(
-        report_text.contains("| index=example | keys = 1, 2, 4 | 10 | 2.1000e1 | 2.5000e1 | -16.0% |"),
+        report_text
+            .contains("| index=example | cache_bytes_per_cn | keys = 1, 2, 4 | 10 | 2.1000e1 | 2.5000e1 | -16.0% |"),
         "{report_text}"
     );
     // With two sizes only, the test says so and the comparison still fits.
     let (report_text, _) = report(&figure, &rows[..2], "reduced");
-    assert!(report_text.contains("| index=example | fewer than three sizes | - |"), "{report_text}");
-    assert!(report_text.contains("| index=example | (1, 3.0000e0) (2, 5.0000e0) |"), "{report_text}");
+    assert!(
+        report_text.contains("| index=example | cache_bytes_per_cn | fewer than three sizes | - |"),
+        "{report_text}"
+    );
+    assert!(
+        report_text.contains("| index=example | cache_bytes_per_cn | (1, 3.0000e0) (2, 5.0000e0) |"),
+        "{report_text}"
+    );
     // A held-out scale needs an extrapolation.
     let bad = text.replace("over = \"extrapolate\"", "over = \"peak\"");
     assert!(Figure::parse(&bad).unwrap_err().contains("holdout"));
+}
+
+/// A share that falls by a constant step per doubling of the scale is a line over `ln x`:
+/// `x_scale = "log"` fits it there, a published number may name another metric of the same
+/// runs (fitted and held out the same way), and `also_at` evaluates each line further out.
+#[test]
+fn a_log_scale_extrapolation_fits_every_metric_it_judges() {
+    let text = r#"
+paper = "test"
+figure = "log"
+title = "shares over ln keys"
+source = "a test figure"
+tolerance = 0.1
+
+[compare]
+metric = "rdwc.read_delegation_ratio"
+over = "extrapolate"
+series = ["index"]
+x = "keys"
+at = 64.0
+holdout = true
+x_scale = "log"
+also_at = [1024.0]
+
+[[published]]
+series = { index = "smart" }
+value = 0.10
+
+[[published]]
+series = { index = "smart" }
+metric = "rdwc.write_combining_ratio"
+value = 0.2
+
+[run.reduced]
+index = "smart"
+keys = 1000
+"#;
+    let figure = Figure::parse(text).unwrap();
+    // Read delegation 0.3 - 0.05 log2(x) and write combining 0.5 - 0.05 log2(x), measured at
+    // x = 2, 4, 8; at x = 16 the reads are off the line by 0.01.
+    let rows: Vec<serde_json::Value> = [2.0f64, 4.0, 8.0, 16.0]
+        .iter()
+        .map(|&k| {
+            let off = if k == 16.0 { 0.01 } else { 0.0 };
+            let rd = 0.3 - 0.05 * k.log2() + off;
+            let wc = 0.5 - 0.05 * k.log2();
+            json!({"index": "smart", "keys": k, "rdwc": {"read_delegation_ratio": rd, "write_combining_ratio": wc}})
+        })
+        .collect();
+    let smart = sel(&[("index", "smart")]);
+    let held = holdout(&rows, &figure.compare, &smart, "rdwc.write_combining_ratio").expect("a held-out test");
+    assert!((held.predicted - 0.3).abs() < 1e-12 && held.error().abs() < 1e-9, "{held:?}");
+    let held = holdout(&rows, &figure.compare, &smart, "rdwc.read_delegation_ratio").expect("a held-out test");
+    assert!((held.predicted - 0.1).abs() < 1e-12 && (held.measured - 0.11).abs() < 1e-12, "{held:?}");
+    // The comparison: each metric's line at 64 (log2 = 6); both within tolerance of the paper.
+    let outcome = reproduce::comparisons(&figure, &rows);
+    let ours: Vec<f64> = outcome.iter().map(|c| c.ours.unwrap()).collect();
+    assert_eq!(ours.len(), 2);
+    assert!((ours[0] - 0.0).abs() < 0.02 && (ours[1] - 0.2).abs() < 1e-12, "{ours:?}");
+    let (md, _) = report(&figure, &rows, "reduced");
+    assert!(md.contains("Fits over `ln keys`"), "{md}");
+    assert!(md.contains("| index=smart | rdwc.write_combining_ratio | keys = 2, 4, 8 | 16 | 3.0000e-1 |"), "{md}");
+    // The write-combining line at 1024 (log2 = 10): 0.5 - 0.5 = 0.
+    assert!(md.contains(" at 1.024e3 |"), "{md}");
+    let wc_row = md.lines().find(|l| l.starts_with("| index=smart | rdwc.write_combining_ratio | (2,")).unwrap();
+    let cells: Vec<&str> = wc_row.split('|').map(str::trim).filter(|c| !c.is_empty()).collect();
+    let (at_target, further): (f64, f64) = (cells[5].parse().unwrap(), cells[6].parse().unwrap());
+    assert!((at_target - 0.2).abs() < 1e-9 && further.abs() < 1e-9, "{wc_row}");
+    // Bad input: a log scale needs positive targets; the shape belongs to an extrapolation.
+    assert!(Figure::parse(&text.replace("at = 64.0", "at = 0.0")).unwrap_err().contains("positive"));
+    let peak = text.replace("over = \"extrapolate\"", "over = \"peak\"").replace("holdout = true", "");
+    assert!(Figure::parse(&peak).unwrap_err().contains("x_scale"));
+    assert!(Figure::parse(&text.replace("x_scale = \"log\"", "x_scale = \"ln\"")).is_err());
 }
