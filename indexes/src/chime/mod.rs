@@ -168,6 +168,9 @@ pub const PREFIX_COLLISION: &str = "prefix_collision";
 pub const SPECULATION_HIT: &str = "speculation_hit";
 /// An insert read the home entry's neighbourhood beyond the first vacancy (G3).
 pub const UPSERT_EXTEND: &str = "upsert_extend";
+/// An insert needed the home's entries beyond the first vacancy (G3) and its hop-range READ,
+/// extended to hold a replica, had already covered them: no second READ.
+pub const UPSERT_EXTEND_READ: &str = "upsert_extend_read";
 /// An insert whose vacancy bitmap hinted at room the range lacked read the whole leaf.
 pub const HOP_READ_ALL: &str = "hop_read_all";
 /// An insert moved entries (hopscotch) to make room in its key's neighbourhood.
@@ -713,16 +716,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         let n = n.min(l.span);
         let mut ranges = Vec::with_capacity(3);
         if a + n <= l.span {
-            let (mut from, mut to) = (a, a + n);
-            let group = a / l.hood;
-            if header && l.replicated && a % l.hood != 0 && (to - 1) / l.hood == group {
-                let next = (group + 1) * l.hood;
-                if next < l.span {
-                    to = next + 1;
-                } else {
-                    from = group * l.hood;
-                }
-            }
+            let (from, to) = Self::entries_read(&l, a, n, header);
             ranges.push(l.seg_range(from, to));
         } else {
             ranges.push(l.seg_range(a, l.span));
@@ -756,6 +750,22 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
     }
 
     /// Like [`Self::read_entries`], re-reading while torn.
+    /// The entries `[from, to)` that [`Self::read_range`] READs for `n` entries from `a` when
+    /// they do not wrap: the range itself, or the range extended to hold a replica (its doc).
+    fn entries_read(l: &LeafLayout, a: usize, n: usize, header: bool) -> (usize, usize) {
+        let (mut from, mut to) = (a, a + n);
+        let group = a / l.hood;
+        if header && l.replicated && a % l.hood != 0 && (to - 1) / l.hood == group {
+            let next = (group + 1) * l.hood;
+            if next < l.span {
+                to = next + 1;
+            } else {
+                from = group * l.hood;
+            }
+        }
+        (from, to)
+    }
+
     async fn read_entries_retry(
         &mut self,
         addr: RemoteAddr,
@@ -1100,13 +1110,20 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                         return Err(e);
                     }
                 };
-                // G3: the home's keys may lie beyond the first vacancy.
+                // G3: the home's keys may lie beyond the first vacancy. The READ above may have
+                // covered them already (a range extended to a replica): those entries are the
+                // ones a second READ would return, as the leaf is locked.
                 let far = l.hop_offsets(&lk.img, h).max().map_or(0, |d| d + 1);
                 if insert && far > n && !self.planted(UPSERT_FIRST_VACANCY) {
-                    self.counters.event(UPSERT_EXTEND);
-                    if let Err(e) = self.read_entries_retry(route.leaf, &mut lk.img, l.at(h, n), far - n).await {
-                        self.unlock(route.leaf, word, vec![]).await?;
-                        return Err(e);
+                    let covered = if h + n <= l.span { Self::entries_read(&l, h, n, true).1 - h } else { n };
+                    if far > covered {
+                        self.counters.event(UPSERT_EXTEND);
+                        if let Err(e) = self.read_entries_retry(route.leaf, &mut lk.img, l.at(h, n), far - n).await {
+                            self.unlock(route.leaf, word, vec![]).await?;
+                            return Err(e);
+                        }
+                    } else {
+                        self.counters.event(UPSERT_EXTEND_READ);
                     }
                     n = far;
                 }
