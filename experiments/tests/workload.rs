@@ -384,6 +384,40 @@ fn uniform_sequential_and_mica_zipfian_choose_as_documented() {
     assert_within("uniform key 0", counts[0], 100_000, 1.0 / n as f64, 5.0);
 }
 
+/// `mica-` workloads draw as SMART's item-count test does (MICA's generator over the loaded
+/// keys): the hottest key's share falls with the key count, where YCSB's scrambled Zipfian,
+/// whose ranks range over 10^10 items whatever the key count, keeps it nearly constant.
+#[test]
+fn mica_workloads_are_zipfian_over_the_loaded_keys() {
+    let top_share = |name: &str, keys: u64| {
+        let spec = WorkloadSpec::from_name(name, keys).unwrap();
+        let ops = take(&spec, 5, 0, 200_000);
+        let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
+        for op in &ops {
+            *counts.entry(op.key().number).or_default() += 1;
+        }
+        (spec, *counts.values().max().unwrap() as f64 / ops.len() as f64)
+    };
+    let (small, mica_small) = top_share("mica-c", 10_000);
+    let (_, mica_large) = top_share("mica-c", 10_000_000);
+    assert_eq!(small.name, "mica-c");
+    assert_eq!(small.mix, WorkloadSpec::ycsb('c', 10_000).unwrap().mix);
+    assert_eq!(small.key_format, WorkloadSpec::ycsb('c', 10_000).unwrap().key_format, "hashed keys, as YCSB C's");
+    assert_eq!(small.distribution, Distribution::Zipfian { theta: 0.99 });
+    // ζ(10^4, 0.99) = 10.22 and ζ(10^7, 0.99) = 18.07: rank 0 draws 9.78% and 5.54% (200,000
+    // draws: a standard deviation of 0.07 and 0.05 points).
+    assert!((mica_small - 0.0978).abs() < 0.003 && (mica_large - 0.0554).abs() < 0.003, "{mica_small} {mica_large}");
+    let (_, ycsb_small) = top_share("c", 10_000);
+    let (_, ycsb_large) = top_share("c", 10_000_000);
+    assert!((ycsb_small - ycsb_large).abs() < 0.004, "YCSB's shares barely move: {ycsb_small} {ycsb_large}");
+    assert_eq!(WorkloadSpec::from_name("MICA-A", 100).unwrap().name, "mica-a");
+    // Bad input: a workload that is not Zipfian has no MICA form.
+    for bad in ["mica-d", "mica-load", "mica-db-get", "mica-", "mica-zz"] {
+        let e = WorkloadSpec::from_name(bad, 100).unwrap_err().to_string();
+        assert!(e.contains("expected mica- before a, b, c, e or f"), "{bad}: {e}");
+    }
+}
+
 #[test]
 fn zipfian_key_space_follows_ycsb_sizing() {
     let mut e = WorkloadSpec::ycsb('e', 1000).unwrap();
