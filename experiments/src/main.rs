@@ -369,10 +369,13 @@ struct RunArgs {
     #[arg(long, required_unless_present = "file", conflicts_with = "file")]
     index: Option<String>,
     /// The index's named configuration (sherman: sherman-fixed, sherman-smart, ...; smart: smart,
-    /// smart-rd, smart-rearlock, smart-inplace, smart-lockfree; art: art).
+    /// smart-paper, smart-rd, smart-rearlock, smart-inplace, smart-lockfree; art: art).
     #[arg(long, default_value = "default", conflicts_with = "file")]
     config: String,
-    /// Workload: YCSB a, b, c, d, e, f, or load (inserts of fresh keys after the --keys loaded).
+    /// Workload: YCSB a, b, c, d, e, f, or load (inserts of fresh keys after the --keys loaded);
+    /// crud, delete-heavy; db_bench's db-put, db-get, db-scan; dense-<letter> (dense ordered keys,
+    /// unscrambled Zipfian: Dolphin's artifact) or mica-<letter> (MICA's Zipfian over the loaded
+    /// keys: SMART's generated workloads).
     #[arg(long, default_value = "c", conflicts_with = "file")]
     workload: String,
     /// Keys loaded before the run (record count).
