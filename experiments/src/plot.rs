@@ -22,6 +22,8 @@ pub struct PlotSpec {
     /// Field that orders a series' points (default: `x`).
     pub order_by: Option<String>,
     pub title: String,
+    /// Draw `x` on a logarithmic axis.
+    pub log_x: bool,
 }
 
 impl PlotSpec {
@@ -33,6 +35,7 @@ impl PlotSpec {
             series: vec!["index".into(), "config".into(), "workload".into()],
             order_by: Some("clients".into()),
             title: "throughput vs p99 latency".into(),
+            log_x: false,
         }
     }
 }
@@ -110,29 +113,42 @@ where
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(err)?;
-    let (mut x_max, mut y_max) = (0f64, 0f64);
+    let (mut x_min, mut x_max, mut y_max) = (f64::INFINITY, 0f64, 0f64);
     for (_, points) in data {
         for &(x, y) in points {
+            x_min = x_min.min(x);
             x_max = x_max.max(x);
             y_max = y_max.max(y);
         }
     }
-    let (x_max, y_max) = ((x_max * 1.08).max(1e-9), (y_max * 1.08).max(1e-9));
+    // A logarithmic axis (its points at ln x) spans the points with a margin either side.
+    let x_range = if spec.log_x {
+        let pad = ((x_max - x_min) * 0.06).max(0.1);
+        (x_min - pad)..(x_max + pad)
+    } else {
+        0f64..(x_max * 1.08).max(1e-9)
+    };
+    let y_max = (y_max * 1.08).max(1e-9);
     let mut chart = ChartBuilder::on(&root)
-        .caption(&spec.title, ("sans-serif", 24))
+        .caption(&spec.title, ("sans-serif", 20))
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+        .build_cartesian_2d(x_range, 0f64..y_max)
         .map_err(err)?;
-    // Whole numbers on axes that span more than 100; one decimal otherwise.
-    let fmt = |max: f64| move |v: &f64| if max > 100.0 { format!("{v:.0}") } else { format!("{v:.1}") };
-    let (x_fmt, y_fmt) = (fmt(x_max), fmt(y_max));
+    // Whole numbers on axes that span more than 100, else enough decimals for three digits.
+    let fmt = |max: f64| {
+        let decimals = if max > 100.0 { 0 } else { (2.0 - max.log10().floor()).clamp(1.0, 8.0) as usize };
+        move |v: &f64| format!("{v:.decimals$}")
+    };
+    let y_fmt = fmt(y_max);
+    let linear = fmt(x_max * 1.08);
+    let x_fmt = |v: &f64| if spec.log_x { format!("{:.3e}", v.exp()) } else { linear(v) };
     chart
         .configure_mesh()
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&y_fmt)
-        .x_desc(spec.x.as_str())
+        .x_desc(if spec.log_x { format!("{} (log scale)", spec.x) } else { spec.x.clone() })
         .y_desc(spec.y.as_str())
         .axis_desc_style(("sans-serif", 16))
         .label_style(("sans-serif", 13))
@@ -160,8 +176,25 @@ where
 
 /// Writes `<out>.svg` and `<out>.png`.
 pub fn plot(rows: &[Value], spec: &PlotSpec, out: &Path) -> Result<(), String> {
+    plot_with(rows, spec, &[], out)
+}
+
+/// [`plot`], with `extra` series drawn beside the results' (the paper's numbers as points).
+pub fn plot_with(rows: &[Value], spec: &PlotSpec, extra: &[Series], out: &Path) -> Result<(), String> {
     register_font();
-    let data = series(rows, spec)?;
+    let mut data = series(rows, spec)?;
+    data.extend(extra.iter().cloned());
+    if spec.log_x {
+        if data.iter().flat_map(|(_, p)| p).any(|p| p.0 <= 0.0) {
+            return Err(format!("a logarithmic axis needs positive values of '{}'", spec.x));
+        }
+        // Drawn at ln x, labelled with x.
+        for (_, points) in &mut data {
+            for p in points.iter_mut() {
+                p.0 = p.0.ln();
+            }
+        }
+    }
     let svg = out.with_extension("svg");
     let png = out.with_extension("png");
     draw(SVGBackend::new(&svg, (960, 640)).into_drawing_area(), spec, &data)?;
@@ -471,12 +504,24 @@ pub fn figure_plots(figure: &crate::figure::Figure, rows: &[Value], raw: &[Value
                     series: figure.compare.series.clone(),
                     order_by: None,
                     title: if i == 0 { title.clone() } else { format!("{title}: {metric}") },
+                    log_x: figure.compare.x_scale == crate::figure::XScale::Log,
                 };
                 let name = match i {
                     0 => "curve".to_string(),
                     _ => format!("curve-{}", metric.rsplit('.').next().unwrap_or(metric)),
                 };
-                plot(rows, &spec, &out.join(name))?;
+                // The paper's numbers of this metric, at the scale they are stated for.
+                let at = figure.compare.at.unwrap_or(0.0);
+                let paper: Vec<Series> = figure
+                    .published
+                    .iter()
+                    .filter(|p| p.per.is_none() && p.metric.as_deref().unwrap_or(&figure.compare.metric) == metric)
+                    .filter_map(|p| {
+                        let label: Vec<&str> = p.series.values().map(String::as_str).collect();
+                        Some((format!("paper: {}", label.join(" ")), vec![(at, p.claim().ok()?.middle())]))
+                    })
+                    .collect();
+                plot_with(rows, &spec, &paper, &out.join(name))?;
             }
         }
         _ => plot_panels(

@@ -77,3 +77,34 @@ index = "example"
     assert!(std::fs::read_to_string(dir.join("p.svg")).unwrap().contains("paper: example 3"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A scale plot (a share over the key count): nested fields, a logarithmic axis labelled with
+/// the key counts, small values with three digits, and the paper's numbers as extra points.
+#[test]
+fn a_log_scale_plot_labels_keys_and_shows_the_papers_points() {
+    let rows: Vec<serde_json::Value> = [(500_000u64, 0.16), (4_000_000, 0.127)]
+        .iter()
+        .map(|(k, rd)| json!({"config": "smart-paper", "keys": k, "rdwc": {"read_delegation_ratio": rd}}))
+        .collect();
+    let spec = PlotSpec {
+        x: "keys".into(),
+        y: "rdwc.read_delegation_ratio".into(),
+        series: vec!["config".into()],
+        order_by: None,
+        title: "shares".into(),
+        log_x: true,
+    };
+    let dir = std::env::temp_dir().join(format!("dmkit-plot-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("curve");
+    let paper = vec![("paper: smart-paper".to_string(), vec![(60_000_000.0, 0.119)])];
+    plot::plot_with(&rows, &spec, &paper, &out).unwrap();
+    let svg = std::fs::read_to_string(out.with_extension("svg")).unwrap();
+    assert!(svg.contains("keys (log scale)") && svg.contains("paper: smart-paper"), "axis title and legend");
+    assert!(svg.contains("0.120"), "three digits on a 0-0.17 axis");
+    assert!(svg.contains("e7") && svg.contains("e5"), "key counts from 5e5 to 6e7 on the log axis");
+    // A logarithmic axis has no place for zero.
+    let zero = vec![json!({"config": "smart", "keys": 0, "rdwc": {"read_delegation_ratio": 0.1}})];
+    assert!(plot::plot_with(&zero, &spec, &[], &out).unwrap_err().contains("logarithmic"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
