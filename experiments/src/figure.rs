@@ -217,6 +217,11 @@ pub struct Scales {
 }
 
 impl Figure {
+    /// The metric `p` judges: its own, or the figure's.
+    pub fn metric_of<'a>(&'a self, p: &'a Published) -> &'a str {
+        p.metric.as_deref().unwrap_or(&self.compare.metric)
+    }
+
     pub fn parse(text: &str) -> Result<Figure, String> {
         let f: Figure =
             toml::from_str(text).map_err(|e| format!("bad figure file: {}", e.message().replace('\n', " ")))?;

@@ -6,6 +6,7 @@
 //! `--series` fields (default: index, config and workload), one colour and legend entry each.
 //! Text is drawn with the bundled DejaVu Sans (`experiments/fonts`), so PNGs need no system fonts.
 
+use crate::reproduce::field;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde_json::Value;
@@ -42,11 +43,6 @@ impl PlotSpec {
 
 /// One series: its name and its points in order.
 pub type Series = (String, Vec<(f64, f64)>);
-
-/// A field of a result row; a dotted name reaches into an object (`rdwc.read_delegation_ratio`).
-fn field<'a>(row: &'a Value, name: &str) -> Option<&'a Value> {
-    name.split('.').try_fold(row, |v, part| v.get(part))
-}
 
 fn field_f64(row: &Value, name: &str) -> Option<f64> {
     field(row, name)?.as_f64()
@@ -491,16 +487,16 @@ pub fn figure_plots(figure: &crate::figure::Figure, rows: &[Value], raw: &[Value
         // Every metric the figure judges gets its own: `curve` for the main one, `curve-<name>`
         // for another a published number names (`curve-write_combining_ratio`).
         (Some(x), "extrapolate") => {
-            let mut metrics = vec![figure.compare.metric.clone()];
+            let mut metrics = vec![figure.compare.metric.as_str()];
             for p in figure.published.iter().filter(|p| p.per.is_none()) {
-                if let Some(m) = p.metric.as_ref().filter(|m| !metrics.contains(m)) {
-                    metrics.push(m.clone());
+                if !metrics.contains(&figure.metric_of(p)) {
+                    metrics.push(figure.metric_of(p));
                 }
             }
             for (i, metric) in metrics.iter().enumerate() {
                 let spec = PlotSpec {
                     x: x.clone(),
-                    y: metric.clone(),
+                    y: metric.to_string(),
                     series: figure.compare.series.clone(),
                     order_by: None,
                     title: if i == 0 { title.clone() } else { format!("{title}: {metric}") },
@@ -515,7 +511,7 @@ pub fn figure_plots(figure: &crate::figure::Figure, rows: &[Value], raw: &[Value
                 let paper: Vec<Series> = figure
                     .published
                     .iter()
-                    .filter(|p| p.per.is_none() && p.metric.as_deref().unwrap_or(&figure.compare.metric) == metric)
+                    .filter(|p| p.per.is_none() && figure.metric_of(p) == *metric)
                     .filter_map(|p| {
                         let label: Vec<&str> = p.series.values().map(String::as_str).collect();
                         Some((format!("paper: {}", label.join(" ")), vec![(at, p.claim().ok()?.middle())]))

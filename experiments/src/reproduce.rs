@@ -316,7 +316,7 @@ pub fn comparisons(figure: &Figure, rows: &[Value]) -> Vec<Comparison> {
     };
     for p in &figure.published {
         let claim = p.claim().expect("checked when the figure was parsed");
-        let metric = p.metric.as_deref().unwrap_or(&figure.compare.metric);
+        let metric = figure.metric_of(p);
         let what = match (&p.metric, &p.per) {
             (None, None) => short(&p.series),
             (m, None) => format!("{} `{}`", short(&p.series), m.as_deref().unwrap_or(metric)),
@@ -393,7 +393,7 @@ fn report_text(figure: &Figure, rows: &[Value], scale: &str, all: &[Comparison],
             .published
             .iter()
             .filter(|p| p.per.is_none())
-            .map(|p| (&p.series, p.metric.as_deref().unwrap_or(main)))
+            .map(|p| (&p.series, figure.metric_of(p)))
             .chain(figure.ratio.iter().flat_map(|r| [(&r.numerator, main), (&r.denominator, main)]));
         for w in wanted {
             if !fitted.contains(&w) {

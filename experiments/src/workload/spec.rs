@@ -279,16 +279,15 @@ impl WorkloadSpec {
             return Ok(spec);
         }
         if let Some(rest) = lower.strip_prefix("mica-") {
-            let mut spec = WorkloadSpec::from_name(rest, record_count)
-                .ok()
-                .filter(|s| matches!(s.distribution, Distribution::ScrambledZipfian { .. }))
-                .ok_or_else(|| {
-                    SpecError(format!("unknown workload `{name}` (expected mica- before a, b, c, e or f)"))
-                })?;
+            let scrambled = WorkloadSpec::from_name(rest, record_count).ok().and_then(|s| match s.distribution {
+                Distribution::ScrambledZipfian { theta } => Some((s, theta)),
+                _ => None,
+            });
+            let Some((mut spec, theta)) = scrambled else {
+                return spec_error(format!("unknown workload `{name}` (expected mica- before a, b, c, e or f)"));
+            };
             spec.name = format!("mica-{}", spec.name.trim_start_matches("ycsb-"));
-            if let Distribution::ScrambledZipfian { theta } = spec.distribution {
-                spec.distribution = Distribution::Zipfian { theta };
-            }
+            spec.distribution = Distribution::Zipfian { theta };
             return Ok(spec);
         }
         // db_bench's single-operation benchmarks as HStore ran them (digest §5.3): uniform

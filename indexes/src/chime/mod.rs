@@ -715,8 +715,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         let l = self.l;
         let n = n.min(l.span);
         let mut ranges = Vec::with_capacity(3);
-        if a + n <= l.span {
-            let (from, to) = Self::entries_read(&l, a, n, header);
+        if let Some((from, to)) = Self::entries_read(&l, a, n, header) {
             ranges.push(l.seg_range(from, to));
         } else {
             ranges.push(l.seg_range(a, l.span));
@@ -749,10 +748,13 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
         Ok(Ok(replica))
     }
 
-    /// Like [`Self::read_entries`], re-reading while torn.
-    /// The entries `[from, to)` that [`Self::read_range`] READs for `n` entries from `a` when
-    /// they do not wrap: the range itself, or the range extended to hold a replica (its doc).
-    fn entries_read(l: &LeafLayout, a: usize, n: usize, header: bool) -> (usize, usize) {
+    /// The entries `[from, to)` that [`Self::read_range`] READs in one piece for `n` entries
+    /// from `a` (`n` at most the span): the range itself, or the range extended to hold a
+    /// replica (its doc); `None` when the range wraps past the leaf's end (two READs).
+    fn entries_read(l: &LeafLayout, a: usize, n: usize, header: bool) -> Option<(usize, usize)> {
+        if a + n > l.span {
+            return None;
+        }
         let (mut from, mut to) = (a, a + n);
         let group = a / l.hood;
         if header && l.replicated && a % l.hood != 0 && (to - 1) / l.hood == group {
@@ -763,9 +765,10 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 from = group * l.hood;
             }
         }
-        (from, to)
+        Some((from, to))
     }
 
+    /// Like [`Self::read_entries`], re-reading while torn.
     async fn read_entries_retry(
         &mut self,
         addr: RemoteAddr,
@@ -1115,7 +1118,7 @@ impl<C: Client + Clone + 'static> ChimeHandle<C> {
                 // ones a second READ would return, as the leaf is locked.
                 let far = l.hop_offsets(&lk.img, h).max().map_or(0, |d| d + 1);
                 if insert && far > n && !self.planted(UPSERT_FIRST_VACANCY) {
-                    let covered = if h + n <= l.span { Self::entries_read(&l, h, n, true).1 - h } else { n };
+                    let covered = Self::entries_read(&l, h, n, true).map_or(n, |(_, to)| to - h);
                     if far > covered {
                         self.counters.event(UPSERT_EXTEND);
                         if let Err(e) = self.read_entries_retry(route.leaf, &mut lk.img, l.at(h, n), far - n).await {
