@@ -114,6 +114,16 @@ pub trait Service<C: ServerCtx>: Send + Sync + 'static {
     {
         None
     }
+
+    /// Whether [`Service::fork`] would give a copy now. A simulation that is done with its
+    /// services hands their states to its image as they are (`Sim::into_image`), and asks
+    /// this instead of copying them; override it when a copy is large (the default makes one).
+    fn forks(&self) -> bool
+    where
+        Self: Sized,
+    {
+        self.fork().is_some()
+    }
 }
 
 /// Where an index's services run: the simulator, or a hardware server-node process. `factory`

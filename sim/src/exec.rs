@@ -79,6 +79,8 @@ struct ServiceInstance {
 type ForkedState = Arc<dyn std::any::Any + Send + Sync>;
 /// Copies a running instance's state (`None` if its service cannot).
 type SnapshotFn = Box<dyn Fn(&ServiceInstance) -> Option<ForkedState>>;
+/// Whether a running instance's state could be copied now (`Service::forks`).
+type ForksFn = Box<dyn Fn(&ServiceInstance) -> bool>;
 /// A running instance from a copied state.
 type ResumeFn = Box<dyn Fn(&ForkedState) -> Option<ServiceInstance>>;
 
@@ -86,6 +88,7 @@ struct ServiceEntry {
     factory: Box<dyn Fn() -> ServiceInstance>,
     /// A copy of the running instance's state, if its service can be copied (`Service::fork`).
     snapshot: SnapshotFn,
+    forks: ForksFn,
     /// A running instance from a copy, copied again so that the image it came from stays
     /// intact for the next run.
     resume: ResumeFn,
@@ -155,10 +158,10 @@ impl Wake for TaskWaker {
 /// A simulation: nodes, clients and their tasks.
 pub struct Sim {
     core: Rc<RefCell<Core>>,
-    /// Every task ever spawned, by id (ids are never reused: stale wake-ups of a finished task
-    /// find `None`). Boxed, so a finished task's slot is one pointer, not the task's 56 bytes:
-    /// a load spawns a task per RPC, tens of millions at 10 M keys.
-    tasks: Vec<Option<Box<Task>>>,
+    /// The tasks, by slot ([`TaskId::slot`]): a finished task's slot is reused, so this holds
+    /// the most tasks ever alive at once (a load spawns a task per RPC, tens of millions at
+    /// 10 M keys, but only a few are alive at a time).
+    tasks: Vec<Option<Task>>,
     services: BTreeMap<(u16, u16), ServiceEntry>,
     started: bool,
     live_tasks: usize,
@@ -241,6 +244,7 @@ impl Sim {
                 let state = instance.state.clone().downcast::<S>().ok()?;
                 Some(Arc::new(state.fork()?) as ForkedState)
             }),
+            forks: Box::new(|instance| instance.state.downcast_ref::<S>().is_some_and(|s| s.forks())),
             resume: Box::new(|state| state.downcast_ref::<S>()?.fork().map(erase)),
             initial: None,
             current: None,
@@ -393,14 +397,23 @@ impl Sim {
     /// when no step is pending and every other task has finished. A daemon that keeps timers
     /// pending keeps the run going (bound such runs with `run_until`).
     fn spawn_task(&mut self, future: Pin<Box<dyn Future<Output = ()>>>, daemon: bool) -> TaskId {
-        let id = self.tasks.len() as TaskId;
+        let id = self.core.borrow_mut().tasks.add();
         let waker =
             Waker::from(Arc::new(TaskWaker { id, woken: self.woken.clone(), any_woken: self.any_woken.clone() }));
-        self.tasks.push(Some(Box::new(Task { future, waker, last_poll_ns: u64::MAX, polls_at_same_time: 0, daemon })));
+        let task = Some(Task { future, waker, last_poll_ns: u64::MAX, polls_at_same_time: 0, daemon });
+        match self.tasks.get_mut(id.slot as usize) {
+            Some(slot) => {
+                debug_assert!(slot.is_none(), "a reused slot's task has finished");
+                *slot = task;
+            }
+            None => {
+                debug_assert_eq!(id.slot as usize, self.tasks.len(), "slots are dense");
+                self.tasks.push(task);
+            }
+        }
         if !daemon {
             self.live_tasks += 1;
         }
-        self.core.borrow_mut().tasks.add(id);
         id
     }
 
@@ -447,7 +460,7 @@ impl Sim {
             drop(core);
             for t in crashed {
                 // Dropping the future runs its destructors, which may touch the core.
-                if let Some(task) = self.tasks[t as usize].take() {
+                if let Some(task) = self.tasks[t.slot as usize].take() {
                     if !task.daemon {
                         self.live_tasks -= 1;
                     }
@@ -476,7 +489,7 @@ impl Sim {
                 (next, core.now_ns, limit)
             };
             let Some(t) = next else { return Ok(()) };
-            let Some(task) = self.tasks[t as usize].as_mut() else {
+            let Some(task) = self.tasks[t.slot as usize].as_mut() else {
                 self.core.borrow_mut().tasks.polled();
                 continue;
             };
@@ -492,11 +505,11 @@ impl Sim {
                 task.last_poll_ns = now_ns;
                 task.polls_at_same_time = 0;
             }
-            let Task { future, waker, .. } = &mut **task;
+            let Task { future, waker, .. } = task;
             let poll = future.as_mut().poll(&mut Context::from_waker(waker));
             self.core.borrow_mut().tasks.polled();
             if poll.is_ready() {
-                if let Some(task) = self.tasks[t as usize].take() {
+                if let Some(task) = self.tasks[t.slot as usize].take() {
                     if !task.daemon {
                         self.live_tasks -= 1;
                     }
@@ -530,6 +543,12 @@ impl Sim {
     /// (absolute time, not in the past).
     pub fn add_read_failure(&mut self, failure: crate::ReadFailure) -> Result<(), ConfigError> {
         self.core.borrow_mut().add_read_failure(failure).map_err(ConfigError)
+    }
+
+    /// Task slots held: the most tasks alive at once (a finished task's slot is reused), plus
+    /// one for each task a crash ended.
+    pub fn task_slots(&self) -> usize {
+        self.tasks.len()
     }
 
     /// Tasks not yet finished or crashed.
@@ -567,8 +586,10 @@ impl Sim {
         self.make_image(false)
     }
 
-    /// [`Sim::image`] that moves the memories out instead of copying them, for a simulation
-    /// that ends here (a load): no second copy of every loaded byte, and no time spent on one.
+    /// [`Sim::image`] that moves the memories and the services' states out instead of copying
+    /// them, for a simulation that ends here (a load): no second copy of every loaded byte or
+    /// of a server's host-side structures, and no time spent on one. A service's state is
+    /// taken if it could be copied (`Service::forks`); each restore copies it.
     pub fn into_image(self) -> Result<Image, String> {
         self.make_image(true)
     }
@@ -587,6 +608,10 @@ impl Sim {
         let mut services = BTreeMap::new();
         for (&(node, id), entry) in &self.services {
             let state = match (&entry.current, &entry.initial) {
+                // A simulation being consumed hands its running state over: no run goes on
+                // from it, so the image may hold it as it is, and each restore forks it as it
+                // would a copy (a copy of HStore's skiplists doubled the load's peak).
+                (Some(instance), _) if take => (entry.forks)(instance).then(|| instance.state.clone()),
                 (Some(instance), _) => (entry.snapshot)(instance),
                 // Never started: the restored copy, or a fresh instance.
                 (None, Some(state)) => Some(state.clone()),

@@ -136,7 +136,7 @@ impl Chooser for EarliestChooser {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum StepKind {
     Timer(u32),
-    Wake(u32),
+    Wake(crate::core::TaskId),
     /// Local operation, unit index (`WHOLE` for the whole access).
     Local(u32, u32),
     Issue(u32),

@@ -634,6 +634,56 @@ fn crashing_tasks_with_pending_futures_neither_leaks_nor_panics() {
     assert_eq!(out.take(), posted);
 }
 
+/// A finished task's slot is reused, and a waker the task left behind wakes nothing: not the
+/// task that holds its slot now (a spurious poll could end that task's sleep or yield early).
+#[test]
+fn a_finished_tasks_slot_is_reused_and_its_stale_waker_wakes_nothing() {
+    use std::cell::RefCell;
+    use std::task::Waker;
+    let mut sim = Sim::new(config()).unwrap();
+    let left: Rc<RefCell<Option<Waker>>> = Rc::new(RefCell::new(None));
+    let a = sim.add_client(0).unwrap();
+    let l = left.clone();
+    sim.spawn(
+        &a,
+        std::future::poll_fn(move |cx| {
+            *l.borrow_mut() = Some(cx.waker().clone());
+            Poll::Ready(())
+        }),
+    );
+    sim.run().unwrap();
+    let slots = sim.task_slots();
+    // B takes A's slot and sleeps 1 µs; C wakes A's old waker 100 ns in.
+    let b = sim.add_client(0).unwrap();
+    let polls = Rc::new(Cell::new(0u32));
+    let (p, b2) = (polls.clone(), b.clone());
+    let mut sleep = Box::pin(b2.sleep(1_000));
+    sim.spawn(
+        &b,
+        std::future::poll_fn(move |cx| {
+            p.set(p.get() + 1);
+            sleep.as_mut().poll(cx)
+        }),
+    );
+    assert_eq!(sim.task_slots(), slots, "B reuses A's slot");
+    let c = sim.add_client(0).unwrap();
+    let c2 = c.clone();
+    sim.spawn(&c, async move {
+        c2.sleep(100).await;
+        left.borrow_mut().take().expect("A left its waker").wake();
+    });
+    sim.run().unwrap();
+    assert_eq!(polls.get(), 2, "B is polled at its start and when its sleep ends, not by A's waker");
+    // Many tasks one after another hold as many slots as were ever alive at once.
+    for _ in 0..1_000 {
+        let c = sim.add_client(0).unwrap();
+        let c2 = c.clone();
+        sim.spawn(&c, async move { c2.sleep(10).await });
+        sim.run().unwrap();
+    }
+    assert_eq!(sim.task_slots(), slots + 1, "1,000 tasks in turn reuse B's and C's slots");
+}
+
 // ================================================================== 3. determinism
 
 /// A mixed workload: four clients on two compute nodes against two memory nodes, with reads,

@@ -77,6 +77,19 @@ fn a_restored_image_continues_memory_and_services() {
         assert!(b.image().unwrap().nonzero_bytes() > image.nonzero_bytes());
     }
     assert!(a.image().unwrap().same_memory(&image));
+    // A simulation that ends in its image hands over its memory and its services' states
+    // instead of copying them; restores continue from it all the same.
+    let taken = a.into_image().unwrap();
+    assert!(taken.same_memory(&image));
+    for _ in 0..2 {
+        let mut b = Sim::new(cfg.clone()).unwrap();
+        b.add_service(server, SVC, || Counter { calls: AtomicU64::new(0) }).unwrap();
+        b.restore(&taken).unwrap();
+        assert_eq!(b.read_memory(first, 8).unwrap(), 7u64.to_le_bytes());
+        let (second, calls) = work(&mut b, server);
+        assert_eq!(calls, 2, "the service's state was handed over");
+        assert_ne!(second, first);
+    }
 }
 
 #[test]
@@ -87,6 +100,8 @@ fn images_are_refused_when_they_cannot_be_whole() {
     sim.add_service(server, SVC, || Opaque).unwrap();
     let e = sim.image().unwrap_err();
     assert!(e.contains("cannot copy its state"), "{e}");
+    let e = sim.into_image().unwrap_err();
+    assert!(e.contains("cannot copy its state"), "a state that cannot be copied is not handed over either: {e}");
 
     let mut sim = Sim::new(cfg.clone()).unwrap();
     let c = sim.add_client(0).unwrap();

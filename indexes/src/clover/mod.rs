@@ -121,6 +121,10 @@ pub struct MetadataServer {
 /// `[3][message]` refused, `[4]` no shortcut left (`max_keys` keys registered).
 impl<C: ServerCtx> Service<C> for MetadataServer {
     /// A copy for another run from a loaded image: the key directory and the bump pointer.
+    fn forks(&self) -> bool {
+        true
+    }
+
     fn fork(&self) -> Option<MetadataServer> {
         Some(MetadataServer {
             o: self.o.clone(),

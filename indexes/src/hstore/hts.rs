@@ -99,6 +99,14 @@ fn corrupt(what: String) -> VerbsError {
 }
 
 impl Hts {
+    /// No batch in flight, no write logged and unshipped, no commit query waiting: what a copy
+    /// for another run needs.
+    fn quiet(&self, shared: &Shared) -> bool {
+        !shared.in_batch.iter().any(|&b| b)
+            && shared.commit_waiters.iter().all(BTreeMap::is_empty)
+            && self.logs.iter().all(Queue::is_empty)
+    }
+
     pub fn new(o: HStoreOptions) -> Hts {
         let w = o.hts_workers as usize;
         Hts {
@@ -845,10 +853,7 @@ impl<C: ServerCtx> Service<C> for Hts {
     /// no write logged and unshipped, no commit query waiting). Counters start at zero.
     fn fork(&self) -> Option<Hts> {
         let shared = lock(&self.shared).clone();
-        let quiet = !shared.in_batch.iter().any(|&b| b)
-            && shared.commit_waiters.iter().all(BTreeMap::is_empty)
-            && self.logs.iter().all(Queue::is_empty);
-        quiet.then(|| Hts {
+        self.quiet(&shared).then(|| Hts {
             o: self.o.clone(),
             g: self.g,
             shared: Mutex::new(shared),
@@ -857,6 +862,10 @@ impl<C: ServerCtx> Service<C> for Hts {
             idle: Notify::new(),
             counters: ServerCounters::default(),
         })
+    }
+
+    fn forks(&self) -> bool {
+        self.quiet(&lock(&self.shared))
     }
 
     async fn handle(self: Arc<Self>, ctx: C, request: Vec<u8>) -> Vec<u8> {

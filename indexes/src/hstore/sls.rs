@@ -691,6 +691,14 @@ impl<C: ServerCtx> Service<C> for Sls {
     /// A copy for another run from a loaded image: the skiplists and the bookkeeping. Refused
     /// unless quiescent (every partition's log applied, no task queued). Counters start at
     /// zero.
+    fn forks(&self) -> bool {
+        let _appending = lock(&self.appending);
+        self.parts.iter().all(|partition| {
+            let p = lock(&partition.part);
+            p.log.is_empty() && p.tasks.is_empty()
+        })
+    }
+
     fn fork(&self) -> Option<Sls> {
         let _appending = lock(&self.appending);
         let mut parts = Vec::with_capacity(self.parts.len());

@@ -9,7 +9,9 @@ use dmkit_rdma::NodeId;
 use std::collections::VecDeque;
 
 /// Tasks ready to poll (each queued once), the one being polled, the client of each, and the
-/// tasks a fault ended. Indexed by [`TaskId`]; ids are never reused.
+/// tasks a fault ended. Indexed by a task's slot ([`TaskId`]): a finished task's slot is
+/// reused; a crashed task's is not (its number keeps naming its client to the explorer, as it
+/// always did, and crashes are few).
 #[derive(Debug, Default)]
 pub(crate) struct Tasks {
     ready: VecDeque<TaskId>,
@@ -17,34 +19,67 @@ pub(crate) struct Tasks {
     current: Option<TaskId>,
     /// The client each task runs for, if any (a finished task no longer holds its client).
     clients: Vec<Option<u32>>,
+    /// The number of the task each slot holds (or last held, while free).
+    numbers: Vec<u32>,
+    /// Slots of finished tasks, reused last-freed first.
+    free: Vec<u32>,
+    /// Tasks ever added: the next task's number.
+    added: u32,
     crashed: Vec<TaskId>,
 }
 
 impl Tasks {
-    /// A new task, `id` (the next id), ready for its first poll.
-    pub(crate) fn add(&mut self, id: TaskId) {
-        debug_assert_eq!(id as usize, self.queued.len(), "task ids are dense and never reused");
-        self.queued.push(false);
-        self.clients.push(None);
+    /// A new task, ready for its first poll: the next number, in a free slot if there is one.
+    pub(crate) fn add(&mut self) -> TaskId {
+        let number = self.added;
+        self.added = number.checked_add(1).expect("more than 2^32 tasks in one simulation");
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                let s = slot as usize;
+                self.numbers[s] = number;
+                self.queued[s] = false;
+                self.clients[s] = None;
+                slot
+            }
+            None => {
+                self.numbers.push(number);
+                self.queued.push(false);
+                self.clients.push(None);
+                (self.numbers.len() - 1) as u32
+            }
+        };
+        let id = TaskId { number, slot };
         self.wake(id);
+        id
     }
 
-    /// Queues `task` for a poll unless it is queued already.
+    /// Whether `task` is the task its slot holds (not one that finished before the slot was
+    /// reused).
+    fn live(&self, task: TaskId) -> bool {
+        self.numbers[task.slot as usize] == task.number
+    }
+
+    /// Queues `task` for a poll unless it is queued already or stale.
     pub(crate) fn wake(&mut self, task: TaskId) {
-        if !self.queued[task as usize] {
-            self.queued[task as usize] = true;
+        let s = task.slot as usize;
+        if self.live(task) && !self.queued[s] {
+            self.queued[s] = true;
             self.ready.push_back(task);
         }
     }
 
-    /// The next task to poll, which becomes the current task until [`Tasks::polled`].
+    /// The next task to poll, which becomes the current task until [`Tasks::polled`]. A queued
+    /// task that finished since (its slot free or another task's) is skipped.
     pub(crate) fn next(&mut self) -> Option<TaskId> {
-        let next = self.ready.pop_front();
-        if let Some(t) = next {
-            self.queued[t as usize] = false;
+        while let Some(t) = self.ready.pop_front() {
+            if !self.live(t) {
+                continue;
+            }
+            self.queued[t.slot as usize] = false;
             self.current = Some(t);
+            return Some(t);
         }
-        next
+        None
     }
 
     /// The poll of the current task is over.
@@ -59,7 +94,7 @@ impl Tasks {
 
     /// The client `task` runs for, if any.
     pub(crate) fn client_of(&self, task: TaskId) -> Option<u32> {
-        self.clients.get(task as usize).copied().flatten()
+        if self.live(task) { self.clients[task.slot as usize] } else { None }
     }
 
     /// Tasks a crash ended since the last call: the executor drops them.
@@ -86,14 +121,17 @@ impl Core {
     /// Runs `task` for `client`: a crash of the client drops it.
     pub(crate) fn bind_task(&mut self, task: TaskId, client: u32) {
         self.clients[client as usize].task = Some(task);
-        self.tasks.clients[task as usize] = Some(client);
+        self.tasks.clients[task.slot as usize] = Some(client);
     }
 
-    /// `task` finished: its client no longer runs it.
+    /// `task` finished: its client no longer runs it, and its slot is free for the next task.
     pub(crate) fn task_finished(&mut self, task: TaskId) {
-        if let Some(client) = self.tasks.clients[task as usize].take() {
+        let s = task.slot as usize;
+        debug_assert!(self.tasks.live(task), "a task finishes once");
+        if let Some(client) = self.tasks.clients[s].take() {
             self.clients[client as usize].task = None;
         }
+        self.tasks.free.push(task.slot);
     }
 
     /// A timer that fires at `at_ns`; `yields` marks it a coroutine switch for the explorer.
