@@ -413,8 +413,9 @@ pub struct Clover;
 
 impl IndexKind for Clover {
     const NAME: &'static str = "clover";
-    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
-    const HOST_BYTES_PER_ITEM: u64 = 426;
+    /// `dmkit bench-load --keys 10000000`, 2026-11-30 (README, Benchmarks): peak 2,630 MB, since
+    /// task slots are reused and the image takes the servers' states instead of copies.
+    const HOST_BYTES_PER_ITEM: u64 = 263;
     const SUPPORTS_SCAN: bool = false;
     type Options = CloverOptions;
     type NodeState = CloverNode;

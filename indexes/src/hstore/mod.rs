@@ -486,8 +486,9 @@ pub struct HStore;
 
 impl IndexKind for HStore {
     const NAME: &'static str = "hstore";
-    /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
-    const HOST_BYTES_PER_ITEM: u64 = 406;
+    /// `dmkit bench-load --keys 10000000`, 2026-11-30 (README, Benchmarks): peak 2,250 MB, since
+    /// task slots are reused and the image takes the servers' states instead of copies.
+    const HOST_BYTES_PER_ITEM: u64 = 225;
     type Options = HStoreOptions;
     type NodeState = HStoreNode;
     type Handle<C: Client + Clone + 'static> = HStoreHandle<C>;
