@@ -17,7 +17,7 @@ fn json(r: &RunResult) -> serde_json::Value {
 fn a_forked_point_is_the_freshly_loaded_point() {
     // Two points of one sweep share a load; the second, run from the image the first used
     // (and ran on), equals the second run alone with a load of its own, bit for bit.
-    for index in ["example", "sherman", "hstore"] {
+    for index in ["example", "sherman", "hstore", "clover"] {
         let points = requests(&format!(
             "index = \"{index}\"\nworkload = \"a\"\nkeys = 3000\ncompute_nodes = 2\nthreads_per_cn = 2\n\
              duration_us = 300\nwarmup_us = 50\n[sweep]\nthreads_per_cn = [1, 2]\n"
