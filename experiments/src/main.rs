@@ -369,7 +369,9 @@ struct RunArgs {
     #[arg(long, required_unless_present = "file", conflicts_with = "file")]
     index: Option<String>,
     /// The index's named configuration (sherman: sherman-fixed, sherman-smart, ...; smart: smart,
-    /// smart-paper, smart-rd, smart-rearlock, smart-inplace, smart-lockfree; art: art).
+    /// smart-paper, smart-rd, smart-rearlock, smart-inplace, smart-lockfree; art: art), with
+    /// overrides after commas for chime (chime,hood=4,span=128) and smart/art
+    /// (smart-paper,rdwc_slots=128,cache_mb=100).
     #[arg(long, default_value = "default", conflicts_with = "file")]
     config: String,
     /// Workload: YCSB a, b, c, d, e, f, or load (inserts of fresh keys after the --keys loaded);

@@ -80,8 +80,36 @@ impl Default for SmartOptions {
 }
 
 impl SmartOptions {
-    /// The named configuration for `key_bytes`-byte keys and `value_bytes`-byte values.
-    pub fn named(name: &str, key_bytes: u32, value_bytes: u32) -> Result<SmartOptions, String> {
+    /// The named configuration for `key_bytes`-byte keys and `value_bytes`-byte values, with
+    /// optional overrides after it: `smart-paper,rdwc_slots=128,cache_mb=100` (`rdwc_slots`,
+    /// `cache_mb`, `cache_kb`, `max_handover`, `lock_table_kb`), as CHIME's configurations take
+    /// them, for sensitivity runs (the paper's RDWC knee is 128 slots, the digest's default
+    /// 1,024).
+    pub fn named(spec: &str, key_bytes: u32, value_bytes: u32) -> Result<SmartOptions, String> {
+        let mut parts = spec.split(',');
+        let name = parts.next().unwrap_or_default().trim();
+        let mut o = SmartOptions::base(name, key_bytes, value_bytes)?;
+        for part in parts {
+            let (k, v) = part.split_once('=').ok_or_else(|| format!("override '{part}' is not name=value"))?;
+            let n: u64 = v.trim().parse().map_err(|_| format!("override {part}: '{v}' is not a number"))?;
+            let small = || u32::try_from(n).map_err(|_| format!("override {part}: {n} is too large"));
+            match k.trim() {
+                "rdwc_slots" => o.rdwc_slots = small()?,
+                "cache_mb" => o.cache_bytes = n.saturating_mul(MB),
+                "cache_kb" => o.cache_bytes = n.saturating_mul(1 << 10),
+                "max_handover" => o.max_handover = small()?,
+                "lock_table_kb" => o.lock_table_bytes = n.saturating_mul(1 << 10),
+                other => {
+                    return Err(format!(
+                        "unknown override '{other}' (rdwc_slots, cache_mb, cache_kb, max_handover, lock_table_kb)"
+                    ));
+                }
+            }
+        }
+        Ok(o)
+    }
+
+    fn base(name: &str, key_bytes: u32, value_bytes: u32) -> Result<SmartOptions, String> {
         let Some(config) = CONFIGS.iter().copied().find(|c| *c == name) else {
             return Err(format!("SMART has no configuration '{name}' (configurations: {})", CONFIGS.join(", ")));
         };
@@ -165,6 +193,18 @@ impl SmartOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configuration_takes_overrides_and_refuses_bad_ones() {
+        let o = SmartOptions::named("smart-paper,rdwc_slots=128, cache_mb=100", 8, 8).unwrap();
+        assert_eq!((o.config, o.rdwc_slots, o.cache_bytes), ("smart-paper", 128, 100 * MB));
+        assert!(o.paper_read_window, "the base configuration's techniques stay");
+        assert_eq!(SmartOptions::named("art,max_handover=2", 8, 8).unwrap().max_handover, 2);
+        for bad in ["smart,rdwc_slots", "smart,rdwc_slots=x", "smart,slots=4", "smart,rdwc_slots=5000000000", "smrt"] {
+            assert!(SmartOptions::named(bad, 8, 8).is_err(), "{bad}");
+        }
+        assert!(SmartOptions::named("smart,rdwc_slots=0", 8, 8).unwrap().validate().is_err());
+    }
 
     #[test]
     fn every_configuration_is_valid_and_the_steps_add_one_technique() {
