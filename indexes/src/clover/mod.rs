@@ -413,10 +413,20 @@ pub struct Clover;
 
 impl IndexKind for Clover {
     const NAME: &'static str = "clover";
-    /// `dmkit bench-load --keys 10000000`, 2026-11-30 (README, Benchmarks): peak 2,630 MB, since
-    /// task slots are reused and the image takes the servers' states instead of copies.
-    const HOST_BYTES_PER_ITEM: u64 = 263;
+    /// A run's peak over its items, its compute nodes' caches aside (`dmkit run --index clover
+    /// --workload c --keys 10000000 --compute-nodes 1`, 2026-11-30: 3,435 MB, of which the one
+    /// node's warmed shortcuts 676 MB): the image, the copy of the metadata server each run
+    /// starts from, the invariant walk. The load alone peaks lower (`bench-load`: 2,630 MB).
+    const HOST_BYTES_PER_ITEM: u64 = 276;
     const SUPPORTS_SCAN: bool = false;
+
+    /// Each compute node warms a shortcut address for every loaded key (`warm`): 68 host bytes a
+    /// key (`dmkit run --index clover --workload c --keys 10000000`: 8,168 MB with 8 compute
+    /// nodes, 3,435 MB with one, 2026-11-30). Before this was counted, the estimate said 4.3 GB
+    /// for that 8.2 GB run, and would have let one at 60 M keys (about 49 GB) start.
+    fn cache_host_bytes(_o: &CloverOptions, compute_nodes: u16, items: u64) -> u64 {
+        items.saturating_mul(68).saturating_mul(compute_nodes as u64)
+    }
     type Options = CloverOptions;
     type NodeState = CloverNode;
     type Handle<C: Client + Clone + 'static> = CloverHandle<C>;
@@ -510,8 +520,11 @@ impl IndexKind for Clover {
         if let Some(ms) =
             memory.service_state(o.ms_node(), MS_SERVICE).and_then(|s| s.downcast::<MetadataServer>().ok())
         {
-            let keys = lock(&ms.keys).clone();
-            lock(&node.shortcuts).extend(keys);
+            // Straight from the MS's directory: a clone of it first held every key twice.
+            let keys = lock(&ms.keys);
+            let mut shortcuts = lock(&node.shortcuts);
+            shortcuts.reserve(keys.len());
+            shortcuts.extend(keys.iter().map(|(k, &at)| (k.clone(), at)));
         }
         Ok(())
     }
