@@ -329,7 +329,8 @@ pub trait IndexKind: 'static {
 
     /// Host bytes a loaded item costs (8-byte keys and values; the loaded image and the
     /// simulation's own state), as `dmkit bench-load` measures it at 10 M items: peak RSS over
-    /// items. The basis of a run's memory estimate, which refuses a run this machine cannot
+    /// items (for an index whose runs hold much more than its load, a run's peak: HStore,
+    /// Clover). The basis of a run's memory estimate, which refuses a run this machine cannot
     /// hold before it starts; an index that does not say is assumed to cost 512 bytes an item.
     const HOST_BYTES_PER_ITEM: u64 = 512;
 
