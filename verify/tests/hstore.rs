@@ -592,3 +592,55 @@ mod clover {
         let _ = key(0);
     }
 }
+
+/// The invariant walk's S9 both ways: a key the skiplists hold and the table lacks (its bucket
+/// cleared), and a key the table holds and the skiplists lack (a deleted key's bucket put back
+/// as it was).
+#[test]
+fn the_invariant_walk_finds_a_table_and_skiplists_that_disagree() {
+    use dmkit_indexes::Index;
+    use dmkit_rdma::RemoteAddr;
+    use dmkit_sim::{Sim, SimConfig};
+    use std::sync::Arc;
+    let o = small("hstore", 7, 8);
+    let mut cfg = SimConfig::default();
+    cfg.topology.server_nodes = 2;
+    let mut sim = Sim::new(cfg).unwrap();
+    HStore::install(&o, &mut sim).unwrap();
+    let client = sim.add_client(0).unwrap();
+    let node = Arc::new(HStore::node_state(&o, sim.caps()));
+    let mut h = HStore::open(&o, node, client.clone());
+    let (c, o2) = (client.clone(), o.clone());
+    sim.spawn(&client, async move {
+        HStore::create(&o2, &c).await.unwrap();
+        for i in 0..200 {
+            h.insert(&key(i), &[i as u8; 20]).await.unwrap();
+        }
+    });
+    sim.run().unwrap();
+    let report = HStore::check_invariants(&o, &sim).unwrap();
+    assert_eq!((report.items, report.structures["sls_compared"]), (200, 1));
+    let g = o.geometry();
+    let bucket = RemoteAddr::host(o.hts_node(), g.bucket_offset(g.place(&key(7)).bucket));
+    let saved = sim.read_memory(bucket, 64).unwrap();
+
+    // The table forgets key 7's bucket (its other keys with it): the skiplists still map them.
+    sim.write_memory(bucket, &[0; 64]).unwrap();
+    let e = HStore::check_invariants(&o, &sim).unwrap_err();
+    assert!(e.contains("in the skiplists but not in the table (S9)"), "{e}");
+    sim.write_memory(bucket, &saved).unwrap();
+    HStore::check_invariants(&o, &sim).unwrap();
+
+    // Key 7 deleted through the index, then its bucket put back: the table maps it again (its
+    // block is still intact), the skiplists do not.
+    let other = sim.add_client(0).unwrap();
+    let mut h = HStore::open(&o, Arc::new(HStore::node_state(&o, sim.caps())), other.clone());
+    sim.spawn(&other, async move {
+        assert!(h.delete(&key(7)).await.unwrap());
+    });
+    sim.run().unwrap();
+    HStore::check_invariants(&o, &sim).unwrap();
+    sim.write_memory(bucket, &saved).unwrap();
+    let e = HStore::check_invariants(&o, &sim).unwrap_err();
+    assert!(e.contains("is in the table but not in the skiplists (S9)"), "{e}");
+}

@@ -177,25 +177,35 @@ impl Sls {
         lock(&self.shared).state
     }
 
-    /// Every partition's map with its unapplied log entries applied (what the skiplists will
-    /// hold once the workers catch up): for the invariant walk's comparison with the table.
-    pub fn settled(&self) -> Result<BTreeMap<Vec<u8>, Value>, String> {
-        let mut out = BTreeMap::new();
+    /// Every entry of every partition with its unapplied log entries applied (what the
+    /// skiplists will hold once the workers catch up), passed to `f` one at a time; returns how
+    /// many. For the invariant walk's comparison with the table, without a copy of every key: a
+    /// partition is copied only if its log has entries to apply to it.
+    pub fn for_each_settled(&self, mut f: impl FnMut(&[u8], Value) -> Result<(), String>) -> Result<u64, String> {
+        let mut n = 0;
         for (p, partition) in self.parts.iter().enumerate() {
             let part = lock(&partition.part);
             part.list.check().map_err(|e| format!("skiplist {p}: {e}"))?;
-            let mut list = part.list.clone();
-            for l in &part.log {
-                apply_entry(&mut list, &l.entry);
-            }
+            let applied;
+            let list = if part.log.is_empty() {
+                &part.list
+            } else {
+                let mut list = part.list.clone();
+                for l in &part.log {
+                    apply_entry(&mut list, &l.entry);
+                }
+                applied = list;
+                &applied
+            };
             for (key, value) in list.iter() {
                 if self.g.place(key).partition as usize != p {
                     return Err(format!("key {key:02x?} is in skiplist {p}, its hash says otherwise"));
                 }
-                out.insert(key.to_vec(), value);
+                f(key, value)?;
+                n += 1;
             }
         }
-        Ok(out)
+        Ok(n)
     }
 
     /// Incarnations below `incarnation` are dead (a newer HTS spoke).
