@@ -120,11 +120,12 @@ pub struct MetadataServer {
 /// `[0]` unknown, `[1][shortcut offset u64]` known, `[2][shortcut offset u64]` registered now,
 /// `[3][message]` refused, `[4]` no shortcut left (`max_keys` keys registered).
 impl<C: ServerCtx> Service<C> for MetadataServer {
-    /// A copy for another run from a loaded image: the key directory and the bump pointer.
+    /// Always: a copy is never refused, so none need be made to say so.
     fn forks(&self) -> bool {
         true
     }
 
+    /// A copy for another run from a loaded image: the key directory and the bump pointer.
     fn fork(&self) -> Option<MetadataServer> {
         Some(MetadataServer {
             o: self.o.clone(),

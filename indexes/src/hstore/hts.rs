@@ -864,6 +864,7 @@ impl<C: ServerCtx> Service<C> for Hts {
         })
     }
 
+    /// Whether [`Service::fork`] would copy, without the copy.
     fn forks(&self) -> bool {
         self.quiet(&lock(&self.shared))
     }

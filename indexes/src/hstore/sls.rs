@@ -87,6 +87,13 @@ struct Part {
     applied_max: BTreeMap<(u64, u16), u64>,
 }
 
+impl Part {
+    /// Every logged entry applied and no task queued: what a copy for another run needs.
+    fn quiet(&self) -> bool {
+        self.log.is_empty() && self.tasks.is_empty()
+    }
+}
+
 #[derive(Debug)]
 struct Partition {
     part: Mutex<Part>,
@@ -698,23 +705,21 @@ fn apply_entry(list: &mut SkipList, e: &Entry) -> (Option<Value>, Visits) {
 }
 
 impl<C: ServerCtx> Service<C> for Sls {
+    /// Whether [`Service::fork`] would copy: every partition quiescent, without the copy.
+    fn forks(&self) -> bool {
+        let _appending = lock(&self.appending);
+        self.parts.iter().all(|partition| lock(&partition.part).quiet())
+    }
+
     /// A copy for another run from a loaded image: the skiplists and the bookkeeping. Refused
     /// unless quiescent (every partition's log applied, no task queued). Counters start at
     /// zero.
-    fn forks(&self) -> bool {
-        let _appending = lock(&self.appending);
-        self.parts.iter().all(|partition| {
-            let p = lock(&partition.part);
-            p.log.is_empty() && p.tasks.is_empty()
-        })
-    }
-
     fn fork(&self) -> Option<Sls> {
         let _appending = lock(&self.appending);
         let mut parts = Vec::with_capacity(self.parts.len());
         for partition in &self.parts {
             let p = lock(&partition.part);
-            if !p.log.is_empty() || !p.tasks.is_empty() {
+            if !p.quiet() {
                 return None;
             }
             parts.push(Partition {
