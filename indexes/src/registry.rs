@@ -117,6 +117,20 @@ pub fn no_configuration(index: &str, config: &str, known: &[&str]) -> String {
     format!("index {index} has no configuration '{config}' (configurations: {})", known.join(", "))
 }
 
+/// A configuration with overrides, `name,key=N,...` (CHIME's and SMART's): the name, and each
+/// override's key and number in order, or the error naming a malformed one (met when the caller
+/// reaches it, after it has checked the name).
+pub fn config_overrides(spec: &str) -> (&str, impl Iterator<Item = Result<(&str, u64), String>>) {
+    let mut parts = spec.split(',');
+    let name = parts.next().unwrap_or_default().trim();
+    let overrides = parts.map(|part| {
+        let (k, v) = part.split_once('=').ok_or_else(|| format!("override '{part}' is not name=value"))?;
+        let n = v.trim().parse().map_err(|_| format!("override {part}: '{v}' is not a number"))?;
+        Ok((k.trim(), n))
+    });
+    (name, overrides)
+}
+
 /// The error for `--cache-bytes` given to an index without a compute-node cache budget.
 pub fn no_cache_budget(index: &str, why: &str) -> String {
     format!("index {index} {why}: --cache-bytes does not apply")

@@ -77,8 +77,7 @@ impl Default for ChimeOptions {
 impl ChimeOptions {
     /// The named configuration (with `,name=value` overrides) for the given key/value sizes.
     pub fn named(spec: &str, key_bytes: u32, value_bytes: u32) -> Result<ChimeOptions, String> {
-        let mut parts = spec.split(',');
-        let name = parts.next().unwrap_or_default().trim();
+        let (name, overrides) = crate::registry::config_overrides(spec);
         let Some(base) = CONFIGS.iter().copied().find(|c| *c == name) else {
             return Err(format!("CHIME has no configuration '{name}' (configurations: {})", CONFIGS.join(", ")));
         };
@@ -120,10 +119,9 @@ impl ChimeOptions {
         if base == "chime-indirect" {
             o.indirect = true;
         }
-        for part in parts {
-            let (k, v) = part.split_once('=').ok_or_else(|| format!("override '{part}' is not name=value"))?;
-            let n: u64 = v.trim().parse().map_err(|_| format!("override {part}: '{v}' is not a number"))?;
-            match k.trim() {
+        for over in overrides {
+            let (k, n) = over?;
+            match k {
                 "hood" => o.hood = n as u32,
                 "span" => o.span = n as u32,
                 "internal" => o.internal_span = n as u32,

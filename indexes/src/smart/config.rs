@@ -86,14 +86,12 @@ impl SmartOptions {
     /// them, for sensitivity runs (the paper's RDWC knee is 128 slots, the digest's default
     /// 1,024).
     pub fn named(spec: &str, key_bytes: u32, value_bytes: u32) -> Result<SmartOptions, String> {
-        let mut parts = spec.split(',');
-        let name = parts.next().unwrap_or_default().trim();
+        let (name, overrides) = crate::registry::config_overrides(spec);
         let mut o = SmartOptions::base(name, key_bytes, value_bytes)?;
-        for part in parts {
-            let (k, v) = part.split_once('=').ok_or_else(|| format!("override '{part}' is not name=value"))?;
-            let n: u64 = v.trim().parse().map_err(|_| format!("override {part}: '{v}' is not a number"))?;
-            let small = || u32::try_from(n).map_err(|_| format!("override {part}: {n} is too large"));
-            match k.trim() {
+        for over in overrides {
+            let (k, n) = over?;
+            let small = || u32::try_from(n).map_err(|_| format!("override {k}={n}: {n} is too large"));
+            match k {
                 "rdwc_slots" => o.rdwc_slots = small()?,
                 "cache_mb" => o.cache_bytes = n.saturating_mul(MB),
                 "cache_kb" => o.cache_bytes = n.saturating_mul(1 << 10),
