@@ -6,7 +6,8 @@
 
 For each value: the figure's profile with PARAMETER set to it, the figure's reduced sweep run by
 `dmkit run` (to steady state, as `reproduce` runs it), and every ratio of the figure computed as
-`reproduce` does for `over = "peak"` figures (the peak of each side's matching runs). Needs a
+`reproduce` does (the peak, min or last of each side's matching runs, as the figure's `over`
+says; figures compared by extrapolation are not supported). Needs a
 release build (cargo build --release -p dmkit-experiments --bins) and Python 3.11 (tomllib).
 Files go to $SENSITIVITY_DIR (default /tmp/dmkit-sensitivity).
 """
@@ -19,8 +20,9 @@ if len(sys.argv) < 4:
     sys.exit(__doc__)
 fig_path, param, *values = sys.argv[1:]
 fig = tomllib.load(open(fig_path, "rb"))
-if fig.get("compare", {}).get("over") != "peak":
-    sys.exit(f"{fig_path}: only figures compared at their peak are supported")
+over = fig.get("compare", {}).get("over")
+if over not in ("peak", "min", "last"):
+    sys.exit(f"{fig_path}: compared by {over}; only peak, min and last are supported")
 text = open(fig_path).read()
 end = text.index("[run.full]") if "[run.full]" in text else len(text)
 run = text[text.index("[run.reduced]"):end].replace("[run.reduced.sweep]", "[sweep]").replace("[run.reduced]", "")
@@ -46,12 +48,15 @@ for v in values:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows = [json.loads(line) for line in open(f"{out}/result.jsonl")]
 
-    def peak(sel):
+    def point(sel):
         xs = [r["throughput_mops"] for r in rows if matches(r, sel)]
-        return max(xs) if xs else float("nan")
+        if not xs:
+            return float("nan")
+        return {"peak": max, "min": min, "last": lambda v: v[-1]}[over](xs)
 
     print(f"{param} = {v}")
     for rt in fig.get("ratio", []):
-        n, d = peak(rt["numerator"]), peak(rt["denominator"])
+        n, d = point(rt["numerator"]), point(rt["denominator"])
         label = " ".join(map(str, rt["numerator"].values())) + " / " + " ".join(map(str, rt["denominator"].values()))
-        print(f"  {label}: {n / d:.3f} (paper {rt['value']})")
+        paper = rt["value"] if "value" in rt else "–".join(map(str, rt["range"]))
+        print(f"  {label}: {n / d:.3f} (paper {paper})", flush=True)

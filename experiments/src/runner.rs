@@ -69,6 +69,11 @@ pub struct Loaded {
     pub item_bytes: f64,
     /// Wall-clock seconds the load took.
     pub load_wall_s: f64,
+    /// The simulator's work for the load: steps (events) executed, and verbs and calls posted.
+    /// Unlike the wall time, these do not depend on the host, so they tell the load's own
+    /// growth with the key count from the host's (`dmkit bench-load`).
+    pub load_steps: u64,
+    pub load_verbs: u64,
 }
 
 impl std::fmt::Debug for Loaded {
@@ -157,10 +162,20 @@ pub fn load<K: IndexKind>(
     K::inherit(&kept, &deployed.nodes[0]);
     drop(deployed);
     let loader_state: Arc<dyn std::any::Any + Send + Sync> = Arc::new(kept);
-    stray_verbs(&sim.stats(), "loading")?;
+    let stats = sim.stats();
+    stray_verbs(&stats, "loading")?;
     let image = sim.into_image().map_err(|e| format!("imaging the loaded index: {e}"))?;
     let item_bytes = item_bytes_total as f64 / keys.max(1) as f64;
-    Ok(Loaded { key, image, loader: loader_state, keys, item_bytes, load_wall_s: started.elapsed().as_secs_f64() })
+    Ok(Loaded {
+        key,
+        image,
+        loader: loader_state,
+        keys,
+        item_bytes,
+        load_wall_s: started.elapsed().as_secs_f64(),
+        load_steps: stats.steps,
+        load_verbs: stats.verbs_posted + stats.calls_posted,
+    })
 }
 
 /// A simulated client's [`Meter`]: simulated time from `start`, the simulator's verb counts,
