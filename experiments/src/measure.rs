@@ -61,8 +61,8 @@ pub const FIRST_CHECK_NS: u64 = 10_000_000;
 /// small to count as a trend (module doc, step 6).
 pub const SETTLE_NS: u64 = 40_000_000;
 /// A steady-state run stops only once its measured phase is this many times the warm-up MSER-5
-/// cut (the run at least five times its transient; the simulation literature's advice is a
-/// run "much longer" than the deletion, Law & Kelton §9.5.1). It only ever lengthens a run.
+/// cut (the run at least five times its transient; the simulation literature asks for a run
+/// much longer than the warm-up it deletes, Law & Kelton ch. 9). It only ever lengthens a run.
 pub const RUN_PER_WARMUP: usize = 4;
 /// Growth of the run between checks.
 const CHECK_GROWTH: f64 = 1.25;
