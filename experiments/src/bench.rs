@@ -48,14 +48,15 @@ impl IndexVisitor for LoadOnly {
     ) -> Result<LoadBench, String> {
         K::validate(options)?;
         let loaded = crate::runner::load::<K>(&req.setup, options, work.items, &crate::runner::Quiet)?;
+        let per_key = |x: f64| x / loaded.keys.max(1) as f64;
         Ok(LoadBench {
             index: req.index.clone(),
             config: names.0.to_string(),
             keys: loaded.keys,
             load_s: loaded.load_wall_s,
-            us_per_key: loaded.load_wall_s * 1e6 / loaded.keys.max(1) as f64,
-            steps_per_key: loaded.load_steps as f64 / loaded.keys.max(1) as f64,
-            verbs_per_key: loaded.load_verbs as f64 / loaded.keys.max(1) as f64,
+            us_per_key: per_key(loaded.load_wall_s * 1e6),
+            steps_per_key: per_key(loaded.load_steps as f64),
+            verbs_per_key: per_key(loaded.load_verbs as f64),
             nonzero_bytes: loaded.image.nonzero_bytes(),
             image_host_bytes: loaded.image.host_bytes(),
             memory_digest: loaded.image.memory_digest(),
