@@ -34,7 +34,7 @@ pub enum StepClass {
     RmwWrite,
     /// A doorbell batch's completion is delivered to its client.
     Complete,
-    /// An RPC reaches the server's NIC and joins the node's RPC queue.
+    /// An RPC's SEND reaches the server's NIC.
     RpcArrive,
     /// An RPC response is delivered to its client.
     RpcComplete,
@@ -44,6 +44,10 @@ pub enum StepClass {
     /// lock or a version it waits on). PCT lowers a yielding client's priority, or a spinning
     /// client at the top would starve the one it waits for until its retries run out.
     Yield,
+    /// An RPC's request is in the server's memory and its receive completion visible to the
+    /// server's threads: it joins the node's RPC queue. (Last, so the other classes keep their
+    /// trace-hash tags.)
+    RpcDeliver,
 }
 
 impl StepClass {
@@ -62,6 +66,7 @@ impl StepClass {
             StepClass::RpcComplete => "rpc-complete",
             StepClass::Fault => "fault",
             StepClass::Yield => "yield",
+            StepClass::RpcDeliver => "rpc-deliver",
         }
     }
 }
@@ -148,6 +153,7 @@ pub(crate) enum StepKind {
     RmwWrite(u32),
     Complete(u32),
     RpcArrive(u32),
+    RpcDeliver(u32),
     RpcComplete(u32),
     Fault(u32),
 }
@@ -167,6 +173,7 @@ impl StepKind {
             StepKind::RmwWrite(_) => StepClass::RmwWrite,
             StepKind::Complete(_) => StepClass::Complete,
             StepKind::RpcArrive(_) => StepClass::RpcArrive,
+            StepKind::RpcDeliver(_) => StepClass::RpcDeliver,
             StepKind::RpcComplete(_) => StepClass::RpcComplete,
             StepKind::Fault(_) => StepClass::Fault,
         }

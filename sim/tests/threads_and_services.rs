@@ -479,6 +479,53 @@ fn instant_calls_leave_no_backlog() {
     assert_eq!(after.take(), (call_ns, read_ns));
 }
 
+/// The unloaded round trip of one call of `request_len` bytes to a handler that computes
+/// nothing, on one server thread, under `cfg`.
+fn call_rtt(cfg: SimConfig, request_len: usize) -> u64 {
+    let server = server_node(&cfg);
+    let mut sim = Sim::new(cfg).unwrap();
+    sim.add_service(server, SVC, || Compute { ns: 0 }).unwrap();
+    let c = sim.add_client(0).unwrap();
+    let c2 = c.clone();
+    let rtt = sim.spawn_output(&c, async move {
+        let t0 = c2.now_ns();
+        c2.call(server, SVC, vec![0; request_len]).await.unwrap();
+        c2.now_ns() - t0
+    });
+    sim.run().unwrap();
+    rtt.take()
+}
+
+/// A call's request crosses the server's receive pipeline and is DMA-written into its receive
+/// buffer before a thread sees it, as a WRITE's payload is before it is placed: the round trip
+/// moves one for one with the responder's pipeline latency and the PCIe write latency, and the
+/// request's bytes take the server's PCIe bandwidth. (Until 2026-11-30 neither stage was charged,
+/// and a small call was cheaper than a small READ.)
+#[test]
+fn a_call_pays_the_servers_receive_pipeline_and_dma() {
+    let base = server_config(1, 1);
+    let rtt = call_rtt(base.clone(), 8);
+    let mut slower = base.clone();
+    slower.profile.responder_latency_ns += 1_000;
+    assert_eq!(call_rtt(slower, 8), rtt + 1_000, "the receive pipeline");
+    let mut slower = base.clone();
+    slower.profile.pcie_write_latency_ns += 1_000;
+    assert_eq!(call_rtt(slower, 8), rtt + 1_000, "the DMA write of the request");
+    // 64 KiB more of request: the links' and PCIe's serialisation both grow with it.
+    let mut narrow = base.clone();
+    narrow.profile.pcie_bytes_per_s /= 100.0;
+    let extra = |cfg: SimConfig| call_rtt(cfg.clone(), 65_544) - call_rtt(cfg, 8);
+    let pcie_ns = |cfg: &SimConfig| 65_536.0 / cfg.profile.pcie_bytes_per_s * 1e9;
+    let growth = extra(narrow.clone()) as f64 - extra(base.clone()) as f64;
+    let expected = pcie_ns(&narrow) - pcie_ns(&base);
+    assert!((growth - expected).abs() <= 2.0, "PCIe: the round trip grew {growth} ns, expected {expected:.0}");
+    // Unloaded, a small call is no cheaper than a small READ, as small eRPC round trips (2-3
+    // us) are not against one-sided READs (1.5-2.5 us; HStore digest, section 7): 2,166 against
+    // 2,107 ns on the default profile (1,666 before the two stages were charged).
+    let read = base.profile.unloaded_round_trip_ns(VerbKind::Read, 8, false);
+    assert!(rtt >= read, "an 8-B call {rtt} ns against an 8-B READ {read} ns");
+}
+
 /// Per request: READs a word on memory node 0 and allocates 64 bytes from its allocator;
 /// answers the word and the block's address (or nothing, if either failed).
 #[derive(Debug)]

@@ -411,7 +411,9 @@ impl Core {
             }
             StepKind::Complete(b) | StepKind::Issue(b) => (Actor::Client(self.batches[b].client), None, 0, false),
             StepKind::IssueCall(r) => (Actor::Client(self.rpcs[r].client), None, 0, false),
-            StepKind::RpcArrive(r) | StepKind::RpcComplete(r) => (Actor::Client(self.rpcs[r].client), None, 0, false),
+            StepKind::RpcArrive(r) | StepKind::RpcDeliver(r) | StepKind::RpcComplete(r) => {
+                (Actor::Client(self.rpcs[r].client), None, 0, false)
+            }
             StepKind::Timer(t) => (self.task_actor(self.timer_waiter(t)), None, 0, false),
             StepKind::Wake(task) => (self.task_actor(Some(task)), None, 0, false),
             StepKind::Local(l, u) => {
@@ -452,6 +454,7 @@ impl Core {
             | StepKind::RmwWrite(x)
             | StepKind::Complete(x)
             | StepKind::RpcArrive(x)
+            | StepKind::RpcDeliver(x)
             | StepKind::RpcComplete(x)
             | StepKind::Fault(x) => x as u64,
             StepKind::Unit(v, u) | StepKind::Local(v, u) => (v as u64) << 32 | u as u64,
@@ -472,6 +475,7 @@ impl Core {
             StepKind::RmwWrite(v) => self.rmw_write(v),
             StepKind::Complete(b) => self.complete(b),
             StepKind::RpcArrive(r) => self.rpc_arrive(r),
+            StepKind::RpcDeliver(r) => self.rpc_deliver(r),
             StepKind::RpcComplete(r) => self.rpc_complete(r),
             StepKind::Fault(f) => self.fault(self.faults[f as usize]),
         }

@@ -107,6 +107,15 @@ impl Core {
         self.schedule(at, StepKind::RpcComplete(r));
     }
 
+    /// The request's SEND reaches the server's NIC. As any inbound request, it takes a slot of
+    /// the NIC's operation rate and its link, then the NIC's receive pipeline; then the NIC
+    /// DMA-writes the message into the pre-posted receive buffer (and its completion after
+    /// it), and a server thread sees it once that posted write is visible: the same stages a
+    /// WRITE of the request's bytes pays before it is placed. Until 2026-11-30 a call skipped the
+    /// last two and was dispatched the moment it arrived, which made a small call about the
+    /// responder's pipeline and PCIe write latency (0.5 us on `cx5-100g`) cheaper than a small
+    /// READ; small eRPC round trips are 2–3 us where one-sided 64-B READs are 1.5–2.5 us (the
+    /// HStore digest, §7).
     pub(super) fn rpc_arrive(&mut self, r: u32) {
         let node = self.rpcs[r].node;
         let n = node.0 as usize;
@@ -114,16 +123,33 @@ impl Core {
             self.rpc_fail(r, VerbsError::NodeDown(node));
             return;
         }
-        let bytes = self.costs.send_bytes(self.rpcs[r].request.len() as u64);
-        let now_ps = self.now_ps();
-        let slowdown = self.nodes[n].slowdown;
-        let rx = (self.costs.responder_rx_ps(bytes) as f64 * slowdown) as u64;
-        // Instant (bulk-load) calls use no NIC capacity, as instant verbs do: a load would
-        // otherwise leave the link busy far past the end of the load.
-        if !self.instant {
-            self.nics[n].in_link.serve(now_ps, rx);
-        }
+        let len = self.rpcs[r].request.len() as u64;
+        let bytes = self.costs.send_bytes(len);
         self.nodes[n].stats.wire_bytes_in += bytes;
+        // Instant (bulk-load) calls use no NIC capacity and take no time, as instant verbs do: a
+        // load would otherwise leave the link busy far past the end of the load.
+        if self.instant {
+            self.rpc_deliver(r);
+            return;
+        }
+        let now_ps = self.now_ps();
+        let c = &self.costs;
+        let slowdown = self.nodes[n].slowdown;
+        let rx = (c.responder_rx_ps(bytes) as f64 * slowdown) as u64;
+        let rx_done = self.nics[n].in_link.serve(now_ps, rx);
+        let pipeline_done = rx_done + (c.responder_latency_ps as f64 * slowdown) as u64;
+        let visible = self.nodes[n].pcie.serve(pipeline_done, c.pcie_ps(len)) + c.pcie_write_latency_ps;
+        self.schedule(ns_of(visible).max(self.now_ns), StepKind::RpcDeliver(r));
+    }
+
+    /// The request is in the server's memory: a thread of the node takes it up.
+    pub(super) fn rpc_deliver(&mut self, r: u32) {
+        let node = self.rpcs[r].node;
+        let n = node.0 as usize;
+        if !self.nodes[n].up || self.nodes[n].epoch != self.rpcs[r].node_epoch {
+            self.rpc_fail(r, VerbsError::NodeDown(node));
+            return;
+        }
         let service = self.rpcs[r].service;
         if !self.nodes[n].services.contains(&service) {
             // Answered by the receiving thread without running a handler.
