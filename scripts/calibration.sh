@@ -30,3 +30,4 @@ row "FAA on one device address, 64 clients" --verb faa --clients 64 --hot-addres
 row "64-B READ, 1 client (unloaded)" --verb read --bytes 64 --clients 1
 row "CAS on host memory, 1 client (unloaded)" --verb cas --clients 1
 row "CAS on device memory, 1 client (unloaded)" --verb cas --clients 1 --region device
+row "8-B call to an echo, 1 client (unloaded)" --verb call --bytes 8 --clients 1 --compute-nodes 1 --server-threads 1 --handler-ns 0

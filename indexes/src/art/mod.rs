@@ -39,8 +39,13 @@
 //! slots of it stale until they next use it. Hot keys reach their equilibrium staleness at
 //! once, but under a Zipfian the tail of rarely updated keys keeps adding stale slots for
 //! hundreds of milliseconds. A cache warmed by running the workload, as on hardware, starts
-//! nearer that equilibrium; the means of those runs overstate it by a few percent, and the
-//! figure's peak (512 clients) converges.
+//! nearer that equilibrium; the means of those runs overstate it by a few percent. The drift
+//! is too slow for a short window to see: in `reproduce all` of 2026-11-30 (commit f99920f)
+//! smart fig14's 256-client point passed the steady-state test after 9.6 ms at 21.3 Mops/s and
+//! stopped; with calls 0.5 us dearer (857b773, the allocator's included) the same point did
+//! not stop early, ran to the 400 ms cap and drifted to 19.5, flagged as trending, as the
+//! 512-client point (19.9) is in both runs. SMART / ART on A moved 1.99 to 2.13 with it: the
+//! earlier figure was the early stop.
 //!
 //! YCSB LOAD at 1 M keys is a reduced-scale artifact, and the mechanism is known. With fresh
 //! hashed keys after 1 M loaded (16 CNs x 24 clients), throughput falls from 11 to 2.8 Mops/s
