@@ -117,12 +117,7 @@ impl Core {
     /// READ; small eRPC round trips are 2–3 us where one-sided 64-B READs are 1.5–2.5 us (the
     /// HStore digest, §7).
     pub(super) fn rpc_arrive(&mut self, r: u32) {
-        let node = self.rpcs[r].node;
-        let n = node.0 as usize;
-        if !self.nodes[n].up || self.nodes[n].epoch != self.rpcs[r].node_epoch {
-            self.rpc_fail(r, VerbsError::NodeDown(node));
-            return;
-        }
+        let Some(n) = self.rpc_target_alive(r) else { return };
         let len = self.rpcs[r].request.len() as u64;
         let bytes = self.costs.send_bytes(len);
         self.nodes[n].stats.wire_bytes_in += bytes;
@@ -142,14 +137,23 @@ impl Core {
         self.schedule(ns_of(visible).max(self.now_ns), StepKind::RpcDeliver(r));
     }
 
-    /// The request is in the server's memory: a thread of the node takes it up.
-    pub(super) fn rpc_deliver(&mut self, r: u32) {
+    /// The index of RPC `r`'s node if the incarnation it was posted to is still up; otherwise
+    /// the call fails (as a verb does, a call is never served by the node's next incarnation).
+    fn rpc_target_alive(&mut self, r: u32) -> Option<usize> {
         let node = self.rpcs[r].node;
         let n = node.0 as usize;
-        if !self.nodes[n].up || self.nodes[n].epoch != self.rpcs[r].node_epoch {
+        if self.nodes[n].up && self.nodes[n].epoch == self.rpcs[r].node_epoch {
+            Some(n)
+        } else {
             self.rpc_fail(r, VerbsError::NodeDown(node));
-            return;
+            None
         }
+    }
+
+    /// The request is in the server's memory: a thread of the node takes it up.
+    pub(super) fn rpc_deliver(&mut self, r: u32) {
+        let Some(n) = self.rpc_target_alive(r) else { return };
+        let node = self.rpcs[r].node;
         let service = self.rpcs[r].service;
         if !self.nodes[n].services.contains(&service) {
             // Answered by the receiving thread without running a handler.
