@@ -526,6 +526,47 @@ fn a_call_pays_the_servers_receive_pipeline_and_dma() {
     assert!(rtt >= read, "an 8-B call {rtt} ns against an 8-B READ {read} ns");
 }
 
+/// A request the server's NIC has received but not yet written into the receive buffer when the
+/// node crashes is lost with the crash: the call fails, even though the node's next incarnation
+/// is up before the request would have been delivered, and that incarnation never serves it.
+#[test]
+fn a_call_caught_in_its_receive_dma_by_a_crash_fails() {
+    let mut cfg = server_config(1, 1);
+    let server = server_node(&cfg);
+    let run = |cfg: SimConfig| {
+        let mut sim = Sim::new(cfg).unwrap();
+        let created = Rc::new(Cell::new(0u32));
+        let s = created.clone();
+        sim.add_service(server, SVC, move || {
+            s.set(s.get() + 1);
+            Compute { ns: 0 }
+        })
+        .unwrap();
+        let c = sim.add_client(0).unwrap();
+        let c2 = c.clone();
+        let out = sim.spawn_output(&c, async move { c2.call(server, SVC, word(7)).await.map(|r| u64_of(&r)) });
+        sim.run().unwrap();
+        (out.take(), sim.take_trace(), sim.stats().faults, created.get())
+    };
+    // Where the stages fall, from a run without faults.
+    cfg.trace = true;
+    let (ok, trace, _, _) = run(cfg.clone());
+    assert_eq!(ok, Ok(7));
+    let at = |kind: &str| -> u64 {
+        let line = trace.iter().find(|l| l.contains(kind)).unwrap_or_else(|| panic!("no {kind} step"));
+        line.strip_prefix("t=").and_then(|l| l.split(' ').next()).unwrap().parse().unwrap()
+    };
+    let (arrive, deliver) = (at("RpcArrive"), at("RpcDeliver"));
+    assert!(deliver >= arrive + 3, "the receive stages take time: arrival {arrive} ns, delivery {deliver} ns");
+    // Crash just after the arrival, restart just before the delivery.
+    cfg.trace = false;
+    cfg.faults.node_crashes = vec![NodeCrash { node: server.0, at_ns: arrive + 1, restart_at_ns: Some(deliver - 1) }];
+    let (result, _, faults, created) = run(cfg);
+    assert_eq!(result, Err(VerbsError::NodeDown(server)), "the request died with the incarnation that received it");
+    assert_eq!((faults.node_crashes, faults.node_restarts, faults.calls_failed_node_down), (1, 1, 1));
+    assert_eq!(created, 2, "the service was created at the start and again at the restart");
+}
+
 /// Per request: READs a word on memory node 0 and allocates 64 bytes from its allocator;
 /// answers the word and the block's address (or nothing, if either failed).
 #[derive(Debug)]
