@@ -69,6 +69,15 @@ pub trait ClientCtx {
     /// in parallel, and other threads are not delayed.
     fn charge_cpu(&self, work: CpuWork, units: u64) -> impl Future<Output = ()>;
 
+    /// Whether [`ClientCtx::charge_cpu`] costs nothing here: true only in the simulator's
+    /// instant mode (a load, where virtual time stands still). Index code may then skip host
+    /// work whose only use is to price a charge, provided what it leaves behind is exactly what
+    /// the priced path would have left (HStore's SLS links a loaded skiplist once, at its first
+    /// priced use, instead of searching it for every insert). False by default and on hardware.
+    fn cpu_is_free(&self) -> bool {
+        false
+    }
+
     fn identity(&self) -> ClientIdentity;
 }
 

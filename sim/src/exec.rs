@@ -845,6 +845,9 @@ impl ClientCtx for SimClient {
     fn charge_cpu(&self, work: CpuWork, units: u64) -> impl Future<Output = ()> {
         SimClient::charge_cpu(self, work, units)
     }
+    fn cpu_is_free(&self) -> bool {
+        self.core.borrow().instant
+    }
     fn identity(&self) -> ClientIdentity {
         ClientIdentity { client: self.id, node: self.node, thread: self.thread, coroutine: self.coroutine }
     }

@@ -2,7 +2,7 @@
 //! order, and so a run, depends only on what was inserted (std's `RandomState` would make two
 //! runs of one seed differ).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// FNV-1a over the bytes written.
@@ -25,6 +25,9 @@ impl Hasher for Fnv {
 
 /// A `HashMap` with [`Fnv`].
 pub type FixedHashMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+
+/// A `HashSet` with [`Fnv`].
+pub type FixedHashSet<K> = HashSet<K, BuildHasherDefault<Fnv>>;
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,7 @@
 //! (a few MiB of nodes) is an assumed share of a server's last-level cache.
 
 use crate::common::bytes::SmallBytes;
+use crate::common::hash::FixedHashSet;
 use dmkit_rdma::ChaCha8Rng;
 use rand::{Rng, SeedableRng};
 use std::ops::Bound;
@@ -57,7 +58,7 @@ const PREFIX_BYTES: usize = 8;
 /// costs a dependent DRAM access only when it advances (a skiplist step was a quarter of
 /// loading HStore, almost all of it waiting for memory: with each node's prefix in the node
 /// itself, every compare loaded the node compared, a 104-byte node, often two lines).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C, align(64))]
 struct Hot {
     /// The prefix of the key each low link leads to (0 for NIL).
@@ -75,12 +76,12 @@ struct Hot {
 }
 
 /// The links of a tall node above [`INLINE_LINKS`], each beside its key's prefix (one line).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Tall {
     links: [TallLink; TALL_LINKS],
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct TallLink {
     prefix: u64,
     to: u32,
@@ -89,7 +90,7 @@ struct TallLink {
 const TALL_NIL: Tall = Tall { links: [TallLink { prefix: 0, to: NIL }; TALL_LINKS] };
 
 /// What a search does not read: the key and the value.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 struct Cold {
     key: SmallBytes,
     value: Value,
@@ -100,6 +101,14 @@ fn prefix_of(key: &[u8]) -> u64 {
     let n = key.len().min(PREFIX_BYTES);
     b[..n].copy_from_slice(&key[..n]);
     u64::from_be_bytes(b)
+}
+
+/// FNV-1a of a whole key (deterministic), for finding a key among unlinked nodes.
+fn key_hash(key: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = crate::common::hash::Fnv::default();
+    h.write(key);
+    h.finish()
 }
 
 fn short_len(key: &[u8]) -> u8 {
@@ -121,6 +130,10 @@ pub struct SkipList {
     /// Nodes whose height is above each level (level 0 holds them all).
     level_counts: [u64; MAX_LEVEL],
     rng: ChaCha8Rng,
+    /// While the list holds nodes made by [`SkipList::upsert_unpriced`] and not yet linked
+    /// (every node but the head): the hashes of their keys, to notice a key upserted twice
+    /// (8 bytes a key, dropped when linked). `None` once linked, for good.
+    unlinked: Option<FixedHashSet<u64>>,
 }
 
 impl SkipList {
@@ -144,6 +157,7 @@ impl SkipList {
             len: 0,
             level_counts: [0; MAX_LEVEL],
             rng: ChaCha8Rng::seed_from_u64(seed),
+            unlinked: None,
         };
         let head = list.new_hot(&[], MAX_LEVEL);
         list.hot.push(head);
@@ -288,13 +302,15 @@ impl SkipList {
         (next != NIL && self.holds(next, next_prefix, key, prefix_of(key))).then_some(next)
     }
 
-    pub fn get(&self, key: &[u8]) -> (Option<Value>, Visits) {
+    pub fn get(&mut self, key: &[u8]) -> (Option<Value>, Visits) {
+        self.settle();
         let (update, visited) = self.predecessors(key);
         (self.at(update[0], key).map(|n| self.cold[n as usize].value), visited)
     }
 
     /// Inserts or replaces; returns the old value.
     pub fn upsert(&mut self, key: &[u8], value: Value) -> (Option<Value>, Visits) {
+        self.settle();
         let (update, visited) = self.predecessors(key);
         if let Some(n) = self.at(update[0], key) {
             return (Some(std::mem::replace(&mut self.cold[n as usize].value, value)), visited);
@@ -330,8 +346,73 @@ impl SkipList {
         (None, visited)
     }
 
+    /// [`SkipList::upsert`] for a caller that does not price the visits (virtual time stands
+    /// still: [`dmkit_rdma::ClientCtx::cpu_is_free`]); returns the old value. On a list that has
+    /// only ever taken such upserts, the node is made as `upsert` makes it (its height drawn,
+    /// its slots taken, in the same order) but linked later, all at once, by
+    /// [`SkipList::settle`], which every other operation calls first: so the list ends exactly
+    /// as the same upserts would have left it, node for node and link for link, without a
+    /// search per insert (which was a fifth of loading HStore: some 30 dependent cache misses a
+    /// key). Otherwise it is `upsert`.
+    pub fn upsert_unpriced(&mut self, key: &[u8], value: Value) -> Option<Value> {
+        if self.unlinked.is_none() && self.hot.len() > 1 {
+            return self.upsert(key, value).0;
+        }
+        let hash = key_hash(key);
+        // Room for as many keys as the list was made for, so the set never grows by rehashing.
+        let room = self.hot.capacity().saturating_sub(1);
+        let unlinked =
+            self.unlinked.get_or_insert_with(|| FixedHashSet::with_capacity_and_hasher(room, Default::default()));
+        if !unlinked.insert(hash) {
+            // The key again, or another of its hash (rare in a load): link what there is and
+            // search.
+            self.settle();
+            return self.upsert(key, value).0;
+        }
+        let level = self.random_level();
+        let hot = self.new_hot(key, level);
+        self.hot.push(hot);
+        self.cold.push(Cold { key: SmallBytes::from(key), value });
+        self.level = self.level.max(level);
+        self.len += 1;
+        for count in &mut self.level_counts[..level] {
+            *count += 1;
+        }
+        None
+    }
+
+    /// Links the nodes [`SkipList::upsert_unpriced`] made: sorted by key, each level chained
+    /// in order from the head (what inserting them one by one leaves, as links depend only on
+    /// the keys and their heights). A no-op on a linked list.
+    pub fn settle(&mut self) {
+        if self.unlinked.take().is_none() {
+            return;
+        }
+        // Every node but the head is unlinked (the list was empty when they came), and no slot
+        // was freed. Sort by prefix and length, and by the keys only where those tie.
+        let mut order: Vec<(u64, u8, u32)> =
+            self.hot.iter().enumerate().skip(1).map(|(n, h)| (h.prefix, h.key_len, n as u32)).collect();
+        order.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0).then_with(|| {
+                if (a.1 as usize) <= PREFIX_BYTES && (b.1 as usize) <= PREFIX_BYTES {
+                    a.1.cmp(&b.1)
+                } else {
+                    self.key(a.2).cmp(self.key(b.2))
+                }
+            })
+        });
+        let mut last = [HEAD; MAX_LEVEL];
+        for &(prefix, _, n) in &order {
+            for (l, pred) in last.iter_mut().enumerate().take(self.hot[n as usize].levels as usize) {
+                self.set_link(*pred, l, (n, prefix));
+                *pred = n;
+            }
+        }
+    }
+
     /// Replaces the value of a present key; returns the old value (`None`: absent, unchanged).
     pub fn update(&mut self, key: &[u8], value: Value) -> (Option<Value>, Visits) {
+        self.settle();
         let (update, visited) = self.predecessors(key);
         let old = self.at(update[0], key).map(|n| std::mem::replace(&mut self.cold[n as usize].value, value));
         (old, visited)
@@ -339,6 +420,7 @@ impl SkipList {
 
     /// Removes a key; returns its value.
     pub fn remove(&mut self, key: &[u8]) -> (Option<Value>, Visits) {
+        self.settle();
         let (update, visited) = self.predecessors(key);
         let Some(n) = self.at(update[0], key) else { return (None, visited) };
         let levels = self.hot[n as usize].levels as usize;
@@ -372,7 +454,8 @@ impl SkipList {
     }
 
     /// Up to `limit` entries with keys within the bounds, ascending; and the nodes visited.
-    pub fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> (Vec<(Vec<u8>, Value)>, Visits) {
+    pub fn range(&mut self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> (Vec<(Vec<u8>, Value)>, Visits) {
+        self.settle();
         let (update, mut visited) = match start {
             Bound::Unbounded => ([HEAD; MAX_LEVEL], Visits { misses: 0, hits: 1 }),
             Bound::Included(k) | Bound::Excluded(k) => self.predecessors(k),
@@ -402,8 +485,9 @@ impl SkipList {
         (out, visited)
     }
 
-    /// Every entry, ascending.
+    /// Every entry, ascending. The list must be settled ([`SkipList::settle`]).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], Value)> + '_ {
+        assert!(self.unlinked.is_none(), "iterating a skiplist with unlinked nodes: settle it first");
         let mut at = self.next(HEAD, 0);
         std::iter::from_fn(move || {
             if at == NIL {
@@ -418,6 +502,9 @@ impl SkipList {
     /// Checks the list's shape: every level sorted and a sub-list of the one below, the count
     /// right, each node's search part agreeing with its key. For invariant walks.
     pub fn check(&self) -> Result<(), String> {
+        if self.unlinked.is_some() {
+            return Err("the list has unlinked nodes: settle it before checking".into());
+        }
         // The nodes of the level below, by index.
         let mut below: Option<Vec<bool>> = None;
         for l in 0..MAX_LEVEL {
@@ -539,6 +626,82 @@ mod tests {
         list.check().unwrap();
         let all: Vec<Vec<u8>> = list.iter().map(|(k, _)| k.to_vec()).collect();
         assert_eq!(all, model.keys().cloned().collect::<Vec<_>>());
+    }
+
+    /// Every part of two lists' state, node for node (their slots, links, heights, tall
+    /// slots, free lists, counts and random streams).
+    fn assert_same_state(a: &SkipList, b: &SkipList) {
+        assert_eq!(a.hot, b.hot, "search parts");
+        assert_eq!(a.cold, b.cold, "keys and values");
+        assert_eq!(
+            a.tall.iter().map(|t| t.links).collect::<Vec<_>>(),
+            b.tall.iter().map(|t| t.links).collect::<Vec<_>>()
+        );
+        assert_eq!((&a.tall_free, &a.free), (&b.tall_free, &b.free));
+        assert_eq!((a.level, a.len, a.level_counts), (b.level, b.len, b.level_counts));
+        assert_eq!(a.rng, b.rng, "random streams");
+    }
+
+    #[test]
+    fn unpriced_upserts_settle_into_the_list_upserts_make() {
+        // Keys of 0 to 20 bytes over a small alphabet: duplicates (the same key again, found by
+        // its hash), keys equal in their 8-byte prefix (the settle's sort reads the keys), one
+        // key a prefix of another, and enough of them for tall nodes.
+        for seed in 0..6u64 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let n = [10, 300, 3000, 20_000, 20_000, 60_000][seed as usize];
+            let keys: Vec<Vec<u8>> = (0..n)
+                .map(|_| {
+                    let len = if seed == 4 { 8 } else { rng.random_range(0..21usize) };
+                    (0..len).map(|_| [0u8, 1, 7, 255][rng.random_range(0..4usize)]).collect()
+                })
+                .collect();
+            let (mut priced, mut unpriced) = (SkipList::with_capacity(seed, n), SkipList::with_capacity(seed, n));
+            for (i, k) in keys.iter().enumerate() {
+                assert_eq!(unpriced.upsert_unpriced(k, v(i as u64)), priced.upsert(k, v(i as u64)).0, "key {i}");
+            }
+            unpriced.settle();
+            assert_same_state(&priced, &unpriced);
+            unpriced.check().unwrap();
+            // The settled list goes on as the other does.
+            for (i, k) in keys.iter().enumerate().step_by(7) {
+                assert_eq!(unpriced.remove(k), priced.remove(k));
+                assert_eq!(unpriced.upsert_unpriced(k, v(i as u64)), priced.upsert(k, v(i as u64)).0);
+            }
+            assert_same_state(&priced, &unpriced);
+        }
+    }
+
+    #[test]
+    fn any_other_use_links_the_unlinked_nodes_first() {
+        // Distinct keys in no order (a duplicate would link the list at once).
+        let keys: Vec<u64> = (0..5000u64).map(|i| i * 7919 % 1_000_003).collect();
+        let fill = || {
+            let mut list = SkipList::new(5);
+            for (i, k) in keys.iter().enumerate() {
+                list.upsert_unpriced(&k.to_be_bytes(), v(i as u64));
+            }
+            list
+        };
+        let mut model = BTreeMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            model.insert(k.to_be_bytes().to_vec(), v(i as u64));
+        }
+        let probe = keys[17].to_be_bytes();
+        let mut list = fill();
+        assert!(list.check().is_err(), "a check of an unsettled list must say so");
+        assert_eq!(list.get(&probe).0, model.get(&probe[..]).copied());
+        list.check().unwrap();
+        let mut list = fill();
+        let (all, _) = list.range(Bound::Unbounded, Bound::Unbounded, usize::MAX);
+        assert_eq!(all, model.iter().map(|(k, v)| (k.clone(), *v)).collect::<Vec<_>>());
+        let mut list = fill();
+        assert_eq!(list.update(&probe, v(0)).0, model.get(&probe[..]).copied());
+        list.check().unwrap();
+        let mut list = fill();
+        assert_eq!(list.remove(&probe).0, model.get(&probe[..]).copied());
+        list.check().unwrap();
+        assert_eq!(list.len(), model.len() - 1);
     }
 
     /// The visits a search for `key` makes, from the keys' heights alone: the head; at each

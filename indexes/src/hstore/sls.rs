@@ -191,7 +191,8 @@ impl Sls {
     pub fn for_each_settled(&self, mut f: impl FnMut(&[u8], Value) -> Result<(), String>) -> Result<u64, String> {
         let mut n = 0;
         for (p, partition) in self.parts.iter().enumerate() {
-            let part = lock(&partition.part);
+            let mut part = lock(&partition.part);
+            part.list.settle();
             part.list.check().map_err(|e| format!("skiplist {p}: {e}"))?;
             let applied;
             let list = if part.log.is_empty() {
@@ -199,7 +200,7 @@ impl Sls {
             } else {
                 let mut list = part.list.clone();
                 for l in &part.log {
-                    apply_entry(&mut list, &l.entry);
+                    apply_entry(&mut list, &l.entry, true);
                 }
                 applied = list;
                 &applied
@@ -388,7 +389,7 @@ impl Sls {
     async fn apply<C: ServerCtx>(&self, ctx: &C, p: usize, l: Logged) {
         let (effect, visited) = {
             let mut part = lock(&self.parts[p].part);
-            let (old, visited) = apply_entry(&mut part.list, &l.entry);
+            let (old, visited) = apply_entry(&mut part.list, &l.entry, !ctx.cpu_is_free());
             part.applied += 1;
             assert!(part.applied <= part.appended, "partition {p} applied more entries than its log took");
             let m = part.applied_max.entry((l.incarnation, l.worker)).or_insert(0);
@@ -483,7 +484,7 @@ impl Sls {
                 let room = self.o.max_message_bytes as usize - super::wire::FIXED_BYTES;
                 let most = job.limit.min(room / super::wire::item_bytes(1) + 1);
                 let (items, visited) = {
-                    let part = lock(&self.parts[p].part);
+                    let mut part = lock(&self.parts[p].part);
                     part.list.range(spec::as_ref(&job.start), spec::as_ref(&job.end), most)
                 };
                 charge(ctx, visited).await;
@@ -538,7 +539,7 @@ impl Sls {
                 let room = self.o.max_message_bytes as usize - super::wire::FIXED_BYTES;
                 let start = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
                 let (items, visited) = {
-                    let part = lock(&self.parts[p].part);
+                    let mut part = lock(&self.parts[p].part);
                     // Enough keys to fill a page of the shortest possible items.
                     part.list.range(start, Bound::Unbounded, room / super::wire::item_bytes(1) + 1)
                 };
@@ -694,10 +695,12 @@ async fn charge<C: ServerCtx>(ctx: &C, visits: Visits) {
 }
 
 /// Applies a write to a skiplist by the rule both servers share; returns the old value and the
-/// nodes visited.
-fn apply_entry(list: &mut SkipList, e: &Entry) -> (Option<Value>, Visits) {
+/// nodes visited (none counted for an upsert nobody prices: `priced` false, a load in the
+/// simulator's instant mode, where the list links its new nodes at its next other use).
+fn apply_entry(list: &mut SkipList, e: &Entry, priced: bool) -> (Option<Value>, Visits) {
     let v = Value { addr: e.addr, units: e.units };
     match e.op {
+        WriteOp::Upsert if !priced => (list.upsert_unpriced(&e.key, v), Visits::default()),
         WriteOp::Upsert => list.upsert(&e.key, v),
         WriteOp::Update => list.update(&e.key, v),
         WriteOp::Delete => list.remove(&e.key),
@@ -705,10 +708,16 @@ fn apply_entry(list: &mut SkipList, e: &Entry) -> (Option<Value>, Visits) {
 }
 
 impl<C: ServerCtx> Service<C> for Sls {
-    /// Whether [`Service::fork`] would copy: every partition quiescent, without the copy.
+    /// Whether [`Service::fork`] would copy: every partition quiescent, without the copy. A
+    /// loaded image's state is asked this first, so its skiplists are linked here
+    /// ([`SkipList::settle`]: the image holds them linked, and the load's time includes it).
     fn forks(&self) -> bool {
         let _appending = lock(&self.appending);
-        self.parts.iter().all(|partition| lock(&partition.part).quiet())
+        self.parts.iter().all(|partition| {
+            let mut part = lock(&partition.part);
+            part.list.settle();
+            part.quiet()
+        })
     }
 
     /// A copy for another run from a loaded image: the skiplists and the bookkeeping. Refused
@@ -718,10 +727,12 @@ impl<C: ServerCtx> Service<C> for Sls {
         let _appending = lock(&self.appending);
         let mut parts = Vec::with_capacity(self.parts.len());
         for partition in &self.parts {
-            let p = lock(&partition.part);
+            let mut p = lock(&partition.part);
             if !p.quiet() {
                 return None;
             }
+            // Link a loaded list once, here, rather than in every copy.
+            p.list.settle();
             parts.push(Partition {
                 part: Mutex::new(Part {
                     log: VecDeque::new(),
