@@ -53,11 +53,7 @@ static INTERNER: std::sync::LazyLock<std::sync::Mutex<Interner>> =
 /// dropped when the table has doubled since the last sweep (amortised: at most as many dead as
 /// live snapshots are held).
 fn intern(words: Vec<u64>) -> Arc<[u64]> {
-    let mut h = Fnv::default();
-    for w in &words {
-        h.write_u64(*w);
-    }
-    let h = h.finish();
+    let h = snapshot_hash(&words);
     let mut i = INTERNER.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(a) = i.map.get(&h).filter(|a| ***a == *words) {
         return a.clone();
@@ -69,6 +65,27 @@ fn intern(words: Vec<u64>) -> Arc<[u64]> {
         i.live_after_sweep = i.map.len();
     }
     a
+}
+
+/// A hash of a snapshot's words for the interner, a word at a time in four independent lanes.
+/// (FNV a byte at a time was eight dependent multiplies a word, 2,000 for a Node256 snapshot:
+/// 8% of loading ART.) Only the interner's sharing depends on it: a collision keeps the newer
+/// snapshot, as before, and nothing a run sees changes.
+fn snapshot_hash(words: &[u64]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut lanes = [K, K.rotate_left(16), K.rotate_left(32), K.rotate_left(48)];
+    let chunks = words.chunks_exact(4);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (lane, &w) in lanes.iter_mut().zip(c) {
+            *lane = (*lane ^ w).wrapping_mul(K).rotate_left(29);
+        }
+    }
+    let mut h = words.len() as u64;
+    for (lane, &w) in lanes.iter().zip(rest.iter().chain([0; 4].iter())) {
+        h = (h ^ lane ^ w).wrapping_mul(K).rotate_left(29);
+    }
+    h ^ h >> 32
 }
 
 /// Packs bytes into little-endian words (the last one zero-padded).
