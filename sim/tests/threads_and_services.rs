@@ -479,6 +479,31 @@ fn instant_calls_leave_no_backlog() {
     assert_eq!(after.take(), (call_ns, read_ns));
 }
 
+#[test]
+fn cpu_is_free_exactly_in_instant_mode() {
+    // Index code skips work done only to price a charge when `cpu_is_free` says so (HStore's
+    // SLS links a loaded skiplist once): it must be true only where a charge takes no time.
+    const WORK: u64 = 10_000;
+    let cfg = config();
+    let work = work_ns(&cfg, CpuWork::Nanoseconds, WORK);
+    let mut sim = Sim::new(cfg).unwrap();
+    let c = sim.add_client(0).unwrap();
+    let mut seen = Vec::new();
+    for instant in [false, true, false] {
+        sim.set_instant(instant);
+        let c2 = c.clone();
+        let out = sim.spawn_output(&c, async move {
+            let (free, t0) = (c2.cpu_is_free(), c2.now_ns());
+            c2.charge_cpu(CpuWork::Nanoseconds, WORK).await;
+            (free, c2.now_ns() - t0)
+        });
+        sim.run().unwrap();
+        seen.push(out.take());
+    }
+    assert!(work > 0);
+    assert_eq!(seen, [(false, work), (true, 0), (false, work)]);
+}
+
 /// The unloaded round trip of one call of `request_len` bytes to a handler that computes
 /// nothing, on one server thread, under `cfg`.
 fn call_rtt(cfg: SimConfig, request_len: usize) -> u64 {
