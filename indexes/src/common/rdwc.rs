@@ -144,12 +144,13 @@
 //! keys and buffers, of which a node has at most one per client at a time. A disabled table has
 //! no slots at all.
 
-use super::primitive::{AtomicU64, Mutex, Ordering, lock};
+use super::primitive::{Mutex, lock};
 use crate::hash::hash64;
 use std::fmt;
 use std::future::Future;
 use std::mem::size_of;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use std::task::{Context, Poll, Waker};
 
 /// Slots per compute node by default (SMART digest decision 14).
@@ -181,7 +182,7 @@ pub const RDWC_WRITES_BYPASSED: &str = "rdwc_writes_bypassed";
 /// Node counter: write followers told to run their operation themselves.
 pub const RDWC_WRITES_ORPHANED: &str = "rdwc_writes_orphaned";
 
-/// What a table did, summed over its slots. Counts are cumulative, one per `begin_*` call or per
+/// What a table did. Counts are cumulative, one per `begin_*` call or per
 /// follower served.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RdwcStats {
@@ -286,12 +287,11 @@ struct Slot<O, R> {
     write: Option<Box<WriteWindow<O>>>,
     /// Outcomes of followers whose window ended, until their future takes them (or is dropped).
     delivered: Vec<(u64, Option<R>)>,
-    stats: RdwcStats,
 }
 
 impl<O, R> Slot<O, R> {
     fn new() -> Slot<O, R> {
-        Slot { next_id: 0, read: None, write: None, delivered: Vec::new(), stats: RdwcStats::default() }
+        Slot { next_id: 0, read: None, write: None, delivered: Vec::new() }
     }
 
     fn take_id(&mut self) -> u64 {
@@ -372,10 +372,27 @@ pub struct Rdwc<O, R> {
     queue_late: bool,
     /// A power of two of them; none when disabled.
     slots: Vec<Mutex<Slot<O, R>>>,
-    /// Bypasses of a disabled table (an enabled one counts in its slots).
-    disabled_reads: AtomicU64,
-    disabled_writes: AtomicU64,
+    /// The counters of [`RdwcStats`], one per [`Count`]: the table's, not its slots', so that
+    /// reading them (every tick of a run, for every compute node) takes no slot's lock. Plain
+    /// `std` atomics, not the loom-swappable ones: statistics, which order nothing.
+    counts: [StdAtomicU64; COUNTS],
 }
+
+/// One of [`RdwcStats`]'s counters, as an index into [`Rdwc`]'s counts.
+#[derive(Clone, Copy, Debug)]
+enum Count {
+    ReadsLed,
+    ReadsDelegated,
+    ReadsBypassed,
+    ReadsCutOff,
+    ReadsOrphaned,
+    WritesLed,
+    WritesCombined,
+    WritesBypassed,
+    WritesOrphaned,
+}
+
+const COUNTS: usize = Count::WritesOrphaned as usize + 1;
 
 impl<O, R> fmt::Debug for Rdwc<O, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -392,9 +409,12 @@ impl<O, R> Rdwc<O, R> {
             enabled,
             queue_late: false,
             slots: (0..n).map(|_| Mutex::new(Slot::new())).collect(),
-            disabled_reads: AtomicU64::new(0),
-            disabled_writes: AtomicU64::new(0),
+            counts: Default::default(),
         }
+    }
+
+    fn count(&self, c: Count) {
+        self.counts[c as usize].fetch_add(1, StdOrdering::Relaxed);
     }
 
     pub fn enabled(&self) -> bool {
@@ -421,17 +441,20 @@ impl<O, R> Rdwc<O, R> {
         (size_of::<Self>() + self.slots.len() * size_of::<Mutex<Slot<O, R>>>() + dynamic) as u64
     }
 
-    /// The counters, summed over the slots.
+    /// The counters.
     pub fn stats(&self) -> RdwcStats {
-        let mut stats = RdwcStats {
-            reads_bypassed: self.disabled_reads.load(Ordering::Relaxed),
-            writes_bypassed: self.disabled_writes.load(Ordering::Relaxed),
-            ..RdwcStats::default()
-        };
-        for slot in &self.slots {
-            stats.add(&lock(slot).stats);
+        let n = |c: Count| self.counts[c as usize].load(StdOrdering::Relaxed);
+        RdwcStats {
+            reads_led: n(Count::ReadsLed),
+            reads_delegated: n(Count::ReadsDelegated),
+            reads_bypassed: n(Count::ReadsBypassed),
+            reads_cut_off: n(Count::ReadsCutOff),
+            reads_orphaned: n(Count::ReadsOrphaned),
+            writes_led: n(Count::WritesLed),
+            writes_combined: n(Count::WritesCombined),
+            writes_bypassed: n(Count::WritesBypassed),
+            writes_orphaned: n(Count::WritesOrphaned),
         }
-        stats
     }
 
     fn slot_of(&self, key: &[u8]) -> usize {
@@ -441,7 +464,7 @@ impl<O, R> Rdwc<O, R> {
     /// Starts a search of `key`: lead it, follow the same-key search in progress, or bypass.
     pub fn begin_read(&self, key: &[u8]) -> ReadRole<'_, O, R> {
         if !self.enabled {
-            self.disabled_reads.fetch_add(1, Ordering::Relaxed);
+            self.count(Count::ReadsBypassed);
             return ReadRole::Bypass;
         }
         let slot = self.slot_of(key);
@@ -452,7 +475,7 @@ impl<O, R> Rdwc<O, R> {
                 let id = s.take_id();
                 s.read =
                     Some(Box::new(ReadWindow { key: key.to_vec(), leader: id, mark: None, followers: Vec::new() }));
-                s.stats.reads_led += 1;
+                self.count(Count::ReadsLed);
                 ReadRole::Leader(ReadLeader { table: self, slot, id, done: false })
             }
             Some(w) if w.key == key => {
@@ -462,7 +485,7 @@ impl<O, R> Rdwc<O, R> {
                 ReadRole::Follower(ReadWait { table: self, slot, id, done: false })
             }
             Some(_) => {
-                s.stats.reads_bypassed += 1;
+                self.count(Count::ReadsBypassed);
                 ReadRole::Bypass
             }
         }
@@ -472,7 +495,7 @@ impl<O, R> Rdwc<O, R> {
     /// still open, or bypass (and get `op` back).
     pub fn begin_write(&self, key: &[u8], op: O) -> WriteRole<'_, O, R> {
         if !self.enabled {
-            self.disabled_writes.fetch_add(1, Ordering::Relaxed);
+            self.count(Count::WritesBypassed);
             return WriteRole::Bypass(op);
         }
         let slot = self.slot_of(key);
@@ -488,7 +511,7 @@ impl<O, R> Rdwc<O, R> {
                     followers: Vec::new(),
                     queued: Vec::new(),
                 }));
-                s.stats.writes_led += 1;
+                self.count(Count::WritesLed);
                 WriteRole::Leader(WriteLeader { table: self, slot, id, op: Some(op), closed: false, done: false })
             }
             Some(w) if !w.closed && w.key == key => {
@@ -505,7 +528,7 @@ impl<O, R> Rdwc<O, R> {
                 WriteRole::Queued(op, TurnWait { table: self, slot, id, behind })
             }
             Some(_) => {
-                s.stats.writes_bypassed += 1;
+                self.count(Count::WritesBypassed);
                 WriteRole::Bypass(op)
             }
         }
@@ -569,8 +592,9 @@ impl<O, R> ReadLeader<'_, O, R> {
         window.mark = None;
     }
 
-    /// Closes the window, giving each follower `outcome(stats, its stamp, the last mark)`.
-    fn end(&mut self, mut outcome: impl FnMut(&mut RdwcStats, u64, Option<u64>) -> Option<R>) {
+    /// Closes the window, giving each follower `outcome(its stamp, the last mark)` and counting
+    /// what that was.
+    fn end(&mut self, mut outcome: impl FnMut(u64, Option<u64>) -> (Count, Option<R>)) {
         self.done = true;
         let mut guard = lock(&self.table.slots[self.slot]);
         let s = &mut *guard;
@@ -578,7 +602,8 @@ impl<O, R> ReadLeader<'_, O, R> {
         debug_assert_eq!(window.leader, self.id);
         let mut wakers = Vec::new();
         for f in window.followers {
-            let out = outcome(&mut s.stats, f.id, window.mark);
+            let (count, out) = outcome(f.id, window.mark);
+            self.table.count(count);
             s.delivered.push((f.id, out));
             wakers.extend(f.waker);
         }
@@ -591,13 +616,11 @@ impl<O, R> ReadLeader<'_, O, R> {
     where
         R: Clone,
     {
-        self.end(|stats, stamp, mark| {
+        self.end(|stamp, mark| {
             if mark.is_some_and(|m| stamp < m) {
-                stats.reads_delegated += 1;
-                Some(result.clone())
+                (Count::ReadsDelegated, Some(result.clone()))
             } else {
-                stats.reads_cut_off += 1;
-                None
+                (Count::ReadsCutOff, None)
             }
         });
     }
@@ -606,10 +629,7 @@ impl<O, R> ReadLeader<'_, O, R> {
 impl<O, R> Drop for ReadLeader<'_, O, R> {
     fn drop(&mut self) {
         if !self.done {
-            self.end(|stats, _, _| {
-                stats.reads_orphaned += 1;
-                None
-            });
+            self.end(|_, _| (Count::ReadsOrphaned, None));
         }
     }
 }
@@ -744,10 +764,7 @@ impl<O, R> WriteLeader<'_, O, R> {
             if f.gone {
                 continue;
             }
-            match out {
-                Some(_) => s.stats.writes_combined += 1,
-                None => s.stats.writes_orphaned += 1,
-            }
+            self.table.count(if out.is_some() { Count::WritesCombined } else { Count::WritesOrphaned });
             s.delivered.push((f.id, out));
             wakers.extend(f.waker);
         }
