@@ -121,7 +121,7 @@ pub struct HotspotBuffer {
     /// are one zero-filled allocation of plain words, so the host's OS hands its pages over as
     /// zero pages and a page of sets never touched is never faulted in: built a set at a time
     /// (a mutex and 16 default ways each), the 30 MB buffers of 16 compute nodes were written
-    /// in full for every run, 23% of a 20 ms CHIME run's wall time in page faults.
+    /// in full for every run: faulting them in was 19% of a 20 ms CHIME run's wall time.
     stripes: Vec<Mutex<Vec<Set>>>,
     sets: usize,
     /// Admissions still to skip after the last eviction.
