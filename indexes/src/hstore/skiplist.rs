@@ -103,14 +103,6 @@ fn prefix_of(key: &[u8]) -> u64 {
     u64::from_be_bytes(b)
 }
 
-/// FNV-1a of a whole key (deterministic), for finding a key among unlinked nodes.
-fn key_hash(key: &[u8]) -> u64 {
-    use std::hash::Hasher;
-    let mut h = crate::common::hash::Fnv::default();
-    h.write(key);
-    h.finish()
-}
-
 fn short_len(key: &[u8]) -> u8 {
     key.len().min(u8::MAX as usize) as u8
 }
@@ -315,9 +307,24 @@ impl SkipList {
         if let Some(n) = self.at(update[0], key) {
             return (Some(std::mem::replace(&mut self.cold[n as usize].value, value)), visited);
         }
+        let (id, level) = self.new_node(key, value);
+        let prefix = self.hot[id as usize].prefix;
+        for (l, &pred) in update.iter().enumerate().take(level) {
+            // Levels above the list's current top start at the head.
+            let pred = if l < self.level { pred } else { HEAD };
+            let after = self.link(pred, l);
+            self.set_link(id, l, after);
+            self.set_link(pred, l, (id, prefix));
+        }
+        self.count_node(level);
+        (None, visited)
+    }
+
+    /// A new node for `key`, not linked: its height drawn and its slot taken (a freed one
+    /// first); returns the slot and the height.
+    fn new_node(&mut self, key: &[u8], value: Value) -> (u32, usize) {
         let level = self.random_level();
         let hot = self.new_hot(key, level);
-        let prefix = hot.prefix;
         let cold = Cold { key: SmallBytes::from(key), value };
         let id = match self.free.pop() {
             Some(id) => {
@@ -331,19 +338,16 @@ impl SkipList {
                 (self.hot.len() - 1) as u32
             }
         };
-        for (l, &pred) in update.iter().enumerate().take(level) {
-            // Levels above the list's current top start at the head.
-            let pred = if l < self.level { pred } else { HEAD };
-            let after = self.link(pred, l);
-            self.set_link(id, l, after);
-            self.set_link(pred, l, (id, prefix));
-        }
+        (id, level)
+    }
+
+    /// Counts a node of height `level` that joined the list.
+    fn count_node(&mut self, level: usize) {
         self.level = self.level.max(level);
         self.len += 1;
         for count in &mut self.level_counts[..level] {
             *count += 1;
         }
-        (None, visited)
     }
 
     /// [`SkipList::upsert`] for a caller that does not price the visits (virtual time stands
@@ -358,7 +362,7 @@ impl SkipList {
         if self.unlinked.is_none() && self.hot.len() > 1 {
             return self.upsert(key, value).0;
         }
-        let hash = key_hash(key);
+        let hash = crate::hash::hash64(key, 0);
         // Room for as many keys as the list was made for, so the set never grows by rehashing.
         let room = self.hot.capacity().saturating_sub(1);
         let unlinked =
@@ -369,15 +373,8 @@ impl SkipList {
             self.settle();
             return self.upsert(key, value).0;
         }
-        let level = self.random_level();
-        let hot = self.new_hot(key, level);
-        self.hot.push(hot);
-        self.cold.push(Cold { key: SmallBytes::from(key), value });
-        self.level = self.level.max(level);
-        self.len += 1;
-        for count in &mut self.level_counts[..level] {
-            *count += 1;
-        }
+        let (_, level) = self.new_node(key, value);
+        self.count_node(level);
         None
     }
 
@@ -390,6 +387,7 @@ impl SkipList {
         }
         // Every node but the head is unlinked (the list was empty when they came), and no slot
         // was freed. Sort by prefix and length, and by the keys only where those tie.
+        debug_assert!(self.free.is_empty(), "a slot freed while nodes were unlinked");
         let mut order: Vec<(u64, u8, u32)> =
             self.hot.iter().enumerate().skip(1).map(|(n, h)| (h.prefix, h.key_len, n as u32)).collect();
         order.sort_unstable_by(|a, b| {
