@@ -146,7 +146,64 @@ pub struct Counters {
     pub retries: u64,
     pub lock_failures: u64,
     pub cas_failures: u64,
-    pub events: BTreeMap<&'static str, u64>,
+    pub events: Events,
+}
+
+/// A client's named event counts, in the order of their names.
+///
+/// Indexes count a few events on every operation (HStore: seven for a PUT) and know a few
+/// dozen names at most, each an index's `&'static str` constant. A count finds its name by
+/// comparing addresses first and bytes only if no address matched (a `BTreeMap` compared bytes
+/// at every level: 4% of the instructions of loading HStore).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Events(Vec<(&'static str, u64)>);
+
+impl Events {
+    /// Adds `n` to `name`'s count (a name first counted with `n == 0` is listed, at 0).
+    pub fn add(&mut self, name: &'static str, n: u64) {
+        if let Some(e) = self.0.iter_mut().find(|(k, _)| std::ptr::eq(*k, name)) {
+            e.1 += n;
+            return;
+        }
+        match self.0.binary_search_by(|(k, _)| (*k).cmp(name)) {
+            Ok(at) => self.0[at].1 += n,
+            Err(at) => self.0.insert(at, (name, n)),
+        }
+    }
+
+    /// `name`'s count, if it was ever counted.
+    pub fn get(&self, name: &str) -> Option<&u64> {
+        self.0.binary_search_by(|(k, _)| (*k).cmp(name)).ok().map(|at| &self.0[at].1)
+    }
+
+    /// Every name counted and its count, in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.0.iter().copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Events {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl FromIterator<(&'static str, u64)> for Events {
+    fn from_iter<T: IntoIterator<Item = (&'static str, u64)>>(items: T) -> Self {
+        let mut e = Events::default();
+        for (k, n) in items {
+            e.add(k, n);
+        }
+        e
+    }
 }
 
 impl Counters {
@@ -165,7 +222,7 @@ impl Counters {
 
     /// Counts one `name` event (the index's constant for it, declared where it is counted).
     pub fn event(&mut self, name: &'static str) {
-        *self.events.entry(name).or_default() += 1;
+        self.events.add(name, 1);
     }
 
     /// Adds another client's counters.
@@ -173,8 +230,8 @@ impl Counters {
         self.retries += other.retries;
         self.lock_failures += other.lock_failures;
         self.cas_failures += other.cas_failures;
-        for (k, v) in &other.events {
-            *self.events.entry(k).or_default() += v;
+        for (k, v) in other.events.iter() {
+            self.events.add(k, v);
         }
     }
 }
@@ -465,4 +522,32 @@ pub trait IndexKind: 'static {
 
     /// Removes the protection named `bug` in `options`.
     fn plant(options: &mut Self::Options, bug: &str) -> Result<(), String>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_count_a_name_once_whatever_its_address() {
+        const SPLIT: &str = "leaf_split";
+        // The same name at another address (as a constant used from another crate may be).
+        let copy: &'static str = String::from(SPLIT).leak();
+        assert!(!std::ptr::eq(copy, SPLIT));
+        let mut e = Events::default();
+        e.add(SPLIT, 2);
+        e.add("cache_hit", 0);
+        e.add(copy, 3);
+        e.add("aborts", 1);
+        assert_eq!(e.get(SPLIT), Some(&5));
+        assert_eq!(e.get("cache_hit"), Some(&0), "a name counted at 0 is listed");
+        assert_eq!(e.get("missing"), None);
+        let listed: Vec<_> = e.iter().collect();
+        assert_eq!(listed, [("aborts", 1), ("cache_hit", 0), ("leaf_split", 5)], "in name order");
+        let mut c = Counters::default();
+        c.merge(&Counters { events: e.clone(), ..Counters::default() });
+        c.merge(&Counters { events: [(SPLIT, 1)].into_iter().collect(), ..Counters::default() });
+        assert_eq!(c.events.get(SPLIT), Some(&6));
+        assert_eq!(format!("{e:?}"), r#"{"aborts": 1, "cache_hit": 0, "leaf_split": 5}"#);
+    }
 }

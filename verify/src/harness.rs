@@ -345,7 +345,8 @@ impl<K: Checked> Scenario for IndexScenario<K> {
         Box::new(move |sim: &Sim, outcome: Result<(), SimError>| {
             *last.borrow_mut() = history.borrow().clone();
             total.borrow_mut().merge(&run_counters.borrow());
-            let servers = Counters { events: K::server_counters(&options, sim), ..Counters::default() };
+            let servers =
+                Counters { events: K::server_counters(&options, sim).into_iter().collect(), ..Counters::default() };
             total.borrow_mut().merge(&servers);
             match outcome {
                 Ok(()) => {}

@@ -208,7 +208,7 @@ impl RunResult {
             cas_failures: 0,
             rdwc: None,
             errors,
-            index_counters: log.counters.events.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            index_counters: log.counters.events.iter().map(|(k, v)| (k.to_string(), v)).collect(),
             timeseries: Vec::new(),
             history: None,
             supports_scan: true,

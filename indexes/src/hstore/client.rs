@@ -251,10 +251,10 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
         (self.get_index_ns, self.kv_ns) = (0, 0);
         let found = self.get_attempts(key).await;
         let e = &mut self.counters.events;
-        *e.entry(GET_OPS).or_default() += 1;
-        *e.entry(GET_LATENCY_NS).or_default() += self.ctx.now_ns() - t_start;
-        *e.entry(GET_INDEX_NS).or_default() += self.get_index_ns;
-        *e.entry(GET_KV_NS).or_default() += self.kv_ns;
+        e.add(GET_OPS, 1);
+        e.add(GET_LATENCY_NS, self.ctx.now_ns() - t_start);
+        e.add(GET_INDEX_NS, self.get_index_ns);
+        e.add(GET_KV_NS, self.kv_ns);
         found
     }
 
@@ -311,7 +311,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             let units = layout::units_for(key.len(), value.len());
             let released = self.node.release(t_start)?;
             if released > 0 {
-                self.counters.events.entry(BLOCKS_REUSED).and_modify(|n| *n += released).or_insert(released);
+                self.counters.events.add(BLOCKS_REUSED, released);
             }
             // The options bound a value to what fits MAX_UNITS beside the longest key (validate).
             assert!((1..=layout::MAX_UNITS).contains(&units), "a block of {units} units");
@@ -362,13 +362,13 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
                     if timing.batch > 0 && op != WriteOp::Delete {
                         let server = timing.queue_ns + timing.sync_ns + timing.index_ns;
                         let e = &mut self.counters.events;
-                        *e.entry(PUT_OPS).or_default() += 1;
-                        *e.entry(PUT_LATENCY_NS).or_default() += now - t_start;
-                        *e.entry(PUT_KV_NS).or_default() += kv_ns;
-                        *e.entry(PUT_RPC_NS).or_default() += (now - t_call).saturating_sub(server);
-                        *e.entry(PUT_QUEUE_NS).or_default() += timing.queue_ns;
-                        *e.entry(PUT_SYNC_NS).or_default() += timing.sync_ns;
-                        *e.entry(PUT_INDEX_NS).or_default() += timing.index_ns;
+                        e.add(PUT_OPS, 1);
+                        e.add(PUT_LATENCY_NS, now - t_start);
+                        e.add(PUT_KV_NS, kv_ns);
+                        e.add(PUT_RPC_NS, (now - t_call).saturating_sub(server));
+                        e.add(PUT_QUEUE_NS, timing.queue_ns);
+                        e.add(PUT_SYNC_NS, timing.sync_ns);
+                        e.add(PUT_INDEX_NS, timing.index_ns);
                     }
                     if timing.batch > 1 {
                         self.counters.event(BATCH_SHARED);
@@ -492,10 +492,10 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             }
             if out.len() >= limit || !more {
                 let e = &mut self.counters.events;
-                *e.entry(SCAN_OPS).or_default() += 1;
-                *e.entry(SCAN_LATENCY_NS).or_default() += self.ctx.now_ns() - t_start;
-                *e.entry(SCAN_INDEX_NS).or_default() += index_ns;
-                *e.entry(SCAN_KV_NS).or_default() += self.kv_ns;
+                e.add(SCAN_OPS, 1);
+                e.add(SCAN_LATENCY_NS, self.ctx.now_ns() - t_start);
+                e.add(SCAN_INDEX_NS, index_ns);
+                e.add(SCAN_KV_NS, self.kv_ns);
                 return Ok(out);
             }
             self.counters.event(SCAN_PAGE);

@@ -625,15 +625,19 @@ pub fn server_counters(o: &HStoreOptions, memory: &dyn MemoryView) -> BTreeMap<&
 }
 
 /// Server-side counters are kept per service behind a lock, in the order first counted: a few
-/// dozen names at most, found by a scan that compares the name's address before its bytes (a
-/// map keyed by the names compared strings on every count, a percent of a bulk load).
+/// dozen names at most, found by a scan that compares the names' addresses, and their bytes only
+/// if no address matched (a map keyed by the names compared strings on every count, a percent
+/// of a bulk load).
 #[derive(Debug, Default)]
 pub(crate) struct ServerCounters(Mutex<Vec<(&'static str, u64)>>);
 
 impl ServerCounters {
     fn with(&self, name: &'static str, f: impl FnOnce(&mut u64)) {
         let mut c = lock(&self.0);
-        let at = match c.iter().position(|(n, _)| std::ptr::eq(*n, name) || *n == name) {
+        // Addresses first: a scan that also compared bytes compared them for every name it
+        // passed (2% of loading HStore).
+        let found = c.iter().position(|(n, _)| std::ptr::eq(*n, name));
+        let at = match found.or_else(|| c.iter().position(|(n, _)| *n == name)) {
             Some(at) => at,
             None => {
                 c.push((name, 0));
