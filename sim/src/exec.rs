@@ -6,7 +6,7 @@
 //! its seed, its configuration and its chooser.
 
 use crate::config::{ConfigError, SimConfig};
-use crate::core::{Awaited, AwaitedSlab, Batch, Core, LocalOp, Rpc, TaskId};
+use crate::core::{Awaited, AwaitedSlab, Batch, Core, Dispatch, LocalOp, Rpc, TaskId};
 use crate::sched::{Chooser, StepKind, StepQueue};
 use crate::stats::Stats;
 use dmkit_rdma::alloc::{ALLOCATOR_SERVICE, AllocRequest, AllocResponse, ChunkAllocator};
@@ -168,6 +168,11 @@ pub struct Sim {
     woken: Arc<Mutex<Vec<TaskId>>>,
     /// Set by foreign wakers, so the loop locks `woken` only when there is something in it.
     any_woken: Arc<AtomicBool>,
+    /// Emptied buffers kept for their room: the woken tasks and the dispatched RPCs are handed
+    /// over by swapping with these (a taken `Vec` grew from nothing every time: three
+    /// allocations in each of HStore's loaded keys).
+    woken_spare: Vec<TaskId>,
+    dispatch_spare: Vec<Dispatch>,
     caps: Caps,
 }
 
@@ -210,6 +215,8 @@ impl Sim {
             live_tasks: 0,
             woken: Arc::new(Mutex::new(Vec::new())),
             any_woken: Arc::new(AtomicBool::new(false)),
+            woken_spare: Vec::new(),
+            dispatch_spare: Vec::new(),
             caps,
         };
         for n in 0..topology.memory_nodes {
@@ -318,7 +325,8 @@ impl Sim {
     /// Starts handlers for dispatched RPCs and services of restarted nodes; true if it spawned
     /// anything.
     fn serve_requests(&mut self) -> bool {
-        let (dispatches, restarted) = self.core.borrow_mut().take_requests();
+        let mut dispatches = std::mem::take(&mut self.dispatch_spare);
+        let restarted = self.core.borrow_mut().take_requests(&mut dispatches);
         let spawned = !dispatches.is_empty() || !restarted.is_empty();
         for node in restarted {
             let ids: Vec<u16> = self.services.range((node.0, 0)..=(node.0, u16::MAX)).map(|(&(_, id), _)| id).collect();
@@ -326,7 +334,7 @@ impl Sim {
                 self.start_service(node, id);
             }
         }
-        for mut d in dispatches {
+        for mut d in dispatches.drain(..) {
             let dispatch = match self.services.get(&(d.node.0, d.service)).and_then(|e| e.current.as_ref()) {
                 Some(instance) => instance.dispatch.clone(),
                 None => unreachable!("the core dispatches only to registered services"),
@@ -340,6 +348,7 @@ impl Sim {
                 core.borrow_mut().rpc_handled(&d, reply);
             });
         }
+        self.dispatch_spare = dispatches;
         spawned
     }
 
@@ -474,12 +483,14 @@ impl Sim {
             if self.any_woken.swap(false, Ordering::Acquire) {
                 // Wakes from wakers (local notifications) go through the seam as steps, so a
                 // chooser decides when the woken task runs.
-                let woken = std::mem::take(&mut *self.woken.lock().unwrap_or_else(|e| e.into_inner()));
+                let mut woken = std::mem::take(&mut self.woken_spare);
+                std::mem::swap(&mut woken, &mut *self.woken.lock().unwrap_or_else(|e| e.into_inner()));
                 let mut core = self.core.borrow_mut();
                 let now = core.now_ns;
-                for t in woken {
+                for t in woken.drain(..) {
                     core.schedule(now, StepKind::Wake(t));
                 }
+                self.woken_spare = woken;
             }
             let (next, now_ns, spin_limit) = {
                 let mut core = self.core.borrow_mut();

@@ -188,10 +188,13 @@ impl Core {
         self.timers[t].yields
     }
 
-    /// RPCs for the executor to start handlers for, and nodes that restarted (whose services
-    /// it creates afresh), since the last call.
-    pub(crate) fn take_requests(&mut self) -> (Vec<Dispatch>, Vec<NodeId>) {
-        (std::mem::take(&mut self.dispatches), std::mem::take(&mut self.restarted))
+    /// RPCs for the executor to start handlers for (swapped into `dispatches`, which must be
+    /// empty: the core keeps its room for the next ones), and nodes that restarted (whose
+    /// services it creates afresh), since the last call.
+    pub(crate) fn take_requests(&mut self, dispatches: &mut Vec<Dispatch>) -> Vec<NodeId> {
+        debug_assert!(dispatches.is_empty(), "dispatches handed over twice");
+        std::mem::swap(&mut self.dispatches, dispatches);
+        std::mem::take(&mut self.restarted)
     }
 
     /// For `run_until(t)`: if no step is due by `t` (on a timed schedule; a chosen one has no
