@@ -4,6 +4,13 @@
 //! resident memory is its own and one load's heap does not slow the next. A load is the
 //! runner's ([`crate::runner::load`]): create the index, bulk-load the items with the index's
 //! own insert logic in the simulator's instant mode, image the result. It runs on one core.
+//!
+//! A load's wall time on a shared or virtual machine varies by tens of percent from one run to
+//! the next, most for the short ones (a 100 k-key load took 0.15 s in one run and 0.19 s in the
+//! next), and the growth of the cost per key is a ratio of two such times. `--repeat R` loads
+//! each point R times, each in a fresh process, and reports the median with the fastest and
+//! slowest ([`combine`]); the growth line then gives its range as well. Repeated loads must
+//! leave the same memory (same digest): a load is deterministic, and a difference is an error.
 
 use crate::run::{IndexVisitor, RunRequest, Work, dispatch};
 use serde::{Deserialize, Serialize};
@@ -33,6 +40,55 @@ pub struct LoadBench {
     pub memory_digest: u64,
     /// Peak resident memory of the process that loaded (VmHWM), if the system reports it.
     pub peak_rss_bytes: Option<u64>,
+    /// With repeated loads ([`combine`]): how many, and the fastest and slowest wall time
+    /// (`load_s` is then their median). Zero for a single load.
+    #[serde(default)]
+    pub loads: u32,
+    #[serde(default)]
+    pub load_s_min: f64,
+    #[serde(default)]
+    pub load_s_max: f64,
+}
+
+impl LoadBench {
+    /// The fastest and slowest load time: the spread of repeated loads, or the one load's.
+    fn range_s(&self) -> (f64, f64) {
+        if self.loads > 1 { (self.load_s_min, self.load_s_max) } else { (self.load_s, self.load_s) }
+    }
+}
+
+/// Repeated loads of one point as one row: the median wall time (and cost per key), the
+/// fastest and slowest, the largest peak RSS. An error if the loads left different memory
+/// (a load is deterministic) or measured different points.
+pub fn combine(mut runs: Vec<LoadBench>) -> Result<LoadBench, String> {
+    let first = runs.first().ok_or("no load to combine")?.clone();
+    for r in &runs {
+        if (&r.index, &r.config, r.keys) != (&first.index, &first.config, first.keys) {
+            return Err(format!("cannot combine loads of {} {} and {} {}", first.index, first.keys, r.index, r.keys));
+        }
+        if r.memory_digest != first.memory_digest {
+            return Err(format!(
+                "{} with {} keys loaded different memory in two runs (digests {:016x} and {:016x}): \
+                 the load is not deterministic",
+                first.index, first.keys, first.memory_digest, r.memory_digest
+            ));
+        }
+    }
+    if runs.len() == 1 {
+        return Ok(first);
+    }
+    runs.sort_by(|a, b| a.load_s.total_cmp(&b.load_s));
+    let n = runs.len();
+    let median = if n % 2 == 1 { runs[n / 2].load_s } else { (runs[n / 2 - 1].load_s + runs[n / 2].load_s) / 2.0 };
+    Ok(LoadBench {
+        load_s: median,
+        us_per_key: median * 1e6 / first.keys.max(1) as f64,
+        peak_rss_bytes: runs.iter().filter_map(|r| r.peak_rss_bytes).max(),
+        loads: n as u32,
+        load_s_min: runs[0].load_s,
+        load_s_max: runs[n - 1].load_s,
+        ..first
+    })
 }
 
 struct LoadOnly;
@@ -61,6 +117,9 @@ impl IndexVisitor for LoadOnly {
             image_host_bytes: loaded.image.host_bytes(),
             memory_digest: loaded.image.memory_digest(),
             peak_rss_bytes: peak_rss_bytes(),
+            loads: 0,
+            load_s_min: 0.0,
+            load_s_max: 0.0,
         })
     }
 }
@@ -85,11 +144,12 @@ pub fn table(rows: &[LoadBench]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<9} {:<16} {:>10} {:>9} {:>8} {:>10} {:>10} {:>11} {:>11} {:>10} {:>16}",
+        "{:<9} {:<16} {:>10} {:>9} {:>13} {:>8} {:>10} {:>10} {:>11} {:>11} {:>10} {:>16}",
         "index",
         "config",
         "keys",
         "load s",
+        "fastest-slowest",
         "us/key",
         "steps/key",
         "verbs/key",
@@ -101,11 +161,12 @@ pub fn table(rows: &[LoadBench]) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<9} {:<16} {:>10} {:>9.2} {:>8.2} {:>10.2} {:>10.2} {:>11.1} {:>11.1} {:>10} {:016x}",
+            "{:<9} {:<16} {:>10} {:>9.2} {:>13} {:>8.2} {:>10.2} {:>10.2} {:>11.1} {:>11.1} {:>10} {:016x}",
             r.index,
             r.config,
             r.keys,
             r.load_s,
+            if r.loads > 1 { format!("{:.2}-{:.2} ({})", r.load_s_min, r.load_s_max, r.loads) } else { "-".into() },
             r.us_per_key,
             r.steps_per_key,
             r.verbs_per_key,
@@ -121,9 +182,22 @@ pub fn table(rows: &[LoadBench]) -> String {
         let mine: Vec<&LoadBench> = rows.iter().filter(|r| r.index == index && r.config == config).collect();
         if let (Some(lo), Some(hi)) = (mine.iter().min_by_key(|r| r.keys), mine.iter().max_by_key(|r| r.keys)) {
             if hi.keys > lo.keys {
+                // With repeated loads, the growth any pair of them gives: slowest small against
+                // fastest large, and the other way round.
+                let per_key = |s: f64, r: &LoadBench| s / r.keys as f64;
+                let ((lo_min, lo_max), (hi_min, hi_max)) = (lo.range_s(), hi.range_s());
+                let range = if lo.loads > 1 || hi.loads > 1 {
+                    format!(
+                        " [x{:.2}-x{:.2}]",
+                        per_key(hi_min, hi) / per_key(lo_max, lo),
+                        per_key(hi_max, hi) / per_key(lo_min, lo)
+                    )
+                } else {
+                    String::new()
+                };
                 let _ = writeln!(
                     out,
-                    "{index} {config}: cost per key x{:.2} from {} to {} keys (simulator steps per key x{:.2}, verbs x{:.2})",
+                    "{index} {config}: cost per key x{:.2}{range} from {} to {} keys (simulator steps per key x{:.2}, verbs x{:.2})",
                     hi.us_per_key / lo.us_per_key,
                     lo.keys,
                     hi.keys,
@@ -153,7 +227,30 @@ mod tests {
             image_host_bytes: 0,
             memory_digest: 0,
             peak_rss_bytes: None,
+            loads: 0,
+            load_s_min: 0.0,
+            load_s_max: 0.0,
         }
+    }
+
+    #[test]
+    fn repeated_loads_give_their_median_and_range() {
+        let at =
+            |load_s: f64, digest: u64| LoadBench { memory_digest: digest, ..row(100_000, load_s * 10.0, 4.0, 3.0) };
+        let one = combine(vec![at(0.2, 7)]).unwrap();
+        assert_eq!((one.loads, one.load_s), (0, 0.2), "one load is itself");
+        let c = combine(vec![at(0.3, 7), at(0.1, 7), at(0.2, 7)]).unwrap();
+        assert_eq!((c.loads, c.load_s, c.load_s_min, c.load_s_max), (3, 0.2, 0.1, 0.3));
+        assert!((c.us_per_key - 2.0).abs() < 1e-9, "{c:?}");
+        let even = combine(vec![at(0.1, 7), at(0.4, 7)]).unwrap();
+        assert!((even.load_s - 0.25).abs() < 1e-12, "{even:?}");
+        let e = combine(vec![at(0.1, 7), at(0.1, 8)]).unwrap_err();
+        assert!(e.contains("not deterministic"), "{e}");
+        // 3 us a key (20 to 40 s) against 2 (1 to 3 us): x1.5, between 2/3 and 4.
+        let big = LoadBench { loads: 3, load_s_min: 20.0, load_s_max: 40.0, ..row(10_000_000, 3.0, 4.0, 3.0) };
+        let t = table(&[c, big]);
+        assert!(t.contains("cost per key x1.50 [x0.67-x4.00] from 100000 to 10000000"), "{t}");
+        assert!(t.contains("0.10-0.30 (3)"), "{t}");
     }
 
     #[test]

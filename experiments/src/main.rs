@@ -283,6 +283,10 @@ struct BenchLoadArgs {
     /// Output: a table, or one JSON object per load.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
+    /// Loads of each point, each in a fresh process: the row gives their median, fastest and
+    /// slowest (a short load's wall time varies by tens of percent between runs).
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
     /// Measure one load in this process and print it as JSON (what each child process runs).
     #[arg(long, hide = true)]
     child: bool,
@@ -957,6 +961,9 @@ fn run_bench_load(a: BenchLoadArgs) -> Result<(), String> {
     if a.keys.contains(&0) {
         return Err("--keys must be positive".into());
     }
+    if a.repeat == 0 {
+        return Err("--repeat must be at least 1".into());
+    }
     for index in &indexes {
         request(index, 1)?; // a bad index or configuration is one line, before any load runs
     }
@@ -964,20 +971,25 @@ fn run_bench_load(a: BenchLoadArgs) -> Result<(), String> {
     let mut rows: Vec<LoadBench> = Vec::new();
     for index in &indexes {
         for &keys in &a.keys {
-            eprintln!("bench-load: {index} with {keys} keys ...");
-            let out = std::process::Command::new(&exe)
-                .args(["bench-load", "--child", "--index", index, "--keys", &keys.to_string()])
-                .args(["--workload", &a.workload, "--memory-nodes", &a.memory_nodes.to_string()])
-                .args(["--seed", &a.seed.to_string()])
-                .output()
-                .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "{index} with {keys} keys: {}",
-                    String::from_utf8_lossy(&out.stderr).trim().trim_start_matches("error: ")
-                ));
+            let mut runs = Vec::new();
+            for i in 0..a.repeat {
+                let of = if a.repeat > 1 { format!(" ({} of {})", i + 1, a.repeat) } else { String::new() };
+                eprintln!("bench-load: {index} with {keys} keys{of} ...");
+                let out = std::process::Command::new(&exe)
+                    .args(["bench-load", "--child", "--index", index, "--keys", &keys.to_string()])
+                    .args(["--workload", &a.workload, "--memory-nodes", &a.memory_nodes.to_string()])
+                    .args(["--seed", &a.seed.to_string()])
+                    .output()
+                    .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "{index} with {keys} keys: {}",
+                        String::from_utf8_lossy(&out.stderr).trim().trim_start_matches("error: ")
+                    ));
+                }
+                runs.push(serde_json::from_slice::<LoadBench>(&out.stdout).map_err(|e| format!("{index}: {e}"))?);
             }
-            let r: LoadBench = serde_json::from_slice(&out.stdout).map_err(|e| format!("{index}: {e}"))?;
+            let r = bench::combine(runs)?;
             if a.format == Format::Json {
                 println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
             }
