@@ -64,7 +64,10 @@ pub fn combine(mut runs: Vec<LoadBench>) -> Result<LoadBench, String> {
     let first = runs.first().ok_or("no load to combine")?.clone();
     for r in &runs {
         if (&r.index, &r.config, r.keys) != (&first.index, &first.config, first.keys) {
-            return Err(format!("cannot combine loads of {} {} and {} {}", first.index, first.keys, r.index, r.keys));
+            return Err(format!(
+                "cannot combine loads of {}:{} with {} keys and {}:{} with {}",
+                first.index, first.config, first.keys, r.index, r.config, r.keys
+            ));
         }
         if r.memory_digest != first.memory_digest {
             return Err(format!(
@@ -144,7 +147,7 @@ pub fn table(rows: &[LoadBench]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<9} {:<16} {:>10} {:>9} {:>13} {:>8} {:>10} {:>10} {:>11} {:>11} {:>10} {:>16}",
+        "{:<9} {:<16} {:>10} {:>9} {:>18} {:>8} {:>10} {:>10} {:>11} {:>11} {:>10} {:>16}",
         "index",
         "config",
         "keys",
@@ -161,7 +164,7 @@ pub fn table(rows: &[LoadBench]) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<9} {:<16} {:>10} {:>9.2} {:>13} {:>8.2} {:>10.2} {:>10.2} {:>11.1} {:>11.1} {:>10} {:016x}",
+            "{:<9} {:<16} {:>10} {:>9.2} {:>18} {:>8.2} {:>10.2} {:>10.2} {:>11.1} {:>11.1} {:>10} {:016x}",
             r.index,
             r.config,
             r.keys,
