@@ -210,9 +210,12 @@ pub struct NodeImage {
 
 impl NodeImage {
     pub fn decode(bytes: &[u8]) -> NodeImage {
-        let word = |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-        let n = (bytes.len() - NODE_PREFIX as usize) / 8;
-        NodeImage { rev: word(0), header: Header(word(1)), entries: (0..n).map(|i| Entry(word(2 + i))).collect() }
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        let (prefix, entries) = bytes.split_at(NODE_PREFIX as usize);
+        // Whole words only, without a bounds check each (a load decodes a node for every level
+        // it READs: up to 256 entries, 5% of loading Dolphin when each word was indexed).
+        let entries = entries.chunks_exact(8).map(|w| Entry(word(w))).collect();
+        NodeImage { rev: word(&prefix[..8]), header: Header(word(&prefix[8..16])), entries }
     }
 
     pub fn encode(&self, total: usize) -> Vec<u8> {
