@@ -161,14 +161,22 @@ pub struct Events(Vec<(&'static str, u64)>);
 impl Events {
     /// Adds `n` to `name`'s count (a name first counted with `n == 0` is listed, at 0).
     pub fn add(&mut self, name: &'static str, n: u64) {
-        if let Some(e) = self.0.iter_mut().find(|(k, _)| std::ptr::eq(*k, name)) {
-            e.1 += n;
-            return;
-        }
-        match self.0.binary_search_by(|(k, _)| (*k).cmp(name)) {
-            Ok(at) => self.0[at].1 += n,
-            Err(at) => self.0.insert(at, (name, n)),
-        }
+        *self.count_mut(name) += n;
+    }
+
+    /// `name`'s count, to change in place; a name not counted before is listed at 0.
+    pub fn count_mut(&mut self, name: &'static str) -> &mut u64 {
+        let at = match self.0.iter().position(|(k, _)| std::ptr::eq(*k, name)) {
+            Some(at) => at,
+            None => match self.0.binary_search_by(|(k, _)| (*k).cmp(name)) {
+                Ok(at) => at,
+                Err(at) => {
+                    self.0.insert(at, (name, 0));
+                    at
+                }
+            },
+        };
+        &mut self.0[at].1
     }
 
     /// `name`'s count, if it was ever counted.

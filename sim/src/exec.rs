@@ -483,14 +483,12 @@ impl Sim {
             if self.any_woken.swap(false, Ordering::Acquire) {
                 // Wakes from wakers (local notifications) go through the seam as steps, so a
                 // chooser decides when the woken task runs.
-                let mut woken = std::mem::take(&mut self.woken_spare);
-                std::mem::swap(&mut woken, &mut *self.woken.lock().unwrap_or_else(|e| e.into_inner()));
+                std::mem::swap(&mut self.woken_spare, &mut *self.woken.lock().unwrap_or_else(|e| e.into_inner()));
                 let mut core = self.core.borrow_mut();
                 let now = core.now_ns;
-                for t in woken.drain(..) {
+                for t in self.woken_spare.drain(..) {
                     core.schedule(now, StepKind::Wake(t));
                 }
-                self.woken_spare = woken;
             }
             let (next, now_ns, spin_limit) = {
                 let mut core = self.core.borrow_mut();

@@ -624,27 +624,15 @@ pub fn server_counters(o: &HStoreOptions, memory: &dyn MemoryView) -> BTreeMap<&
     out
 }
 
-/// Server-side counters are kept per service behind a lock, in the order first counted: a few
-/// dozen names at most, found by a scan that compares the names' addresses, and their bytes only
-/// if no address matched (a map keyed by the names compared strings on every count, a percent
-/// of a bulk load).
+/// Server-side counters are kept per service behind a lock, as a client's are
+/// ([`crate::Events`]: names found by address, by bytes only if no address matched; a map
+/// keyed by the names compared strings on every count, a percent of a bulk load).
 #[derive(Debug, Default)]
-pub(crate) struct ServerCounters(Mutex<Vec<(&'static str, u64)>>);
+pub(crate) struct ServerCounters(Mutex<crate::Events>);
 
 impl ServerCounters {
     fn with(&self, name: &'static str, f: impl FnOnce(&mut u64)) {
-        let mut c = lock(&self.0);
-        // Addresses first: a scan that also compared bytes called memcmp for every name of the
-        // same length it passed (with the scan, 2% of loading HStore).
-        let found = c.iter().position(|(n, _)| std::ptr::eq(*n, name));
-        let at = match found.or_else(|| c.iter().position(|(n, _)| *n == name)) {
-            Some(at) => at,
-            None => {
-                c.push((name, 0));
-                c.len() - 1
-            }
-        };
-        f(&mut c[at].1);
+        f(lock(&self.0).count_mut(name));
     }
 
     pub(crate) fn add(&self, name: &'static str, n: u64) {
@@ -656,6 +644,6 @@ impl ServerCounters {
     }
 
     pub(crate) fn snapshot(&self) -> BTreeMap<&'static str, u64> {
-        lock(&self.0).iter().copied().collect()
+        lock(&self.0).iter().collect()
     }
 }
