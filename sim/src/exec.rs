@@ -486,8 +486,14 @@ impl Sim {
                 std::mem::swap(&mut self.woken_spare, &mut *self.woken.lock().unwrap_or_else(|e| e.into_inner()));
                 let mut core = self.core.borrow_mut();
                 let now = core.now_ns;
+                let at_once = core.instant_fast_path();
                 for t in self.woken_spare.drain(..) {
-                    core.schedule(now, StepKind::Wake(t));
+                    if at_once {
+                        core.count_instant_step(0x3a4e);
+                        core.wake(Some(t));
+                    } else {
+                        core.schedule(now, StepKind::Wake(t));
+                    }
                 }
             }
             let (next, now_ns, spin_limit) = {
@@ -533,7 +539,8 @@ impl Sim {
     }
 
     /// Bulk-load mode: while on, verbs, calls and CPU work cost no virtual time and use no NIC
-    /// or CPU capacity, but still execute as steps with the memory model's semantics. Run an
+    /// or CPU capacity, but still execute with the memory model's semantics (without a
+    /// chooser, each the moment it is posted: `Core::instant_fast_path`). Run an
     /// index's own insert logic in it to build an initial structure as inserts would, without
     /// simulated time; turn it off before measuring. Counters still count (take a `stats()`
     /// baseline after loading).

@@ -1,9 +1,10 @@
-//! Images (load once, run many) and the bulk-load fast path: a simulation started from an
+//! Images (load once, run many) and the bulk-load fast paths: a simulation started from an
 //! image continues the imaged one — its memory and its services' state — and bulk-load mode's
-//! one-step verbs leave the memory the stepped path leaves.
+//! one-step verbs, calls, local accesses and wake-ups leave what the stepped path leaves.
 
 use dmkit_rdma::alloc;
-use dmkit_rdma::service::Service;
+use dmkit_rdma::service::{LocalMemory, Replier, Responder, Service};
+use dmkit_rdma::sync::Queue;
 use dmkit_rdma::{Buf, NodeId, RemoteAddr, Request, Verbs};
 use dmkit_sim::{EarliestChooser, Sim, SimClient, SimConfig};
 use std::sync::Arc;
@@ -153,4 +154,81 @@ fn the_bulk_fast_path_leaves_what_the_stepped_path_leaves() {
     assert_eq!(fast.1, stepped.1, "the atomics' old values");
     assert_eq!(fast.2.nodes[0].verbs, stepped.2.nodes[0].verbs, "the verbs the node counted");
     assert!(fast.2.steps < stepped.2.steps, "the fast path takes fewer steps");
+}
+
+/// Where the ledger's count and slots sit in its server node's memory.
+const LEDGER: u64 = 4096;
+const SLOTS: u64 = 32;
+
+/// A service whose RPC threads queue each call for its worker (a deferred reply and a queue's
+/// wake-up), which records the call in its node's memory with local accesses and answers it.
+#[derive(Default)]
+struct Ledger {
+    log: Queue<(Vec<u8>, Responder)>,
+}
+
+impl Service<SimClient> for Ledger {
+    async fn handle(self: Arc<Self>, _ctx: SimClient, _request: Vec<u8>) -> Vec<u8> {
+        unreachable!("every call is dispatched")
+    }
+
+    async fn dispatch(self: Arc<Self>, _ctx: SimClient, request: Vec<u8>, to: Responder) -> Option<Vec<u8>> {
+        self.log.push((request, to));
+        None
+    }
+
+    fn workers(&self) -> u32 {
+        1
+    }
+
+    async fn run_worker(self: Arc<Self>, ctx: SimClient, _index: u32) {
+        loop {
+            let (request, to) = self.log.pop().await;
+            let n = ctx.local_faa(LEDGER, 1).await.unwrap();
+            let slot = LEDGER + 64 + 16 * (n % SLOTS);
+            ctx.local_write(slot, Buf::from(request)).await.unwrap();
+            let old = ctx.local_cas(slot + 8, 0, n + 1).await.unwrap();
+            let mut reply = ctx.local_read(slot, 16).await.unwrap().to_vec();
+            reply.extend(old.to_le_bytes());
+            ctx.reply(to, reply).unwrap();
+        }
+    }
+}
+
+/// Calls the ledger 50 times in bulk-load mode (and once a service that is not there); returns
+/// the ledger's memory, the replies and the stats.
+fn ledger_calls(mut sim: Sim) -> (Vec<u8>, Vec<Vec<u8>>, dmkit_sim::Stats) {
+    let server = config().topology.server_node_id(0);
+    sim.add_service(server, SVC, Ledger::default).unwrap();
+    sim.set_instant(true);
+    let c = sim.add_client(0).unwrap();
+    let c2 = c.clone();
+    let out = sim.spawn_output(&c, async move {
+        let mut replies = Vec::new();
+        for i in 0..50u64 {
+            replies.push(c2.call(server, SVC, (i * 7 + 1).to_le_bytes().to_vec()).await.unwrap());
+        }
+        let missing = c2.call(server, SVC + 1, Vec::new()).await.unwrap_err();
+        replies.push(missing.to_string().into_bytes());
+        replies
+    });
+    sim.run().unwrap();
+    let memory = sim.read_memory(RemoteAddr::host(server, LEDGER), (64 + 16 * SLOTS) as usize).unwrap();
+    (memory, out.take(), sim.stats())
+}
+
+#[test]
+fn bulk_calls_local_accesses_and_wakes_leave_what_the_stepped_path_leaves() {
+    let fast = ledger_calls(Sim::new(config()).unwrap());
+    // A chooser turns the fast paths off: every delivery, reply, access and wake-up is a step.
+    let stepped = ledger_calls(Sim::with_chooser(config(), Box::new(EarliestChooser)).unwrap());
+    assert_eq!(u64::from_le_bytes(fast.0[..8].try_into().unwrap()), 50, "every call was recorded");
+    assert_eq!(fast.0, stepped.0, "the ledger's memory");
+    assert_eq!(fast.1, stepped.1, "the replies");
+    // Call 49 reuses call 17's slot: its CAS finds call 17's word (18) and fails.
+    let last: Vec<u64> = fast.1[49].chunks(8).map(|w| u64::from_le_bytes(w.try_into().unwrap())).collect();
+    assert_eq!(last, [49 * 7 + 1, 18, 18], "the slot's request and word, then the CAS's old word");
+    let server = config().topology.server_node_id(0).0 as usize;
+    assert_eq!(fast.2.nodes[server].verbs, stepped.2.nodes[server].verbs, "the calls the node counted");
+    assert_eq!(fast.2.now_ns, 0, "bulk-load mode takes no time");
 }

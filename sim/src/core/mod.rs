@@ -250,6 +250,24 @@ impl Core {
         &self.cfg.memory_model
     }
 
+    /// Bulk-load mode with no chooser: work that would be a step at this very instant is done
+    /// at once instead (`post_instant` for verbs; local accesses, calls' deliveries and
+    /// replies, wake-ups), and the task that waits for it finds it done without suspending.
+    /// Everything costs no time there, so what can change is only the order of this instant's
+    /// steps among themselves: a load whose result depended on that order would load
+    /// differently. None does: every index's loaded image is the same with and without these
+    /// paths (README, Benchmarks), and `tests/images.rs` runs them against the stepped path.
+    pub(crate) fn instant_fast_path(&self) -> bool {
+        self.instant && !self.queue.is_chosen()
+    }
+
+    /// Counts the step an instant fast path stands for, as the stepped path would, so that step
+    /// counts and the trace hash still advance.
+    pub(crate) fn count_instant_step(&mut self, tag: u64) {
+        self.steps += 1;
+        self.trace_hash = mix(mix(self.trace_hash, self.now_ns), tag);
+    }
+
     pub(crate) fn schedule(&mut self, time_ns: u64, kind: StepKind) {
         self.seq += 1;
         self.queue.push(Step { time_ns, seq: self.seq, kind });

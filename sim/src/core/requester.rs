@@ -1,7 +1,7 @@
 //! The requester side: queue pairs, posting a batch (the post's CPU cost, the compute node
 //! NIC's outbound link), issue, and completions in QP order.
 
-use super::{BatchDone, Core, Outcome, TaskId, mix, ns_of};
+use super::{BatchDone, Core, Outcome, TaskId, ns_of};
 use crate::nic::PS_PER_NS;
 use crate::sched::StepKind;
 use crate::stats::VerbKind;
@@ -94,8 +94,7 @@ impl Core {
             }
         }
         let qp = self.qp_index(client, node);
-        if self.instant
-            && !self.queue.is_chosen()
+        if self.instant_fast_path()
             && self.qps[qp as usize].outstanding.is_empty()
             && self.nodes.get(node.0 as usize).is_none_or(|n| n.armed_read_failures == 0)
         {
@@ -222,8 +221,7 @@ impl Core {
             });
         }
         self.batches_posted += 1;
-        self.steps += 1;
-        self.trace_hash = mix(mix(self.trace_hash, self.now_ns), 0x1_57a7);
+        self.count_instant_step(0x1_57a7);
         let outcome = if up { Ok((responses, None)) } else { Err(VerbsError::NodeDown(node)) };
         let batch = self.batches.insert(Batch {
             client,
