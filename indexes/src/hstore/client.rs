@@ -339,7 +339,7 @@ impl<C: Client + Clone + 'static> HStoreHandle<C> {
             req_id: self.req_id,
             key: key.to_vec(),
         };
-        let request = Request::Write(entry.clone()).encode();
+        let request = Request::Write(entry).encode();
         for attempt in 0..self.o.max_retries {
             let t_call = self.ctx.now_ns();
             let reply = match self.ctx.call(self.hts(), HTS_SERVICE, request.clone()).await {

@@ -782,6 +782,9 @@ impl<C: ServerCtx> Service<C> for Sls {
             }
             Ok(Request::Scan { start, end, limit }) => self.on_scan(start, end, limit, to),
             Ok(Request::Get { key }) => self.on_get(key, to),
+            // A commit notice comes with every batch when the HTS's log runs dry (every key of
+            // a load): answered here, not decoded a second time by `handle`.
+            Ok(Request::Commit { incarnation, worker, seq }) => Some(self.on_commit(incarnation, worker, seq)),
             Ok(Request::Dump { incarnation, partition, after }) => self.on_dump(incarnation, partition, after, to),
             _ => return Some(self.handle(ctx, request).await),
         };
