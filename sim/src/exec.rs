@@ -63,7 +63,9 @@ struct Task {
     daemon: bool,
 }
 
-type HandlerFn = Rc<dyn Fn(SimClient, Vec<u8>, Responder) -> Pin<Box<dyn Future<Output = Option<Vec<u8>>>>>>;
+/// Makes the task that serves a dispatched call: the service's handler, then the core told
+/// what it replied (one boxed future a call).
+type HandlerFn = Rc<dyn Fn(SimClient, Dispatch, Rc<RefCell<Core>>) -> Pin<Box<dyn Future<Output = ()>>>>;
 type WorkerFn = Rc<dyn Fn(SimClient, u32) -> Pin<Box<dyn Future<Output = ()>>>>;
 
 /// A service with its type erased, as the executor runs it.
@@ -103,7 +105,14 @@ fn erase<S: Service<SimClient>>(service: S) -> ServiceInstance {
     let workers = service.workers();
     let (h, w, state) = (service.clone(), service.clone(), service);
     ServiceInstance {
-        dispatch: Rc::new(move |ctx, request, responder| Box::pin(h.clone().dispatch(ctx, request, responder))),
+        dispatch: Rc::new(move |ctx, mut d: Dispatch, core: Rc<RefCell<Core>>| {
+            let responder = Responder { node: d.node, call: d.rpc as u64, tag: d.tag };
+            let reply = h.clone().dispatch(ctx, std::mem::take(&mut d.request), responder);
+            Box::pin(async move {
+                let reply = reply.await;
+                core.borrow_mut().rpc_handled(&d, reply);
+            })
+        }),
         workers,
         run_worker: Rc::new(move |ctx, index| Box::pin(w.clone().run_worker(ctx, index))),
         state,
@@ -334,19 +343,14 @@ impl Sim {
                 self.start_service(node, id);
             }
         }
-        for mut d in dispatches.drain(..) {
+        for d in dispatches.drain(..) {
             let dispatch = match self.services.get(&(d.node.0, d.service)).and_then(|e| e.current.as_ref()) {
                 Some(instance) => instance.dispatch.clone(),
                 None => unreachable!("the core dispatches only to registered services"),
             };
             let ctx = self.handle(d.handler);
-            let core = self.core.clone();
-            let responder = Responder { node: d.node, call: d.rpc as u64, tag: d.tag };
-            let reply = dispatch(ctx.clone(), std::mem::take(&mut d.request), responder);
-            self.spawn(&ctx, async move {
-                let reply = reply.await;
-                core.borrow_mut().rpc_handled(&d, reply);
-            });
+            let task = dispatch(ctx.clone(), d, self.core.clone());
+            self.spawn_pinned(&ctx, task);
         }
         self.dispatch_spare = dispatches;
         spawned
@@ -378,7 +382,11 @@ impl Sim {
 
     /// Runs `future` as `client`'s task (a client crash drops it).
     pub fn spawn(&mut self, client: &SimClient, future: impl Future<Output = ()> + 'static) {
-        let task = self.spawn_task(Box::pin(future), false);
+        self.spawn_pinned(client, Box::pin(future));
+    }
+
+    fn spawn_pinned(&mut self, client: &SimClient, future: Pin<Box<dyn Future<Output = ()>>>) {
+        let task = self.spawn_task(future, false);
         self.core.borrow_mut().bind_task(task, client.id);
     }
 

@@ -339,6 +339,10 @@ impl Core {
     /// `charge_cpu`: a timer that fires when the work is done, or `None` if it costs nothing and
     /// the CPU is free.
     pub(crate) fn charge_cpu(&mut self, client: u32, work: CpuWork, units: u64) -> Option<u32> {
+        if self.instant {
+            // Free in bulk-load mode (`charge_thread`): not even priced.
+            return None;
+        }
         let cost_ps = (self.cfg.profile.cpu.cost_ns(work, units) * PS_PER_NS as f64) as u64;
         let end = self.charge_thread(client, cost_ps);
         let at = ns_of(end);
