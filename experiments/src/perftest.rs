@@ -92,6 +92,10 @@ pub struct PerfResult {
     pub mn_iops_utilisation: f64,
     /// Busy fraction of the memory nodes' outbound links, averaged.
     pub mn_bandwidth_utilisation: f64,
+    /// Misses of every NIC's context and translation caches per verb (README, "The NIC's
+    /// caches"), over the whole run (its cold misses included); 0 when the profile does not
+    /// model them.
+    pub nic_cache_misses_per_verb: f64,
     /// Simulator steps executed for this point.
     pub sim_steps: u64,
 }
@@ -267,6 +271,12 @@ pub fn run_point(p: &PerfPoint) -> Result<PerfResult, String> {
         mn_iops_utilisation: round3(targets.iter().map(|n| n.nic_busy_ns as f64).sum::<f64>() / mns / elapsed_ns),
         mn_bandwidth_utilisation: round3(
             targets.iter().map(|n| n.link_out_busy_ns as f64).sum::<f64>() / mns / elapsed_ns,
+        ),
+        nic_cache_misses_per_verb: round3(
+            (stats.compute_nic_context_misses
+                + stats.nodes.iter().map(|n| n.nic_context_misses + n.nic_translation_misses).sum::<u64>())
+                as f64
+                / tally.verbs.max(1) as f64,
         ),
         sim_steps: stats.steps,
     })

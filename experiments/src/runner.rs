@@ -248,6 +248,8 @@ pub(crate) fn stray_verbs(stats: &Stats, phase: &str) -> Result<(), String> {
 struct Snapshot {
     nic_busy_ns: u64,
     link_out_busy_ns: u64,
+    /// Misses of every NIC's context and translation caches (README, "The NIC's caches").
+    nic_cache_misses: u64,
     rdwc: BTreeMap<&'static str, u64>,
     cache: (u64, u64),
 }
@@ -262,6 +264,8 @@ fn snapshot<K: IndexKind>(sim: &Sim, memory_nodes: u16, nodes: &[Arc<K::NodeStat
     Snapshot {
         nic_busy_ns: mns.iter().map(|n| n.nic_busy_ns).sum(),
         link_out_busy_ns: mns.iter().map(|n| n.link_out_busy_ns).sum(),
+        nic_cache_misses: stats.compute_nic_context_misses
+            + stats.nodes.iter().map(|n| n.nic_context_misses + n.nic_translation_misses).sum::<u64>(),
         rdwc,
         cache,
     }
@@ -452,6 +456,9 @@ pub fn run_loaded<K: IndexKind>(
         verbs_per_op,
         mn_iops_utilisation: round3(busy(s0.nic_busy_ns, s1.nic_busy_ns)),
         mn_bandwidth_utilisation: round3(busy(s0.link_out_busy_ns, s1.link_out_busy_ns)),
+        nic_cache_misses_per_op: (setup.profile.qp_context_cache_entries > 0
+            || setup.profile.translation_cache_entries > 0)
+            .then(|| round3((s1.nic_cache_misses - s0.nic_cache_misses) as f64 / ops)),
         cache_bytes_per_cn: round3(cache_bytes),
         // An index that counts either event has a cache; one never counted is absent.
         cache_hit_ratio: match (hits, misses) {

@@ -227,3 +227,54 @@ fn calls_are_bounded_by_the_server_threads() {
     }
     assert!(within(rates[1], 4.0 * rates[0], 0.05), "{rates:?}");
 }
+
+/// The default profile with its NIC's caches modelled: `qp_contexts` queue-pair contexts and
+/// `translations` page translations of `page_bytes`.
+fn with_nic_caches(qp_contexts: u64, translations: u64, page_bytes: u64) -> Profile {
+    let mut profile = Profile::default_profile();
+    profile.qp_context_cache_entries = qp_contexts;
+    profile.translation_cache_entries = translations;
+    profile.translation_page_bytes = page_bytes;
+    profile
+}
+
+#[test]
+fn queue_pair_context_misses_cost_the_memory_node_its_iops_beyond_the_cache() {
+    let base = Profile::default_profile();
+    assert_eq!(run(point(VerbKind::Read, 64, 512)).nic_cache_misses_per_verb, 0.0, "not modelled by default");
+    let cached = with_nic_caches(64, 0, 2 << 20);
+    let op_ns = 1e9 / base.responder_ops_per_s;
+    // 48 threads' queue pairs fit in 64 entries: only cold misses, and nothing changes.
+    let fits = run(PerfPoint { profile: cached.clone(), ..point(VerbKind::Read, 64, 48) });
+    assert!(fits.nic_cache_misses_per_verb < 0.01, "{}", fits.nic_cache_misses_per_verb);
+    assert!(within(fits.throughput_mops, run(point(VerbKind::Read, 64, 48)).throughput_mops, 0.01));
+    // 512 threads' do not: nearly every verb fetches its context, and each miss holds the
+    // receive pipeline for `context_miss_occupancy_ns` besides the verb's own time.
+    let thrashes = run(PerfPoint { profile: cached, ..point(VerbKind::Read, 64, 512) });
+    let missed = thrashes.nic_cache_misses_per_verb;
+    assert!(missed > 0.8, "{missed} misses a verb");
+    let expected = 1e3 / (op_ns + missed.min(1.0) * base.context_miss_occupancy_ns as f64);
+    assert!(within(thrashes.throughput_mops, expected, 0.1), "{} Mops/s vs {expected}", thrashes.throughput_mops);
+    assert!(thrashes.throughput_mops < 0.75 * run(point(VerbKind::Read, 64, 512)).throughput_mops);
+}
+
+#[test]
+fn translation_misses_add_a_pcie_read_to_the_round_trip_and_huge_pages_avoid_them() {
+    let base = Profile::default_profile();
+    // One client reading 64 MiB at random: 16 entries of 4 KiB pages miss nearly always.
+    let unloaded = |profile: Profile| {
+        run(PerfPoint { profile, span_bytes: 64 << 20, compute_nodes: 1, ..point(VerbKind::Read, 64, 1) })
+    };
+    let plain = unloaded(base.clone());
+    let small = unloaded(with_nic_caches(0, 16, 4096));
+    assert!(small.nic_cache_misses_per_verb > 0.99, "{}", small.nic_cache_misses_per_verb);
+    let added = small.latency_ns_p50 - plain.latency_ns_p50;
+    let expected = base.pcie_read_latency_ns + base.context_miss_occupancy_ns;
+    assert!(added.abs_diff(expected) <= 2, "a miss adds {added} ns, not {expected}");
+    // 2 MiB pages: the span's 32 pages fit in 64 entries; after their cold misses nothing is
+    // added.
+    let huge = unloaded(with_nic_caches(0, 64, 2 << 20));
+    let misses = huge.nic_cache_misses_per_verb * huge.verbs_measured as f64;
+    assert!(misses <= 32.5, "{misses} misses");
+    assert_eq!(huge.latency_ns_p50, plain.latency_ns_p50);
+}

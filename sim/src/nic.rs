@@ -55,6 +55,7 @@ pub(crate) struct StageCosts {
     pub post_per_verb_ps: u64,
     pub poll_ps: u64,
     pub rpc_dispatch_ps: u64,
+    pub context_miss_occupancy_ps: u64,
     mtu: u64,
     packet_header: u64,
     rdma_header: u64,
@@ -88,6 +89,7 @@ impl StageCosts {
             post_per_verb_ps: (p.cpu.post_per_verb_ns * PS_PER_NS as f64) as u64,
             poll_ps: (p.cpu.poll_ns * PS_PER_NS as f64) as u64,
             rpc_dispatch_ps: (p.cpu.rpc_dispatch_ns * PS_PER_NS as f64) as u64,
+            context_miss_occupancy_ps: ps(p.context_miss_occupancy_ns),
             mtu: p.mtu_bytes,
             packet_header: p.packet_header_bytes,
             rdma_header: p.rdma_header_bytes,
@@ -182,5 +184,91 @@ impl StageCosts {
             (VerbKind::Read, false) => self.pcie_ps(len) + self.pcie_read_latency_ps,
             (_, false) => self.pcie_ps(len) + self.pcie_write_latency_ps,
         }
+    }
+}
+
+/// A NIC's on-chip cache of contexts (queue-pair contexts, or address translations of
+/// registered pages). A NIC's real caches are set-associative and their policy unpublished;
+/// the model is a fully associative cache of the same number of entries with random
+/// replacement, so that misses grow gradually with the entries in use, as measured on hardware
+/// (StaR, ICNP'21; PipeDevice, CoNEXT'22), and not at a cliff as LRU's do under the near-cyclic
+/// order in which closed-loop clients' verbs arrive. A capacity of 0 means the cache is not
+/// modelled (every look-up hits). The victims come from a generator seeded by the run's seed.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ContextCache {
+    capacity: usize,
+    /// Key to its slot in `slots`.
+    index: crate::memory::FixedMap<u64, u32>,
+    slots: Vec<u64>,
+    rng: u64,
+    pub(crate) misses: u64,
+}
+
+impl ContextCache {
+    pub(crate) fn new(capacity: u64, seed: u64) -> ContextCache {
+        // SplitMix64 of the seed: a non-zero state for the xorshift below.
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ContextCache { capacity: capacity as usize, rng: (z ^ (z >> 31)) | 1, ..ContextCache::default() }
+    }
+
+    pub(crate) fn modelled(&self) -> bool {
+        self.capacity > 0
+    }
+
+    /// Looks `key` up; returns whether it missed (and so was fetched, evicting a random entry
+    /// when the cache is full).
+    pub(crate) fn miss(&mut self, key: u64) -> bool {
+        if self.capacity == 0 || self.index.contains_key(&key) {
+            return false;
+        }
+        self.misses += 1;
+        if self.slots.len() < self.capacity {
+            self.index.insert(key, self.slots.len() as u32);
+            self.slots.push(key);
+        } else {
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            let s = (self.rng % self.capacity as u64) as usize;
+            self.index.remove(&self.slots[s]);
+            self.index.insert(key, s as u32);
+            self.slots[s] = key;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ContextCache;
+
+    #[test]
+    fn context_cache_holds_what_fits_and_misses_in_proportion_beyond() {
+        let mut c = ContextCache::new(4, 1);
+        assert!((0..4).all(|k| c.miss(k)), "cold misses");
+        assert!((0..4).all(|k| !c.miss(k)), "four keys fit in four entries");
+        assert!(c.miss(9));
+        assert_eq!(c.misses, 5);
+        // Uniform look-ups over twice the entries: random replacement hits about half of them.
+        let mut c = ContextCache::new(100, 7);
+        let mut x = 1u64;
+        for _ in 0..100_000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            c.miss((x >> 33) % 200);
+        }
+        let ratio = c.misses as f64 / 100_000.0;
+        assert!((0.45..0.55).contains(&ratio), "miss ratio {ratio}");
+        // Cyclic look-ups over one more key than fit still hit mostly (LRU would miss them all).
+        let mut c = ContextCache::new(100, 7);
+        for _ in 0..100 {
+            for k in 0..101 {
+                c.miss(k);
+            }
+        }
+        assert!(c.misses < 101 * 100 / 5, "{} misses", c.misses);
+        let mut off = ContextCache::new(0, 1);
+        assert!(!off.modelled() && !off.miss(7) && off.misses == 0);
     }
 }

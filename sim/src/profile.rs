@@ -91,6 +91,15 @@ pub struct Profile {
     pub max_inline_bytes: u64,
     pub max_outstanding_reads_per_qp: u64,
     pub max_message_bytes: u64,
+    /// The NIC's on-chip caches (README, "The NIC's caches"): queue-pair contexts and address
+    /// translations it holds; 0 means the cache is not modelled (every look-up hits). A miss
+    /// fetches the entry from host memory (a PCIe read in series with the verb) and holds the
+    /// NIC's pipeline for `context_miss_occupancy_ns`.
+    pub qp_context_cache_entries: u64,
+    pub translation_cache_entries: u64,
+    /// The page size memory is registered with: one translation entry covers one page.
+    pub translation_page_bytes: u64,
+    pub context_miss_occupancy_ns: u64,
     /// Memory-node CPU time per RPC (chunk allocator).
     pub rpc_handler_ns: u64,
     pub host_memory_bytes: u64,
@@ -222,6 +231,10 @@ impl Profile {
             max_inline_bytes: r.int(&mut nic, "nic", "max_inline_bytes", 0)?,
             max_outstanding_reads_per_qp: r.int(&mut nic, "nic", "max_outstanding_reads_per_qp", 1)?,
             max_message_bytes: r.int(&mut nic, "nic", "max_message_bytes", 64)?,
+            qp_context_cache_entries: r.int_or(&mut nic, "nic", "qp_context_cache_entries", 0, 0)?,
+            translation_cache_entries: r.int_or(&mut nic, "nic", "translation_cache_entries", 0, 0)?,
+            translation_page_bytes: r.int_or(&mut nic, "nic", "translation_page_bytes", 4096, 2 << 20)?,
+            context_miss_occupancy_ns: r.int_or(&mut nic, "nic", "context_miss_occupancy_ns", 0, 0)?,
             rpc_handler_ns: r.int(&mut mn, "memory_node", "rpc_handler_ns", 0)?,
             host_memory_bytes: r.int(&mut mn, "memory_node", "host_memory_bytes", 1 << 20)?,
             cpu: CpuCosts {
@@ -329,6 +342,24 @@ impl Reader {
         Ok(v)
     }
 
+    /// An integer a profile may leave out (parameters added after users wrote profiles): absent,
+    /// it is `default` and recorded as unstated.
+    fn int_or(
+        &mut self,
+        t: &mut toml::Table,
+        section: &str,
+        key: &str,
+        min: u64,
+        default: u64,
+    ) -> Result<u64, ProfileError> {
+        if t.contains_key(key) {
+            return self.int(t, section, key, min);
+        }
+        let source = "absent from the profile: the default".to_string();
+        self.provenance.insert(format!("{section}.{key}"), Provenance { basis: Basis::Unstated, source });
+        Ok(default)
+    }
+
     fn int(&mut self, t: &mut toml::Table, section: &str, key: &str, min: u64) -> Result<u64, ProfileError> {
         let v = self.number(t, section, key)?;
         if v.fract() != 0.0 || v > 2f64.powi(62) {
@@ -351,7 +382,7 @@ mod tests {
         for name in EMBEDDED {
             let p = Profile::embedded(name).unwrap();
             assert_eq!(p.name, name);
-            assert_eq!(p.provenance.len(), 37, "{name}");
+            assert_eq!(p.provenance.len(), 41, "{name}");
             for (k, prov) in &p.provenance {
                 assert_ne!(prov.basis, Basis::Unstated, "{name}: {k} has no basis");
                 assert!(!prov.source.is_empty(), "{name}: {k} has no source");

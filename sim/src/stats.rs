@@ -94,6 +94,10 @@ pub struct NodeStats {
     pub nic_busy_ns: u64,
     /// Time the NIC's send link was busy.
     pub link_out_busy_ns: u64,
+    /// Misses of the NIC's queue-pair context cache and translation cache (0 when the profile
+    /// does not model them).
+    pub nic_context_misses: u64,
+    pub nic_translation_misses: u64,
     /// Host bytes the node's simulated memory occupies, and the non-zero bytes it stores.
     pub host_bytes: u64,
     pub nonzero_bytes: u64,
@@ -136,6 +140,8 @@ pub struct Stats {
     pub calls_posted: u64,
     /// Indexed by target node id (memory nodes).
     pub nodes: Vec<NodeStats>,
+    /// Queue-pair context misses of the compute nodes' NICs (sending verbs).
+    pub compute_nic_context_misses: u64,
     pub faults: FaultCounters,
     /// Verbs that addressed host memory no allocator handed out (see `allocations.rs`).
     pub unallocated: crate::UnallocatedVerbs,

@@ -158,6 +158,10 @@ pub struct RunResult {
     pub verbs_per_op: BTreeMap<String, f64>,
     pub mn_iops_utilisation: f64,
     pub mn_bandwidth_utilisation: f64,
+    /// Misses of the NICs' queue-pair context and translation caches per operation, compute
+    /// and memory side together; present only when the profile models the caches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic_cache_misses_per_op: Option<f64>,
     pub cache_bytes_per_cn: f64,
     /// `None` when the index has no cache, or did not count hits.
     pub cache_hit_ratio: Option<f64>,

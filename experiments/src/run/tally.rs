@@ -198,6 +198,7 @@ impl RunResult {
             verbs_per_op: BTreeMap::new(),
             mn_iops_utilisation: 0.0,
             mn_bandwidth_utilisation: 0.0,
+            nic_cache_misses_per_op: None,
             cache_bytes_per_cn: 0.0,
             cache_hit_ratio: None,
             remote_bytes_used: 0,

@@ -21,7 +21,7 @@
 use crate::allocations::Allocations;
 use crate::config::{MemoryModel, SimConfig};
 use crate::memory::{FixedMap, NodeMemories, SparseMemory};
-use crate::nic::{PS_PER_NS, Server, StageCosts};
+use crate::nic::{ContextCache, PS_PER_NS, Server, StageCosts};
 use crate::sched::{Actor, Step, StepClass, StepInfo, StepKind, StepQueue, WHOLE};
 use crate::stats::{ClientStats, FaultCounters, NodeStats, Stats};
 use dmkit_rdma::{CpuWork, NodeId, Op, VerbsError};
@@ -69,11 +69,15 @@ impl std::fmt::Debug for TaskId {
 }
 
 /// Every node's NIC: one link in each direction. Requests a node sends and responses it returns
-/// share its outbound link; the inbound server also enforces the responder's IOPS bound.
+/// share its outbound link; the inbound server also enforces the responder's IOPS bound. Its
+/// caches of queue-pair contexts and of the translations of registered pages are modelled when
+/// the profile gives them entries.
 #[derive(Debug, Default)]
 struct Nic {
     out_link: Server,
     in_link: Server,
+    contexts: ContextCache,
+    translations: ContextCache,
 }
 
 /// A serial CPU: the coroutines of one thread share it.
@@ -191,7 +195,13 @@ impl Core {
             timers: Slab::default(),
             qps: Vec::new(),
             nodes,
-            nics: (0..all_nodes).map(|_| Nic::default()).collect(),
+            nics: (0..all_nodes as u64)
+                .map(|i| Nic {
+                    contexts: ContextCache::new(cfg.profile.qp_context_cache_entries, mix(cfg.seed, 2 * i)),
+                    translations: ContextCache::new(cfg.profile.translation_cache_entries, mix(cfg.seed, 2 * i + 1)),
+                    ..Nic::default()
+                })
+                .collect(),
             threads: Vec::new(),
             clients: Vec::new(),
             dispatches: Vec::new(),
@@ -369,6 +379,15 @@ impl Core {
             t.cpu_free_ps = now_ps;
             self.wake(waiter);
         }
+    }
+
+    /// The queue pair on hardware behind the simulator's `qp`: a thread's coroutines share one
+    /// queue pair to each target node (as the seeds' artifacts do), so the NICs' context caches
+    /// hold one entry per thread and node, not per coroutine.
+    pub(super) fn hardware_qp(&self, qp: u32) -> u64 {
+        let nodes = self.nodes.len() as u64;
+        let (client, node) = (u64::from(qp) / nodes, u64::from(qp) % nodes);
+        u64::from(self.clients[client as usize].thread) * nodes + node
     }
 
     pub(crate) fn qp_index(&self, client: u32, node: NodeId) -> u32 {
@@ -552,11 +571,14 @@ impl Core {
                 .map(|(n, nic)| NodeStats {
                     nic_busy_ns: nic.in_link.busy_ps() / PS_PER_NS,
                     link_out_busy_ns: nic.out_link.busy_ps() / PS_PER_NS,
+                    nic_context_misses: nic.contexts.misses,
+                    nic_translation_misses: nic.translations.misses,
                     host_bytes: n.host.host_bytes() + n.device.host_bytes(),
                     nonzero_bytes: n.host.nonzero_line_bytes() + n.device.nonzero_line_bytes(),
                     ..n.stats.clone()
                 })
                 .collect(),
+            compute_nic_context_misses: self.nics[self.nodes.len()..].iter().map(|n| n.contexts.misses).sum(),
             faults: self.fault_counters,
             unallocated: self.allocations.outside().clone(),
             trace_hash: self.trace_hash,

@@ -262,9 +262,15 @@ impl Core {
             let arrive_ps = if self.instant {
                 posted_ps
             } else {
+                // The sending NIC needs the queue pair's context too.
+                let hw_qp = self.hardware_qp(qp);
+                let fetches = super::responder::CacheFetches::new(self.nics[nic].contexts.miss(hw_qp), 0);
                 let req_bytes = self.costs.request_bytes(kind, len);
-                let tx_start = posted_ps + self.costs.requester_latency_ps;
-                let tx_done = self.nics[nic].out_link.serve(tx_start, self.costs.requester_tx_ps(req_bytes));
+                let tx_start =
+                    posted_ps + self.costs.requester_latency_ps + fetches.dependent * self.costs.pcie_read_latency_ps;
+                let tx_service =
+                    self.costs.requester_tx_ps(req_bytes) + fetches.misses * self.costs.context_miss_occupancy_ps;
+                let tx_done = self.nics[nic].out_link.serve(tx_start, tx_service);
                 let mut arrive_ps = tx_done + self.costs.wire_latency_ps;
                 if let Some(d) = self.cfg.faults.extra_delay {
                     if self.rng.random_bool(d.probability) {

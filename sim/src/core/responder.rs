@@ -41,6 +41,22 @@ pub(super) struct TargetNode {
     pub(super) stats: NodeStats,
 }
 
+/// What a verb's look-ups in a NIC's caches missed: the entries fetched, and the fetches in
+/// series on its path (the queue pair's context, then the page translations, fetched together).
+pub(super) struct CacheFetches {
+    pub(super) misses: u64,
+    pub(super) dependent: u64,
+}
+
+impl CacheFetches {
+    pub(super) fn new(context: bool, translations: u64) -> CacheFetches {
+        CacheFetches {
+            misses: u64::from(context) + translations,
+            dependent: u64::from(context) + u64::from(translations > 0),
+        }
+    }
+}
+
 impl Core {
     pub(super) fn region_limit(&self, node: NodeId, region: Region) -> Result<u64, VerbsError> {
         if (node.0 as usize) >= self.nodes.len() {
@@ -125,16 +141,19 @@ impl Core {
             }
             return;
         }
+        let fetches = self.responder_cache_fetches(v);
         let c = &self.costs;
         let n = &mut self.nodes[node];
         if n.slowdown > 1.0 {
             self.fault_counters.verbs_slowed += 1;
         }
         let req_bytes = c.request_bytes(kind, len);
-        let rx_service = (c.responder_rx_ps(req_bytes) as f64 * n.slowdown) as u64;
+        let rx_service =
+            (c.responder_rx_ps(req_bytes) as f64 * n.slowdown) as u64 + fetches.misses * c.context_miss_occupancy_ps;
         let rx_done = self.nics[node].in_link.serve(now_ps, rx_service);
         n.stats.wire_bytes_in += req_bytes;
-        let t = rx_done + (c.responder_latency_ps as f64 * n.slowdown) as u64;
+        let t =
+            rx_done + (c.responder_latency_ps as f64 * n.slowdown) as u64 + fetches.dependent * c.pcie_read_latency_ps;
         let device = region == Region::Device;
         let exec_ps = match (kind, device) {
             (k, _) if k.is_rmw() => {
@@ -160,6 +179,25 @@ impl Core {
         if self.may_start(v) {
             self.start(v);
         }
+    }
+
+    /// Looks up the responder NIC's caches for verb `v`: the context of the queue pair it
+    /// arrived on, and the translation of every registered page of host memory it touches.
+    /// Device memory is on the NIC and needs no translation.
+    fn responder_cache_fetches(&mut self, v: u32) -> CacheFetches {
+        let verb = &self.verbs[v];
+        let (node, addr, len) = (verb.addr.node().0 as usize, verb.addr, verb.op.byte_len().max(1));
+        let qp = self.hardware_qp(verb.qp);
+        let nic = &mut self.nics[node];
+        let context = nic.contexts.miss(qp);
+        let mut translations = 0;
+        if nic.translations.modelled() && addr.region() == Region::Host {
+            let page = self.cfg.profile.translation_page_bytes;
+            for p in addr.offset() / page..=(addr.offset() + len - 1) / page {
+                translations += u64::from(nic.translations.miss(p));
+            }
+        }
+        CacheFetches::new(context, translations)
     }
 
     /// The ordering table of DESIGN.md §1: may `v` start, given the verbs that arrived before
