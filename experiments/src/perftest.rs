@@ -272,12 +272,7 @@ pub fn run_point(p: &PerfPoint) -> Result<PerfResult, String> {
         mn_bandwidth_utilisation: round3(
             targets.iter().map(|n| n.link_out_busy_ns as f64).sum::<f64>() / mns / elapsed_ns,
         ),
-        nic_cache_misses_per_verb: round3(
-            (stats.compute_nic_context_misses
-                + stats.nodes.iter().map(|n| n.nic_context_misses + n.nic_translation_misses).sum::<u64>())
-                as f64
-                / tally.verbs.max(1) as f64,
-        ),
+        nic_cache_misses_per_verb: round3(stats.nic_cache_misses() as f64 / tally.verbs.max(1) as f64),
         sim_steps: stats.steps,
     })
 }

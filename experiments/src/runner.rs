@@ -264,8 +264,7 @@ fn snapshot<K: IndexKind>(sim: &Sim, memory_nodes: u16, nodes: &[Arc<K::NodeStat
     Snapshot {
         nic_busy_ns: mns.iter().map(|n| n.nic_busy_ns).sum(),
         link_out_busy_ns: mns.iter().map(|n| n.link_out_busy_ns).sum(),
-        nic_cache_misses: stats.compute_nic_context_misses
-            + stats.nodes.iter().map(|n| n.nic_context_misses + n.nic_translation_misses).sum::<u64>(),
+        nic_cache_misses: stats.nic_cache_misses(),
         rdwc,
         cache,
     }

@@ -149,6 +149,15 @@ pub struct Stats {
     pub trace_hash: u64,
 }
 
+impl Stats {
+    /// Misses of every NIC's caches: the compute nodes' context misses and the target nodes'
+    /// context and translation misses (README, "The NIC's caches").
+    pub fn nic_cache_misses(&self) -> u64 {
+        self.compute_nic_context_misses
+            + self.nodes.iter().map(|n| n.nic_context_misses + n.nic_translation_misses).sum::<u64>()
+    }
+}
+
 /// One client's counters: what its operations cost. Per-operation metrics are differences of
 /// two snapshots.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
