@@ -154,6 +154,9 @@ struct ServerNodeArgs {
     email_keys: bool,
     #[arg(long, requires = "index")]
     theta: Option<f64>,
+    /// The paper's key count for a dense- or mica- workload's Zipfian (see `dmkit run --help`).
+    #[arg(long, requires = "index")]
+    zipf_items: Option<u64>,
     #[arg(long, requires = "index")]
     cache_bytes: Option<u64>,
     #[arg(long, default_value_t = 8, requires = "index")]
@@ -302,6 +305,9 @@ fn run_server_node(a: ServerNodeArgs) -> Result<(), String> {
     }
     if let Some(v) = a.theta {
         file.insert("theta".into(), v.into());
+    }
+    if let Some(v) = a.zipf_items {
+        file.insert("zipf_items".into(), int(v, "--zipf-items")?);
     }
     if let Some(v) = a.cache_bytes {
         file.insert("cache_bytes".into(), int(v, "--cache-bytes")?);
@@ -462,6 +468,12 @@ struct RunArgs {
     /// Skew θ of the workload's Zipfian or latest distribution.
     #[arg(long, conflicts_with = "file")]
     theta: Option<f64>,
+    /// For a dense- or mica- workload (MICA's unscrambled Zipfian, rank r is key r): draw the
+    /// ranks over this many keys, a paper's key count, and fold those past the loaded keys onto
+    /// them, so the hottest keys draw the shares they drew at the paper's scale (default: the
+    /// loaded keys).
+    #[arg(long, conflicts_with = "file")]
+    zipf_items: Option<u64>,
     /// The index's cache budget per compute node, in bytes.
     #[arg(long, conflicts_with = "file")]
     cache_bytes: Option<u64>,
@@ -812,6 +824,7 @@ fn run_run(a: RunArgs) -> Result<ExitCode, String> {
                 key_bytes: a.key_bytes,
                 email_keys: a.email_keys,
                 theta: a.theta,
+                zipf_items: a.zipf_items,
                 ops_per_client: a.ops_per_client,
                 inserts: a.inserts,
                 cache_bytes: a.cache_bytes,

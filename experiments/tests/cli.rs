@@ -324,7 +324,7 @@ fn check_sweep_runs_every_sweep_preset() {
 
 #[test]
 fn run_bad_configs_give_one_line_and_exit_2() {
-    let cases: [(&[&str], &str); 20] = [
+    let cases: [(&[&str], &str); 22] = [
         (&["run", "--index", "nope"], "unknown index"),
         (&["run", "--index", "smart", "--config", "smart-nope"], "smart-rearlock"),
         (&["run", "--index", "art", "--config", "smart"], "--index smart"),
@@ -343,6 +343,11 @@ fn run_bad_configs_give_one_line_and_exit_2() {
         (&["run", "--index", "dolphin", "--value-bytes", "16"], "8-byte keys and values"),
         (&["run", "--index", "dolphin", "--config", "fast"], "hardened-even"),
         (&["run", "--index", "dolphin", "--workload", "dense-zz"], "dense-zz"),
+        (&["run", "--index", "dolphin", "--workload", "a", "--zipf-items", "100000000"], "scrambled Zipfian"),
+        (
+            &["run", "--index", "dolphin", "--workload", "dense-a", "--keys", "1000", "--zipf-items", "999"],
+            "at least the keys loaded",
+        ),
         (&["run", "--index", "hstore", "--config", "fast"], "hstore-sync"),
         (&["run", "--index", "hstore", "--cache-bytes", "100"], "no compute-node cache"),
     ];

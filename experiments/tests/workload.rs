@@ -418,6 +418,43 @@ fn mica_workloads_are_zipfian_over_the_loaded_keys() {
     }
 }
 
+/// `zipfian_items` draws a dense or MICA Zipfian's ranks over a paper's key count at reduced
+/// scale: the hottest keys keep the shares they have among the paper's keys (what bounds a hot
+/// leaf's lock word), every key drawn is a loaded one, and the default is unchanged.
+#[test]
+fn zipfian_items_keep_the_papers_hot_shares_at_reduced_scale() {
+    let keys = 100_000;
+    let hot_share = |items: Option<u64>| {
+        let mut spec = WorkloadSpec::from_name("dense-c", keys).unwrap();
+        spec.zipfian_items = items;
+        spec.validate().unwrap();
+        let ops = take(&spec, 9, 0, 200_000);
+        assert!(ops.iter().all(|op| op.key().number < keys), "a key past the loaded ones");
+        ops.iter().filter(|op| op.key().number < 48).count() as u64
+    };
+    // The generator's own probabilities (Gray's method, as MICA's) for ranks 0..48.
+    let expected = |items: u64| (0..48).map(|r| ZipfianGenerator::new(items, 0.99).rank_probability(r)).sum::<f64>();
+    let (small, paper) = (expected(keys), expected(1 << 29));
+    assert!(small > 0.33 && paper < 0.21, "{small} {paper}");
+    // Folded ranks add to keys 0..48 only ranks 10^5.. of 2^29, under 0.01% of draws.
+    assert_within("keys 0..48 over the loaded keys", hot_share(None), 200_000, small, 5.0);
+    assert_within("keys 0..48 over 2^29 ranks", hot_share(Some(1 << 29)), 200_000, paper, 5.0);
+    // As many ranks as keys is the default distribution, draw for draw.
+    let mut same = WorkloadSpec::from_name("dense-c", keys).unwrap();
+    same.zipfian_items = Some(keys);
+    let default = WorkloadSpec::from_name("dense-c", keys).unwrap();
+    let numbers = |s: &WorkloadSpec| take(s, 3, 1, 5_000).iter().map(|op| op.key().number).collect::<Vec<_>>();
+    assert_eq!(numbers(&same), numbers(&default));
+    // Bad input: YCSB's scrambled Zipfian already draws over 10^10 items; fewer ranks than keys
+    // would be a different distribution, not a paper's key count.
+    let mut scrambled = WorkloadSpec::ycsb('c', keys).unwrap();
+    scrambled.zipfian_items = Some(1 << 29);
+    assert!(scrambled.validate().unwrap_err().to_string().contains("scrambled Zipfian"));
+    let mut short = WorkloadSpec::from_name("dense-c", keys).unwrap();
+    short.zipfian_items = Some(keys - 1);
+    assert!(short.validate().unwrap_err().to_string().contains("at least the keys loaded"));
+}
+
 #[test]
 fn zipfian_key_space_follows_ycsb_sizing() {
     let mut e = WorkloadSpec::ycsb('e', 1000).unwrap();

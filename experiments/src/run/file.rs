@@ -34,6 +34,9 @@ pub struct RunFile {
     #[serde(default)]
     pub email_keys: bool,
     pub theta: Option<f64>,
+    /// A dense- or mica- workload's Zipfian drawn over this many keys, a paper's key count
+    /// ([`crate::workload::WorkloadSpec::zipfian_items`]).
+    pub zipf_items: Option<u64>,
     pub ops_per_client: Option<u64>,
     /// LOAD: the fresh keys inserted in all, then the run stops (a fixed window, as the papers'
     /// insert phases: RACE's 10 M into a table of 100 M); every workload's hash tables are
@@ -326,6 +329,7 @@ impl RunFile {
                     key_bytes: p.key_bytes,
                     email_keys: p.email_keys,
                     theta: p.theta,
+                    zipf_items: p.zipf_items,
                     ops_per_client: p.ops_per_client,
                     inserts: p.inserts,
                     cache_bytes: p.cache_bytes,

@@ -54,6 +54,8 @@ pub struct RunRequest {
     pub email_keys: bool,
     /// The skew θ of the workload's Zipfian or latest distribution.
     pub theta: Option<f64>,
+    /// The ranks a dense- or mica- workload's Zipfian draws over (a paper's key count).
+    pub zipf_items: Option<u64>,
     /// Run this many operations per client after the warm-up instead of a fixed duration.
     pub ops_per_client: Option<u64>,
     /// The fresh keys a LOAD inserts in all (`--inserts`): hash tables are sized for
@@ -74,7 +76,7 @@ impl RunRequest {
     }
 }
 
-/// Applies a request's key size, θ and value size to a workload spec.
+/// Applies a request's key size, θ, Zipfian key count and value size to a workload spec.
 fn shape_workload(spec: &mut crate::workload::WorkloadSpec, req: &RunRequest) -> Result<(), String> {
     use crate::workload::{Distribution, KeyFormat, KeyOrder};
     if let Some(v) = req.value_bytes {
@@ -98,6 +100,7 @@ fn shape_workload(spec: &mut crate::workload::WorkloadSpec, req: &RunRequest) ->
             other => return Err(format!("--theta needs a skewed workload; {} is {other:?}", spec.name)),
         };
     }
+    spec.zipfian_items = req.zipf_items;
     spec.validate().map_err(|e| e.to_string())
 }
 

@@ -185,6 +185,14 @@ pub struct WorkloadSpec {
     /// Length of every value written (1..=2^20).
     pub value_bytes: usize,
     pub scan_length: ScanLength,
+    /// The ranks an unscrambled [`Distribution::Zipfian`] draws over, when more than the keys
+    /// present: a paper's key count at reduced scale. A rank at or past the keys present folds
+    /// onto them (`rank mod present`) instead of being redrawn, so the hottest keys draw the
+    /// shares they draw among the paper's keys (θ = 0.99: keys 0–47 draw 29.5% of requests over
+    /// 10^6 keys, 19.9% over 2^29), and the folded tail stays spread thin. `None`: the keys
+    /// present, as MICA's generator draws over the keys it loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zipfian_items: Option<u64>,
 }
 
 /// Largest value size a spec accepts.
@@ -202,6 +210,7 @@ impl WorkloadSpec {
             operation_count: 0,
             value_bytes: 8,
             scan_length: ScanLength::default(),
+            zipfian_items: None,
         }
     }
 
@@ -346,6 +355,27 @@ impl WorkloadSpec {
         if let Some(theta) = self.distribution.theta() {
             if !(0.0..1.0).contains(&theta) {
                 return spec_error(format!("Zipfian theta must be in [0, 1), got {theta}"));
+            }
+        }
+        if let Some(items) = self.zipfian_items {
+            if !matches!(self.distribution, Distribution::Zipfian { .. }) {
+                return spec_error(format!(
+                    "zipf_items needs an unscrambled Zipfian (a dense- or mica- workload); {}'s keys are {}",
+                    self.name,
+                    match self.distribution {
+                        Distribution::ScrambledZipfian { .. } =>
+                            "YCSB's scrambled Zipfian, which draws over 10^10 items at every key count",
+                        Distribution::Latest { .. } => "skewed to the latest inserts",
+                        _ => "uniform or sequential",
+                    }
+                ));
+            }
+            if items < self.record_count.max(1) {
+                return spec_error(format!(
+                    "zipf_items ({items}) must be at least the keys loaded ({}): it is the paper's key count, \
+                     not a cut",
+                    self.record_count
+                ));
             }
         }
         if !(1..=MAX_VALUE_BYTES).contains(&self.value_bytes) {

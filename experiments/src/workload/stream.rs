@@ -222,7 +222,9 @@ impl SharedState {
 pub(crate) enum Chooser {
     Uniform,
     Scrambled(ScrambledZipfianGenerator),
-    Zipfian(ZipfianGenerator),
+    /// The generator, and whether ranks past the keys present fold onto them
+    /// ([`WorkloadSpec::zipfian_items`]) rather than being redrawn.
+    Zipfian(ZipfianGenerator, bool),
     Latest(f64),
     Sequential,
 }
@@ -269,7 +271,10 @@ impl Stream {
             Distribution::ScrambledZipfian { theta } => {
                 Chooser::Scrambled(ScrambledZipfianGenerator::new(space + 1, theta))
             }
-            Distribution::Zipfian { theta } => Chooser::Zipfian(ZipfianGenerator::new(space, theta)),
+            Distribution::Zipfian { theta } => match spec.zipfian_items {
+                Some(items) => Chooser::Zipfian(ZipfianGenerator::new(items.max(space), theta), true),
+                None => Chooser::Zipfian(ZipfianGenerator::new(space, theta), false),
+            },
             Distribution::Latest { theta } => Chooser::Latest(theta),
             Distribution::Sequential => Chooser::Sequential,
         };
@@ -326,7 +331,8 @@ impl Stream {
                 }
                 k % visible
             }
-            Chooser::Zipfian(g) => {
+            Chooser::Zipfian(g, true) => g.rank(unit(&mut self.rng)) % visible,
+            Chooser::Zipfian(g, false) => {
                 let mut k = 0;
                 for _ in 0..MAX_REDRAWS {
                     k = g.rank(unit(&mut self.rng));
