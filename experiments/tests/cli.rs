@@ -221,6 +221,55 @@ fn hstore_and_its_baseline_run() {
     }
 }
 
+/// Clover as its artifact issues its verbs: with the query cache warm a GET READs the cached
+/// tail and the shortcut together (one round trip of latency, no metadata-server call), a PUT
+/// WRITEs and CASes; with the cache off (`nocache`) every operation asks the metadata server
+/// first and waits for a READ more.
+#[test]
+fn clover_warm_gets_take_one_round_trip_and_nocache_asks_the_ms_each_time() {
+    let run = |config: &str, workload: &str| {
+        json_run(&[
+            "run",
+            "--index",
+            "clover",
+            "--config",
+            config,
+            "--workload",
+            workload,
+            "--keys",
+            "5000",
+            "--compute-nodes",
+            "1",
+            "--threads-per-cn",
+            "4",
+            "--warmup-us",
+            "20",
+            "--duration-us",
+            "200",
+            "--format",
+            "json",
+        ])
+    };
+    let (warm, cold) = (run("default", "c"), run("nocache", "c"));
+    for v in [&warm, &cold] {
+        assert!(v["operations"].as_u64().unwrap() > 100, "{v}");
+        assert!(v["errors"].as_object().unwrap().is_empty(), "{v}");
+    }
+    let ops = |v: &serde_json::Value| v["operations"].as_u64().unwrap();
+    let lookups = |v: &serde_json::Value| v["index_counters"]["ms_lookup"].as_u64().unwrap_or(0);
+    assert_eq!(lookups(&warm), 0, "a warm cache asks the MS nothing: {warm}");
+    assert!(lookups(&cold) >= ops(&cold), "every operation asks the MS: {cold}");
+    // Two READs in flight together, to the memory node and the MS's node.
+    let rtt = warm["round_trips_per_op"].as_f64().unwrap();
+    assert!((2.0..2.01).contains(&rtt), "{warm}");
+    let p50 = |v: &serde_json::Value| v["latency_ns_p50"].as_f64().unwrap();
+    assert!(p50(&warm) < 0.5 * p50(&cold), "one round trip against a call and two: {warm} {cold}");
+    // A warm update: the version's WRITE, then the CAS on the cached tail (2 round trips).
+    let a = run("default", "a");
+    let rtt = a["round_trips_per_op"].as_f64().unwrap();
+    assert!((2.0..2.1).contains(&rtt), "{a}");
+}
+
 /// A crashed HTS: GETs go to the SLS; with a restart, the table is rebuilt and served again.
 #[test]
 fn hstore_survives_a_server_crash() {

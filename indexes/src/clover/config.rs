@@ -16,6 +16,9 @@ pub struct CloverOptions {
     /// Bound on the versions one operation follows and on its CAS attempts.
     pub max_retries: u32,
     pub chunk_bytes: u64,
+    /// Clients cache each key's shortcut address and last seen tail (pDPM's local query
+    /// cache); off, every operation asks the MS (`MITSUME_DISABLE_LOCAL_QUERY_CACHE`).
+    pub query_cache: bool,
     pub plants: std::collections::BTreeSet<&'static str>,
 }
 
@@ -29,6 +32,7 @@ impl Default for CloverOptions {
             max_keys: 1 << 20,
             max_retries: 100_000,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
+            query_cache: true,
             plants: Default::default(),
         }
     }

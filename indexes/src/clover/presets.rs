@@ -3,7 +3,8 @@
 use crate::Counters;
 use crate::checking::{Checked, Mix, Preset, ScanBounds, be_key, point};
 use crate::clover::{
-    CHAIN_HOP, Clover, CloverOptions, MS_FULL, MS_LOOKUP, MS_REGISTER_RACED, REGISTER_LOST, REGISTERED, STALE_HINT,
+    CHAIN_HOP, Clover, CloverOptions, MS_FULL, MS_LOOKUP, MS_REGISTER_RACED, REGISTER_LOST, REGISTERED, STALE_CACHE,
+    STALE_HINT,
 };
 
 /// Key `k` as the last `k % 8 + 1` big-endian bytes of `k + 1`: keys of 1 to 8 bytes, all but
@@ -14,7 +15,8 @@ fn varied_key(k: u64) -> Vec<u8> {
 }
 
 /// Clover (HStore's other baseline): four keys, so that writers of one key race on its tail's
-/// CAS, registrations race at the metadata server, and readers follow stale shortcuts.
+/// CAS, registrations race at the metadata server, and readers and writers find their cached
+/// tails and the shortcuts stale.
 impl Checked for Clover {
     fn presets() -> Vec<(Preset, CloverOptions)> {
         let options = CloverOptions {
@@ -39,7 +41,7 @@ impl Checked for Clover {
             mix: Mix { search: 35, insert: 30, update: 20, delete: 15, scan: 0 },
             scan_limit: 4,
             scan_bounds: ScanBounds::From,
-            required_counters: &[Counters::CAS_FAILURES, STALE_HINT, REGISTERED, MS_LOOKUP],
+            required_counters: &[Counters::CAS_FAILURES, STALE_HINT, STALE_CACHE, REGISTERED, MS_LOOKUP],
             step_limit: 1_000_000,
             low_client_ids: false,
         };
