@@ -224,7 +224,7 @@ fn hstore_and_its_baseline_run() {
 /// Clover as its artifact issues its verbs: with the query cache warm a GET READs the cached
 /// tail and the shortcut together (one round trip of latency, no metadata-server call), a PUT
 /// WRITEs and CASes; with the cache off (`nocache`) every operation asks the metadata server
-/// first and waits for a READ more.
+/// first, whose answer names the tail to READ.
 #[test]
 fn clover_warm_gets_take_one_round_trip_and_nocache_asks_the_ms_each_time() {
     let run = |config: &str, workload: &str| {
@@ -262,8 +262,12 @@ fn clover_warm_gets_take_one_round_trip_and_nocache_asks_the_ms_each_time() {
     // Two READs in flight together, to the memory node and the MS's node.
     let rtt = warm["round_trips_per_op"].as_f64().unwrap();
     assert!((2.0..2.01).contains(&rtt), "{warm}");
+    // Cold, the MS's answer names the version the shortcut does, so a GET is the call and then
+    // the same round trip: about twice the warm latency (a call costs about a READ), where a
+    // call, a shortcut READ and a version READ in series take about three times it.
     let p50 = |v: &serde_json::Value| v["latency_ns_p50"].as_f64().unwrap();
-    assert!(p50(&warm) < 0.5 * p50(&cold), "one round trip against a call and two: {warm} {cold}");
+    let slower = p50(&cold) / p50(&warm);
+    assert!((1.5..2.4).contains(&slower), "a call and one round trip against one round trip: {warm} {cold}");
     // A warm update: the version's WRITE, then the CAS on the cached tail (2 round trips).
     let a = run("default", "a");
     let rtt = a["round_trips_per_op"].as_f64().unwrap();

@@ -14,16 +14,18 @@
 //!   round trip (pDPM's `mitsume_tool_pointer_chasing` posts both before polling either): if
 //!   the version's `next` is 0 it is the tail, its value the answer (absent if a tombstone).
 //!   Else follow from the shortcut (when it points elsewhere) or from `next` until a version
-//!   whose `next` is 0. Without the key cached: an MS call for the shortcut's address, READ the
-//!   shortcut, READ the version it points to and follow. So 1 round trip warm and current, an
-//!   MS call and 2 cold, one more per version behind.
+//!   whose `next` is 0. Without the key cached: an MS call, answered with the shortcut's
+//!   address and the version the shortcut names (pDPM's MS answers with the version its GC
+//!   last recorded), then as if cached. So 1 round trip warm and current, an MS call and 1
+//!   cold, one more per version behind.
 //! - **PUT / UPDATE / DELETE**: WRITE the new version (a tombstone for a delete), then CAS the
 //!   `next` of the tail the cache holds from 0 to the new version (pDPM's `mitsume_tool_write`
 //!   CASes the cached entry without reading it first); on failure, follow the chain from the
 //!   word the CAS returned and CAS again. Then WRITE the shortcut (unsignaled: a hint that may
 //!   lag or even go back, never wrong, since every chain is append-only). 2 round trips warm.
-//!   Without a cached tail, the WRITE goes with a READ of the shortcut, and the tail is found
-//!   as a GET finds it. A key the MS does not know is registered by an MS call that creates
+//!   Without a cached tail, or with one the MS named (not known to hold a value, which an
+//!   update must know and an insert must report), the WRITE goes with the READs that find the
+//!   tail as a GET finds it. A key the MS does not know is registered by an MS call that creates
 //!   its shortcut pointing at the first version. An update or delete of a key cached as
 //!   deleted reads the chain first (it must not append to an absent key).
 //! - Options: `query_cache = false` (configuration `nocache`, pDPM's
@@ -34,9 +36,10 @@
 //! HStore's throughput (GET p50 2.2 µs against 4.0, PUT 3.7 against 7.9 at 16 clients), where
 //! the paper has HStore ahead by 14-40%. Until 2026-12-02 this module read the shortcut before
 //! every version and READ the tail before every CAS (GET 2 round trips, PUT 4), which put the
-//! ratios near 1. With the cache off (`nocache`) the paper's YCSB ratios are met and its GET
-//! ratios exceeded; its PUT ratio (1.4) is above even that (1.06 and 1.00). Which cache the
-//! paper's Clover ran with is not stated.
+//! ratios near 1. With the cache off (`nocache`) its GET ratios are met (fig7 1.04, 1.10; YCSB
+//! B-D 1.03-1.05) and its write ratios are not (PUT 0.82, 0.78 against 1.4; YCSB A, F 0.96,
+//! 0.99): the paper's Clover paid more on writes than this one, cache warm or off (its writers'
+//! garbage-collection traffic to the MS is not built). Which cache it ran with is not stated.
 //!
 //! The linearization point of a write is its successful CAS (or registration); of a read, the
 //! sample of `next == 0` at the tail. Versions are never reused or collected (Clover's MS
@@ -94,8 +97,9 @@ pub const HINT_NOT_POSTED: &str = "hint_not_posted";
 /// A shortcut pointed at a version that is no longer the tail (a writer appended after it and
 /// its hint had not landed, or hints landed out of order): the reader follows `next`.
 pub const STALE_HINT: &str = "stale_hint";
-/// A client's cached tail was no longer the tail (another writer appended after it): a reader
-/// follows on, a writer's CAS on it fails and it follows the word the CAS returned.
+/// A client's cached tail, or the one the MS named, was no longer the tail (another writer
+/// appended after it): a reader follows on, a writer's CAS on it fails and it follows the word
+/// the CAS returned.
 pub const STALE_CACHE: &str = "stale_cache";
 /// A client registering a key the MS did not know found it registered by another client in
 /// the meantime: it appends its version to that key's chain instead.
@@ -146,7 +150,8 @@ pub struct MetadataServer {
 }
 
 /// MS requests: `[0][key]` looks a key up; `[1][first version u64][key]` registers it. Replies:
-/// `[0]` unknown, `[1][shortcut offset u64]` known, `[2][shortcut offset u64]` registered now,
+/// `[0]` unknown, `[1][shortcut offset u64][the version the shortcut names u64]` known,
+/// `[2][shortcut offset u64]` registered now,
 /// `[3][message]` refused, `[4]` no shortcut left (`max_keys` keys registered).
 impl<C: ServerCtx> Service<C> for MetadataServer {
     /// Always: a copy is never refused, so none need be made to say so.
@@ -177,13 +182,15 @@ impl<C: ServerCtx> Service<C> for MetadataServer {
         }
         ctx.charge_cpu(CpuWork::HashByte, key.len() as u64).await;
         ctx.charge_cpu(CpuWork::CacheLookupLevel, 2).await;
+        let known = lock(&self.keys).get(key).copied();
+        match (known, first) {
+            (Some(slot), _) => return Self::known(&ctx, slot).await,
+            (None, None) => return vec![0],
+            (None, Some(_)) => {}
+        }
+        // A registration: the key is looked up again under the lock below, after the
+        // shortcut is written, so a registration racing this one is found there.
         let slot = {
-            let keys = lock(&self.keys);
-            match (keys.get(key), first) {
-                (Some(&slot), _) => return [&[1u8][..], &slot.to_le_bytes()].concat(),
-                (None, None) => return vec![0],
-                (None, Some(_)) => {}
-            }
             let mut slots = lock(&self.slots);
             let (next, free) = &mut *slots;
             match free.pop() {
@@ -209,20 +216,33 @@ impl<C: ServerCtx> Service<C> for MetadataServer {
         if let Err(e) = ctx.local_write(slot, Buf::from(first.to_le_bytes().to_vec())).await {
             return bad(&e.to_string());
         }
-        let mut keys = lock(&self.keys);
-        let (slot, fresh) = match keys.get(key) {
-            Some(&existing) => {
-                self.register_raced.fetch_add(1, Ordering::Relaxed);
-                lock(&self.slots).1.push(slot);
-                (existing, false)
-            }
-            None => {
-                keys.insert(SmallBytes::from(key), slot);
-                (slot, true)
+        let (slot, fresh) = {
+            let mut keys = lock(&self.keys);
+            match keys.get(key) {
+                Some(&existing) => {
+                    self.register_raced.fetch_add(1, Ordering::Relaxed);
+                    lock(&self.slots).1.push(slot);
+                    (existing, false)
+                }
+                None => {
+                    keys.insert(SmallBytes::from(key), slot);
+                    (slot, true)
+                }
             }
         };
-        drop(keys);
-        [&[if fresh { 2u8 } else { 1 }][..], &slot.to_le_bytes()].concat()
+        if fresh { [&[2u8][..], &slot.to_le_bytes()].concat() } else { Self::known(&ctx, slot).await }
+    }
+}
+
+impl MetadataServer {
+    /// The answer for a key the MS knows: its shortcut's offset and the version the shortcut
+    /// names now, read from the MS's own memory (pDPM's MS answers with the version its
+    /// garbage collector last recorded for the key: a pointer that may lag as this one may).
+    async fn known<C: ServerCtx>(ctx: &C, slot: u64) -> Vec<u8> {
+        match ctx.local_read(slot, 8).await {
+            Ok(b) => [&[1u8][..], &slot.to_le_bytes(), &b.u64_at(0).to_le_bytes()].concat(),
+            Err(e) => [&[3u8][..], e.to_string().as_bytes()].concat(),
+        }
     }
 }
 
@@ -236,9 +256,10 @@ pub struct CloverNode {
 }
 
 /// What a compute node's query cache holds of a key: the shortcut word's offset in the MS's
-/// memory, whose low bit (an offset is 8-aligned) says whether the cached tail is a tombstone,
-/// and the block word of the last version this node saw as the tail (0: none seen yet). 16
-/// bytes: a 10 M-key cache on each of 8 compute nodes is a host-memory matter (`cache_host_bytes`).
+/// memory, whose two low bits (an offset is 8-aligned) say whether the cached tail is a
+/// tombstone (bit 0) and whether that is known (bit 1 set: not known, a tail the MS named),
+/// and the block word of the last version this node saw as the tail (0: none yet). 16 bytes: a
+/// 10 M-key cache on each of 8 compute nodes is a host-memory matter (`cache_host_bytes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Cached {
     slot_tomb: u64,
@@ -246,17 +267,22 @@ struct Cached {
 }
 
 impl Cached {
-    fn new(slot: u64, tail: u64, tomb: bool) -> Cached {
+    /// `tomb`: whether the tail is a tombstone, if known.
+    fn new(slot: u64, tail: u64, tomb: Option<bool>) -> Cached {
         assert_eq!(slot % 8, 0, "a shortcut word is 8-aligned");
-        Cached { slot_tomb: slot | tomb as u64, tail }
+        let bits = match tomb {
+            Some(t) => t as u64,
+            None => 2,
+        };
+        Cached { slot_tomb: slot | bits, tail }
     }
 
     fn slot(self) -> u64 {
-        self.slot_tomb & !1
+        self.slot_tomb & !7
     }
 
-    fn tomb(self) -> bool {
-        self.slot_tomb & 1 == 1
+    fn tomb(self) -> Option<bool> {
+        (self.slot_tomb & 2 == 0).then_some(self.slot_tomb & 1 == 1)
     }
 }
 
@@ -271,7 +297,8 @@ pub struct CloverHandle<C> {
 /// What the MS said of a key.
 enum Ms {
     Unknown,
-    Known(u64),
+    /// The shortcut's offset, and the version it named when the MS answered.
+    Known(u64, u64),
     Registered(u64),
     /// No shortcut left for a new key.
     Full,
@@ -289,10 +316,11 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         }
         req.extend_from_slice(key);
         let r = self.ctx.call(self.o.ms_node(), MS_SERVICE, req).await?;
-        let slot = || r.get(1..9).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        let word = |at: usize| r.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        let slot = || word(1).filter(|s| s % 8 == 0);
         Ok(match (r.first(), slot()) {
             (Some(0), _) => Ms::Unknown,
-            (Some(1), Some(s)) => Ms::Known(s),
+            (Some(1), Some(s)) if word(9).is_some() => Ms::Known(s, word(9).expect("checked")),
             (Some(2), Some(s)) => Ms::Registered(s),
             (Some(4), _) => Ms::Full,
             _ => return Err(VerbsError::Protocol(format!("clover MS: {}", String::from_utf8_lossy(&r))).into()),
@@ -328,8 +356,13 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         self.counters.event(MS_LOOKUP);
         match self.ms(0, None, key).await? {
             Ms::Unknown | Ms::Full => Ok(None),
-            Ms::Known(slot) | Ms::Registered(slot) => {
-                let c = Cached::new(slot, 0, false);
+            Ms::Known(slot, named) => {
+                let c = Cached::new(slot, named, None);
+                self.remember(key, c);
+                Ok(Some(c))
+            }
+            Ms::Registered(slot) => {
+                let c = Cached::new(slot, 0, None);
                 self.remember(key, c);
                 Ok(Some(c))
             }
@@ -395,7 +428,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
             }
             (w, v)
         };
-        self.remember(key, Cached::new(c.slot(), w, v.value.is_none()));
+        self.remember(key, Cached::new(c.slot(), w, Some(v.value.is_none())));
         Ok((w, v))
     }
 
@@ -449,13 +482,13 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                 self.ctx.write(at, Buf::from(bytes)).await?;
                 let c = match self.ms(1, Some(new), key).await? {
                     Ms::Registered(slot) => {
-                        self.remember(key, Cached::new(slot, new, false));
+                        self.remember(key, Cached::new(slot, new, Some(false)));
                         self.counters.event(REGISTERED);
                         return Ok(false);
                     }
-                    Ms::Known(slot) => {
+                    Ms::Known(slot, named) => {
                         self.counters.event(REGISTER_LOST);
-                        Cached::new(slot, 0, false)
+                        Cached::new(slot, named, None)
                     }
                     Ms::Full => {
                         self.counters.event(MS_FULL);
@@ -467,13 +500,14 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                 let (w, v) = self.tail(c, key).await?;
                 (c.slot(), w, v.value.is_some(), false)
             }
-            Some(c) if c.tail != 0 && (upsert || !c.tomb()) => {
+            Some(c) if c.tail != 0 && (c.tomb() == Some(false) || upsert && c.tomb().is_some()) => {
                 self.ctx.write(at, Buf::from(bytes)).await?;
-                (c.slot(), c.tail, !c.tomb(), true)
+                (c.slot(), c.tail, c.tomb() == Some(false), true)
             }
             Some(c) => {
-                // No tail cached (or a tombstone an update must confirm): the version's WRITE
-                // goes with the reads that find the tail.
+                // No tail cached, one the MS named (whether it holds a value is not known), or a
+                // tombstone an update must confirm: the version's WRITE goes with the reads that
+                // find the tail.
                 let ctx = self.ctx.clone();
                 let write = ctx.post(vec![Request::write(at, bytes)]);
                 let found = self.tail(c, key).await;
@@ -496,7 +530,7 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                 self.ctx.cas(next_at, 0, new).await?
             };
             if old == 0 {
-                self.remember(key, Cached::new(slot, new, value.is_none()));
+                self.remember(key, Cached::new(slot, new, Some(value.is_none())));
                 // The shortcut is a hint: posted, not awaited.
                 let hint =
                     dmkit_rdma::Request::write(RemoteAddr::host(self.o.ms_node(), slot), new.to_le_bytes().to_vec());
@@ -687,7 +721,7 @@ impl IndexKind for Clover {
                     }
                     tail = v.next;
                 };
-                cache.insert(k.clone(), Cached::new(slot, tail, tomb));
+                cache.insert(k.clone(), Cached::new(slot, tail, Some(tomb)));
             }
         }
         Ok(())

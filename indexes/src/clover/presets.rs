@@ -156,10 +156,10 @@ impl Checked for Clover {
                 CloverOptions { memory_nodes: 4, chunk_bytes: 32, ..o.clone() },
             ),
             // The query cache off (configuration `nocache`): every operation asks the MS, and
-            // every read and write finds its tail from the shortcut.
+            // every read and write starts from the version the MS names.
             point(
                 "sweep-nocache",
-                Preset { required_counters: &[Counters::CAS_FAILURES, STALE_HINT, MS_LOOKUP], ..base.clone() },
+                Preset { required_counters: &[Counters::CAS_FAILURES, STALE_CACHE, MS_LOOKUP], ..base.clone() },
                 CloverOptions { query_cache: false, ..o.clone() },
             ),
             // Long runs: 4 clients x 25 operations on 3 keys, so chains grow and hints lag by
