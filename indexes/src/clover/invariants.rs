@@ -1,7 +1,7 @@
 //! The invariant walk of Clover, with no operation in flight: every registered key's version
 //! chain, from its shortcut.
 
-use super::layout::{UNIT, decode};
+use super::layout::{UNIT, Version, decode};
 use super::{CloverOptions, MS_SERVICE, MetadataServer};
 use crate::InvariantReport;
 use crate::common::block::decode_block_word;
@@ -18,28 +18,41 @@ pub fn check(o: &CloverOptions, memory: &dyn MemoryView) -> Result<InvariantRepo
     };
     let keys = lock(&ms.keys).clone();
     for (key, slot) in keys {
-        let read = |a: RemoteAddr, n: usize| memory.read_memory(a, n).map_err(|e| e.to_string());
-        let mut w = u64::from_le_bytes(read(RemoteAddr::host(o.ms_node(), slot), 8)?.try_into().expect("8 bytes"));
         let mut hops = 0u64;
-        loop {
-            let (at, units) = decode_block_word(w);
-            let v = decode(&read(at, (units * UNIT) as usize)?)
-                .ok_or_else(|| format!("key {key:02x?}: {at} is not a complete version"))?;
-            if key != v.key {
-                return Err(format!("key {key:02x?}: its chain reaches a version of {:02x?}", v.key));
-            }
+        let (_, tail) = chain(o, memory, &key, slot, |units| {
             report.remote_bytes += units * UNIT;
             hops += 1;
-            if v.next == 0 {
-                report.items += v.value.is_some() as u64;
-                break;
-            }
-            if hops > 1 << 24 {
-                return Err(format!("key {key:02x?}: a chain longer than 2^24 versions (a cycle?)"));
-            }
-            w = v.next;
-        }
+        })?;
+        report.items += tail.value.is_some() as u64;
         *report.structures.entry("versions_from_shortcuts").or_default() += hops;
     }
     Ok(report)
+}
+
+/// Walks `key`'s chain outside time, from the version its shortcut word (at `slot` in the MS's
+/// memory) names, calling `each` with every version's units; returns the tail's block word and
+/// version. Every version must be complete and of `key`, and the chain end within 2^24 hops.
+pub(super) fn chain(
+    o: &CloverOptions,
+    memory: &dyn MemoryView,
+    key: &[u8],
+    slot: u64,
+    mut each: impl FnMut(u64),
+) -> Result<(u64, Version), String> {
+    let read = |a: RemoteAddr, n: usize| memory.read_memory(a, n).map_err(|e| e.to_string());
+    let mut w = u64::from_le_bytes(read(RemoteAddr::host(o.ms_node(), slot), 8)?.try_into().expect("8 bytes"));
+    for _ in 0..1u64 << 24 {
+        let (at, units) = decode_block_word(w);
+        let v = decode(&read(at, (units * UNIT) as usize)?)
+            .ok_or_else(|| format!("key {key:02x?}: {at} is not a complete version"))?;
+        if key != v.key {
+            return Err(format!("key {key:02x?}: its chain reaches a version of {:02x?}", v.key));
+        }
+        each(units);
+        if v.next == 0 {
+            return Ok((w, v));
+        }
+        w = v.next;
+    }
+    Err(format!("key {key:02x?}: a chain longer than 2^24 versions (a cycle?)"))
 }

@@ -23,8 +23,8 @@
 //!   CASes the cached entry without reading it first); on failure, follow the chain from the
 //!   word the CAS returned and CAS again. Then WRITE the shortcut (unsignaled: a hint that may
 //!   lag or even go back, never wrong, since every chain is append-only). 2 round trips warm.
-//!   Without a cached tail, or with one the MS named (not known to hold a value, which an
-//!   update must know and an insert must report), the WRITE goes with the READs that find the
+//!   With a tail the MS named (not known to hold a value, which an update must know and an
+//!   insert must report), the WRITE goes with the READs that find the
 //!   tail as a GET finds it. A key the MS does not know is registered by an MS call that creates
 //!   its shortcut pointing at the first version. An update or delete of a key cached as
 //!   deleted reads the chain first (it must not append to an absent key).
@@ -258,7 +258,7 @@ pub struct CloverNode {
 /// What a compute node's query cache holds of a key: the shortcut word's offset in the MS's
 /// memory, whose two low bits (an offset is 8-aligned) say whether the cached tail is a
 /// tombstone (bit 0) and whether that is known (bit 1 set: not known, a tail the MS named),
-/// and the block word of the last version this node saw as the tail (0: none yet). 16 bytes: a
+/// and the block word of the last version this node saw (or the MS named) as the tail. 16 bytes: a
 /// 10 M-key cache on each of 8 compute nodes is a host-memory matter (`cache_host_bytes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Cached {
@@ -270,6 +270,7 @@ impl Cached {
     /// `tomb`: whether the tail is a tombstone, if known.
     fn new(slot: u64, tail: u64, tomb: Option<bool>) -> Cached {
         assert_eq!(slot % 8, 0, "a shortcut word is 8-aligned");
+        assert_ne!(tail, 0, "a cache entry names a version");
         let bits = match tomb {
             Some(t) => t as u64,
             None => 2,
@@ -320,7 +321,10 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         let slot = || word(1).filter(|s| s % 8 == 0);
         Ok(match (r.first(), slot()) {
             (Some(0), _) => Ms::Unknown,
-            (Some(1), Some(s)) if word(9).is_some() => Ms::Known(s, word(9).expect("checked")),
+            (Some(1), Some(s)) if word(9).is_some() => match word(9).expect("checked") {
+                0 => return Err(IndexError::Corrupt(format!("shortcut {s:#x} of a registered key is empty"))),
+                named => Ms::Known(s, named),
+            },
             (Some(2), Some(s)) => Ms::Registered(s),
             (Some(4), _) => Ms::Full,
             _ => return Err(VerbsError::Protocol(format!("clover MS: {}", String::from_utf8_lossy(&r))).into()),
@@ -342,8 +346,8 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         }
     }
 
-    /// The key's cache entry: cached, or its shortcut slot asked of the MS with no tail known
-    /// (`None`: the key was never inserted).
+    /// The key's cache entry: cached, or asked of the MS, whose answer names the tail the
+    /// shortcut does, not known to hold a value (`None`: the key was never inserted).
     async fn lookup(&mut self, key: &[u8]) -> Result<Option<Cached>, IndexError> {
         assert!(
             !key.is_empty() && key.len() <= self.o.max_key_bytes as usize,
@@ -361,10 +365,8 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                 self.remember(key, c);
                 Ok(Some(c))
             }
-            Ms::Registered(slot) => {
-                let c = Cached::new(slot, 0, None);
-                self.remember(key, c);
-                Ok(Some(c))
+            Ms::Registered(_) => {
+                Err(VerbsError::Protocol("clover MS: a lookup answered as a registration".into()).into())
             }
         }
     }
@@ -383,50 +385,38 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         Self::version_of(&b, at, key)
     }
 
-    /// The key's tail, its word and its version, from the cache entry `c`: the cached tail and
-    /// the shortcut READ together when a tail is cached, else the shortcut, then its version.
+    /// The key's tail, its word and its version, from the cache entry `c`: the tail it names
+    /// and the shortcut READ together, then on along the chain if that is no longer the tail.
     /// Remembers the tail found.
     async fn tail(&mut self, c: Cached, key: &[u8]) -> Result<(u64, Version), IndexError> {
         let shortcut = RemoteAddr::host(self.o.ms_node(), c.slot());
-        let (w, v) = if c.tail != 0 {
-            let (at, units) = decode_block_word(c.tail);
-            let mut r = post_per_node(
-                &self.ctx,
-                vec![Request::read(at, Buf::zeroed((units * UNIT) as usize)), Request::read(shortcut, Buf::zeroed(8))],
-            )
-            .await?
-            .into_iter();
-            let (b, hint) = match (r.next(), r.next()) {
-                (Some(b), Some(h)) => (b.into_buf()?, h.into_buf()?.u64_at(0)),
-                _ => return Err(VerbsError::Protocol("clover: a batch of two READs answered short".into()).into()),
-            };
-            let v = Self::version_of(&b, at, key)?;
-            if v.next == 0 || self.planted(TRUST_SHORTCUT) {
-                (c.tail, v)
-            } else {
-                self.counters.event(STALE_CACHE);
-                // The shortcut, when it points elsewhere, is likely nearer the tail than `next`
-                // (hints lag by the writes in flight); either way the chain leads to the tail.
-                if hint != 0 && hint != c.tail && hint != v.next {
-                    let (w, v) = self.follow(hint, key).await?;
-                    if w != hint {
-                        self.counters.event(STALE_HINT);
-                    }
-                    (w, v)
-                } else {
-                    self.follow(v.next, key).await?
-                }
-            }
+        let (at, units) = decode_block_word(c.tail);
+        let mut r = post_per_node(
+            &self.ctx,
+            vec![Request::read(at, Buf::zeroed((units * UNIT) as usize)), Request::read(shortcut, Buf::zeroed(8))],
+        )
+        .await?
+        .into_iter();
+        let (b, hint) = match (r.next(), r.next()) {
+            (Some(b), Some(h)) => (b.into_buf()?, h.into_buf()?.u64_at(0)),
+            _ => return Err(VerbsError::Protocol("clover: a batch of two READs answered short".into()).into()),
+        };
+        let v = Self::version_of(&b, at, key)?;
+        let (w, v) = if v.next == 0 || self.planted(TRUST_SHORTCUT) {
+            (c.tail, v)
         } else {
-            let start = self.ctx.read(shortcut, Buf::zeroed(8)).await?.u64_at(0);
-            if start == 0 {
-                return Err(IndexError::Corrupt(format!("shortcut {:#x} of a registered key is empty", c.slot())));
+            self.counters.event(STALE_CACHE);
+            // The shortcut, when it points elsewhere, is likely nearer the tail than `next`
+            // (hints lag by the writes in flight); either way the chain leads to the tail.
+            if hint != 0 && hint != c.tail && hint != v.next {
+                let (w, v) = self.follow(hint, key).await?;
+                if w != hint {
+                    self.counters.event(STALE_HINT);
+                }
+                (w, v)
+            } else {
+                self.follow(v.next, key).await?
             }
-            let (w, v) = self.follow(start, key).await?;
-            if w != start {
-                self.counters.event(STALE_HINT);
-            }
-            (w, v)
         };
         self.remember(key, Cached::new(c.slot(), w, Some(v.value.is_none())));
         Ok((w, v))
@@ -500,14 +490,13 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
                 let (w, v) = self.tail(c, key).await?;
                 (c.slot(), w, v.value.is_some(), false)
             }
-            Some(c) if c.tail != 0 && (c.tomb() == Some(false) || upsert && c.tomb().is_some()) => {
+            Some(c) if c.tomb() == Some(false) || upsert && c.tomb().is_some() => {
                 self.ctx.write(at, Buf::from(bytes)).await?;
                 (c.slot(), c.tail, c.tomb() == Some(false), true)
             }
             Some(c) => {
-                // No tail cached, one the MS named (whether it holds a value is not known), or a
-                // tombstone an update must confirm: the version's WRITE goes with the reads that
-                // find the tail.
+                // A tail the MS named (whether it holds a value is not known), or a tombstone an
+                // update must confirm: the version's WRITE goes with the reads that find the tail.
                 let ctx = self.ctx.clone();
                 let write = ctx.post(vec![Request::write(at, bytes)]);
                 let found = self.tail(c, key).await;
@@ -707,21 +696,9 @@ impl IndexKind for Clover {
             let mut cache = lock(&node.cache);
             cache.reserve(keys.len());
             for (k, &slot) in keys.iter() {
-                let word = |a: RemoteAddr| {
-                    memory.read_memory(a, 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-                };
-                let mut tail = word(RemoteAddr::host(o.ms_node(), slot)).map_err(|e| e.to_string())?;
-                // Hints land out of order: the shortcut may lag its chain.
-                let tomb = loop {
-                    let (at, units) = decode_block_word(tail);
-                    let b = memory.read_memory(at, (units * UNIT) as usize).map_err(|e| e.to_string())?;
-                    let v = decode(&b).ok_or_else(|| format!("clover: {at} is not a complete version"))?;
-                    if v.next == 0 {
-                        break v.value.is_none();
-                    }
-                    tail = v.next;
-                };
-                cache.insert(k.clone(), Cached::new(slot, tail, Some(tomb)));
+                // Hints land out of order: the shortcut may lag its chain, so walk it.
+                let (tail, v) = invariants::chain(o, memory, k, slot, |_| ())?;
+                cache.insert(k.clone(), Cached::new(slot, tail, Some(v.value.is_none())));
             }
         }
         Ok(())
