@@ -788,3 +788,29 @@ fn run_check_on_several_hardware_processes_is_refused() {
     assert_one_line_error(&["check-history"], "required");
     assert_one_line_error(&["check-history", "/nonexistent/h.jsonl"], "cannot read");
 }
+
+/// A result names everything that determined its operations: `--theta` and `--zipf-items`
+/// change them without changing the workload's name, so the result carries the workload's spec.
+#[test]
+fn a_result_records_its_workloads_theta_and_zipf_items() {
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let args = [
+            &["run", "--index", "example", "--workload", "dense-a", "--keys", "2000", "--format", "json"][..],
+            &SHORT,
+            extra,
+        ]
+        .concat();
+        let out = dmkit(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("one JSON object")
+    };
+    let plain = run(&[]);
+    let skewed = run(&["--theta", "0.5", "--zipf-items", "1000000"]);
+    assert_eq!(plain["workload"], skewed["workload"], "the name does not say");
+    let spec = |v: &serde_json::Value| v["workload_spec"].clone();
+    assert_eq!(spec(&plain)["distribution"]["theta"], 0.99, "{plain}");
+    assert!(spec(&plain).get("zipfian_items").is_none(), "{plain}");
+    assert_eq!(spec(&skewed)["distribution"]["theta"], 0.5, "{skewed}");
+    assert_eq!(spec(&skewed)["zipfian_items"], 1000000, "{skewed}");
+    assert_eq!(spec(&skewed)["record_count"], 2000, "{skewed}");
+}

@@ -185,7 +185,10 @@ impl IndexVisitor for Run<'_, '_> {
         work: Work,
     ) -> Result<RunResult, String> {
         let sources = work.sources(req);
-        run_index::<K>(&req.setup, options, names, work.items, sources, self.ctx)
+        let spec = work.spec.clone();
+        let mut result = run_index::<K>(&req.setup, options, names, work.items, sources, self.ctx)?;
+        result.workload_spec = Some(spec);
+        Ok(result)
     }
 }
 

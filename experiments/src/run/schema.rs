@@ -105,6 +105,11 @@ pub struct RunResult {
     pub coroutines: u32,
     pub keys: u64,
     pub seed: u64,
+    /// Everything that determined the operations: mix, distribution (with its θ), key format,
+    /// value size, scan lengths, the loaded keys and the Zipfian's item count (`zipf_items`).
+    /// A run file's `theta` or `zipf_items` is here, which the workload's name does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_spec: Option<crate::workload::WorkloadSpec>,
     /// The measured phase's length (the same as `measured_ns`; kept for older readers).
     pub duration_ns: u64,
     /// Operations completed without error in the measured phase (failed ones are in

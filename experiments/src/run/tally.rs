@@ -169,6 +169,7 @@ impl RunResult {
             coroutines: setup.coroutines,
             keys,
             seed: setup.seed,
+            workload_spec: None,
             duration_ns: measured_ns,
             operations: overall.operations,
             throughput_mops: overall.throughput_mops,
