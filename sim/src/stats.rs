@@ -164,8 +164,10 @@ impl Stats {
 pub struct ClientStats {
     /// Verbs posted, by kind (indexed like [`VerbKind::ALL`]; calls included), with payload bytes.
     pub verbs: [VerbCount; 7],
-    /// Completions the client waited for: doorbell batches and calls (each one round trip on
-    /// its critical path).
+    /// Round trips on the client's critical path: completions it waited for (doorbell batches
+    /// and calls), those in flight together counted once (a batch posted before the last
+    /// counted completion arrived overlapped it; `Core::count_round_trip`). Until 2026-12-02
+    /// every completion counted, so READs to two nodes posted together counted two.
     pub round_trips: u64,
 }
 

@@ -97,6 +97,9 @@ pub(crate) struct ClientInfo {
     /// The client's random stream (shared by every handle to the client).
     pub(crate) rng: std::rc::Rc<std::cell::RefCell<ChaCha8Rng>>,
     pub(crate) stats: ClientStats,
+    /// When the last completion this client's `round_trips` counted was delivered: a wait
+    /// posted before it overlapped that round trip and is not another (`count_round_trip`).
+    pub(crate) round_trip_end_ps: u64,
 }
 
 pub(crate) struct Core {
@@ -316,10 +319,27 @@ impl Core {
             task: None,
             rng,
             stats: ClientStats::default(),
+            round_trip_end_ps: 0,
         });
         let nodes = self.nodes.len();
         self.qps.extend((0..nodes).map(|_| Qp::default()));
         (self.clients.len() - 1) as u32
+    }
+
+    /// Counts a completion the client waited for (a signalled batch or a call posted at
+    /// `posted_ps`) as a round trip, unless it was posted before the last one counted was
+    /// delivered: waits in flight together (two READs to two memory nodes, posted one after
+    /// the other and awaited together; a WRITE posted before the READs of a tail) are one round
+    /// trip on the critical path, not two. In instant mode (a load: time stands still) every
+    /// completion counts.
+    pub(super) fn count_round_trip(&mut self, client: u32, posted_ps: u64) {
+        let now = self.now_ps();
+        let instant = self.instant;
+        let c = &mut self.clients[client as usize];
+        if instant || posted_ps >= c.round_trip_end_ps {
+            c.stats.round_trips += 1;
+            c.round_trip_end_ps = now;
+        }
     }
 
     /// Registers a service id on a target node (its handler lives in the executor).
@@ -400,7 +420,7 @@ impl Core {
         }
     }
 
-    fn now_ps(&self) -> u64 {
+    pub(crate) fn now_ps(&self) -> u64 {
         self.now_ns * PS_PER_NS
     }
 

@@ -235,7 +235,7 @@ impl Core {
             outcome: Outcome::Ready(outcome),
         });
         if signaled {
-            self.clients[client as usize].stats.round_trips += 1;
+            self.count_round_trip(client, self.now_ps());
         } else {
             self.batches.remove(batch);
         }
@@ -369,8 +369,8 @@ impl Core {
             }
             _ => {
                 b.outcome = Outcome::Ready(Ok((completed, error)));
-                let (client, waiter) = (b.client, b.waiter);
-                self.clients[client as usize].stats.round_trips += 1;
+                let (client, waiter, posted_ps) = (b.client, b.waiter, b.posted_ps);
+                self.count_round_trip(client, posted_ps);
                 self.wake_after_poll(client, waiter);
             }
         }

@@ -289,8 +289,8 @@ impl Core {
             }
             _ => {
                 rpc.outcome = Outcome::Ready(result);
-                let (client, waiter) = (rpc.client, rpc.waiter);
-                self.clients[client as usize].stats.round_trips += 1;
+                let (client, waiter, posted_ps) = (rpc.client, rpc.waiter, rpc.posted_ps);
+                self.count_round_trip(client, posted_ps);
                 self.wake_after_poll(client, waiter);
             }
         }
