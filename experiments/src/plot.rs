@@ -227,7 +227,7 @@ fn system_label(row: &Value, fields: &[String]) -> String {
                 }
             }
             "workload" | "clients" => {}
-            other => parts.push(format!("{other}={}", get(other))),
+            other => parts.push(format!("{}={}", crate::reproduce::field_name(other), get(other))),
         }
     }
     if parts.is_empty() { get("index") } else { parts.join(" ") }

@@ -163,6 +163,12 @@ fn point_of(rows: &[Value], compare: &Compare, sel: &Selector, metric: &str, per
     }
 }
 
+/// A result field as a table or legend names it: a swept skew
+/// (`workload_spec.distribution.theta`) is θ; any other field its path.
+pub fn field_name(path: &str) -> &str {
+    if path == "theta" || path.ends_with(".theta") { "θ" } else { path }
+}
+
 fn describe(sel: &Selector) -> String {
     sel.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
 }
@@ -184,7 +190,7 @@ fn short(sel: &Selector) -> String {
     }
     for (k, v) in sel {
         if !["index", "config", "workload"].contains(&k.as_str()) {
-            parts.push(format!("{k}={v}"));
+            parts.push(format!("{}={v}", field_name(k)));
         }
     }
     parts.join(" ")
