@@ -34,8 +34,15 @@ os.makedirs(work, exist_ok=True)
 name = os.path.basename(os.path.dirname(fig_path)) + "-" + os.path.basename(fig_path)[:-5]
 
 
+def field(row, path):
+    """A result's field by name or dotted path (`workload_spec.distribution.theta`), as `reproduce`'s."""
+    for part in path.split("."):
+        row = row.get(part) if isinstance(row, dict) else None
+    return row
+
+
 def matches(row, sel):
-    return all(str(row.get(k)) == str(v) or (k == "workload" and row.get(k) == f"ycsb-{v}") for k, v in sel.items())
+    return all(str(field(row, k)) == str(v) or (k == "workload" and field(row, k) == f"ycsb-{v}") for k, v in sel.items())
 
 
 for v in values:
