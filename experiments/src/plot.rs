@@ -159,15 +159,44 @@ where
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
         chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(err)?;
     }
+    let all = data.iter().flat_map(|(_, p)| p.iter().copied());
+    let x_span = (chart.x_range().start, chart.x_range().end);
+    let corner = legend_corner(all, x_span, y_max, data.len());
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(corner)
         .draw()
         .map_err(err)?;
     root.present().map_err(err)
+}
+
+/// The corner of a chart whose legend would cover the fewest points: each corner's box is
+/// about as wide as a legend of long names (45% of the width) and as tall as `entries` lines.
+/// Ties go to the upper left, then upper right, lower right and lower left.
+fn legend_corner(
+    points: impl Iterator<Item = (f64, f64)> + Clone,
+    (x0, x1): (f64, f64),
+    y_max: f64,
+    entries: usize,
+) -> SeriesLabelPosition {
+    let (w, h) = (0.45 * (x1 - x0), (0.06 * entries as f64 + 0.06).min(0.95) * y_max);
+    let corners = [
+        (SeriesLabelPosition::UpperLeft, x0, x0 + w, y_max - h, y_max),
+        (SeriesLabelPosition::UpperRight, x1 - w, x1, y_max - h, y_max),
+        (SeriesLabelPosition::LowerRight, x1 - w, x1, 0.0, h),
+        (SeriesLabelPosition::LowerLeft, x0, x0 + w, 0.0, h),
+    ];
+    let mut best = (usize::MAX, SeriesLabelPosition::UpperLeft);
+    for (corner, xa, xb, ya, yb) in corners {
+        let covered = points.clone().filter(|&(x, y)| (xa..=xb).contains(&x) && (ya..=yb).contains(&y)).count();
+        if covered < best.0 {
+            best = (covered, corner);
+        }
+    }
+    best.1
 }
 
 /// Writes `<out>.svg` and `<out>.png`.
@@ -451,12 +480,14 @@ where
             let at = (*x, y_max * (0.97 - 0.06 * i as f64));
             chart.draw_series(std::iter::once(Text::new(format!(" {label} "), at, font))).map_err(err)?;
         }
+        let all = panel.curves.iter().flat_map(|c| c.points.iter().map(|&(x, y, _)| (x, y)));
+        let corner = legend_corner(all, (0.0, x_max), y_max, panel.curves.len());
         chart
             .configure_series_labels()
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font(("sans-serif", 12))
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(corner)
             .draw()
             .map_err(err)?;
     }
@@ -537,4 +568,26 @@ pub fn figure_plots(figure: &crate::figure::Figure, rows: &[Value], raw: &[Value
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corner(points: &[(f64, f64)]) -> SeriesLabelPosition {
+        legend_corner(points.iter().copied(), (0.0, 10.0), 10.0, 4)
+    }
+
+    /// The legend leaves the points it would hide: the upper left unless points are there,
+    /// then the corner covering fewest (Sherman's slow, high-tail point in Dolphin's Fig. 7 sat
+    /// under a legend fixed at the upper left).
+    #[test]
+    fn the_legend_goes_where_it_covers_fewest_points() {
+        let is = |p: SeriesLabelPosition, name: &str| assert_eq!(format!("{p:?}"), name);
+        is(corner(&[]), "UpperLeft");
+        is(corner(&[(5.5, 1.0), (9.0, 1.0)]), "UpperLeft");
+        is(corner(&[(1.0, 9.5)]), "UpperRight");
+        is(corner(&[(1.0, 9.5), (9.0, 9.0), (9.5, 0.5)]), "LowerLeft");
+        is(corner(&[(1.0, 9.5), (2.0, 9.0), (9.0, 9.0), (9.5, 0.5), (9.8, 9.9), (0.5, 0.5), (1.0, 1.0)]), "LowerRight");
+    }
 }
