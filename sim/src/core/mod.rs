@@ -420,7 +420,7 @@ impl Core {
         }
     }
 
-    pub(crate) fn now_ps(&self) -> u64 {
+    fn now_ps(&self) -> u64 {
         self.now_ns * PS_PER_NS
     }
 
