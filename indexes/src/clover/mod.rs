@@ -319,14 +319,14 @@ impl<C: Client + Clone + 'static> CloverHandle<C> {
         let r = self.ctx.call(self.o.ms_node(), MS_SERVICE, req).await?;
         let word = |at: usize| r.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
         let slot = || word(1).filter(|s| s % 8 == 0);
-        Ok(match (r.first(), slot()) {
-            (Some(0), _) => Ms::Unknown,
-            (Some(1), Some(s)) if word(9).is_some() => match word(9).expect("checked") {
-                0 => return Err(IndexError::Corrupt(format!("shortcut {s:#x} of a registered key is empty"))),
-                named => Ms::Known(s, named),
-            },
-            (Some(2), Some(s)) => Ms::Registered(s),
-            (Some(4), _) => Ms::Full,
+        Ok(match (r.first(), slot(), word(9)) {
+            (Some(0), _, _) => Ms::Unknown,
+            (Some(1), Some(s), Some(0)) => {
+                return Err(IndexError::Corrupt(format!("shortcut {s:#x} of a registered key is empty")));
+            }
+            (Some(1), Some(s), Some(named)) => Ms::Known(s, named),
+            (Some(2), Some(s), _) => Ms::Registered(s),
+            (Some(4), _, _) => Ms::Full,
             _ => return Err(VerbsError::Protocol(format!("clover MS: {}", String::from_utf8_lossy(&r))).into()),
         })
     }
