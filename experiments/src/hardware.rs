@@ -546,7 +546,8 @@ pub fn run_index<K: IndexKind>(
         timeseries: if setup.timeseries_ns > 0 { tally.timeseries(setup.timeseries_ns, end_ns) } else { Vec::new() },
         history: setup.record_history.then_some(history),
         supports_scan: K::SUPPORTS_SCAN,
-        // Verb-level costs and NIC utilisation are the simulator's: they stay 0 here.
+        // Verb-level costs and the memory nodes' NIC utilisation are the simulator's: not
+        // measured here, they stay `None` (null in JSON, `—` in the table).
         ..measured.with_structure(&report, item_bytes)
     })
 }

@@ -448,13 +448,13 @@ pub fn run_loaded<K: IndexKind>(
     Ok(RunResult {
         series_mops,
         series_bin_ns,
-        round_trips_per_op: round3(cost.cost.round_trips as f64 / ops),
-        bytes_read_per_op: round3(cost.cost.bytes_read() as f64 / ops),
-        bytes_written_per_op: round3(cost.cost.bytes_written() as f64 / ops),
-        read_amplification: round3(cost.cost.bytes_read() as f64 / cost.useful_bytes.max(1) as f64),
+        round_trips_per_op: Some(round3(cost.cost.round_trips as f64 / ops)),
+        bytes_read_per_op: Some(round3(cost.cost.bytes_read() as f64 / ops)),
+        bytes_written_per_op: Some(round3(cost.cost.bytes_written() as f64 / ops)),
+        read_amplification: Some(round3(cost.cost.bytes_read() as f64 / cost.useful_bytes.max(1) as f64)),
         verbs_per_op,
-        mn_iops_utilisation: round3(busy(s0.nic_busy_ns, s1.nic_busy_ns)),
-        mn_bandwidth_utilisation: round3(busy(s0.link_out_busy_ns, s1.link_out_busy_ns)),
+        mn_iops_utilisation: Some(round3(busy(s0.nic_busy_ns, s1.nic_busy_ns))),
+        mn_bandwidth_utilisation: Some(round3(busy(s0.link_out_busy_ns, s1.link_out_busy_ns))),
         nic_cache_misses_per_op: (setup.profile.qp_context_cache_entries > 0
             || setup.profile.translation_cache_entries > 0)
             .then(|| round3((s1.nic_cache_misses - s0.nic_cache_misses) as f64 / ops)),

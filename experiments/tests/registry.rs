@@ -37,12 +37,8 @@ fn a_configuration_run_by_another_type_goes_through_its_entry() {
     assert_eq!(out_of_line.config, "sherman-hstore-ool");
     assert_eq!(inline.config, "sherman-hstore");
     // A GET out of line is the tree's READs and one more for the block.
-    assert!(
-        out_of_line.round_trips_per_op > inline.round_trips_per_op + 0.5,
-        "out of line {} round trips per GET, inline {}",
-        out_of_line.round_trips_per_op,
-        inline.round_trips_per_op
-    );
+    let (out_of_line, inline) = (out_of_line.round_trips_per_op.unwrap(), inline.round_trips_per_op.unwrap());
+    assert!(out_of_line > inline + 0.5, "out of line {out_of_line} round trips per GET, inline {inline}");
 }
 
 #[test]
@@ -60,4 +56,33 @@ fn requests_an_index_cannot_serve_are_refused_by_name() {
     assert!(e.contains("8-byte keys and values"), "{e}");
     let e = refused("art", "workload = \"a\"\nconfig = \"smart\"\n");
     assert!(e.contains("try --index smart"), "{e}");
+}
+
+#[test]
+fn a_metric_the_backend_did_not_measure_reads_as_none_not_zero() {
+    use dmkit_experiments::run::report;
+    let mut r = run_request(&small("sherman", "workload = \"c\"\n")).unwrap();
+    assert!(r.round_trips_per_op.unwrap() >= 1.0, "the simulator measures its round trips");
+    // What `--backend rdma` leaves: the simulator's verb accounting unmeasured.
+    r.round_trips_per_op = None;
+    r.bytes_read_per_op = None;
+    r.bytes_written_per_op = None;
+    r.read_amplification = None;
+    r.mn_iops_utilisation = None;
+    r.mn_bandwidth_utilisation = None;
+    let json = serde_json::to_value(&r).unwrap();
+    for f in ["round_trips_per_op", "bytes_read_per_op", "mn_iops_utilisation", "mn_bandwidth_utilisation"] {
+        assert!(json[f].is_null(), "{f}: {}", json[f]);
+    }
+    let table = report::table(std::slice::from_ref(&r));
+    let row = table.lines().nth(1).unwrap();
+    assert!(row.trim_end().ends_with("—         —         —"), "{row}");
+    let csv = report::csv(std::slice::from_ref(&r));
+    let (header, line) = (csv.lines().next().unwrap(), csv.lines().nth(1).unwrap());
+    let at = header.split(',').position(|h| h == "round_trips_per_op").unwrap();
+    let cells: Vec<&str> = line.split(',').collect();
+    assert_eq!(&cells[at..at + 6], &["", "", "", "", "", ""], "{line}");
+    // And a result with them absent reads back as absent.
+    let back: dmkit_experiments::run::schema::RunResult = serde_json::from_value(json).unwrap();
+    assert_eq!(back.round_trips_per_op, None);
 }

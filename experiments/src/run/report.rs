@@ -51,7 +51,7 @@ pub fn table(results: &[RunResult]) -> String {
     );
     for r in results {
         out.push_str(&format!(
-            "{:<10} {:<10} {:>7} {:>19} {:>7} {:>9} {:>9} {:>9} {:>7.2} {:>9.1} {:>9.1}\n",
+            "{:<10} {:<10} {:>7} {:>19} {:>7} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}\n",
             r.index,
             r.workload,
             r.clients,
@@ -60,9 +60,9 @@ pub fn table(results: &[RunResult]) -> String {
             r.latency_ns_p50,
             r.latency_ns_p99,
             r.latency_ns_p999,
-            r.round_trips_per_op,
-            r.bytes_read_per_op,
-            r.bytes_written_per_op
+            fixed(r.round_trips_per_op, 2),
+            fixed(r.bytes_read_per_op, 1),
+            fixed(r.bytes_written_per_op, 1)
         ));
     }
     for (i, r) in results.iter().enumerate() {
@@ -76,6 +76,16 @@ pub fn table(results: &[RunResult]) -> String {
         }
     }
     out
+}
+
+/// A table cell of a metric the backend may not measure: `—` for none.
+fn fixed(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "—".to_string(), |v| format!("{v:.decimals$}"))
+}
+
+/// A CSV cell of a metric the backend may not measure: empty for none.
+fn cell(v: Option<f64>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
 }
 
 /// CSV of results: a header and one line per run, the scalar fields of the schema.
@@ -105,12 +115,12 @@ pub fn csv(results: &[RunResult]) -> String {
             r.latency_ns_p90,
             r.latency_ns_p99,
             r.latency_ns_p999,
-            r.round_trips_per_op,
-            r.bytes_read_per_op,
-            r.bytes_written_per_op,
-            r.read_amplification,
-            r.mn_iops_utilisation,
-            r.mn_bandwidth_utilisation,
+            cell(r.round_trips_per_op),
+            cell(r.bytes_read_per_op),
+            cell(r.bytes_written_per_op),
+            cell(r.read_amplification),
+            cell(r.mn_iops_utilisation),
+            cell(r.mn_bandwidth_utilisation),
             r.cache_bytes_per_cn,
             r.remote_bytes_used,
             r.retries_per_op,

@@ -155,14 +155,20 @@ pub struct RunResult {
     pub latency_ns_p999: u64,
     pub per_op: BTreeMap<String, OpMetrics>,
     /// Completions waited for per operation (dependent remote waits on the critical path).
-    pub round_trips_per_op: f64,
-    pub bytes_read_per_op: f64,
-    pub bytes_written_per_op: f64,
+    ///
+    /// This and the five fields after it are the simulator's own accounting of verbs, bytes
+    /// and the memory nodes' NICs. A backend that does not measure them (`--backend rdma`)
+    /// leaves them `None`: JSON `null`, an empty CSV cell, `—` in the table, never a 0 that
+    /// reads as a measurement.
+    pub round_trips_per_op: Option<f64>,
+    pub bytes_read_per_op: Option<f64>,
+    pub bytes_written_per_op: Option<f64>,
     /// Bytes READ per byte of key and value the operations asked for.
-    pub read_amplification: f64,
+    pub read_amplification: Option<f64>,
+    /// Verbs per operation by kind; empty where not measured.
     pub verbs_per_op: BTreeMap<String, f64>,
-    pub mn_iops_utilisation: f64,
-    pub mn_bandwidth_utilisation: f64,
+    pub mn_iops_utilisation: Option<f64>,
+    pub mn_bandwidth_utilisation: Option<f64>,
     /// Misses of the NICs' queue-pair context and translation caches per operation, compute
     /// and memory side together; present only when the profile models the caches.
     #[serde(default, skip_serializing_if = "Option::is_none")]

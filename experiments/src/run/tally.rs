@@ -127,7 +127,8 @@ impl RunResult {
     /// phase `e` chose (ticks of `setup.tick_ns`): names and shape; throughput as the
     /// estimate's mean ± its interval, and the verdict; latencies overall and per operation
     /// name, and errors, of the operations that completed in the measured phase. The
-    /// backend-specific metrics (verb costs, utilisation, caches, counters) start at zero.
+    /// backend-specific metrics start unmeasured (verb costs and utilisation `None`) or at
+    /// zero (caches, counters), for the backend to fill in.
     pub(crate) fn measured(
         index: &str,
         names: (&str, &str),
@@ -192,13 +193,13 @@ impl RunResult {
             latency_ns_p99: overall.latency_ns_p99,
             latency_ns_p999: overall.latency_ns_p999,
             per_op,
-            round_trips_per_op: 0.0,
-            bytes_read_per_op: 0.0,
-            bytes_written_per_op: 0.0,
-            read_amplification: 0.0,
+            round_trips_per_op: None,
+            bytes_read_per_op: None,
+            bytes_written_per_op: None,
+            read_amplification: None,
             verbs_per_op: BTreeMap::new(),
-            mn_iops_utilisation: 0.0,
-            mn_bandwidth_utilisation: 0.0,
+            mn_iops_utilisation: None,
+            mn_bandwidth_utilisation: None,
             nic_cache_misses_per_op: None,
             cache_bytes_per_cn: 0.0,
             cache_hit_ratio: None,
