@@ -127,6 +127,85 @@ impl IndexVisitor for LoadOnly {
     }
 }
 
+/// Reference loads: the same items, in the same order, into the host's own maps, with no
+/// simulator around them. Their cost per key grows with the key count as the host's caches
+/// and TLB stop holding the structure, which no simulator doing the same random accesses can
+/// undercut: the yardstick for how much of an index's growth is the host's (README,
+/// Benchmarks). `host-btree` is `std::collections::BTreeMap` (an ordered map, as the trees'
+/// images are), `host-hashmap` `std::collections::HashMap` with a fixed SipHash key.
+pub const HOST_REFERENCES: [&str; 2] = ["host-btree", "host-hashmap"];
+
+/// The index whose request generates a host reference's items (any index's would do: the
+/// items depend on the workload, its sizes and the seed, not on the index).
+pub const HOST_REFERENCE_ITEMS_FROM: &str = "example";
+
+struct HostLoad<'a>(&'a str);
+
+impl IndexVisitor for HostLoad<'_> {
+    type Out = LoadBench;
+    fn visit<K: dmkit_indexes::IndexKind>(
+        self,
+        _req: &RunRequest,
+        _options: &K::Options,
+        _names: (&str, &str),
+        work: Work,
+    ) -> Result<LoadBench, String> {
+        use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
+        // A digest of what the map holds, in key order, so that repeated loads are checked to
+        // hold the same items as index loads are.
+        fn digest<'a>(items: impl Iterator<Item = (&'a Vec<u8>, &'a Vec<u8>)>) -> u64 {
+            let mut h = DefaultHasher::new();
+            items.for_each(|kv| kv.hash(&mut h));
+            h.finish()
+        }
+        let start = std::time::Instant::now();
+        let (keys, memory_digest, load_s) = match self.0 {
+            "host-btree" => {
+                let mut map = std::collections::BTreeMap::new();
+                for (k, v) in work.items {
+                    map.insert(k, v);
+                }
+                let load_s = start.elapsed().as_secs_f64();
+                (map.len() as u64, digest(map.iter()), load_s)
+            }
+            "host-hashmap" => {
+                let mut map: std::collections::HashMap<Vec<u8>, Vec<u8>, BuildHasherDefault<DefaultHasher>> =
+                    Default::default();
+                for (k, v) in work.items {
+                    map.insert(k, v);
+                }
+                let load_s = start.elapsed().as_secs_f64();
+                let mut sorted: Vec<_> = map.iter().collect();
+                sorted.sort();
+                (map.len() as u64, digest(sorted.into_iter()), load_s)
+            }
+            other => return Err(format!("no host reference named {other}: {}", HOST_REFERENCES.join(", "))),
+        };
+        Ok(LoadBench {
+            index: self.0.to_string(),
+            config: "-".into(),
+            keys,
+            load_s,
+            us_per_key: load_s * 1e6 / keys.max(1) as f64,
+            steps_per_key: 0.0,
+            verbs_per_key: 0.0,
+            nonzero_bytes: 0,
+            image_host_bytes: 0,
+            memory_digest,
+            peak_rss_bytes: peak_rss_bytes(),
+            loads: 0,
+            load_s_min: 0.0,
+            load_s_max: 0.0,
+        })
+    }
+}
+
+/// Loads `req`'s items into host reference `name` (one of [`HOST_REFERENCES`]) in this
+/// process and measures it. `req` names the index whose items are loaded.
+pub fn measure_host(name: &str, req: &RunRequest) -> Result<LoadBench, String> {
+    dispatch(req, HostLoad(name))
+}
+
 /// This process's peak resident set (VmHWM in /proc/self/status), in bytes.
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -198,14 +277,24 @@ pub fn table(rows: &[LoadBench]) -> String {
                 } else {
                     String::new()
                 };
+                // The simulator's own work per key, where there is a simulator (not in the host
+                // references).
+                let work = if lo.steps_per_key > 0.0 {
+                    format!(
+                        "; simulator steps per key x{:.2}, verbs x{:.2}",
+                        hi.steps_per_key / lo.steps_per_key,
+                        hi.verbs_per_key / lo.verbs_per_key
+                    )
+                } else {
+                    String::new()
+                };
                 let _ = writeln!(
                     out,
-                    "{index} {config}: cost per key x{:.2}{range} from {} to {} keys (simulator steps per key x{:.2}, verbs x{:.2})",
+                    "{index} {config}: cost per key x{:.2}{range} from {} to {} keys ({:+.2} us per key{work})",
                     hi.us_per_key / lo.us_per_key,
                     lo.keys,
                     hi.keys,
-                    hi.steps_per_key / lo.steps_per_key,
-                    hi.verbs_per_key / lo.verbs_per_key
+                    hi.us_per_key - lo.us_per_key,
                 );
             }
         }
@@ -260,7 +349,9 @@ mod tests {
     fn the_table_tells_the_loads_own_growth_from_the_hosts() {
         let t = table(&[row(100_000, 2.0, 4.0, 3.0), row(10_000_000, 3.0, 4.4, 3.3)]);
         assert!(
-            t.contains("example example: cost per key x1.50 from 100000 to 10000000 keys (simulator steps per key x1.10, verbs x1.10)"),
+            t.contains(
+                "example example: cost per key x1.50 from 100000 to 10000000 keys (+1.00 us per key; simulator steps per key x1.10, verbs x1.10)"
+            ),
             "{t}"
         );
         assert!(t.lines().next().unwrap().contains("steps/key"), "{t}");
@@ -277,5 +368,24 @@ mod tests {
         assert_eq!(r.keys, 2000);
         // Every insert posts at least one verb, and every verb is at least one step.
         assert!(r.verbs_per_key >= 1.0 && r.steps_per_key >= 1.0, "{r:?}");
+    }
+
+    #[test]
+    fn a_host_reference_loads_the_same_items_into_the_hosts_map() {
+        let req = crate::run::RunFile::parse("index = \"example\"\nkeys = 2000\nworkload = \"c\"\n")
+            .unwrap()
+            .requests()
+            .unwrap()
+            .remove(0);
+        let tree = measure_host("host-btree", &req).unwrap();
+        let hash = measure_host("host-hashmap", &req).unwrap();
+        assert_eq!((tree.keys, hash.keys), (2000, 2000));
+        // Both hold the same items, digested in key order.
+        assert_eq!(tree.memory_digest, hash.memory_digest);
+        assert_eq!(tree.steps_per_key, 0.0, "no simulator");
+        let t = table(&[tree.clone(), LoadBench { keys: 4000, us_per_key: tree.us_per_key * 2.0, ..tree }]);
+        assert!(t.contains("host-btree -: cost per key x2.00 from 2000 to 4000 keys (+"), "{t}");
+        assert!(!t.contains("simulator steps"), "{t}");
+        assert!(measure_host("host-skiplist", &req).unwrap_err().contains("no host reference"));
     }
 }

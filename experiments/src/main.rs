@@ -336,7 +336,9 @@ const NO_CONNECTX: &str = "this dmkit was built without the real RDMA backend: \
 
 #[derive(Args, Debug)]
 struct BenchLoadArgs {
-    /// Indexes, each NAME or NAME:CONFIG (comma list; default: every index).
+    /// Indexes, each NAME or NAME:CONFIG (comma list; default: every index). `host-btree` and
+    /// `host-hashmap` load the same items into the host's own BTreeMap or HashMap, with no
+    /// simulator: how much of a load's growth with the key count the host's caches make.
     #[arg(long, value_delimiter = ',')]
     index: Option<Vec<String>>,
     /// Key counts (comma list).
@@ -1014,6 +1016,12 @@ fn run_bench_load(a: BenchLoadArgs) -> Result<(), String> {
         .unwrap_or_else(|| dmkit_experiments::run::index_names().into_iter().map(String::from).collect());
     let request = |index: &str, keys: u64| -> Result<dmkit_experiments::run::RunRequest, String> {
         let (index, config) = index.split_once(':').unwrap_or((index, "default"));
+        // A host reference loads the items a real index's request generates.
+        let (index, config) = if bench::HOST_REFERENCES.contains(&index) {
+            (bench::HOST_REFERENCE_ITEMS_FROM, "default")
+        } else {
+            (index, config)
+        };
         let mut file = toml::Table::new();
         file.insert("index".into(), index.into());
         file.insert("config".into(), config.into());
@@ -1030,7 +1038,11 @@ fn run_bench_load(a: BenchLoadArgs) -> Result<(), String> {
             ([i], [k]) => (i, *k),
             _ => return Err("bench-load --child measures one index at one key count".into()),
         };
-        let r = bench::measure(&request(index, keys)?)?;
+        let r = if bench::HOST_REFERENCES.contains(&index.as_str()) {
+            bench::measure_host(index, &request(index, keys)?)?
+        } else {
+            bench::measure(&request(index, keys)?)?
+        };
         println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
         return Ok(());
     }
