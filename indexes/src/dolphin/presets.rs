@@ -213,7 +213,7 @@ impl Checked for Dolphin {
             // Scans of every shape (both ends included, excluded or open, bounds between and
             // beside keys, limits from 0) over keys at the edges of scan arithmetic, while
             // inserts split the hot leaf and interpose a prefix. Made for the mutants of
-            // Dolphin's scan bounds that no preset reached (README, mutation scores).
+            // Dolphin's scan bounds that no preset reached (docs/checking.md, mutation scores).
             (
                 Preset {
                     name: "scan-shapes",
