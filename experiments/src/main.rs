@@ -873,6 +873,9 @@ fn run_run(a: RunArgs) -> Result<ExitCode, String> {
         return Err(format!("shard {shard}/{shards} has no points (the sweep has fewer than {shard})"));
     }
     let (points, requests): (Vec<usize>, Vec<RunRequest>) = numbered.into_iter().unzip();
+    for note in run::key_space_notes(&requests) {
+        eprintln!("{note}");
+    }
     #[cfg_attr(not(feature = "connectx"), allow(unused_mut))]
     let mut requests = requests;
     let threads = match (a.backend.as_str(), &a.cluster) {

@@ -86,3 +86,17 @@ fn a_metric_the_backend_did_not_measure_reads_as_none_not_zero() {
     let back: dmkit_experiments::run::schema::RunResult = serde_json::from_value(json).unwrap();
     assert_eq!(back.round_trips_per_op, None);
 }
+
+#[test]
+fn an_index_built_for_dense_keys_is_noted_when_given_hashed_ones() {
+    use dmkit_experiments::run::key_space_notes;
+    let notes = key_space_notes(&[
+        small("dolphin", "workload = \"c\"\n"),
+        small("dolphin", "workload = \"a\"\n"),
+        small("dolphin", "workload = \"dense-c\"\n"),
+        small("sherman", "workload = \"c\"\n"),
+    ]);
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(notes[0].contains("dolphin is built for dense keys and workload ycsb-c"), "{}", notes[0]);
+    assert!(notes.iter().all(|n| n.contains("dolphin")), "Sherman's B+tree is not noted: {notes:?}");
+}

@@ -146,6 +146,47 @@ pub trait IndexVisitor {
     ) -> Result<Self::Out, String>;
 }
 
+/// One line for each request whose index is built for dense keys ([`IndexKind::DENSE_KEYS`])
+/// and whose workload gives it hashed ones, for the person running it (distinct lines only).
+pub fn key_space_notes(requests: &[RunRequest]) -> Vec<String> {
+    struct KeySpace;
+    impl IndexVisitor for KeySpace {
+        type Out = Option<String>;
+        fn visit<K: IndexKind>(
+            self,
+            _req: &RunRequest,
+            _options: &K::Options,
+            _names: (&str, &str),
+            work: Work,
+        ) -> Result<Option<String>, String> {
+            use crate::workload::{KeyFormat, KeyOrder};
+            let hashed = matches!(
+                work.spec.key_format,
+                KeyFormat::Integer { order: KeyOrder::Hashed } | KeyFormat::Padded { order: KeyOrder::Hashed, .. }
+            );
+            Ok((K::DENSE_KEYS && hashed).then(|| {
+                format!(
+                    "dmkit: note: {} is built for dense keys and workload {} gives it hashed ones, on which it \
+                     degenerates (Dolphin: nearly a leaf per key, about 60 times the remote memory of dense keys); \
+                     its paper runs it on the dense- workloads (README, Dolphin)",
+                    K::NAME,
+                    work.spec.name
+                )
+            }))
+        }
+    }
+    let mut notes: Vec<String> = Vec::new();
+    for r in requests {
+        // A bad request is left to its run, which reports the error.
+        if let Ok(Some(note)) = dispatch(r, KeySpace) {
+            if !notes.contains(&note) {
+                notes.push(note);
+            }
+        }
+    }
+    notes
+}
+
 /// A request's workload: the items to load and each client's operations, built on demand.
 #[allow(missing_debug_implementations)] // the shared state holds atomics not worth printing
 pub struct Work {
