@@ -1055,8 +1055,10 @@ fn run_bench_load(a: BenchLoadArgs) -> Result<(), String> {
     if a.repeat == 0 {
         return Err("--repeat must be at least 1".into());
     }
-    for index in &indexes {
-        request(index, 1)?; // a bad index or configuration is one line, before any load runs
+    // A bad index or configuration is one line, before any load runs.
+    let checked = indexes.iter().map(|index| request(index, 1)).collect::<Result<Vec<_>, _>>()?;
+    for note in dmkit_experiments::run::key_space_notes(&checked) {
+        eprintln!("{note}");
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the dmkit binary: {e}"))?;
     let mut rows: Vec<LoadBench> = Vec::new();
