@@ -47,7 +47,7 @@ impl<C: Configuration> std::fmt::Debug for Configured<C> {
 impl<C: Configuration> IndexKind for Configured<C> {
     const NAME: &'static str = C::NAME;
     const SUPPORTS_SCAN: bool = <C::Of as IndexKind>::SUPPORTS_SCAN;
-    const DENSE_KEYS: bool = <C::Of as IndexKind>::DENSE_KEYS;
+    const DENSE_KEYS: Option<&'static str> = <C::Of as IndexKind>::DENSE_KEYS;
     const HOST_BYTES_PER_ITEM: u64 = C::HOST_BYTES_PER_ITEM;
     type Options = Options<C>;
     type NodeState = <C::Of as IndexKind>::NodeState;

@@ -146,7 +146,7 @@ impl<H: Index, N, C: Client + Clone + 'static> Index for IndirectHandle<H, N, C>
 impl<K: IndexKind> IndexKind for Indirect<K> {
     const NAME: &'static str = K::NAME;
     const SUPPORTS_SCAN: bool = K::SUPPORTS_SCAN;
-    const DENSE_KEYS: bool = K::DENSE_KEYS;
+    const DENSE_KEYS: Option<&'static str> = K::DENSE_KEYS;
     type Options = IndirectOptions<K::Options>;
     type NodeState = IndirectNode<K::NodeState>;
     type Handle<C: Client + Clone + 'static> = IndirectHandle<K::Handle<C>, K::NodeState, C>;

@@ -386,10 +386,10 @@ pub trait IndexKind: 'static {
     const NAME: &'static str;
     /// Whether `scan` is offered (hash indexes return [`IndexError::Unsupported`]).
     const SUPPORTS_SCAN: bool = true;
-    /// Whether the structure is built for dense integer keys (1..N, as Dolphin's paper and
-    /// artifact load them) and degenerates on sparse ones: `dmkit run` says so when a workload
-    /// gives it hashed keys.
-    const DENSE_KEYS: bool = false;
+    /// For a structure built for dense integer keys (1..N, as Dolphin's paper and artifact load
+    /// them) that degenerates on sparse ones: what happens to it on them, and what its paper
+    /// runs instead. `dmkit run` prints it when a workload gives the index hashed keys.
+    const DENSE_KEYS: Option<&'static str> = None;
     type Options: Clone + fmt::Debug + Default + Send + Sync + 'static;
     /// State shared by the clients of one compute node (caches, local lock tables).
     type NodeState: Send + Sync + 'static;

@@ -164,11 +164,9 @@ pub fn key_space_notes(requests: &[RunRequest]) -> Vec<String> {
                 work.spec.key_format,
                 KeyFormat::Integer { order: KeyOrder::Hashed } | KeyFormat::Padded { order: KeyOrder::Hashed, .. }
             );
-            Ok((K::DENSE_KEYS && hashed).then(|| {
+            Ok(K::DENSE_KEYS.filter(|_| hashed).map(|why| {
                 format!(
-                    "dmkit: note: {} is built for dense keys and workload {} gives it hashed ones, on which it \
-                     degenerates (Dolphin: nearly a leaf per key, about 60 times the remote memory of dense keys); \
-                     its paper runs it on the dense- workloads (README, Dolphin)",
+                    "dmkit: note: {} is built for dense keys and workload {} gives it hashed ones: {why}",
                     K::NAME,
                     work.spec.name
                 )

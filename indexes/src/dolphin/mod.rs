@@ -394,8 +394,10 @@ pub struct DolphinHandle<C> {
 
 impl IndexKind for Dolphin {
     const NAME: &'static str = "dolphin";
-    // A leaf holds one 7-byte prefix: on hashed keys nearly every key takes a leaf of its own.
-    const DENSE_KEYS: bool = true;
+    const DENSE_KEYS: Option<&'static str> = Some(
+        "a leaf holds one 7-byte prefix, so nearly every key takes a leaf of its own, about 60 times the remote \
+         memory of dense keys; its paper runs it on dense keys, the dense- workloads (README, Dolphin)",
+    );
     /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
     const HOST_BYTES_PER_ITEM: u64 = 274;
     type Options = DolphinOptions;
