@@ -518,7 +518,7 @@ struct RunArgs {
     /// the mean (and the series shows no trend), in (0, 1).
     #[arg(long, conflicts_with_all = ["file", "duration_us"])]
     precision: Option<f64>,
-    /// Steady state: the cap on simulated time, warm-up included (default 400000 = 400 ms). A
+    /// Steady state: the cap on simulated time, warm-up included (default 1000000 = 1 s). A
     /// run that reaches it unconverged is reported as not steady, with the reason.
     #[arg(long, conflicts_with_all = ["file", "duration_us"])]
     max_duration_us: Option<u64>,

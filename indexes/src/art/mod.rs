@@ -30,22 +30,26 @@
 //! client that reached one stayed for milliseconds). With it, no CAS is lost among one node's
 //! clients, at most 16 race per key, and the same run gives 14 Mops/s (README, the main job).
 //!
-//! What still drifts, and why it is the model's honest answer: at 128 and 256 clients YCSB A
-//! loses about 4% over 300 ms (14.4 to 13.0 Mops/s) and the steady-state test keeps flagging a
-//! trend. Between 30 and 300 ms, stale routes per operation rise from 0.25 to 0.37 and READs
-//! per operation from 2.00 to 2.37, while lost CASes, hand-overs and cache hits per operation
-//! stay put. Runs start with every compute node's cache warmed from the loaded image, so every
-//! cached slot is fresh; an out-of-place update moves a leaf and makes the other nodes' cached
-//! slots of it stale until they next use it. Hot keys reach their equilibrium staleness at
-//! once, but under a Zipfian the tail of rarely updated keys keeps adding stale slots for
-//! hundreds of milliseconds. A cache warmed by running the workload, as on hardware, starts
-//! nearer that equilibrium; the means of those runs overstate it by a few percent. The drift
-//! is too slow for a short window to see: in `reproduce all` of 2026-11-30 (commit f99920f)
-//! smart fig14's 256-client point passed the steady-state test after 9.6 ms at 21.3 Mops/s and
-//! stopped; with calls 0.5 us dearer (857b773, the allocator's included) the same point did
-//! not stop early, ran to the 400 ms cap and drifted to 19.5, flagged as trending, as the
-//! 512-client point (19.9) is in both runs. SMART / ART on A moved 1.99 to 2.13 with it: the
-//! earlier figure was the early stop.
+//! What drifts, and why it is the model's honest answer: YCSB A starts 4-10% above where it
+//! settles and falls over its first 100-200 ms. Between 30 and 300 ms, stale routes per
+//! operation rise from 0.25 to 0.37 and READs per operation from 2.00 to 2.37, while lost
+//! CASes, hand-overs and cache hits per operation stay put. Runs start with every compute
+//! node's cache warmed from the loaded image, so every cached slot is fresh; an out-of-place
+//! update moves a leaf and makes the other nodes' cached slots of it stale until they next use
+//! it. Hot keys reach their equilibrium staleness at once, but under a Zipfian the tail of
+//! rarely updated keys keeps adding stale slots for a while. A cache warmed by running the
+//! workload, as on hardware, would start nearer that equilibrium (not built). The drift is too
+//! slow for a short window to see, and its tail too small against the noise of five ticks for
+//! MSER-5 to cut: until 2026-12-02 the three runs of SMART's Fig. 14 ran to the 400 ms cap
+//! flagged as trending (13.0, 19.5 and 19.9 Mops/s at 128, 256 and 512 clients), and in
+//! 2026-11-30's `reproduce all` (f99920f) the 256-client point had passed the test after 9.6 ms
+//! at 21.3 Mops/s, the flat start. Since the steady-state analysis cuts a trending run's warm-up
+//! a second time over coarser groups (experiments/src/measure.rs, step 2) and the cap is 1 s,
+//! all three converge: 12.915 ± 0.072, 19.386 ± 0.041 and 19.907 ± 0.102 Mops/s, cut at 105, 82
+//! and 44 ms and stopped at 582, 455 and 445 ms (4.12-4.25 round trips, 2.43-2.50 READs per
+//! operation); run to a 2 s cap with the first cut alone, the 256- and 512-client runs gave
+//! 19.414 ± 0.085 and 19.907 ± 0.102, and the 128-client run converged only at 1.96 s, on 12.889
+//! ± 0.054.
 //!
 //! YCSB LOAD at 1 M keys is a reduced-scale artifact, and the mechanism is known. With fresh
 //! hashed keys after 1 M loaded (16 CNs x 24 clients), throughput falls from 11 to 2.8 Mops/s
