@@ -45,15 +45,17 @@
 //! 2026-11-30's `reproduce all` (f99920f) the 256-client point had passed the test after 9.6 ms
 //! at 21.3 Mops/s, the flat start. Since the steady-state analysis cuts a trending run's warm-up
 //! a second time over coarser groups (experiments/src/measure.rs, step 2) and the cap is 1 s,
-//! all three converge: 12.915 ± 0.072, 19.386 ± 0.041 and 19.907 ± 0.102 Mops/s, cut at 105, 82
-//! and 44 ms and stopped at 582, 455 and 445 ms (4.12-4.25 round trips, 2.43-2.50 READs per
-//! operation); run to a 2 s cap with the first cut alone, the 256- and 512-client runs gave
+//! all three converge: 12.908 ± 0.031, 19.387 ± 0.035 and 19.907 ± 0.102 Mops/s, cut at 114, 82
+//! and 44 ms and stopped at 711, 445 and 445 ms (4.12-4.25 round trips, 2.43-2.50 READs per
+//! operation; 73fa43f, whose second cut must also halve the slope per tick); run to a 2 s cap with the first cut alone, the 256- and 512-client runs gave
 //! 19.414 ± 0.085 and 19.907 ± 0.102, and the 128-client run converged only at 1.96 s, on 12.889
 //! ± 0.054.
 //!
 //! YCSB LOAD at 1 M keys is a reduced-scale artifact, and the mechanism is known. With fresh
 //! hashed keys after 1 M loaded (16 CNs x 24 clients), throughput falls from 11 to 2.8 Mops/s
-//! within 50 ms and stays there, with 2.2 failed lock CASes per insert. Counted by the depth of
+//! within 50 ms and stays there for about 300 ms, with 2.2 failed lock CASes per insert; then it
+//! recovers, to 16-17 Mops/s by 1 s, as the switches below run out (SMART's Fig. 18 at the 1 s
+//! cap of 2026-12-02: not steady, its second half 15.5 ± 2.1). Counted by the depth of
 //! the node locked (an instrumented build, 40 ms): 11,571 inserts missed the cache and every one
 //! of them locked the root, failing 367,607 CASes on it (32 per acquisition), while the 262,047
 //! that hit locked a level-2 node and failed 2,848 in all. Why they miss: 1 M hashed 8-byte keys
