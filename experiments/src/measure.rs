@@ -183,8 +183,8 @@ impl Unsteady {
 /// The statistics of one series.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Estimate {
-    /// Ticks before the measured phase (the warm-up MSER cut (both passes), or the fixed warm-up, plus the
-    /// leftover ticks that did not fill a batch).
+    /// Ticks before the measured phase (the warm-up both MSER passes cut, or the fixed warm-up,
+    /// plus the leftover ticks that did not fill a batch).
     pub warmup_ticks: usize,
     /// Ticks in the measured phase: `batches.len() * batch_ticks` for a steady-state run; the
     /// whole window for a fixed one (whose batches cover its last `batches.len() * batch_ticks`).
@@ -260,15 +260,15 @@ fn mean_var(x: &[f64]) -> (f64, f64) {
 /// end of the searched first half (the series is still in its transient) or the series has
 /// fewer than 10 groups.
 pub fn mser5(ticks: &[u64]) -> Option<usize> {
-    let groups: Vec<f64> =
-        ticks.chunks_exact(MSER_GROUP).map(|c| c.iter().sum::<u64>() as f64 / MSER_GROUP as f64).collect();
-    mser(&groups).map(|d| d * MSER_GROUP)
+    mser(ticks, MSER_GROUP)
 }
 
-/// MSER over group means: the number of leading groups whose deletion minimises the variance of
-/// what remains over how much remains (`Σ (Y_i − Ȳ)² / (m − d)²`), searched over the first
-/// half; `None` if the minimiser is at the end of that half or there are fewer than 10 groups.
-fn mser(groups: &[f64]) -> Option<usize> {
+/// MSER over the means of `group` ticks at a time: the truncation point in ticks (a multiple of
+/// `group`) that minimises the variance of what remains over how much remains
+/// (`Σ (Y_i − Ȳ)² / (m − d)²`), searched over the first half; `None` if the minimiser is at the
+/// end of that half or there are fewer than 10 groups.
+fn mser(ticks: &[u64], group: usize) -> Option<usize> {
+    let groups: Vec<f64> = ticks.chunks_exact(group).map(|c| c.iter().sum::<u64>() as f64 / group as f64).collect();
     let m = groups.len();
     if m < 10 {
         return None;
@@ -291,7 +291,7 @@ fn mser(groups: &[f64]) -> Option<usize> {
         }
     }
     // A minimum at the edge of the searched half says the transient reaches at least that far.
-    (best < half).then_some(best)
+    (best < half).then_some(best * group)
 }
 
 /// Von Neumann's ratio test statistic, standardised: about N(0, 1) for independent means.
@@ -423,9 +423,9 @@ fn batch_means(measured: &[u64], precision: Option<f64>, lead_ticks: usize) -> E
 
 /// The steady-state analysis of a whole series: MSER-5 warm-up after the first `floor_ticks`,
 /// then batch means to `precision`. When the batch means still trend, MSER is applied again to
-/// a hundred groups of the ticks MSER-5 kept (module doc, step 2): a transient too small against the noise of
-/// five ticks for MSER-5 to cut, but slow enough to tilt the first batches, is cut there, and
-/// the rest is batched afresh. A drift that goes on to the end trends in any remainder.
+/// a hundred groups of the ticks MSER-5 kept (module doc, step 2): a transient too small against
+/// the noise of five ticks for MSER-5 to cut, but slow enough to tilt the first batches, is cut
+/// there and the rest batched afresh, if that leaves no trend and at most half the slope.
 pub fn analyze_steady(ticks: &[u64], floor_ticks: usize, precision: f64) -> Estimate {
     let floor = floor_ticks.min(ticks.len());
     match mser5(&ticks[floor..]) {
@@ -438,10 +438,8 @@ pub fn analyze_steady(ticks: &[u64], floor_ticks: usize, precision: f64) -> Esti
             // batch: far less noise than five ticks, and fine enough to place the cut).
             let from = floor + cut;
             let g = ((ticks.len() - from) / STAGE_TWO_GROUPS).max(MSER_GROUP);
-            let groups: Vec<f64> =
-                ticks[from..].chunks_exact(g).map(|c| c.iter().sum::<u64>() as f64 / g as f64).collect();
-            let Some(d) = mser(&groups).filter(|&d| d > 0) else { return e };
-            let recut = batch_means(&ticks[from + d * g..], Some(precision), from + d * g);
+            let Some(more) = mser(&ticks[from..], g).filter(|&d| d > 0) else { return e };
+            let recut = batch_means(&ticks[from + more..], Some(precision), from + more);
             // Kept only if it removed a transient: no trend left, and a slope per tick at most
             // half the first's. A decaying head leaves a flatter rest; a steady drift leaves the
             // same slope per tick over a shorter window, which a cut could shrink below the
@@ -690,10 +688,11 @@ mod tests {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let series: Vec<u64> = (0..30_000).map(|i| counts(&mut rng, level(i))).collect();
             let cut = mser5(&series).expect("MSER-5 finds a cut");
-            trended_without += u64::from(batch_means(&series[cut..], Some(PRECISION), cut).trend);
+            let first = batch_means(&series[cut..], Some(PRECISION), cut);
+            trended_without += u64::from(first.trend);
             let e = analyze_steady(&series, 0, PRECISION);
             trended_with += u64::from(e.trend);
-            assert!(e.warmup_ticks > cut || !batch_means(&series[cut..], Some(PRECISION), cut).trend);
+            assert!(e.warmup_ticks > cut || !first.trend);
 
             let e = drive(Window::steady(), seed, |i, rng| counts(rng, level(i)));
             assert!(e.steady(), "seed {seed}: {:?} after {} ticks", e.unsteady, e.warmup_ticks + e.measured_ticks);
