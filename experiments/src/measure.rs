@@ -58,7 +58,10 @@
 //!    stale, and a run stopped at its first check reported the flat start (21.3 Mops/s against
 //!    19.5). Doubling costs the runs that stop early as much again (SMART's Fig. 14: 193 s
 //!    against 129 s) and moved no steady run beyond its interval there.
-//!    Otherwise it stops at its cap and says why it is not steady.
+//!    Otherwise it stops at its cap (or when its clients end) and says why it is not steady: a
+//!    run whose analysis alone would call it steady, but that ends before this rule stopped it
+//!    (too short after its warm-up, still settling, or an early stop not yet confirmed), is
+//!    reported not steady with that reason.
 //!
 //! Everything here is `+ − × ÷` and `√` (IEEE-exact), so the decision when to stop is the same on
 //! every machine, as the simulator's determinism requires.
@@ -163,6 +166,10 @@ pub enum Unsteady {
     /// The run ended (at its cap, or its clients done) before its measured phase was
     /// [`RUN_PER_WARMUP`] times the warm-up cut: a transient's tail may still bias the mean.
     ShortAfterWarmup,
+    /// The run ended (at its cap, or its clients done) while its steady verdict was still
+    /// unconfirmed: before [`SETTLE_NS`] with a significant slope or without the second look an
+    /// early stop needs, or with a mean that moved beyond both intervals since the first look.
+    Unconfirmed,
 }
 
 impl Unsteady {
@@ -176,6 +183,7 @@ impl Unsteady {
             Unsteady::Imprecise => "interval wider than the precision asked for",
             Unsteady::TooFewOperations => "too few operations to form batches",
             Unsteady::ShortAfterWarmup => "measured less than four times the warm-up it cut",
+            Unsteady::Unconfirmed => "ended before a second look confirmed its steady verdict",
         }
     }
 }
@@ -489,8 +497,9 @@ pub struct Monitor {
     window: Window,
     tick_ns: u64,
     next_check_ns: u64,
-    /// An early stop awaiting confirmation: its mean and interval.
-    pending: Option<(f64, f64)>,
+    /// An early stop awaiting confirmation: its mean and interval, and the time of the second
+    /// look (twice the first's run; a cap that comes sooner leaves the stop unconfirmed).
+    pending: Option<(f64, f64, u64)>,
 }
 
 impl Monitor {
@@ -545,7 +554,8 @@ impl Monitor {
                 let would = e.steady() && !settling && !young;
                 let early = now_ns < min_warmup_ns + SETTLE_NS;
                 let confirmed = match self.pending.take() {
-                    Some((m0, c0)) => would && (e.mean - m0).abs() <= e.ci95 + c0,
+                    // The second look: at twice the first's run, or any look from 40 ms on.
+                    Some((m0, c0, at)) => would && (now_ns >= at || !early) && (e.mean - m0).abs() <= e.ci95 + c0,
                     None => !early,
                 };
                 if would && confirmed {
@@ -553,20 +563,21 @@ impl Monitor {
                 }
                 if ended || now_ns >= max_duration_ns {
                     let mut e = e;
-                    // Otherwise steady, but stopped before it had measured long enough.
-                    if young && e.steady() {
-                        e.unsteady.push(Unsteady::ShortAfterWarmup);
+                    // Otherwise steady, but stopped before the rule above would have stopped it:
+                    // before it had measured long enough, or before its verdict was confirmed.
+                    if e.steady() {
+                        e.unsteady.push(if young { Unsteady::ShortAfterWarmup } else { Unsteady::Unconfirmed });
                     }
                     return Decision::Stop(e);
                 }
-                let growth = if would && early {
-                    self.pending = Some((e.mean, e.ci95));
-                    2.0
-                } else {
-                    CHECK_GROWTH
-                };
+                let candidate = would && early;
+                let growth = if candidate { 2.0 } else { CHECK_GROWTH };
                 let grown = min_warmup_ns + ((now_ns - min_warmup_ns.min(now_ns)) as f64 * growth) as u64;
-                let next = grown.max(now_ns + 10 * self.tick_ns).min(max_duration_ns);
+                let uncapped = grown.max(now_ns + 10 * self.tick_ns);
+                if candidate {
+                    self.pending = Some((e.mean, e.ci95, uncapped.next_multiple_of(self.tick_ns)));
+                }
+                let next = uncapped.min(max_duration_ns);
                 self.next_check_ns = next.next_multiple_of(self.tick_ns);
                 Decision::RunUntil { until_ns: self.next_check_ns, interim: Some(e) }
             }
@@ -837,6 +848,24 @@ mod tests {
             assert!(e.warmup_ticks >= 250, "seed {seed}: cut {} ticks", e.warmup_ticks);
             assert_eq!(e.unsteady, vec![Unsteady::ShortAfterWarmup], "seed {seed}");
             let e = drive(Window::steady(), seed, |i, rng| counts(rng, level(i)));
+            assert!(e.steady(), "seed {seed}: {:?}", e.unsteady);
+        }
+    }
+
+    #[test]
+    fn a_run_capped_before_its_early_stop_was_confirmed_is_not_steady() {
+        // Stationary at 1,000 operations a tick: the first check, at 10 ms, is a candidate stop
+        // that a look at 20 ms confirms. A cap at 15 ms leaves no room for that look: the run
+        // ends there unconfirmed, and says so; with room for it (a cap at 40 ms: a candidate can
+        // come at a later check when the first one's interval was wide) it is steady. (Before, the capped
+        // check at 15 ms counted as the second look, and a cap below the first check's double
+        // reported a run steady that the rule had not stopped.)
+        for seed in 0..10 {
+            let capped = |cap_ns| Window::Steady { precision: PRECISION, max_duration_ns: cap_ns, min_warmup_ns: 0 };
+            let e = drive(capped(15_000_000), seed, |_, rng| counts(rng, 1000.0));
+            assert_eq!(e.unsteady, vec![Unsteady::Unconfirmed], "seed {seed}");
+            assert_eq!(e.warmup_ticks + e.measured_ticks, 1500, "seed {seed}: ends at the cap");
+            let e = drive(capped(40_000_000), seed, |_, rng| counts(rng, 1000.0));
             assert!(e.steady(), "seed {seed}: {:?}", e.unsteady);
         }
     }
