@@ -93,6 +93,26 @@ fn a_run_that_cannot_converge_says_why() {
 }
 
 #[test]
+fn a_run_capped_before_its_second_look_is_not_steady() {
+    // Steady by every test at its first check (10 ms), but a stop before 40 ms needs a second
+    // look at twice the run; a 15 ms cap ends it first, and the result says so. With room for
+    // the look it is steady.
+    let run = |cap_us: u64| {
+        let toml = format!(
+            "index = \"example\"\nkeys = 5000\ncompute_nodes = 2\nthreads_per_cn = 4\nmax_duration_us = {cap_us}\n"
+        );
+        run_request(&requests(&toml)[0]).unwrap()
+    };
+    let capped = run(15_000);
+    assert!(!capped.steady);
+    assert_eq!(json(&capped)["unsteady_reasons"], serde_json::json!(["unconfirmed"]));
+    let line = dmkit_experiments::run::verdict(&capped);
+    assert!(line.contains("ended before a second look confirmed its steady verdict"), "{line}");
+    let room = run(40_000);
+    assert!(room.steady, "{:?}", room.unsteady_reasons);
+}
+
+#[test]
 fn runs_whose_last_ticks_complete_nothing_are_measured() {
     // One client whose operations take longer than a 1 us tick: many ticks, the last ones of
     // some windows among them, see no completion (HStore's scans did this, and the series was
