@@ -38,8 +38,17 @@
 //! every version and READ the tail before every CAS (GET 2 round trips, PUT 4), which put the
 //! ratios near 1. With the cache off (`nocache`) its GET ratios are met (fig7 1.04, 1.10; YCSB
 //! B-D 1.03-1.05) and its write ratios are not (PUT 0.82, 0.78 against 1.4; YCSB A, F 0.96,
-//! 0.99): the paper's Clover paid more on writes than this one, cache warm or off (its writers'
-//! garbage-collection traffic to the MS is not built). Which cache it ran with is not stated.
+//! 0.99): the paper's Clover paid more on writes than this one, cache warm or off. Its writers'
+//! garbage-collection traffic to the MS is not built: a writer queues each replaced version for
+//! a GC thread of its compute node and waits for none of it; what it does wait for is a call to
+//! the MS for 16 free blocks whenever its free list (per thread and size class) runs dry, about
+//! 0.13 µs a write at this model's call price (dmkit's compute nodes carve blocks from chunks of
+//! their own). The two together (the MS's filing of replaced versions, which queues its
+//! lookups, and the block requests) are computed to move HStore / Clover PUT with the cache off
+//! from 0.78 to about 0.88 (README, HStore and Clover), not to the paper's 1.4. The artifact's
+//! shortcut WRITE comes from that GC thread too, after its batch, not from the writer at its
+//! CAS as here, so its hints lag the chain longer (not run). Which cache the paper ran Clover
+//! with is not stated.
 //!
 //! The linearization point of a write is its successful CAS (or registration); of a read, the
 //! sample of `next == 0` at the tail. Versions are never reused or collected (Clover's MS
