@@ -1080,7 +1080,15 @@ fn run_bench_load(a: BenchLoadArgs) -> Result<(), String> {
                         String::from_utf8_lossy(&out.stderr).trim().trim_start_matches("error: ")
                     ));
                 }
-                runs.push(serde_json::from_slice::<LoadBench>(&out.stdout).map_err(|e| format!("{index}: {e}"))?);
+                let r = serde_json::from_slice::<LoadBench>(&out.stdout).map_err(|e| format!("{index}: {e}"))?;
+                // Each load's result as it lands: the table comes only at the end of the sweep.
+                eprintln!(
+                    "bench-load: {index} with {keys} keys{of}: {:.2} s, {:.2} us/key, peak {}",
+                    r.load_s,
+                    r.us_per_key,
+                    r.peak_rss_bytes.map_or("-".into(), |b| format!("{:.0} MB", b as f64 / 1e6))
+                );
+                runs.push(r);
             }
             let r = bench::combine(runs)?;
             if a.format == Format::Json {
