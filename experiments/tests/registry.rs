@@ -100,3 +100,24 @@ fn an_index_built_for_dense_keys_is_noted_when_given_hashed_ones() {
     assert!(notes[0].contains("dolphin is built for dense keys and workload ycsb-c"), "{}", notes[0]);
     assert!(notes.iter().all(|n| n.contains("dolphin")), "Sherman's B+tree is not noted: {notes:?}");
 }
+
+#[test]
+fn smarts_artifact_alignment_changes_its_footprint_and_nothing_it_reads() {
+    // SMART's artifact allocates every leaf and node at 256 bytes (`alloc_align=256`), dmkit at
+    // 64: the same tree, its leaves at 256 bytes instead of 64 and its nodes at a 2,304-byte
+    // stride instead of 2,112 (the walk after the run also checks every address's alignment).
+    let run = |config: &str| {
+        run_request(&small("smart", &format!("workload = \"c\"\nconfig = \"{config}\"\nseed = 3\n")))
+            .unwrap_or_else(|e| panic!("{config}: {e}"))
+    };
+    let (ours, artifact) = (run("smart"), run("smart,alloc_align=256"));
+    assert_eq!(artifact.config, "smart,alloc_align=256");
+    let leaves = 2000;
+    let nodes = (ours.remote_bytes_used - 64 * leaves) / 2112;
+    assert!(nodes > 0 && ours.remote_bytes_used == 64 * leaves + 2112 * nodes, "{}", ours.remote_bytes_used);
+    assert_eq!(artifact.remote_bytes_used, 256 * leaves + 2304 * nodes);
+    assert_eq!(artifact.round_trips_per_op, ours.round_trips_per_op);
+    assert_eq!(artifact.bytes_read_per_op, ours.bytes_read_per_op);
+    let e = run_request(&small("smart", "workload = \"c\"\nconfig = \"smart,alloc_align=100\"\n")).unwrap_err();
+    assert!(e.contains("alloc_align 100 is not a power of two"), "{e}");
+}

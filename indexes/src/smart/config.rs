@@ -62,6 +62,12 @@ pub struct SmartOptions {
     pub max_handover: u32,
     pub memory_nodes: u16,
     pub chunk_bytes: u64,
+    /// Alignment (and so granularity) of every node and leaf allocated: 64 bytes, the pointer
+    /// granularity, by default; SMART's artifact allocates at 256 (`ALLOC_ALLIGN_BIT = 8`,
+    /// digest §2.1), so a leaf of 8-byte keys and values takes 256 bytes and a node a 2,304-byte
+    /// stride. Only the remote footprint and the addresses change: every READ and WRITE is of
+    /// the same bytes. Override `alloc_align=256`.
+    pub alloc_align: u64,
     /// Bound on the attempts of one operation (re-reads, lock CASes, slot CASes).
     pub max_retries: u32,
     pub plants: BTreeSet<&'static str>,
@@ -82,7 +88,7 @@ impl Default for SmartOptions {
 impl SmartOptions {
     /// The named configuration for `key_bytes`-byte keys and `value_bytes`-byte values, with
     /// optional overrides after it: `smart-paper,rdwc_slots=128,cache_mb=100` (`rdwc_slots`,
-    /// `cache_mb`, `cache_kb`, `max_handover`, `lock_table_kb`), as CHIME's configurations take
+    /// `cache_mb`, `cache_kb`, `max_handover`, `lock_table_kb`, `alloc_align`), as CHIME's configurations take
     /// them, for sensitivity runs (the paper's RDWC knee is 128 slots, the digest's default
     /// 1,024).
     pub fn named(spec: &str, key_bytes: u32, value_bytes: u32) -> Result<SmartOptions, String> {
@@ -97,9 +103,11 @@ impl SmartOptions {
                 "cache_kb" => o.cache_bytes = n.saturating_mul(1 << 10),
                 "max_handover" => o.max_handover = small()?,
                 "lock_table_kb" => o.lock_table_bytes = n.saturating_mul(1 << 10),
+                "alloc_align" => o.alloc_align = n,
                 other => {
                     return Err(format!(
-                        "unknown override '{other}' (rdwc_slots, cache_mb, cache_kb, max_handover, lock_table_kb)"
+                        "unknown override '{other}' (rdwc_slots, cache_mb, cache_kb, max_handover, lock_table_kb, \
+                         alloc_align)"
                     ));
                 }
             }
@@ -129,6 +137,7 @@ impl SmartOptions {
             max_handover: 8,
             memory_nodes: 1,
             chunk_bytes: 16 * MB,
+            alloc_align: super::layout::NODE_ALIGN,
             max_retries: 10_000,
             plants: BTreeSet::new(),
         };
@@ -181,6 +190,12 @@ impl SmartOptions {
         if self.max_retries == 0 {
             return Err("max_retries must be positive".into());
         }
+        if !self.alloc_align.is_power_of_two() || !(super::layout::NODE_ALIGN..=4096).contains(&self.alloc_align) {
+            return Err(format!(
+                "alloc_align {} is not a power of two within 64..=4096 (pointers name 64-byte units)",
+                self.alloc_align
+            ));
+        }
         if self.chunk_bytes < 64 << 10 {
             return Err(format!("chunk_bytes {} is below 64 KiB", self.chunk_bytes));
         }
@@ -202,6 +217,11 @@ mod tests {
             assert!(SmartOptions::named(bad, 8, 8).is_err(), "{bad}");
         }
         assert!(SmartOptions::named("smart,rdwc_slots=0", 8, 8).unwrap().validate().is_err());
+        assert_eq!(SmartOptions::named("smart,alloc_align=256", 8, 8).unwrap().alloc_align, 256);
+        for bad in [32, 96, 8192] {
+            let o = SmartOptions::named(&format!("smart,alloc_align={bad}"), 8, 8).unwrap();
+            assert!(o.validate().unwrap_err().contains("alloc_align"), "{bad}");
+        }
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub fn check(o: &SmartOptions, memory: &dyn MemoryView) -> Result<InvariantRepor
         if !s.is_leaf() && !seen.insert(s.ptr()) {
             return Err(format!("{} is reachable twice (second time from {sa})", s.ptr()));
         }
+        if s.ptr().offset() % o.alloc_align != 0 {
+            return Err(format!("{} (slot {sa}) is not aligned to alloc_align {}", s.ptr(), o.alloc_align));
+        }
         if s.is_leaf() {
             let l = g.decode(&read(s.ptr(), g.bytes())?);
             let at = s.ptr();
@@ -81,7 +84,7 @@ pub fn check(o: &SmartOptions, memory: &dyn MemoryView) -> Result<InvariantRepor
                 return Err(format!("leaf at {at} with key {:02x?} is under path {:02x?}", l.key, path));
             }
             report.items += 1;
-            report.remote_bytes += g.alloc_bytes();
+            report.remote_bytes += g.alloc_bytes(o.alloc_align);
             bump(&mut report, "leaf");
             continue;
         }
@@ -119,7 +122,7 @@ pub fn check(o: &SmartOptions, memory: &dyn MemoryView) -> Result<InvariantRepor
             return Err(format!("node at {at} discriminates on byte {} of {k}-byte keys", h.slot_depth()));
         }
         bump(&mut report, "internal");
-        report.remote_bytes += types.node_alloc_bytes();
+        report.remote_bytes += types.node_alloc_bytes(o.alloc_align);
         let mut partials = HashSet::new();
         for i in 0..types.capacity(types.largest()) {
             let c = Slot(word(&image, 16 + 8 * i));

@@ -38,8 +38,9 @@ pub const NULL: u64 = 0;
 pub const TYPE_MASK: u64 = 0x1F << 8;
 const LEAF_BIT: u64 = 1 << 15;
 const TOMB_BIT: u64 = 1 << 8;
+/// The granularity of a slot's pointer, and the default allocation alignment of nodes and
+/// leaves (`SmartOptions::alloc_align`, which may be any larger power of two).
 pub const NODE_ALIGN: u64 = 64;
-pub const LEAF_ALIGN: u64 = 64;
 /// Bytes before the first slot of an internal node.
 pub const NODE_PREFIX: u64 = 16;
 pub const MAX_PARTIALS: usize = 6;
@@ -249,9 +250,10 @@ impl NodeTypes {
         (1..=self.count()).find(|&t| i < self.capacity(t)).unwrap_or(self.count())
     }
 
-    /// Bytes an internal node occupies: full capacity, rounded to the alignment.
-    pub fn node_alloc_bytes(&self) -> u64 {
-        (NODE_PREFIX + 8 * self.capacity(self.largest()) as u64).next_multiple_of(NODE_ALIGN)
+    /// Bytes an internal node occupies: full capacity, rounded to the allocation alignment
+    /// `align` (a multiple of [`NODE_ALIGN`]: `SmartOptions::alloc_align`).
+    pub fn node_alloc_bytes(&self, align: u64) -> u64 {
+        (NODE_PREFIX + 8 * self.capacity(self.largest()) as u64).next_multiple_of(align)
     }
 
     /// Bytes a READ of a node of type `t` fetches.
@@ -310,8 +312,9 @@ impl LeafGeometry {
         self.lock_at() + 8
     }
 
-    pub fn alloc_bytes(&self) -> u64 {
-        (self.bytes() as u64).next_multiple_of(LEAF_ALIGN)
+    /// Bytes a leaf occupies, rounded to the allocation alignment `align`.
+    pub fn alloc_bytes(&self, align: u64) -> u64 {
+        (self.bytes() as u64).next_multiple_of(align)
     }
 
     pub fn encode(&self, rev: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
@@ -380,7 +383,9 @@ mod tests {
         assert_eq!((t.capacity(1), t.capacity(7), t.capacity(0)), (4, 256, 0));
         assert_eq!((t.for_slot_index(3), t.for_slot_index(4), t.for_slot_index(255)), (1, 2, 7));
         assert_eq!(t.read_bytes(1), 48);
-        assert_eq!(t.node_alloc_bytes(), 2112);
+        assert_eq!(t.node_alloc_bytes(NODE_ALIGN), 2112);
+        // The artifact's 256-byte allocations: a 2,304-byte stride (SMART digest §2.4).
+        assert_eq!(t.node_alloc_bytes(256), 2304);
         assert_eq!(NodeTypes::art().for_slot_index(20), 3);
         let g = NodeTypes::geometric(7).expect("valid");
         assert_eq!(g, t);
@@ -391,6 +396,7 @@ mod tests {
     fn leaf_round_trip_and_sizes() {
         let g = LeafGeometry { key_bytes: 8, value_bytes: 8 };
         assert_eq!((g.lock_at(), g.bytes()), (40, 48));
+        assert_eq!((g.alloc_bytes(NODE_ALIGN), g.alloc_bytes(256)), (64, 256));
         assert_eq!(LeafGeometry { key_bytes: 32, value_bytes: 64 }.bytes(), 128);
         let b = g.encode(99, &[1; 8], &[2; 8]);
         let l = g.decode(&b);
