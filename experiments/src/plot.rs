@@ -508,6 +508,247 @@ pub fn plot_panels(panels: &[Panel], title: &str, axes: (&str, &str), out: &Path
     Ok(())
 }
 
+/// One series of a figure that extrapolates (memory against keys): the points measured, the
+/// least-squares line the report evaluates, carried from the smallest point measured to the
+/// figure's target, and the paper's numbers at the target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Extrapolation {
+    pub name: String,
+    pub measured: Vec<(f64, f64)>,
+    pub line: Vec<(f64, f64)>,
+    pub paper: Vec<(f64, f64)>,
+}
+
+/// A series' name from its selector: the index, its configuration in parentheses where it
+/// says more, then the other fields' values (`dolphin (faithful)`, `smart-paper mica-c`).
+fn selector_label(sel: &crate::figure::Selector) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(i) = sel.get("index") {
+        parts.push(i.clone());
+    }
+    for (k, v) in sel {
+        match k.as_str() {
+            "index" => {}
+            "config" if sel.get("index") == Some(v) || v == "default" => {}
+            "config" if sel.contains_key("index") => parts.push(format!("({v})")),
+            "config" | "workload" => parts.push(v.clone()),
+            other => parts.push(format!("{}={v}", crate::reproduce::field_name(other))),
+        }
+    }
+    parts.join(" ")
+}
+
+/// The series of `metric` in an extrapolating figure: rows grouped by `compare.series`, each
+/// group's line as the report fits it, and each published number of the metric given to the
+/// first series it selects (its own entry if none).
+pub fn extrapolations(figure: &crate::figure::Figure, rows: &[Value], metric: &str) -> Vec<Extrapolation> {
+    let compare = &figure.compare;
+    let (Some(x), Some(at)) = (compare.x.as_deref(), compare.at) else { return Vec::new() };
+    let mut groups: Vec<(crate::figure::Selector, Vec<(f64, f64)>)> = Vec::new();
+    for r in rows {
+        let (Some(px), Some(py)) = (field_f64(r, x), field_f64(r, metric)) else { continue };
+        let sel: crate::figure::Selector = compare.series.iter().map(|f| (f.clone(), field_label(r, f))).collect();
+        match groups.iter_mut().find(|(s, _)| *s == sel) {
+            Some((_, points)) => points.push((px, py)),
+            None => groups.push((sel, vec![(px, py)])),
+        }
+    }
+    let mut out: Vec<Extrapolation> = groups
+        .iter()
+        .map(|(sel, points)| {
+            let mut measured = points.clone();
+            measured.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let line = match (crate::reproduce::fit(rows, compare, sel, metric), measured.first()) {
+                (Some(f), Some(&(x0, _))) if x0 > 0.0 && at > 0.0 => {
+                    // Evenly spaced on a log axis, from the first point to the target.
+                    (0..=48).map(|k| x0 * (at / x0).powf(k as f64 / 48.0)).map(|x| (x, f.at(x))).collect()
+                }
+                _ => Vec::new(),
+            };
+            Extrapolation { name: selector_label(sel), measured, line, paper: Vec::new() }
+        })
+        .collect();
+    for p in figure.published.iter().filter(|p| p.per.is_none() && figure.metric_of(p) == metric) {
+        let Ok(claim) = p.claim() else { continue };
+        let selects = |sel: &crate::figure::Selector| p.series.iter().all(|(k, v)| sel.get(k).is_none_or(|s| s == v));
+        match groups.iter().position(|(sel, _)| selects(sel)) {
+            Some(i) => out[i].paper.push((at, claim.middle())),
+            None => out.push(Extrapolation {
+                name: format!("{} (not run)", selector_label(&p.series)),
+                measured: Vec::new(),
+                line: Vec::new(),
+                paper: vec![(at, claim.middle())],
+            }),
+        }
+    }
+    out
+}
+
+/// A number in three significant digits with an SI suffix (`250k`, `1M`, `512M`, `0.125`).
+fn si(v: f64) -> String {
+    let (scaled, suffix) = match v.abs() {
+        a if a >= 1e12 => (v / 1e12, "T"),
+        a if a >= 1e9 => (v / 1e9, "G"),
+        a if a >= 1e6 => (v / 1e6, "M"),
+        a if a >= 1e3 => (v / 1e3, "k"),
+        _ => (v, ""),
+    };
+    let digits = if scaled == 0.0 { 0 } else { (2 - scaled.abs().log10().floor() as i32).max(0) as usize };
+    let text = format!("{scaled:.digits$}");
+    let text = if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.').to_string() } else { text };
+    format!("{text}{suffix}")
+}
+
+/// Draws `series` as `<out>.svg` and `<out>.png`: keys on a log axis out to the target, the
+/// metric in binary units when it counts bytes, on a log axis when it spans more than 20x.
+fn plot_extrapolation(
+    figure: &crate::figure::Figure,
+    series: &[Extrapolation],
+    metric: &str,
+    title: &str,
+    out: &Path,
+) -> Result<(), String> {
+    register_font();
+    let ys = || series.iter().flat_map(|s| s.measured.iter().chain(&s.line).chain(&s.paper).map(|p| p.1));
+    let xs = || series.iter().flat_map(|s| s.measured.iter().chain(&s.line).chain(&s.paper).map(|p| p.0));
+    let hi = ys().fold(0f64, f64::max);
+    let lo = ys().filter(|y| *y > 0.0).fold(f64::MAX, f64::min);
+    let (unit, scale) = match hi {
+        _ if !metric.contains("bytes") => ("", 1.0),
+        h if h >= (1u64 << 30) as f64 => (" (GiB)", (1u64 << 30) as f64),
+        h if h >= (1u64 << 20) as f64 => (" (MiB)", (1u64 << 20) as f64),
+        _ => (" (bytes)", 1.0),
+    };
+    let log_y = hi > 0.0 && ys().all(|y| y > 0.0) && hi / lo > 20.0;
+    let x = figure.compare.x.as_deref().unwrap_or("x");
+    let spec = ExtrapolationAxes {
+        x_desc: format!("{x} (log scale)"),
+        y_desc: format!("{metric}{unit}{}", if log_y { ", log scale" } else { "" }),
+        log_y,
+        scale,
+        x_range: (xs().filter(|x| *x > 0.0).fold(f64::MAX, f64::min), xs().fold(0f64, f64::max)),
+        y_range: (lo, hi),
+        target: figure.compare.at.unwrap_or(0.0),
+    };
+    if spec.x_range.0 >= spec.x_range.1 || !spec.x_range.0.is_finite() || hi <= 0.0 {
+        return Err(format!("{title}: nothing to plot for {metric}"));
+    }
+    let svg = out.with_extension("svg");
+    let png = out.with_extension("png");
+    draw_extrapolation(SVGBackend::new(&svg, (960, 640)).into_drawing_area(), title, &spec, series)?;
+    draw_extrapolation(BitMapBackend::new(&png, (960, 640)).into_drawing_area(), title, &spec, series)?;
+    Ok(())
+}
+
+struct ExtrapolationAxes {
+    x_desc: String,
+    y_desc: String,
+    log_y: bool,
+    /// The unit's bytes (1 when not bytes).
+    scale: f64,
+    x_range: (f64, f64),
+    y_range: (f64, f64),
+    target: f64,
+}
+
+fn draw_extrapolation<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    a: &ExtrapolationAxes,
+    series: &[Extrapolation],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut builder = ChartBuilder::on(&root);
+    builder.caption(title, ("sans-serif", 18)).margin(20).x_label_area_size(50).y_label_area_size(80);
+    let x = ((a.x_range.0 / 1.6)..(a.x_range.1 * 1.6)).log_scale();
+    let (lo, hi) = (a.y_range.0 / a.scale, a.y_range.1 / a.scale);
+    if a.log_y {
+        let chart = builder.build_cartesian_2d(x, ((lo / 1.5)..(hi * 1.5)).log_scale()).map_err(|e| e.to_string())?;
+        extrapolation_body(chart, a, series)
+    } else {
+        let chart = builder.build_cartesian_2d(x, 0f64..(hi * 1.1)).map_err(|e| e.to_string())?;
+        extrapolation_body(chart, a, series)
+    }?;
+    root.present().map_err(|e| e.to_string())
+}
+
+fn extrapolation_body<'a, DB: DrawingBackend + 'a, Y>(
+    mut chart: ChartContext<'a, DB, Cartesian2d<plotters::coord::combinators::LogCoord<f64>, Y>>,
+    a: &ExtrapolationAxes,
+    series: &[Extrapolation],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+    Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let scaled = |p: &(f64, f64)| (p.0, p.1 / a.scale);
+    chart
+        .configure_mesh()
+        .x_label_formatter(&|v| si(*v))
+        .y_label_formatter(&|v| si(*v))
+        .x_desc(a.x_desc.as_str())
+        .y_desc(a.y_desc.as_str())
+        .axis_desc_style(("sans-serif", 16))
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(err)?;
+    // The target, where the paper's numbers stand.
+    let (y0, y1) = (chart.y_range().start, chart.y_range().end);
+    let target = [(a.target, y0), (a.target, y1)];
+    chart.draw_series(DashedLineSeries::new(target, 4, 6, BLACK.mix(0.4).stroke_width(1))).map_err(err)?;
+    let font = ("sans-serif", 12).into_font().color(&BLACK).pos(Pos::new(HPos::Right, VPos::Top));
+    chart.draw_series(std::iter::once(Text::new(format!("{} ", si(a.target)), (a.target, y1), font))).map_err(err)?;
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(s.measured.iter().map(scaled), color.stroke_width(2)))
+            .map_err(err)?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        chart.draw_series(s.measured.iter().map(|p| Circle::new(scaled(p), 3, color.filled()))).map_err(err)?;
+        chart
+            .draw_series(DashedLineSeries::new(s.line.iter().map(scaled), 6, 5, color.stroke_width(1)))
+            .map_err(err)?;
+        chart.draw_series(s.paper.iter().map(|p| TriangleMarker::new(scaled(p), 7, color.filled()))).map_err(err)?;
+    }
+    chart
+        .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())
+        .map_err(err)?
+        .label("line fitted to the points, carried to the target")
+        .legend(|(x, y)| {
+            plotters::element::DashedPathElement::new(vec![(x, y), (x + 20, y)], 5, 3, BLACK.stroke_width(1))
+        });
+    chart
+        .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())
+        .map_err(err)?
+        .label("the paper's number, in its series' colour")
+        .legend(|(x, y)| TriangleMarker::new((x + 10, y), 6, BLACK.filled()));
+    // The legend in the corner covering the fewest points, judged on the axes as drawn.
+    let (xr, yr) = (chart.x_range(), chart.y_range());
+    let frac = |v: f64, r: &std::ops::Range<f64>, log: bool| {
+        if log { (v.ln() - r.start.ln()) / (r.end.ln() - r.start.ln()) } else { (v - r.start) / (r.end - r.start) }
+    };
+    let drawn: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| s.measured.iter().chain(&s.line).chain(&s.paper))
+        .map(|p| (frac(p.0, &xr, true), frac(p.1 / a.scale, &yr, a.log_y)))
+        .collect();
+    let corner = legend_corner(drawn.into_iter(), (0.0, 1.0), 1.0, series.len() + 2);
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .position(corner)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
 /// A figure's plots: `curve.{svg,png}` (throughput against p99 latency with 95% error bars, the
 /// paper's published throughputs marked) and `timeseries.{svg,png}` (every run's batches).
 /// `rows` are the judged points (seeds averaged), `raw` every run.
@@ -517,7 +758,7 @@ pub fn figure_plots(figure: &crate::figure::Figure, rows: &[Value], raw: &[Value
         // A quantity fitted over a scale (memory over keys): that quantity against the scale.
         // Every metric the figure judges gets its own: `curve` for the main one, `curve-<name>`
         // for another a published number names (`curve-write_combining_ratio`).
-        (Some(x), "extrapolate") => {
+        (Some(_), "extrapolate") => {
             let mut metrics = vec![figure.compare.metric.as_str()];
             for p in figure.published.iter().filter(|p| p.per.is_none()) {
                 if !metrics.contains(&figure.metric_of(p)) {
@@ -525,30 +766,12 @@ pub fn figure_plots(figure: &crate::figure::Figure, rows: &[Value], raw: &[Value
                 }
             }
             for (i, metric) in metrics.iter().enumerate() {
-                let spec = PlotSpec {
-                    x: x.clone(),
-                    y: metric.to_string(),
-                    series: figure.compare.series.clone(),
-                    order_by: None,
-                    title: if i == 0 { title.clone() } else { format!("{title}: {metric}") },
-                    log_x: figure.compare.x_scale == crate::figure::XScale::Log,
-                };
                 let name = match i {
                     0 => "curve".to_string(),
                     _ => format!("curve-{}", metric.rsplit('.').next().unwrap_or(metric)),
                 };
-                // The paper's numbers of this metric, at the scale they are stated for.
-                let at = figure.compare.at.unwrap_or(0.0);
-                let paper: Vec<Series> = figure
-                    .published
-                    .iter()
-                    .filter(|p| p.per.is_none() && figure.metric_of(p) == *metric)
-                    .filter_map(|p| {
-                        let label: Vec<&str> = p.series.values().map(String::as_str).collect();
-                        Some((format!("paper: {}", label.join(" ")), vec![(at, p.claim().ok()?.middle())]))
-                    })
-                    .collect();
-                plot_with(rows, &spec, &paper, &out.join(name))?;
+                let title = if i == 0 { title.clone() } else { format!("{title}: {metric}") };
+                plot_extrapolation(figure, &extrapolations(figure, rows, metric), metric, &title, &out.join(name))?;
             }
         }
         _ => plot_panels(
@@ -576,6 +799,12 @@ mod tests {
 
     fn corner(points: &[(f64, f64)]) -> SeriesLabelPosition {
         legend_corner(points.iter().copied(), (0.0, 10.0), 10.0, 4)
+    }
+
+    #[test]
+    fn axis_numbers_take_three_digits_and_a_suffix() {
+        let got: Vec<String> = [250_000.0, 1e6, 1.2e6, 512e6, 0.125, 0.0, 3.162, 100.0, 2e12].map(si).into();
+        assert_eq!(got, ["250k", "1M", "1.2M", "512M", "0.125", "0", "3.16", "100", "2T"]);
     }
 
     /// The legend leaves the points it would hide: the upper left unless points are there,

@@ -108,3 +108,66 @@ fn a_log_scale_plot_labels_keys_and_shows_the_papers_points() {
     assert!(plot::plot_with(&zero, &spec, &[], &out).unwrap_err().contains("logarithmic"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An extrapolating figure (memory against keys): a series per system, the report's line
+/// carried from the first point to the target, and each paper's number in the colour of the
+/// series it names, on log axes in binary units.
+#[test]
+fn an_extrapolation_plot_carries_each_line_to_the_papers_number() {
+    let figure = dmkit_experiments::reproduce::Figure::parse(
+        r#"
+paper = "test"
+figure = "m"
+title = "memory"
+source = "s"
+tolerance = 0.25
+[compare]
+metric = "remote_bytes_used"
+over = "extrapolate"
+series = ["index", "config"]
+x = "keys"
+at = 512000000
+[[published]]
+series = { index = "smart", config = "smart,alloc_align=256" }
+value = 167503724544
+[[published]]
+series = { index = "sherman" }
+value = 12884901888
+[[published]]
+series = { index = "race" }
+value = 1e9
+[run.reduced]
+index = "smart"
+"#,
+    )
+    .unwrap();
+    let mut rows = Vec::new();
+    for keys in [250_000u64, 500_000, 1_000_000] {
+        rows.push(json!({"index": "smart", "config": "smart", "keys": keys, "remote_bytes_used": 72 * keys}));
+        rows.push(
+            json!({"index": "smart", "config": "smart,alloc_align=256", "keys": keys, "remote_bytes_used": 265 * keys}),
+        );
+        rows.push(json!({"index": "sherman", "config": "sherman-dolphin", "keys": keys, "remote_bytes_used": 40 * keys + 1000}));
+    }
+    let s = plot::extrapolations(&figure, &rows, "remote_bytes_used");
+    let names: Vec<&str> = s.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["smart", "smart (smart,alloc_align=256)", "sherman (sherman-dolphin)", "race (not run)"]);
+    assert_eq!(s[0].measured, vec![(250_000.0, 18e6), (500_000.0, 36e6), (1e6, 72e6)]);
+    let (first, last) = (s[1].line[0], *s[1].line.last().unwrap());
+    assert!((first.0 - 250_000.0).abs() < 1e-6 && (last.0 - 512e6).abs() < 1e-3, "{first:?} {last:?}");
+    assert!((last.1 / (265.0 * 512e6) - 1.0).abs() < 1e-9, "the fitted line at the target: {}", last.1);
+    assert!(s[0].paper.is_empty(), "the paper's SMART is the artifact's alignment, not ours");
+    assert_eq!(s[1].paper, vec![(512e6, 167503724544.0)]);
+    assert_eq!(s[2].paper, vec![(512e6, 12884901888.0)], "a selector naming fewer fields still finds its series");
+    assert!(s[3].measured.is_empty() && s[3].paper.len() == 1);
+    let dir = std::env::temp_dir().join(format!("dmkit-extrapolation-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    plot::figure_plots(&figure, &rows, &[], &dir).unwrap();
+    let svg = std::fs::read_to_string(dir.join("curve.svg")).unwrap();
+    for text in
+        ["remote_bytes_used (GiB), log scale", "keys (log scale)", "smart (smart,alloc_align=256)", "512M", "100M"]
+    {
+        assert!(svg.contains(text), "{text}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
