@@ -476,6 +476,10 @@ struct RunArgs {
     /// loaded keys).
     #[arg(long, conflicts_with = "file")]
     zipf_items: Option<u64>,
+    /// Load the keys in a fixed pseudo-random order instead of key-number order (dense keys
+    /// ascending, hashed keys in hash order): for footprints that depend on insertion order.
+    #[arg(long, conflicts_with = "file")]
+    shuffle_load: bool,
     /// The index's cache budget per compute node, in bytes.
     #[arg(long, conflicts_with = "file")]
     cache_bytes: Option<u64>,
@@ -827,6 +831,7 @@ fn run_run(a: RunArgs) -> Result<ExitCode, String> {
                 email_keys: a.email_keys,
                 theta: a.theta,
                 zipf_items: a.zipf_items,
+                shuffle_load: a.shuffle_load,
                 ops_per_client: a.ops_per_client,
                 inserts: a.inserts,
                 cache_bytes: a.cache_bytes,

@@ -166,7 +166,12 @@ fn point_of(rows: &[Value], compare: &Compare, sel: &Selector, metric: &str, per
 /// A result field as a table or legend names it: a swept skew
 /// (`workload_spec.distribution.theta`) is θ; any other field its path.
 pub fn field_name(path: &str) -> &str {
-    if path == "theta" || path.ends_with(".theta") { "θ" } else { path }
+    match path {
+        "theta" => "θ",
+        p if p.ends_with(".theta") => "θ",
+        "workload_spec.shuffled_load" => "shuffled",
+        p => p,
+    }
 }
 
 fn describe(sel: &Selector) -> String {

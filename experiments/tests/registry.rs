@@ -121,3 +121,21 @@ fn smarts_artifact_alignment_changes_its_footprint_and_nothing_it_reads() {
     let e = run_request(&small("smart", "workload = \"c\"\nconfig = \"smart,alloc_align=100\"\n")).unwrap_err();
     assert!(e.contains("alloc_align 100 is not a power of two"), "{e}");
 }
+
+#[test]
+fn a_shuffled_load_fills_sherman_leaves_as_a_random_order_does() {
+    // Sherman's even splits leave an ascending load's leaves half full; the same keys in a
+    // random order fill them further, so the tree is smaller (Dolphin's Table II, table2-ms).
+    let run = |extra: &str| {
+        let r = request(&format!(
+            "index = \"sherman\"\nconfig = \"sherman-dolphin\"\nworkload = \"dense-c\"\nkeys = 20000\n\
+             compute_nodes = 1\nthreads_per_cn = 2\nduration_us = 50\nwarmup_us = 20\n{extra}"
+        ));
+        run_request(&r).unwrap()
+    };
+    let (ordered, shuffled) = (run(""), run("shuffle_load = true\n"));
+    assert_eq!(shuffled.workload_spec.as_ref().map(|s| s.shuffled_load), Some(true));
+    assert_eq!(ordered.workload_spec.as_ref().map(|s| s.shuffled_load), Some(false));
+    let (o, s) = (ordered.remote_bytes_used as f64, shuffled.remote_bytes_used as f64);
+    assert!(s < 0.85 * o, "shuffled {s} bytes against {o} in order");
+}

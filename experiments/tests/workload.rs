@@ -589,6 +589,30 @@ fn values_can_be_verified() {
 
 // --- load, phases, fill, acknowledgements -----------------------------------------------------------
 
+/// A shuffled load inserts the same keys in another order: a permutation of the key numbers,
+/// the same every time, and not close to ascending.
+#[test]
+fn a_shuffled_load_is_a_fixed_permutation_of_the_same_keys() {
+    for n in [1u64, 2, 3, 5, 1000, 4097] {
+        let order: Vec<u64> = (0..n).map(|i| shuffled_index(i, n)).collect();
+        let set: BTreeSet<u64> = order.iter().copied().collect();
+        assert_eq!(set, (0..n).collect::<BTreeSet<u64>>(), "a permutation of 0..{n}");
+    }
+    let mut spec = WorkloadSpec::from_name("dense-c", 5000).unwrap();
+    let ascending: Vec<(Vec<u8>, Vec<u8>)> = load_items(&spec).collect();
+    spec.shuffled_load = true;
+    let shuffled: Vec<(Vec<u8>, Vec<u8>)> = load_items(&spec).collect();
+    assert_eq!(shuffled, load_items(&spec).collect::<Vec<_>>(), "the same order every time");
+    assert_ne!(shuffled, ascending);
+    let (mut a, mut b) = (ascending.clone(), shuffled.clone());
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "the same keys and values");
+    // Few neighbours in key order are neighbours in load order.
+    let rises = shuffled.windows(2).filter(|w| w[1].0 > w[0].0).count();
+    assert!((2000..3000).contains(&rises), "{rises} of 4999 steps ascend (a random order: about half)");
+}
+
 #[test]
 fn load_items_and_loading_by_inserts_give_the_same_keys() {
     for spec in [WorkloadSpec::ycsb('a', 5000).unwrap(), WorkloadSpec::ycsb('e', 5000).unwrap()] {

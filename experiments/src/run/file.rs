@@ -37,6 +37,10 @@ pub struct RunFile {
     /// A dense- or mica- workload's Zipfian drawn over this many keys, a paper's key count
     /// ([`crate::workload::WorkloadSpec::zipfian_items`]).
     pub zipf_items: Option<u64>,
+    /// Load the keys in a fixed pseudo-random order instead of key-number order
+    /// ([`crate::workload::WorkloadSpec::shuffled_load`]).
+    #[serde(default)]
+    pub shuffle_load: bool,
     pub ops_per_client: Option<u64>,
     /// LOAD: the fresh keys inserted in all, then the run stops (a fixed window, as the papers'
     /// insert phases: RACE's 10 M into a table of 100 M); every workload's hash tables are
@@ -100,6 +104,7 @@ pub struct Sweep {
     pub workload: Option<Vec<String>>,
     pub keys: Option<Vec<u64>>,
     pub key_bytes: Option<Vec<usize>>,
+    pub shuffle_load: Option<Vec<bool>>,
     pub theta: Option<Vec<f64>>,
     pub value_bytes: Option<Vec<usize>>,
     pub compute_nodes: Option<Vec<u16>>,
@@ -300,6 +305,7 @@ impl RunFile {
         expand!(keys, |v| v);
         expand!(key_bytes, Some);
         expand!(theta, Some);
+        expand!(shuffle_load, |v| v);
         expand!(value_bytes, Some);
         expand!(compute_nodes, |v| v);
         expand!(memory_nodes, |v| v);
@@ -330,6 +336,7 @@ impl RunFile {
                     email_keys: p.email_keys,
                     theta: p.theta,
                     zipf_items: p.zipf_items,
+                    shuffle_load: p.shuffle_load,
                     ops_per_client: p.ops_per_client,
                     inserts: p.inserts,
                     cache_bytes: p.cache_bytes,

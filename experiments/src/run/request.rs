@@ -56,6 +56,8 @@ pub struct RunRequest {
     pub theta: Option<f64>,
     /// The ranks a dense- or mica- workload's Zipfian draws over (a paper's key count).
     pub zipf_items: Option<u64>,
+    /// Load the keys in a fixed pseudo-random order (`WorkloadSpec::shuffled_load`).
+    pub shuffle_load: bool,
     /// Run this many operations per client after the warm-up instead of a fixed duration.
     pub ops_per_client: Option<u64>,
     /// The fresh keys a LOAD inserts in all (`--inserts`): hash tables are sized for
@@ -101,6 +103,7 @@ fn shape_workload(spec: &mut crate::workload::WorkloadSpec, req: &RunRequest) ->
         };
     }
     spec.zipfian_items = req.zipf_items;
+    spec.shuffled_load = req.shuffle_load;
     spec.validate().map_err(|e| e.to_string())
 }
 

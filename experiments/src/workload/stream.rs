@@ -386,9 +386,16 @@ impl Iterator for Stream {
 }
 
 /// The load phase: `(key, value)` for key numbers `0..record_count` in order (so in hashed key
-/// order for hashed keys, ascending for ordered ones), values at [`LOAD_VERSION`].
+/// order for hashed keys, ascending for ordered ones), or with [`WorkloadSpec::shuffled_load`]
+/// in a fixed pseudo-random order of the same key numbers; values at [`LOAD_VERSION`].
 pub fn load_items(spec: &WorkloadSpec) -> LoadItems {
-    LoadItems { key_format: spec.key_format, value_bytes: spec.value_bytes, next: 0, end: spec.record_count }
+    LoadItems {
+        key_format: spec.key_format,
+        value_bytes: spec.value_bytes,
+        next: 0,
+        end: spec.record_count,
+        shuffled: spec.shuffled_load,
+    }
 }
 
 /// The iterator of [`load_items`].
@@ -398,6 +405,36 @@ pub struct LoadItems {
     value_bytes: usize,
     next: u64,
     end: u64,
+    shuffled: bool,
+}
+
+/// The `i`-th of `0..n` in a fixed pseudo-random permutation of `0..n`: a four-round Feistel
+/// network over the smallest even number of bits that holds `n`, walking the cycle until it
+/// lands below `n` (at most four tries expected). The same for every run: the order is a
+/// property of the load, not of the run's seed.
+pub fn shuffled_index(i: u64, n: u64) -> u64 {
+    debug_assert!(i < n);
+    let bits = (64 - n.saturating_sub(1).leading_zeros()).max(2).next_multiple_of(2);
+    let half = bits / 2;
+    let mask = (1u64 << half) - 1;
+    let round = |r: u64, x: u64| {
+        // splitmix64's finaliser of the round and the half.
+        let mut z = x.wrapping_add(r.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_add(0x6a09_e667_f3bc_c909);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut x = i;
+    loop {
+        let (mut l, mut r) = (x >> half, x & mask);
+        for k in 0..4 {
+            (l, r) = (r, l ^ (round(k, r) & mask));
+        }
+        x = (l << half) | r;
+        if x < n {
+            return x;
+        }
+    }
 }
 
 impl Iterator for LoadItems {
@@ -407,7 +444,7 @@ impl Iterator for LoadItems {
         if self.next >= self.end {
             return None;
         }
-        let n = self.next;
+        let n = if self.shuffled { shuffled_index(self.next, self.end) } else { self.next };
         self.next += 1;
         Some((self.key_format.encode(n), value_for(n, LOAD_VERSION, self.value_bytes)))
     }
