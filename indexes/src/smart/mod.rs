@@ -413,8 +413,6 @@ impl NodeLocks {
 pub struct SmartNode {
     types: NodeTypes,
     leaf: LeafGeometry,
-    /// Alignment of every allocation (`SmartOptions::alloc_align`).
-    align: u64,
     pub cache: RadixCache,
     pub rdwc: Rdwc<Change, Reply>,
     pub chunks: LocalChunkAllocator,
@@ -448,7 +446,6 @@ pub fn node_state(o: &SmartOptions, caps: &Caps) -> SmartNode {
     SmartNode {
         types: o.node_types.clone(),
         leaf: leaf_geometry(o),
-        align: o.alloc_align,
         cache: RadixCache::new(o.cache_bytes),
         rdwc: {
             let rdwc =
@@ -1129,12 +1126,12 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 }
                 return Ok(*addr);
             }
-            let _ = self.node.chunks.free(*addr, self.node.leaf.alloc_bytes(self.node.align));
+            let _ = self.node.chunks.free(*addr, self.node.leaf.alloc_bytes(self.o.alloc_align));
             p.leaf = None;
         }
         let g = self.node.leaf;
         let node = self.node.clone();
-        let addr = node.chunks.alloc(&self.ctx, g.alloc_bytes(node.align), node.align).await?;
+        let addr = node.chunks.alloc(&self.ctx, g.alloc_bytes(self.o.alloc_align), self.o.alloc_align).await?;
         self.ctx.charge_cpu(CpuWork::ChecksumByte, (g.key_bytes + g.value_bytes) as u64).await;
         self.ctx.write(addr, Buf::from(g.encode(rev.raw(), key, value))).await?;
         p.leaf = Some((addr, rev, value.to_vec()));
@@ -1304,15 +1301,16 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         };
         let node = self.node.clone();
         let (types, g) = (&node.types, node.leaf);
+        let align = self.o.alloc_align;
         let m = lcp / 7 + 1;
         let mn = p.leaf.as_ref().map_or_else(|| node.chunks.next_node(), |l| l.0.node());
         let mut nodes = Vec::with_capacity(m);
         for _ in 0..m {
-            match node.chunks.alloc_on(&self.ctx, mn, types.node_alloc_bytes(node.align), node.align).await {
+            match node.chunks.alloc_on(&self.ctx, mn, types.node_alloc_bytes(align), align).await {
                 Ok(a) => nodes.push(a),
                 Err(e) => {
                     for a in nodes {
-                        let _ = node.chunks.free(a, types.node_alloc_bytes(node.align));
+                        let _ = node.chunks.free(a, types.node_alloc_bytes(align));
                     }
                     return Err(e);
                 }
@@ -1331,9 +1329,9 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
             }
             other => {
                 if let Some((a, _, _)) = other.take() {
-                    let _ = node.chunks.free(a, g.alloc_bytes(node.align));
+                    let _ = node.chunks.free(a, g.alloc_bytes(align));
                 }
-                let a = node.chunks.alloc_on(&self.ctx, mn, g.alloc_bytes(node.align), node.align).await?;
+                let a = node.chunks.alloc_on(&self.ctx, mn, g.alloc_bytes(align), align).await?;
                 self.ctx.charge_cpu(CpuWork::ChecksumByte, (g.key_bytes + g.value_bytes) as u64).await;
                 batch.push(Request::write(a, g.encode(leaf_rev.raw(), key, &value)));
                 *other = Some((a, leaf_rev, value.clone()));
@@ -1373,7 +1371,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         if early && let Some(now) = self.move_reverse(at, moved, new_parent).await? {
             self.counters.event(SPLIT_SLOT_CHANGED);
             for a in nodes {
-                let _ = node.chunks.free(a, types.node_alloc_bytes(node.align));
+                let _ = node.chunks.free(a, types.node_alloc_bytes(align));
             }
             return Ok(Publish::Lost(now));
         }
@@ -1385,7 +1383,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
                 self.ctx.cas(moved, new_parent.raw(), at.sa.raw()).await?;
             }
             for a in nodes {
-                let _ = node.chunks.free(a, types.node_alloc_bytes(node.align));
+                let _ = node.chunks.free(a, types.node_alloc_bytes(align));
             }
             self.counters.cas_failures += 1;
             self.counters.event(SPLIT_LOST);
@@ -1809,7 +1807,7 @@ impl<C: Client + Clone + 'static> Combined for SmartHandle<C> {
             && outcome.as_ref().is_err()
         {
             // Never published: give it back.
-            let _ = self.node.chunks.free(addr, self.node.leaf.alloc_bytes(self.node.align));
+            let _ = self.node.chunks.free(addr, self.node.leaf.alloc_bytes(self.o.alloc_align));
         }
         replies(outcome, p.closed())
     }
