@@ -23,8 +23,6 @@ pub struct PlotSpec {
     /// Field that orders a series' points (default: `x`).
     pub order_by: Option<String>,
     pub title: String,
-    /// Draw `x` on a logarithmic axis.
-    pub log_x: bool,
 }
 
 impl PlotSpec {
@@ -36,7 +34,6 @@ impl PlotSpec {
             series: vec!["index".into(), "config".into(), "workload".into()],
             order_by: Some("clients".into()),
             title: "throughput vs p99 latency".into(),
-            log_x: false,
         }
     }
 }
@@ -109,21 +106,14 @@ where
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(err)?;
-    let (mut x_min, mut x_max, mut y_max) = (f64::INFINITY, 0f64, 0f64);
+    let (mut x_max, mut y_max) = (0f64, 0f64);
     for (_, points) in data {
         for &(x, y) in points {
-            x_min = x_min.min(x);
             x_max = x_max.max(x);
             y_max = y_max.max(y);
         }
     }
-    // A logarithmic axis (its points at ln x) spans the points with a margin either side.
-    let x_range = if spec.log_x {
-        let pad = ((x_max - x_min) * 0.06).max(0.1);
-        (x_min - pad)..(x_max + pad)
-    } else {
-        0f64..(x_max * 1.08).max(1e-9)
-    };
+    let x_range = 0f64..(x_max * 1.08).max(1e-9);
     let y_max = (y_max * 1.08).max(1e-9);
     let mut chart = ChartBuilder::on(&root)
         .caption(&spec.title, ("sans-serif", 20))
@@ -138,13 +128,12 @@ where
         move |v: &f64| format!("{v:.decimals$}")
     };
     let y_fmt = fmt(y_max);
-    let linear = fmt(x_max * 1.08);
-    let x_fmt = |v: &f64| if spec.log_x { format!("{:.3e}", v.exp()) } else { linear(v) };
+    let x_fmt = fmt(x_max * 1.08);
     chart
         .configure_mesh()
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&y_fmt)
-        .x_desc(if spec.log_x { format!("{} (log scale)", spec.x) } else { spec.x.clone() })
+        .x_desc(spec.x.as_str())
         .y_desc(spec.y.as_str())
         .axis_desc_style(("sans-serif", 16))
         .label_style(("sans-serif", 13))
@@ -201,25 +190,8 @@ fn legend_corner(
 
 /// Writes `<out>.svg` and `<out>.png`.
 pub fn plot(rows: &[Value], spec: &PlotSpec, out: &Path) -> Result<(), String> {
-    plot_with(rows, spec, &[], out)
-}
-
-/// [`plot`], with `extra` series drawn beside the results' (the paper's numbers as points).
-pub fn plot_with(rows: &[Value], spec: &PlotSpec, extra: &[Series], out: &Path) -> Result<(), String> {
     register_font();
-    let mut data = series(rows, spec)?;
-    data.extend(extra.iter().cloned());
-    if spec.log_x {
-        if data.iter().flat_map(|(_, p)| p).any(|p| p.0 <= 0.0) {
-            return Err(format!("a logarithmic axis needs positive values of '{}'", spec.x));
-        }
-        // Drawn at ln x, labelled with x.
-        for (_, points) in &mut data {
-            for p in points.iter_mut() {
-                p.0 = p.0.ln();
-            }
-        }
-    }
+    let data = series(rows, spec)?;
     let svg = out.with_extension("svg");
     let png = out.with_extension("png");
     draw(SVGBackend::new(&svg, (960, 640)).into_drawing_area(), spec, &data)?;

@@ -78,34 +78,50 @@ index = "example"
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A scale plot (a share over the key count): nested fields, a logarithmic axis labelled with
-/// the key counts, small values with three digits, and the paper's numbers as extra points.
+/// A scale plot (a share over the key count, SMART's Fig. 22(g, h)): a nested field, series
+/// named without an index, a logarithmic axis labelled with the key counts, small values with
+/// their digits, and the paper's number with the series it names.
 #[test]
 fn a_log_scale_plot_labels_keys_and_shows_the_papers_points() {
+    let figure = dmkit_experiments::reproduce::Figure::parse(
+        r#"
+paper = "test"
+figure = "shares"
+title = "shares"
+source = "s"
+tolerance = 0.2
+[compare]
+metric = "rdwc.read_delegation_ratio"
+over = "extrapolate"
+series = ["config"]
+x = "keys"
+at = 60000000
+x_scale = "log"
+[[published]]
+series = { config = "smart-paper" }
+value = 0.119
+[run.reduced]
+index = "smart"
+"#,
+    )
+    .unwrap();
     let rows: Vec<serde_json::Value> = [(500_000u64, 0.16), (4_000_000, 0.127)]
         .iter()
         .map(|(k, rd)| json!({"config": "smart-paper", "keys": k, "rdwc": {"read_delegation_ratio": rd}}))
         .collect();
-    let spec = PlotSpec {
-        x: "keys".into(),
-        y: "rdwc.read_delegation_ratio".into(),
-        series: vec!["config".into()],
-        order_by: None,
-        title: "shares".into(),
-        log_x: true,
-    };
+    let s = plot::extrapolations(&figure, &rows, "rdwc.read_delegation_ratio");
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0].name, "smart-paper");
+    assert_eq!(s[0].paper, vec![(60e6, 0.119)]);
     let dir = std::env::temp_dir().join(format!("dmkit-plot-log-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("curve");
-    let paper = vec![("paper: smart-paper".to_string(), vec![(60_000_000.0, 0.119)])];
-    plot::plot_with(&rows, &spec, &paper, &out).unwrap();
-    let svg = std::fs::read_to_string(out.with_extension("svg")).unwrap();
-    assert!(svg.contains("keys (log scale)") && svg.contains("paper: smart-paper"), "axis title and legend");
-    assert!(svg.contains("0.120"), "three digits on a 0-0.17 axis");
-    assert!(svg.contains("e7") && svg.contains("e5"), "key counts from 5e5 to 6e7 on the log axis");
-    // A logarithmic axis has no place for zero.
-    let zero = vec![json!({"config": "smart", "keys": 0, "rdwc": {"read_delegation_ratio": 0.1}})];
-    assert!(plot::plot_with(&zero, &spec, &[], &out).unwrap_err().contains("logarithmic"));
+    plot::figure_plots(&figure, &rows, &[], &dir).unwrap();
+    let svg = std::fs::read_to_string(dir.join("curve.svg")).unwrap();
+    // Each text element's content is the line after its tag.
+    let texts: Vec<&str> = svg.lines().map(str::trim).collect();
+    for text in ["keys (log scale)", "smart-paper", "0.12", "0.02", "1M", "10M", "60M"] {
+        assert!(texts.contains(&text), "{text}: axis title, legend, shares with their digits, key counts");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
