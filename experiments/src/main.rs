@@ -557,6 +557,11 @@ struct RunArgs {
     /// The crashed server restarts (empty, and recovers) this long after the crash.
     #[arg(long, conflicts_with = "file")]
     restart_after_us: Option<u64>,
+    /// What each compute node's caches hold before the run: whole (every internal node the
+    /// budget holds) or load-share (compute node c of C: the paths of every C-th loaded item
+    /// from the c-th, what it would have read loading its share, as CHIME's Fig. 14 measures).
+    #[arg(long, default_value = "whole", conflicts_with = "file")]
+    warm: String,
     /// Where to run: sim (the simulator) or rdma (hardware; needs --cluster and a build with
     /// --features connectx). On rdma, times are wall-clock time.
     #[arg(long, default_value = "sim")]
@@ -851,6 +856,7 @@ fn run_run(a: RunArgs) -> Result<ExitCode, String> {
                 crash_server: a.crash_server,
                 crash_at_us: a.crash_at_us,
                 restart_after_us: a.restart_after_us,
+                warm: a.warm.clone(),
                 sweep: Default::default(),
             };
             let mut requests = file.requests()?;

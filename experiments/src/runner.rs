@@ -18,7 +18,7 @@
 
 use crate::measure::{Decision, Estimate, Monitor, Window};
 use crate::run::client::{Meter, Phase, Series, Sink};
-use crate::run::schema::{OpSource, RunResult, RunSetup, round3};
+use crate::run::schema::{OpSource, RunResult, RunSetup, Warm, round3};
 use crate::run::tally::walk_after_run;
 use crate::workload::LoadItems;
 use dmkit_indexes::common::rdwc::{
@@ -273,12 +273,15 @@ fn snapshot<K: IndexKind>(sim: &Sim, memory_nodes: u16, nodes: &[Arc<K::NodeStat
 /// Runs `sources` (one per client) against the loaded index: a fresh simulation from a copy
 /// of the image, fresh compute nodes, warm caches, the measured clients. `names` = (index
 /// config name, workload name); `preload` is the history of the loaded items, when a history
-/// is recorded.
+/// is recorded; `items` the loaded items, which [`Warm::LoadShare`] deals out to the compute
+/// nodes.
+#[allow(clippy::too_many_arguments)]
 pub fn run_loaded<K: IndexKind>(
     setup: &RunSetup,
     options: &K::Options,
     names: (&str, &str),
     loaded: &Loaded,
+    items: &LoadItems,
     mut sources: Vec<Box<dyn OpSource>>,
     preload: Vec<dmkit_verify::history::Record>,
     progress: &dyn Progress,
@@ -299,8 +302,22 @@ pub fn run_loaded<K: IndexKind>(
     K::inherit(&nodes[0], &loader_state);
     // Warm every compute node's caches outside time: the papers measure after tens of seconds
     // of warm-up, which a bandwidth-bound index would need minutes of simulation to reach.
-    // Every node warms to the same state: warm the first, give the others its state.
-    for (i, node) in nodes.iter().enumerate() {
+    // By load share, each node its own paths; whole, every node warms to the same state: warm
+    // the first, give the others its state.
+    let mut warmed = Warm::Whole;
+    if setup.warm == Warm::LoadShare {
+        for (i, node) in nodes.iter().enumerate() {
+            progress
+                .measuring(0, &format!("warming compute node {}/{}'s caches with its load share", i + 1, nodes.len()));
+            let keys = items.share_keys(i as u64, nodes.len() as u64);
+            match K::warm_keys(options, node, &sim, &keys).map_err(|e| format!("warming the caches: {e}"))? {
+                true => warmed = Warm::LoadShare,
+                false if i == 0 => break, // the index does not warm by keys: whole, below
+                false => return Err(format!("internal: {} warmed compute node 0 by keys, not {i}", K::NAME)),
+            }
+        }
+    }
+    for (i, node) in nodes.iter().enumerate().filter(|_| warmed == Warm::Whole) {
         // Minutes at 60 M keys with sixteen full caches: say so.
         progress.measuring(0, &format!("warming compute node {}/{}'s caches", i + 1, nodes.len()));
         match i {
@@ -459,6 +476,7 @@ pub fn run_loaded<K: IndexKind>(
             || setup.profile.translation_cache_entries > 0)
             .then(|| round3((s1.nic_cache_misses - s0.nic_cache_misses) as f64 / ops)),
         cache_bytes_per_cn: round3(cache_bytes),
+        warmed,
         // An index that counts either event has a cache; one never counted is absent.
         cache_hit_ratio: match (hits, misses) {
             (h, m) if h + m > 0 => Some(round3(h as f64 / (h + m) as f64)),
@@ -495,6 +513,7 @@ pub fn run_index<K: IndexKind>(
     } else {
         Vec::new()
     };
+    let share = items.clone();
     let loaded = match slot {
         Some(slot) => {
             let key = image_key::<K>(setup, options, &items);
@@ -509,7 +528,7 @@ pub fn run_index<K: IndexKind>(
         }
         None => Arc::new(load::<K>(setup, options, items, progress)?),
     };
-    run_loaded::<K>(setup, options, names, &loaded, sources, preload, progress)
+    run_loaded::<K>(setup, options, names, &loaded, &share, sources, preload, progress)
 }
 
 /// A one-line account of where a run stands, for progress.

@@ -232,3 +232,37 @@ fn a_run_too_large_for_the_machine_is_refused_with_its_estimate() {
     let bad = requests("index = \"sherman\"\nworkload = \"c\"\nkeys = 1000000\nconfig = \"no-such\"\n");
     assert!(memory_estimate(&bad[0]).is_err() && check_memory_on(&bad, 1, GB) == Ok(1));
 }
+
+#[test]
+fn a_load_share_warms_each_compute_node_with_the_paths_of_its_own_keys() {
+    // SMART at 20 k keys over 10 compute nodes: each node's share (2 k keys) misses some of
+    // the radix tree's lower nodes, so the mean cache is smaller than the whole tree's.
+    let run = |index: &str, warm: &str| {
+        run_request(
+            &requests(&format!(
+                "index = \"{index}\"\nworkload = \"c\"\nkeys = 20000\ncompute_nodes = 10\nthreads_per_cn = 1\n\
+                 warmup_us = 10\nduration_us = 20\nwarm = \"{warm}\"\n"
+            ))[0],
+        )
+        .unwrap()
+    };
+    use dmkit_experiments::run::Warm;
+    let (whole, share) = (run("smart", "whole"), run("smart", "load-share"));
+    assert_eq!((whole.warmed, share.warmed), (Warm::Whole, Warm::LoadShare));
+    assert!(
+        share.cache_bytes_per_cn < 0.95 * whole.cache_bytes_per_cn && share.cache_bytes_per_cn > 0.0,
+        "{} against {}",
+        share.cache_bytes_per_cn,
+        whole.cache_bytes_per_cn
+    );
+    assert_eq!(json(&share)["warmed"], "load-share");
+    // Clover's query cache holds an entry per key: a node's share is a tenth of them.
+    let (whole, share) = (run("clover", "whole"), run("clover", "load-share"));
+    assert_eq!(share.warmed, Warm::LoadShare);
+    let tenth = share.cache_bytes_per_cn / whole.cache_bytes_per_cn;
+    assert!((0.05..0.2).contains(&tenth), "{tenth}");
+    // RACE has no compute-node cache to warm by keys: warmed whole, and said so.
+    assert_eq!(run("race", "load-share").warmed, Warm::Whole);
+    let err = RunFile::parse("index = \"smart\"\nwarm = \"half\"\n").unwrap().requests().unwrap_err();
+    assert_eq!(err, "warm must be whole or load-share, not \"half\"");
+}

@@ -101,6 +101,15 @@ impl<C: Configuration> IndexKind for Configured<C> {
         C::Of::warm(o, node, memory)
     }
 
+    fn warm_keys(
+        o: &Self::Options,
+        node: &Self::NodeState,
+        memory: &dyn MemoryView,
+        keys: &[Vec<u8>],
+    ) -> Result<bool, String> {
+        C::Of::warm_keys(o, node, memory, keys)
+    }
+
     fn warm_like(
         o: &Self::Options,
         node: &Self::NodeState,

@@ -231,6 +231,15 @@ impl<K: IndexKind> IndexKind for Indirect<K> {
         K::warm(&o.inner, &node.inner, memory)
     }
 
+    fn warm_keys(
+        o: &Self::Options,
+        node: &Self::NodeState,
+        memory: &dyn MemoryView,
+        keys: &[Vec<u8>],
+    ) -> Result<bool, String> {
+        K::warm_keys(&o.inner, &node.inner, memory, keys)
+    }
+
     fn warm_like(
         o: &Self::Options,
         node: &Self::NodeState,

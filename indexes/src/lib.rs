@@ -497,6 +497,25 @@ pub trait IndexKind: 'static {
         Self::warm(options, node, memory)
     }
 
+    /// Fills a compute node's caches with what it would have read had it inserted `keys` (sorted
+    /// ascending, bytewise) into the loaded structure: the internal nodes on their paths, top
+    /// down and level by level as [`IndexKind::warm`] does, until the budget is full. A paper
+    /// that loads its keys split over its compute nodes and reports one node's cache (CHIME's
+    /// Fig. 14) measures this, not [`IndexKind::warm`]'s whole tree. The paths are those of the
+    /// loaded structure: a node read during the load and replaced before it ended (a radix
+    /// node grown to a larger type) is charged at its final size. Call it where
+    /// [`IndexKind::warm`] is called. Returns `false`, leaving `node` as it was, for an index
+    /// that does not warm by keys (the default): the caller warms it whole and says so.
+    fn warm_keys(
+        options: &Self::Options,
+        node: &Self::NodeState,
+        memory: &dyn MemoryView,
+        keys: &[Vec<u8>],
+    ) -> Result<bool, String> {
+        let _ = (options, node, memory, keys);
+        Ok(false)
+    }
+
     /// Hands compute node 0 of a run what the loader's compute node holds that outlives the
     /// load — its chunk allocator's reservations, free blocks and current chunk — so that blocks
     /// of loaded items are freed and reused there, as when one simulation loads and runs (runs

@@ -2,7 +2,7 @@
 //! results of one sweep.
 
 use super::request::RunRequest;
-use super::schema::{LoadMethod, RunResult, RunSetup, ServerCrash};
+use super::schema::{LoadMethod, RunResult, RunSetup, ServerCrash, Warm};
 use dmkit_sim::Profile;
 
 /// A run file: the TOML form of `dmkit run`'s flags, plus an optional `[sweep]` whose lists
@@ -88,6 +88,10 @@ pub struct RunFile {
     pub crash_at_us: u64,
     #[serde(default)]
     pub restart_after_us: Option<u64>,
+    /// What the compute nodes' caches are warmed with: `whole` (default) or `load-share`
+    /// ([`crate::run::Warm`]).
+    #[serde(default = "default_warm")]
+    pub warm: String,
     #[serde(default)]
     pub sweep: Sweep,
 }
@@ -114,6 +118,9 @@ pub struct Sweep {
     pub seed: Option<Vec<u64>>,
     pub cache_bytes: Option<Vec<u64>>,
     pub crash_server: Option<Vec<u16>>,
+    /// `whole` and/or `load-share` ([`crate::run::Warm`]): points differing only in this share
+    /// their load.
+    pub warm: Option<Vec<String>>,
 }
 
 fn default_config() -> String {
@@ -140,6 +147,10 @@ fn default_threads() -> u32 {
 fn one_u32() -> u32 {
     1
 }
+fn default_warm() -> String {
+    "whole".into()
+}
+
 fn default_load() -> String {
     "bulk".into()
 }
@@ -314,6 +325,7 @@ impl RunFile {
         expand!(seed, |v| v);
         expand!(cache_bytes, Some);
         expand!(crash_server, Some);
+        expand!(warm, |v| v);
         points
             .into_iter()
             .map(|mut p| {
@@ -322,6 +334,7 @@ impl RunFile {
                 }
                 p.ops_per_client = p.load_quota()?.or(p.ops_per_client);
                 let window = p.window()?;
+                let warm = Warm::parse(&p.warm)?;
                 let tick_ns = p.tick_us.unwrap_or(crate::measure::TICK_NS / 1000) * 1000;
                 if tick_ns == 0 {
                     return Err("--tick-us must be positive".into());
@@ -362,6 +375,7 @@ impl RunFile {
                             })
                             .into_iter()
                             .collect(),
+                        warm,
                     },
                 })
             })

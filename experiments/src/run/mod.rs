@@ -46,6 +46,11 @@ pub fn run_index<K: IndexKind>(
     K::validate(options)?;
     setup.window.validate()?;
     if let Some(cluster) = &setup.cluster {
+        if setup.warm != Warm::Whole {
+            return Err("--warm load-share is the simulator's (it fills caches outside time); on hardware the \
+                        caches warm by running"
+                .into());
+        }
         #[cfg(feature = "connectx")]
         return crate::hardware::run_index::<K>(cluster, setup, options, names, items.collect(), sources);
         #[cfg(not(feature = "connectx"))]

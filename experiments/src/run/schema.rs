@@ -60,6 +60,34 @@ pub struct RunSetup {
     pub cluster: Option<Arc<crate::cluster::ClusterConfig>>,
     /// Server nodes to crash during the run (simulator only).
     pub server_crashes: Vec<ServerCrash>,
+    /// What each compute node's caches hold before the run (simulator only).
+    pub warm: Warm,
+}
+
+/// What a compute node's caches are warmed with, outside time, before a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Warm {
+    /// Every internal node the budget holds, top down (`IndexKind::warm`): the state a long
+    /// warm-up over the whole key space leaves. Every compute node the same.
+    #[default]
+    Whole,
+    /// Compute node `c` of `C` holds the internal nodes on the paths of the loaded items at
+    /// places `c, c + C, c + 2C, …` of the load order (`IndexKind::warm_keys`): what it would
+    /// have read inserting its share had the load been split over the compute nodes with their
+    /// caches on, as CHIME's Fig. 14 loads and measures. An index that does not warm by keys
+    /// is warmed whole, and its result says so (`warmed`).
+    LoadShare,
+}
+
+impl Warm {
+    pub fn parse(text: &str) -> Result<Warm, String> {
+        match text {
+            "whole" => Ok(Warm::Whole),
+            "load-share" => Ok(Warm::LoadShare),
+            other => Err(format!("warm must be whole or load-share, not {other:?}")),
+        }
+    }
 }
 
 /// A crash-stop of one of the index's server nodes (HStore's hash-table or skiplist server),
@@ -174,6 +202,10 @@ pub struct RunResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nic_cache_misses_per_op: Option<f64>,
     pub cache_bytes_per_cn: f64,
+    /// What the compute nodes' caches were warmed with before the run (`RunSetup::warm`, or
+    /// `whole` where the index does not warm by keys).
+    #[serde(default)]
+    pub warmed: Warm,
     /// `None` when the index has no cache, or did not count hits.
     pub cache_hit_ratio: Option<f64>,
     pub remote_bytes_used: u64,

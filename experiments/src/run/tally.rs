@@ -3,7 +3,7 @@
 //! ([`crate::hardware`]) each keep an [`OpLog`] and build their result with
 //! [`RunResult::measured`], so that a number means the same thing on both.
 
-use super::schema::{Measurement, OpMetrics, RunResult, RunSetup, op_metrics, round3};
+use super::schema::{Measurement, OpMetrics, RunResult, RunSetup, Warm, op_metrics, round3};
 use crate::measure::Estimate;
 use dmkit_indexes::spec::Outcome;
 use dmkit_indexes::{Counters, IndexKind, InvariantReport};
@@ -202,6 +202,7 @@ impl RunResult {
             mn_bandwidth_utilisation: None,
             nic_cache_misses_per_op: None,
             cache_bytes_per_cn: 0.0,
+            warmed: Warm::Whole,
             cache_hit_ratio: None,
             remote_bytes_used: 0,
             metadata_bytes_per_item: None,

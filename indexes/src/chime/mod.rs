@@ -86,7 +86,7 @@ use crate::common::bounds::{above_start, below_end};
 pub use crate::common::change::{Change, Reply};
 use crate::common::change::{Combined, RDWC_READ_FALLBACK_HANDLER, RDWC_WRITE_FALLBACK_HANDLER, search_via, write_via};
 use crate::common::chunk::LocalChunkAllocator;
-use crate::common::range_cache::{CacheLevels, CachedNode, IndexCache};
+use crate::common::range_cache::{CacheLevels, CachedNode, IndexCache, children_below};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::common::root::{self, CachedRoot};
 use crate::registry::RunShape;
@@ -357,6 +357,49 @@ pub struct ChimeHandle<C> {
     path: Vec<Option<RemoteAddr>>,
 }
 
+/// [`IndexKind::warm`] (every internal node) or, with `keys` (sorted), [`IndexKind::warm_keys`]
+/// (the internal nodes on their paths), level by level from the root.
+fn warm_tree(
+    o: &ChimeOptions,
+    node: &ChimeNode,
+    memory: &dyn MemoryView,
+    keys: Option<&[Vec<u8>]>,
+) -> Result<(), String> {
+    let il = internal_layout(o);
+    let word = memory.read_memory(superblock_addr(), 8).map_err(|e| e.to_string())?;
+    let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+    let (root, root_level) = root::unpack(word);
+    node.root.set(word);
+    let all = keys.map_or(0, <[_]>::len);
+    let mut level_nodes = vec![(root, 0..all)];
+    for _ in (1..=root_level).rev() {
+        let mut children = Vec::new();
+        for (at, below) in level_nodes {
+            let raw = memory.read_memory(at, il.encoded_bytes()).map_err(|e| e.to_string())?;
+            let n = il.decode(&raw, true).map_err(|_| format!("internal node at {at} is torn"))?;
+            let charge = il.cache_charge(&n);
+            if node.cache.stats().bytes + charge > o.cache_bytes {
+                return Ok(());
+            }
+            node.cache.insert(at, &n, charge);
+            match keys {
+                None => {
+                    children.push((n.leftmost, 0..0));
+                    children.extend(n.entries.iter().map(|e| (e.1, 0..0)));
+                }
+                Some(keys) => children.extend(children_below(
+                    keys,
+                    below,
+                    n.leftmost,
+                    n.entries.iter().map(|(k, c)| (k.as_slice(), *c)),
+                )),
+            }
+        }
+        level_nodes = children;
+    }
+    Ok(())
+}
+
 impl IndexKind for Chime {
     const NAME: &'static str = "chime";
     /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
@@ -450,28 +493,16 @@ impl IndexKind for Chime {
 
     /// Caches internal nodes top-down until the budget is full.
     fn warm(o: &ChimeOptions, node: &ChimeNode, memory: &dyn MemoryView) -> Result<(), String> {
-        let il = internal_layout(o);
-        let word = memory.read_memory(superblock_addr(), 8).map_err(|e| e.to_string())?;
-        let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-        let (root, root_level) = root::unpack(word);
-        node.root.set(word);
-        let mut level_nodes = vec![root];
-        for _ in (1..=root_level).rev() {
-            let mut children = Vec::new();
-            for &at in &level_nodes {
-                let raw = memory.read_memory(at, il.encoded_bytes()).map_err(|e| e.to_string())?;
-                let n = il.decode(&raw, true).map_err(|_| format!("internal node at {at} is torn"))?;
-                let charge = il.cache_charge(&n);
-                if node.cache.stats().bytes + charge > o.cache_bytes {
-                    return Ok(());
-                }
-                node.cache.insert(at, &n, charge);
-                children.push(n.leftmost);
-                children.extend(n.entries.iter().map(|e| e.1));
-            }
-            level_nodes = children;
-        }
-        Ok(())
+        warm_tree(o, node, memory, None)
+    }
+
+    fn warm_keys(
+        o: &ChimeOptions,
+        node: &ChimeNode,
+        memory: &dyn MemoryView,
+        keys: &[Vec<u8>],
+    ) -> Result<bool, String> {
+        warm_tree(o, node, memory, Some(keys)).map(|()| true)
     }
 
     fn node_counters(n: &ChimeNode) -> std::collections::BTreeMap<&'static str, u64> {

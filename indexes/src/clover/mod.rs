@@ -713,6 +713,32 @@ impl IndexKind for Clover {
         Ok(())
     }
 
+    /// [`IndexKind::warm`] for the keys given only: what a compute node that loaded them holds.
+    fn warm_keys(
+        o: &CloverOptions,
+        node: &CloverNode,
+        memory: &dyn MemoryView,
+        keys: &[Vec<u8>],
+    ) -> Result<bool, String> {
+        if !o.query_cache {
+            return Ok(true);
+        }
+        if let Some(ms) =
+            memory.service_state(o.ms_node(), MS_SERVICE).and_then(|s| s.downcast::<MetadataServer>().ok())
+        {
+            let directory = lock(&ms.keys);
+            let mut cache = lock(&node.cache);
+            cache.reserve(keys.len());
+            for k in keys {
+                let k = SmallBytes::from(k.as_slice());
+                let Some(&slot) = directory.get(&k) else { continue };
+                let (tail, v) = invariants::chain(o, memory, &k, slot, |_| ())?;
+                cache.insert(k, Cached::new(slot, tail, Some(v.value.is_none())));
+            }
+        }
+        Ok(true)
+    }
+
     /// Every node warms to the same cache: a copy of the first's.
     fn warm_like(o: &CloverOptions, node: &CloverNode, warmed: &CloverNode, _: &dyn MemoryView) -> Result<(), String> {
         if o.query_cache {

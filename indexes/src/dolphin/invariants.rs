@@ -154,19 +154,52 @@ pub fn check(o: &DolphinOptions, memory: &dyn MemoryView) -> Result<InvariantRep
 
 /// Caches internal nodes top-down, breadth first, while they fit the budget.
 pub fn warm(o: &DolphinOptions, node: &DolphinNode, memory: &dyn MemoryView) -> Result<(), String> {
+    warm_paths(o, node, memory, None)
+}
+
+/// [`warm`] restricted to the internal nodes a search for one of `keys` (sorted bytewise)
+/// passes (`IndexKind::warm_keys`).
+pub fn warm_keys(
+    o: &DolphinOptions,
+    node: &DolphinNode,
+    memory: &dyn MemoryView,
+    keys: &[Vec<u8>],
+) -> Result<(), String> {
+    warm_paths(o, node, memory, Some(keys))
+}
+
+fn warm_paths(
+    o: &DolphinOptions,
+    node: &DolphinNode,
+    memory: &dyn MemoryView,
+    keys: Option<&[Vec<u8>]>,
+) -> Result<(), String> {
     let root = Entry(u64::from_le_bytes(read(memory, root_addr(), 8)?.try_into().expect("8 bytes")));
     if root.is_null() {
         return Ok(());
     }
-    let mut level = vec![(root, 0u64)];
+    let byte = |key: &Vec<u8>, x: usize| key.get(x).copied().unwrap_or(0);
+    let mut level = vec![(root, 0u64, 0..keys.map_or(0, <[_]>::len))];
     while !level.is_empty() {
         let mut next = Vec::new();
-        for (p, known) in level {
+        for (p, known, below) in level {
             if p.is_leaf() {
                 continue;
             }
             let img = read_node(memory, p)?;
             let h = img.header;
+            // The keys a search takes through this node: those with its prefix bytes (a
+            // contiguous run of the sorted keys, which share every byte before them).
+            let below = match keys {
+                None => below,
+                Some(keys) => {
+                    let matches = |key: &Vec<u8>| (h.first_pos()..h.branch_pos()).all(|x| byte(key, x) == h.byte_at(x));
+                    let run = &keys[below.clone()];
+                    let Some(first) = run.iter().position(matches) else { continue };
+                    let len = run[first..].iter().take_while(|key| matches(key)).count();
+                    below.start + first..below.start + first + len
+                }
+            };
             let mut prefix = known;
             for x in h.first_pos()..h.branch_pos() {
                 prefix |= u64::from(h.byte_at(x)) << (56 - 8 * x);
@@ -178,7 +211,19 @@ pub fn warm(o: &DolphinOptions, node: &DolphinNode, memory: &dyn MemoryView) -> 
             }
             let b = h.branch_pos();
             for e in img.live().iter().filter(|e| !e.is_null() && !e.is_leaf()) {
-                next.push((*e, prefix | u64::from(e.partial()) << (56 - 8 * b)));
+                let below = match keys {
+                    None => below.clone(),
+                    Some(keys) => {
+                        let run = &keys[below.clone()];
+                        let lo = run.partition_point(|key| byte(key, b) < e.partial());
+                        let hi = run.partition_point(|key| byte(key, b) <= e.partial());
+                        if lo == hi {
+                            continue;
+                        }
+                        below.start + lo..below.start + hi
+                    }
+                };
+                next.push((*e, prefix | u64::from(e.partial()) << (56 - 8 * b), below));
             }
         }
         level = next;

@@ -482,6 +482,15 @@ impl IndexKind for Dolphin {
         invariants::warm(o, node, memory)
     }
 
+    fn warm_keys(
+        o: &DolphinOptions,
+        node: &DolphinNode,
+        memory: &dyn MemoryView,
+        keys: &[Vec<u8>],
+    ) -> Result<bool, String> {
+        invariants::warm_keys(o, node, memory, keys).map(|()| true)
+    }
+
     fn node_counters(n: &DolphinNode) -> BTreeMap<&'static str, u64> {
         let s = n.cache.stats();
         let (special, regular) = n.cache.census();

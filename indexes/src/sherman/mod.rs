@@ -95,6 +95,7 @@ pub use crate::common::change::{Change, Reply};
 use crate::common::change::{Combined, RDWC_READ_FALLBACK_HANDLER, RDWC_WRITE_FALLBACK_HANDLER, search_via, write_via};
 use crate::common::chunk::LocalChunkAllocator;
 use crate::common::hocl::{HOCL_HANDED_OVER, HOCL_LOCK_FAILED, HoclHeld, LocalLockTable, acquire_global};
+use crate::common::range_cache::children_below;
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::common::root::{self, CachedRoot};
 use crate::hash::hash64;
@@ -338,6 +339,50 @@ pub struct ShermanHandle<C> {
     leaf_buf: Vec<u8>,
 }
 
+/// [`IndexKind::warm`] (every internal node) or, with `keys` (sorted), [`IndexKind::warm_keys`]
+/// (the internal nodes on their paths), level by level from the root.
+fn warm_tree(
+    o: &ShermanOptions,
+    node: &ShermanNode,
+    memory: &dyn MemoryView,
+    keys: Option<&[Vec<u8>]>,
+) -> Result<(), String> {
+    let g = node.geometry;
+    let word = memory.read_memory(superblock_addr(), 8).map_err(|e| e.to_string())?;
+    let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+    let (root, root_level) = root::unpack(word);
+    node.root.set(word);
+    let all = keys.map_or(0, <[_]>::len);
+    let mut level_nodes = vec![(root, 0..all)];
+    for level in (1..=root_level).rev() {
+        let mut children = Vec::new();
+        for (at, below) in level_nodes {
+            let image = memory.read_memory(at, g.node_bytes).map_err(|e| e.to_string())?;
+            let n = g.decode(&image).map_err(|e| format!("node at {at}: {e:?}"))?;
+            if node.cache.caches_level(level) {
+                if node.cache.stats().bytes + cache::max_charge(o.cache_charge, &g) * 2 > o.cache_bytes {
+                    return Ok(());
+                }
+                node.cache.insert(at, &n, cache::charge(o.cache_charge, &g, &n));
+            }
+            match keys {
+                None => {
+                    children.push((n.leftmost, 0..0));
+                    children.extend(n.records.iter().map(|r| (r.1, 0..0)));
+                }
+                Some(keys) => children.extend(children_below(
+                    keys,
+                    below,
+                    n.leftmost,
+                    n.records.iter().map(|(k, c)| (k.as_slice(), *c)),
+                )),
+            }
+        }
+        level_nodes = children;
+    }
+    Ok(())
+}
+
 impl IndexKind for Sherman {
     const NAME: &'static str = "sherman";
     /// `dmkit bench-load --keys 10000000`, 2026-11-27 (README, Benchmarks).
@@ -446,29 +491,16 @@ impl IndexKind for Sherman {
     /// Reads the root word and caches internal nodes top-down, level by level, until the
     /// budget is full (nothing is evicted to make room).
     fn warm(o: &ShermanOptions, node: &ShermanNode, memory: &dyn MemoryView) -> Result<(), String> {
-        let g = node.geometry;
-        let word = memory.read_memory(superblock_addr(), 8).map_err(|e| e.to_string())?;
-        let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-        let (root, root_level) = root::unpack(word);
-        node.root.set(word);
-        let mut level_nodes = vec![root];
-        for level in (1..=root_level).rev() {
-            let mut children = Vec::new();
-            for &at in &level_nodes {
-                let image = memory.read_memory(at, g.node_bytes).map_err(|e| e.to_string())?;
-                let n = g.decode(&image).map_err(|e| format!("node at {at}: {e:?}"))?;
-                if node.cache.caches_level(level) {
-                    if node.cache.stats().bytes + cache::max_charge(o.cache_charge, &g) * 2 > o.cache_bytes {
-                        return Ok(());
-                    }
-                    node.cache.insert(at, &n, cache::charge(o.cache_charge, &g, &n));
-                }
-                children.push(n.leftmost);
-                children.extend(n.records.iter().map(|r| r.1));
-            }
-            level_nodes = children;
-        }
-        Ok(())
+        warm_tree(o, node, memory, None)
+    }
+
+    fn warm_keys(
+        o: &ShermanOptions,
+        node: &ShermanNode,
+        memory: &dyn MemoryView,
+        keys: &[Vec<u8>],
+    ) -> Result<bool, String> {
+        warm_tree(o, node, memory, Some(keys)).map(|()| true)
     }
 
     fn node_counters(n: &ShermanNode) -> std::collections::BTreeMap<&'static str, u64> {

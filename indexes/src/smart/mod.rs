@@ -502,14 +502,33 @@ pub fn node_state_bytes(n: &SmartNode) -> u64 {
 
 /// Caches internal nodes top-down, breadth first, outside time, until the budget is full.
 pub fn warm(o: &SmartOptions, node: &SmartNode, memory: &dyn MemoryView) -> Result<(), String> {
+    warm_paths(o, node, memory, None)
+}
+
+/// [`IndexKind::warm_keys`]: [`warm`] restricted to the internal nodes on the paths of `keys`
+/// (sorted bytewise), in the same order.
+pub fn warm_keys(o: &SmartOptions, node: &SmartNode, memory: &dyn MemoryView, keys: &[Vec<u8>]) -> Result<(), String> {
+    debug_assert!(keys.is_sorted(), "warm_keys takes sorted keys");
+    warm_paths(o, node, memory, Some(keys))
+}
+
+/// Caches internal nodes breadth first: every one, or (with `keys`, sorted) those a search for
+/// one of the keys passes, each at the depth its header names, as a search's `remember` does.
+fn warm_paths(
+    o: &SmartOptions,
+    node: &SmartNode,
+    memory: &dyn MemoryView,
+    keys: Option<&[Vec<u8>]>,
+) -> Result<(), String> {
     let read = |at: RemoteAddr, len: usize| memory.read_memory(at, len).map_err(|e| e.to_string());
     let root = Slot(u64::from_le_bytes(read(root_slot_addr(), 8)?.try_into().expect("8 bytes")));
-    // (slot, depth of the child, byte path so far)
-    let mut level = vec![(root, 1usize, Vec::<u8>::new())];
+    // (slot, depth of the child, byte path so far, the keys below it: a range of `keys`)
+    let all = keys.map_or(0, <[_]>::len);
+    let mut level = vec![(root, 1usize, Vec::<u8>::new(), 0..all)];
     let k = o.key_bytes as usize;
     while !level.is_empty() {
         let mut next = Vec::new();
-        for (s, d, path) in level {
+        for (s, d, path, below) in level {
             if !s.is_internal() {
                 continue;
             }
@@ -519,6 +538,18 @@ pub fn warm(o: &SmartOptions, node: &SmartNode, memory: &dyn MemoryView) -> Resu
             let slots: Vec<Slot> = (0..cap)
                 .map(|i| Slot(u64::from_le_bytes(image[16 + 8 * i..24 + 8 * i].try_into().expect("8 bytes"))))
                 .collect();
+            // The keys a search takes through this node: those matching its header's partial
+            // bytes (sorted keys sharing the path so far, so a contiguous run of them).
+            let below = match keys {
+                None => below,
+                Some(keys) => {
+                    let matches = |key: &Vec<u8>| (0..h.len()).all(|j| kb(key, h.depth() + j) == h.partial(j));
+                    let run = &keys[below.clone()];
+                    let Some(first) = run.iter().position(matches) else { continue };
+                    let len = run[first..].iter().take_while(|key| matches(key)).count();
+                    below.start + first..below.start + first + len
+                }
+            };
             let mut p = path.clone();
             for j in 0..h.len() {
                 if h.depth() + j >= d {
@@ -535,9 +566,23 @@ pub fn warm(o: &SmartOptions, node: &SmartNode, memory: &dyn MemoryView) -> Resu
                 node.cache.add(&key, h.slot_depth(), s.ptr(), h.node_type(), slots.clone());
             }
             for c in slots.into_iter().filter(|c| c.is_internal()) {
+                // The keys whose next byte is the child's (a contiguous run, as above).
+                let below = match keys {
+                    None => below.clone(),
+                    Some(keys) => {
+                        let run = &keys[below.clone()];
+                        let byte = |key: &Vec<u8>| kb(key, h.slot_depth());
+                        let lo = run.partition_point(|key| byte(key) < c.partial());
+                        let hi = run.partition_point(|key| byte(key) <= c.partial());
+                        if lo == hi {
+                            continue;
+                        }
+                        below.start + lo..below.start + hi
+                    }
+                };
                 let mut cp = p.clone();
                 cp.push(c.partial());
-                next.push((c, h.slot_depth() + 1, cp));
+                next.push((c, h.slot_depth() + 1, cp, below));
             }
         }
         level = next;
@@ -627,6 +672,15 @@ impl IndexKind for Smart {
 
     fn warm_like(_: &SmartOptions, node: &SmartNode, warmed: &SmartNode, _: &dyn MemoryView) -> Result<(), String> {
         warm_like(node, warmed)
+    }
+
+    fn warm_keys(
+        o: &SmartOptions,
+        node: &SmartNode,
+        memory: &dyn MemoryView,
+        keys: &[Vec<u8>],
+    ) -> Result<bool, String> {
+        warm_keys(o, node, memory, keys).map(|()| true)
     }
 
     fn node_counters(n: &SmartNode) -> std::collections::BTreeMap<&'static str, u64> {
