@@ -444,6 +444,12 @@ pub fn run_loaded<K: IndexKind>(
     );
     // The servers' counters beside the clients' (a name both count takes the server's).
     measured.index_counters.extend(K::server_counters(options, &sim).into_iter().map(|(k, v)| (k.to_string(), v)));
+    // The compute nodes' own counters at the end of the run, summed (cache entries, evictions,
+    // rebuilds; the RDWC windows are reported as ratios over the measured phase instead), where
+    // the clients count nothing of the name.
+    for (k, v) in node_counters::<K>(nodes).into_iter().filter(|(k, _)| !k.starts_with("rdwc_")) {
+        measured.index_counters.entry(k.to_string()).or_insert(v);
+    }
     let (ops, measured_ns) = (measured.operations.max(1) as f64, measured.measured_ns);
     let (s0, s1) = (&snapshots[from.min(snapshots.len() - 1)], &snapshots[to.min(snapshots.len() - 1)]);
     let busy = |a: u64, b: u64| (b - a) as f64 / setup.memory_nodes as f64 / measured_ns as f64;

@@ -266,3 +266,27 @@ fn a_load_share_warms_each_compute_node_with_the_paths_of_its_own_keys() {
     let err = RunFile::parse("index = \"smart\"\nwarm = \"half\"\n").unwrap().requests().unwrap_err();
     assert_eq!(err, "warm must be whole or load-share, not \"half\"");
 }
+
+#[test]
+fn smarts_artifact_cache_charge_keeps_slots_until_it_rebuilds() {
+    // A cache of about three second-level nodes (2 KiB each) over 20 k keys: reads churn
+    // through the 256 of them. Charged as dmkit charges, eviction frees a node's whole charge
+    // and the cache never empties; charged as the artifact does (`keep_slots=1`), each new
+    // prefix's slot stays charged until the budget holds nothing else and the cache is
+    // rebuilt, and the end-of-run node counters say so.
+    let run = |config: &str| {
+        run_request(
+            &requests(&format!(
+                "index = \"smart\"\nconfig = \"{config}\"\nworkload = \"c\"\nkeys = 20000\ncache_bytes = 7000\n\
+                 compute_nodes = 1\nthreads_per_cn = 8\nwarmup_us = 0\nduration_us = 2000\n"
+            ))[0],
+        )
+        .unwrap()
+    };
+    let counter = |r: &RunResult, name: &str| r.index_counters.get(name).copied().unwrap_or(0);
+    let (freed, kept) = (run("smart"), run("smart,keep_slots=1"));
+    assert!(counter(&freed, "cache_evictions") > 100, "{:?}", freed.index_counters);
+    assert_eq!(counter(&freed, "cache_rebuilds"), 0);
+    assert!(counter(&kept, "cache_rebuilds") > 0, "{:?}", kept.index_counters);
+    assert!(kept.cache_hit_ratio < freed.cache_hit_ratio, "{:?} {:?}", kept.cache_hit_ratio, freed.cache_hit_ratio);
+}

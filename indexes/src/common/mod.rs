@@ -46,4 +46,7 @@ pub struct CacheStats {
     pub misses: u64,
     pub evictions: u64,
     pub invalidations: u64,
+    /// Times the whole cache was dropped because evicting every entry did not bring it within
+    /// its budget (SMART's radix cache with kept slots).
+    pub rebuilds: u64,
 }

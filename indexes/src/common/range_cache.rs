@@ -200,6 +200,7 @@ impl<N: RangeNode> IndexCache<N> {
             misses: s.misses,
             evictions: s.evictions,
             invalidations: s.invalidations,
+            rebuilds: 0,
         }
     }
 }

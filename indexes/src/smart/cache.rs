@@ -14,6 +14,14 @@
 //! the traversal then invalidates. The root (empty prefix) is never cached, as in the artifact.
 //! Eviction is FIFO over insertions; if the queue empties while still over budget, everything
 //! goes (the artifact's rule).
+//!
+//! With kept slots ([`RadixCache::with_kept_slots`], `keep_slots=1`) the charge is split as the
+//! artifact's ART-indexed cache splits it: an entry's `1 + 8 + 8n` bytes are freed when it is
+//! evicted, invalidated or replaced, but its local slot (17 B) and prefix stay charged, since
+//! the artifact's local tree (`CacheNode::records`, a concurrent map without erase) never
+//! removes a slot and `FreeMemManager::consume_by_node` charges a node by its slot count. A
+//! cache that keeps meeting new prefixes fills with them until the entries left cannot pay the
+//! deficit, the queue empties and the whole cache is rebuilt empty (`RadixCache::_evict`).
 
 use super::layout::Slot;
 use crate::common::hash::{FixedHashMap, Fnv};
@@ -182,6 +190,8 @@ struct State {
     /// Insertions so far (the next entry's identity).
     inserted: u64,
     stats: CacheStats,
+    /// With kept slots: the prefixes given a local slot since the cache was last rebuilt.
+    slotted: FixedHashMap<u64, ()>,
 }
 
 fn prefix_hash(len: usize, words: impl Iterator<Item = u64>) -> u64 {
@@ -198,12 +208,20 @@ fn prefix_hash(len: usize, words: impl Iterator<Item = u64>) -> u64 {
 #[derive(Debug)]
 pub struct RadixCache {
     budget: u64,
+    /// Slots stay charged after their entries go (the module doc).
+    keep_slots: bool,
     state: Mutex<State>,
 }
 
 impl RadixCache {
     pub fn new(budget_bytes: u64) -> RadixCache {
-        RadixCache { budget: budget_bytes, state: Mutex::new(State::default()) }
+        RadixCache::with_kept_slots(budget_bytes, false)
+    }
+
+    /// A cache that charges as the artifact's ART-indexed cache does when `keep_slots` (the
+    /// module doc).
+    pub fn with_kept_slots(budget_bytes: u64, keep_slots: bool) -> RadixCache {
+        RadixCache { budget: budget_bytes, keep_slots, state: Mutex::new(State::default()) }
     }
 
     pub fn budget(&self) -> u64 {
@@ -214,7 +232,7 @@ impl RadixCache {
     /// identities, counters — sharing its snapshots (they are immutable). A compute node given
     /// another's warmed cache this way is in exactly the state warming it would have left.
     pub fn copy_from(&self, other: &RadixCache) {
-        assert_eq!(self.budget, other.budget, "caches of one budget");
+        assert_eq!((self.budget, self.keep_slots), (other.budget, other.keep_slots), "caches of one kind");
         let copy = lock(&other.state).clone();
         *lock(&self.state) = copy;
     }
@@ -227,6 +245,8 @@ impl RadixCache {
             && a.fifo == b.fifo
             && a.inserted == b.inserted
             && a.stats == b.stats
+            && a.slotted.len() == b.slotted.len()
+            && a.slotted.keys().all(|h| b.slotted.contains_key(h))
             && a.map.len() == b.map.len()
             && a.map.iter().all(|(h, e)| b.map.get(h).is_some_and(|f| f.same(e) && f.words == e.words))
     }
@@ -234,7 +254,13 @@ impl RadixCache {
     /// Bytes charged for a snapshot of `slots` slots under a prefix of `prefix` bytes: the
     /// artifact's `1 + 8 + 8n` entry, its local node's long slot (17 B), and the prefix.
     pub fn entry_bytes(prefix: usize, slots: usize) -> u64 {
-        (9 + 8 * slots + 17 + prefix) as u64
+        (9 + 8 * slots) as u64 + Self::slot_bytes(prefix)
+    }
+
+    /// The part of [`RadixCache::entry_bytes`] that is the local tree's: the long slot (17 B)
+    /// and the prefix, which kept slots keep charged after the entry goes.
+    fn slot_bytes(prefix: usize) -> u64 {
+        (17 + prefix) as u64
     }
 
     /// The deepest cached slot for `key`: its entry and index. Returns the number of prefix
@@ -279,6 +305,17 @@ impl RadixCache {
         let prefix = &key[..plen];
         let h = prefix_hash(plen, pack(prefix));
         let mut s = lock(&self.state);
+        // With kept slots the entry is charged its own bytes, and its slot once per rebuild.
+        let bytes = match self.keep_slots {
+            false => bytes,
+            true => {
+                let slot = Self::slot_bytes(plen);
+                if s.slotted.insert(h, ()).is_none() {
+                    s.stats.bytes += slot;
+                }
+                bytes - slot
+            }
+        };
         s.inserted += 1;
         let id = s.inserted;
         let entry = CacheEntry::new(addr, depth, node_type, prefix, &slots, bytes, id);
@@ -307,8 +344,10 @@ impl RadixCache {
             let Some((h, id)) = s.fifo.pop_front() else {
                 s.map.clear();
                 s.lengths.clear();
+                s.slotted.clear();
                 s.stats.bytes = 0;
                 s.stats.entries = 0;
+                s.stats.rebuilds += 1;
                 break;
             };
             if s.map.get(&h).is_some_and(|e| e.seq == id) {
@@ -415,5 +454,45 @@ mod tests {
         assert_eq!((s.entries, s.evictions), (2, 1));
         assert!(c.lookup(&[0, 0]).0.is_none());
         assert!(c.lookup(&[2, 0]).0.is_some());
+    }
+
+    #[test]
+    fn kept_slots_stay_charged_until_the_cache_is_rebuilt() {
+        // Room for four entries of four slots under one-byte prefixes (an entry's own bytes,
+        // 41, more than its slot's, 18).
+        let four = || (0..4).map(|i| slot(i, 1)).collect::<Vec<_>>();
+        let (per, slot_part) = (RadixCache::entry_bytes(1, 4), RadixCache::slot_bytes(1));
+        let kept = RadixCache::with_kept_slots(4 * per, true);
+        let freed = RadixCache::new(4 * per);
+        for c in [&kept, &freed] {
+            for b in 0..4u8 {
+                c.add(&[b, 0], 2, at(b as u64), 1, four());
+            }
+            assert_eq!(c.stats().bytes, 4 * per, "the same charge while nothing is evicted");
+            // An entry invalidated and added again: kept, its slot is not charged twice.
+            let e = c.lookup(&[0, 0]).0.expect("a hit").0;
+            c.invalidate(&e);
+            c.add(&[0, 0], 2, at(0), 1, four());
+            assert_eq!(c.stats().bytes, 4 * per);
+        }
+        // A new prefix evicts the oldest entry; kept, its slot stays charged, so the fifth
+        // prefix costs a second eviction.
+        for c in [&kept, &freed] {
+            c.add(&[4, 0], 2, at(4), 1, four());
+        }
+        assert_eq!((freed.stats().entries, freed.stats().evictions), (4, 1));
+        assert_eq!((kept.stats().entries, kept.stats().evictions), (3, 2));
+        assert_eq!(kept.stats().bytes, 3 * per + 2 * slot_part);
+        // New prefixes keep coming: the freeing cache holds four entries for ever; the kept
+        // slots crowd the entries out until none is left to evict, and the cache starts empty.
+        for b in 5..40u8 {
+            for c in [&kept, &freed] {
+                c.add(&[b, 0], 2, at(b as u64), 1, four());
+            }
+            assert!(kept.stats().bytes <= 4 * per);
+        }
+        assert_eq!((freed.stats().entries, freed.stats().rebuilds), (4, 0));
+        assert!(kept.stats().rebuilds > 0, "{:?}", kept.stats());
+        assert!(kept.stats().entries < 4, "{:?}", kept.stats());
     }
 }

@@ -68,6 +68,13 @@ pub struct SmartOptions {
     /// stride. Only the remote footprint and the addresses change: every READ and WRITE is of
     /// the same bytes. Override `alloc_align=256`.
     pub alloc_align: u64,
+    /// Charge the radix cache as SMART's artifact does with its ART-indexed cache (the
+    /// default build, and CHIME's): a cached node's local slot (17 B) and its prefix stay
+    /// charged after the node's entry is evicted or invalidated, since the local tree never
+    /// removes a slot, until the budget holds nothing but them and the whole cache is dropped
+    /// and rebuilt ([`super::cache::RadixCache`]). Off, eviction frees the whole charge.
+    /// Override `keep_slots=1`.
+    pub keep_slots: bool,
     /// Bound on the attempts of one operation (re-reads, lock CASes, slot CASes).
     pub max_retries: u32,
     pub plants: BTreeSet<&'static str>,
@@ -88,7 +95,7 @@ impl Default for SmartOptions {
 impl SmartOptions {
     /// The named configuration for `key_bytes`-byte keys and `value_bytes`-byte values, with
     /// optional overrides after it: `smart-paper,rdwc_slots=128,cache_mb=100` (`rdwc_slots`,
-    /// `cache_mb`, `cache_kb`, `max_handover`, `lock_table_kb`, `alloc_align`), as CHIME's configurations take
+    /// `cache_mb`, `cache_kb`, `max_handover`, `lock_table_kb`, `alloc_align`, `keep_slots`), as CHIME's configurations take
     /// them, for sensitivity runs (the paper's RDWC knee is 128 slots, the digest's default
     /// 1,024).
     pub fn named(spec: &str, key_bytes: u32, value_bytes: u32) -> Result<SmartOptions, String> {
@@ -104,10 +111,12 @@ impl SmartOptions {
                 "max_handover" => o.max_handover = small()?,
                 "lock_table_kb" => o.lock_table_bytes = n.saturating_mul(1 << 10),
                 "alloc_align" => o.alloc_align = n,
+                "keep_slots" if n <= 1 => o.keep_slots = n == 1,
+                "keep_slots" => return Err(format!("override keep_slots={n}: 0 or 1")),
                 other => {
                     return Err(format!(
                         "unknown override '{other}' (rdwc_slots, cache_mb, cache_kb, max_handover, lock_table_kb, \
-                         alloc_align)"
+                         alloc_align, keep_slots)"
                     ));
                 }
             }
@@ -138,6 +147,7 @@ impl SmartOptions {
             memory_nodes: 1,
             chunk_bytes: 16 * MB,
             alloc_align: super::layout::NODE_ALIGN,
+            keep_slots: false,
             max_retries: 10_000,
             plants: BTreeSet::new(),
         };
@@ -222,6 +232,9 @@ mod tests {
             let o = SmartOptions::named(&format!("smart,alloc_align={bad}"), 8, 8).unwrap();
             assert!(o.validate().unwrap_err().contains("alloc_align"), "{bad}");
         }
+        assert!(SmartOptions::named("smart,keep_slots=1", 8, 8).unwrap().keep_slots);
+        assert!(!SmartOptions::named("smart", 8, 8).unwrap().keep_slots);
+        assert!(SmartOptions::named("smart,keep_slots=2", 8, 8).unwrap_err().contains("0 or 1"));
     }
 
     #[test]

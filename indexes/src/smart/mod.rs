@@ -167,6 +167,12 @@ pub const RCU_LOST: &str = "rcu_lost";
 pub const CACHE_HIT: &str = Counters::CACHE_HIT;
 /// A traversal found nothing for its key in the radix cache and started from the root.
 pub const CACHE_MISS: &str = Counters::CACHE_MISS;
+/// Radix-cache entries held at the end of a run, summed over compute nodes (a node counter).
+pub const CACHE_ENTRIES: &str = "cache_entries";
+/// Entries evicted by the budget (a node counter).
+pub const CACHE_EVICTIONS: &str = "cache_evictions";
+/// Times a cache with kept slots was dropped whole (a node counter; `keep_slots`).
+pub const CACHE_REBUILDS: &str = "cache_rebuilds";
 /// A cache entry found stale (a stale route, a node type changed) was dropped.
 pub const CACHE_INVALIDATED: &str = "cache_invalidated";
 /// A write found a tombstone where its key belongs and publishes over it.
@@ -446,7 +452,7 @@ pub fn node_state(o: &SmartOptions, caps: &Caps) -> SmartNode {
     SmartNode {
         types: o.node_types.clone(),
         leaf: leaf_geometry(o),
-        cache: RadixCache::new(o.cache_bytes),
+        cache: RadixCache::with_kept_slots(o.cache_bytes, o.keep_slots),
         rdwc: {
             let rdwc =
                 Rdwc::new(o.rdwc_slots.max(1) as usize, o.read_delegation || o.write_combining || o.update_handover);
@@ -684,7 +690,10 @@ impl IndexKind for Smart {
     }
 
     fn node_counters(n: &SmartNode) -> std::collections::BTreeMap<&'static str, u64> {
-        n.rdwc.stats().counters()
+        let mut counters = n.rdwc.stats().counters();
+        let s = n.cache.stats();
+        counters.extend([(CACHE_ENTRIES, s.entries), (CACHE_EVICTIONS, s.evictions), (CACHE_REBUILDS, s.rebuilds)]);
+        counters
     }
 
     fn race_handlers() -> &'static [RaceHandler] {
