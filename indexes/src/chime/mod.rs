@@ -86,9 +86,10 @@ use crate::common::bounds::{above_start, below_end};
 pub use crate::common::change::{Change, Reply};
 use crate::common::change::{Combined, RDWC_READ_FALLBACK_HANDLER, RDWC_WRITE_FALLBACK_HANDLER, search_via, write_via};
 use crate::common::chunk::LocalChunkAllocator;
-use crate::common::range_cache::{CacheLevels, CachedNode, IndexCache, children_below};
+use crate::common::range_cache::{CacheLevels, CachedNode, IndexCache};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::common::root::{self, CachedRoot};
+use crate::common::warm::children_below;
 use crate::registry::RunShape;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
 pub use config::ChimeOptions;
@@ -382,18 +383,7 @@ fn warm_tree(
                 return Ok(());
             }
             node.cache.insert(at, &n, charge);
-            match keys {
-                None => {
-                    children.push((n.leftmost, 0..0));
-                    children.extend(n.entries.iter().map(|e| (e.1, 0..0)));
-                }
-                Some(keys) => children.extend(children_below(
-                    keys,
-                    below,
-                    n.leftmost,
-                    n.entries.iter().map(|(k, c)| (k.as_slice(), *c)),
-                )),
-            }
+            children.extend(children_below(keys, below, n.leftmost, n.entries.iter().map(|(k, c)| (k.as_slice(), *c))));
         }
         level_nodes = children;
     }

@@ -18,6 +18,7 @@
 //!   for its admission hazards (H6, H7).
 //! - [`range_cache`]: B+tree internal-node cache by fence range and byte budget (Sherman, CHIME).
 //! - [`superblock`]: the superblock framing the one-sided hash tables share.
+//! - [`warm`]: splitting sorted keys among a node's children, for warming by keys.
 //!
 //! Everything here is per compute node: shared by that node's clients (`Sync`), its bytes
 //! accounted, and never holding a lock across an `.await`.
@@ -36,6 +37,7 @@ pub mod range_cache;
 pub mod rdwc;
 pub mod root;
 pub mod superblock;
+pub mod warm;
 
 /// Counters of one compute node's index cache (Sherman's node cache, SMART's radix cache).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

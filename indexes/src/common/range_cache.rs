@@ -275,30 +275,3 @@ mod tests {
         assert!(IndexCache::<TestNode>::new(0, CacheLevels::Level1).lookup(&[0; 8]).is_none());
     }
 }
-
-/// The children of a B+tree internal node that `keys` (sorted bytewise, every one covered by
-/// the node) reach, each with the range of `keys` below it: child `i` covers `[pivot i, pivot
-/// i+1)`, `leftmost` what lies below the first pivot. For warming a compute node's cache with
-/// the paths of the keys it loaded (`IndexKind::warm_keys`); children no key reaches are left
-/// out.
-pub fn children_below<'p>(
-    keys: &[Vec<u8>],
-    below: std::ops::Range<usize>,
-    leftmost: RemoteAddr,
-    pivots: impl Iterator<Item = (&'p [u8], RemoteAddr)>,
-) -> Vec<(RemoteAddr, std::ops::Range<usize>)> {
-    let run = &keys[below.clone()];
-    let mut out = Vec::new();
-    let (mut child, mut from) = (leftmost, 0);
-    for (pivot, next) in pivots {
-        let to = from + run[from..].partition_point(|k| k.as_slice() < pivot);
-        if to > from {
-            out.push((child, below.start + from..below.start + to));
-        }
-        (child, from) = (next, to);
-    }
-    if run.len() > from {
-        out.push((child, below.start + from..below.end));
-    }
-    out
-}

@@ -11,6 +11,7 @@
 use super::layout::*;
 use super::{DolphinNode, DolphinOptions, root_addr};
 use crate::InvariantReport;
+use crate::common::warm::{byte_run, matching_run};
 use dmkit_rdma::{MemoryView, RemoteAddr};
 use std::collections::BTreeSet;
 
@@ -178,7 +179,7 @@ fn warm_paths(
     if root.is_null() {
         return Ok(());
     }
-    let byte = |key: &Vec<u8>, x: usize| key.get(x).copied().unwrap_or(0);
+    let byte = |key: &[u8], x: usize| key.get(x).copied().unwrap_or(0);
     let mut level = vec![(root, 0u64, 0..keys.map_or(0, <[_]>::len))];
     while !level.is_empty() {
         let mut next = Vec::new();
@@ -193,11 +194,9 @@ fn warm_paths(
             let below = match keys {
                 None => below,
                 Some(keys) => {
-                    let matches = |key: &Vec<u8>| (h.first_pos()..h.branch_pos()).all(|x| byte(key, x) == h.byte_at(x));
-                    let run = &keys[below.clone()];
-                    let Some(first) = run.iter().position(matches) else { continue };
-                    let len = run[first..].iter().take_while(|key| matches(key)).count();
-                    below.start + first..below.start + first + len
+                    let matches = |key: &[u8]| (h.first_pos()..h.branch_pos()).all(|x| byte(key, x) == h.byte_at(x));
+                    let Some(run) = matching_run(keys, below, matches) else { continue };
+                    run
                 }
             };
             let mut prefix = known;
@@ -214,13 +213,10 @@ fn warm_paths(
                 let below = match keys {
                     None => below.clone(),
                     Some(keys) => {
-                        let run = &keys[below.clone()];
-                        let lo = run.partition_point(|key| byte(key, b) < e.partial());
-                        let hi = run.partition_point(|key| byte(key, b) <= e.partial());
-                        if lo == hi {
+                        let Some(run) = byte_run(keys, below.clone(), |key| byte(key, b), e.partial()) else {
                             continue;
-                        }
-                        below.start + lo..below.start + hi
+                        };
+                        run
                     }
                 };
                 next.push((*e, prefix | u64::from(e.partial()) << (56 - 8 * b), below));

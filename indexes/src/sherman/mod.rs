@@ -95,9 +95,9 @@ pub use crate::common::change::{Change, Reply};
 use crate::common::change::{Combined, RDWC_READ_FALLBACK_HANDLER, RDWC_WRITE_FALLBACK_HANDLER, search_via, write_via};
 use crate::common::chunk::LocalChunkAllocator;
 use crate::common::hocl::{HOCL_HANDED_OVER, HOCL_LOCK_FAILED, HoclHeld, LocalLockTable, acquire_global};
-use crate::common::range_cache::children_below;
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
 use crate::common::root::{self, CachedRoot};
+use crate::common::warm::children_below;
 use crate::hash::hash64;
 use crate::registry::RunShape;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
@@ -365,18 +365,7 @@ fn warm_tree(
                 }
                 node.cache.insert(at, &n, cache::charge(o.cache_charge, &g, &n));
             }
-            match keys {
-                None => {
-                    children.push((n.leftmost, 0..0));
-                    children.extend(n.records.iter().map(|r| (r.1, 0..0)));
-                }
-                Some(keys) => children.extend(children_below(
-                    keys,
-                    below,
-                    n.leftmost,
-                    n.records.iter().map(|(k, c)| (k.as_slice(), *c)),
-                )),
-            }
+            children.extend(children_below(keys, below, n.leftmost, n.records.iter().map(|(k, c)| (k.as_slice(), *c))));
         }
         level_nodes = children;
     }

@@ -91,6 +91,7 @@ use crate::common::change::{
 use crate::common::chunk::LocalChunkAllocator;
 use crate::common::hocl::{HOCL_HANDED_OVER, HOCL_LOCK_FAILED, HoclHeld, LocalLockTable, acquire_global};
 use crate::common::rdwc::{Rdwc, ReadLeader, WriteLeader};
+use crate::common::warm::{byte_run, matching_run};
 use crate::hash::hash64;
 use crate::registry::RunShape;
 use crate::{Counters, Index, IndexError, IndexKind, InvariantReport, Limits, Pairs, PlantedBug, RaceHandler};
@@ -549,11 +550,9 @@ fn warm_paths(
             let below = match keys {
                 None => below,
                 Some(keys) => {
-                    let matches = |key: &Vec<u8>| (0..h.len()).all(|j| kb(key, h.depth() + j) == h.partial(j));
-                    let run = &keys[below.clone()];
-                    let Some(first) = run.iter().position(matches) else { continue };
-                    let len = run[first..].iter().take_while(|key| matches(key)).count();
-                    below.start + first..below.start + first + len
+                    let matches = |key: &[u8]| (0..h.len()).all(|j| kb(key, h.depth() + j) == h.partial(j));
+                    let Some(run) = matching_run(keys, below, matches) else { continue };
+                    run
                 }
             };
             let mut p = path.clone();
@@ -576,14 +575,11 @@ fn warm_paths(
                 let below = match keys {
                     None => below.clone(),
                     Some(keys) => {
-                        let run = &keys[below.clone()];
-                        let byte = |key: &Vec<u8>| kb(key, h.slot_depth());
-                        let lo = run.partition_point(|key| byte(key) < c.partial());
-                        let hi = run.partition_point(|key| byte(key) <= c.partial());
-                        if lo == hi {
+                        let Some(run) = byte_run(keys, below.clone(), |key| kb(key, h.slot_depth()), c.partial())
+                        else {
                             continue;
-                        }
-                        below.start + lo..below.start + hi
+                        };
+                        run
                     }
                 };
                 let mut cp = p.clone();
