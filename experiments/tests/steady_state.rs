@@ -290,3 +290,21 @@ fn smarts_artifact_cache_charge_keeps_slots_until_it_rebuilds() {
     assert!(counter(&kept, "cache_rebuilds") > 0, "{:?}", kept.index_counters);
     assert!(kept.cache_hit_ratio < freed.cache_hit_ratio, "{:?} {:?}", kept.cache_hit_ratio, freed.cache_hit_ratio);
 }
+
+#[test]
+fn every_shipped_run_file_parses_into_its_points() {
+    // The run files under experiments/configs (not the figures, which reproduce reads).
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.extension().is_some_and(|e| e == "toml") && !name.starts_with("cluster") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let points = RunFile::parse(&text).and_then(|f| f.requests()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!points.is_empty(), "{name}");
+            seen += 1;
+        }
+    }
+    assert!(seen >= 5, "{seen} run files");
+}
