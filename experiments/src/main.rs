@@ -558,8 +558,10 @@ struct RunArgs {
     #[arg(long, conflicts_with = "file")]
     restart_after_us: Option<u64>,
     /// What each compute node's caches hold before the run: whole (every internal node the
-    /// budget holds) or load-share (compute node c of C: the paths of every C-th loaded item
-    /// from the c-th, what it would have read loading its share, as CHIME's Fig. 14 measures).
+    /// budget holds), load-share (compute node c of C: the paths of every C-th loaded item
+    /// from the c-th, what it would have read loading its share, as CHIME's Fig. 14 measures)
+    /// or load-replay (the same share's searches put through the cache in load order, with its
+    /// budget, eviction and charge).
     #[arg(long, default_value = "whole", conflicts_with = "file")]
     warm: String,
     /// Where to run: sim (the simulator) or rdma (hardware; needs --cluster and a build with

@@ -305,14 +305,22 @@ pub fn run_loaded<K: IndexKind>(
     // By load share, each node its own paths; whole, every node warms to the same state: warm
     // the first, give the others its state.
     let mut warmed = Warm::Whole;
-    if setup.warm == Warm::LoadShare {
+    if setup.warm != Warm::Whole {
         for (i, node) in nodes.iter().enumerate() {
+            let how = if setup.warm == Warm::LoadShare { "with" } else { "through" };
             progress
-                .measuring(0, &format!("warming compute node {}/{}'s caches with its load share", i + 1, nodes.len()));
-            let keys = items.share_keys(i as u64, nodes.len() as u64);
-            match K::warm_keys(options, node, &sim, &keys).map_err(|e| format!("warming the caches: {e}"))? {
-                true => warmed = Warm::LoadShare,
-                false if i == 0 => break, // the index does not warm by keys: whole, below
+                .measuring(0, &format!("warming compute node {}/{}'s caches {how} its load share", i + 1, nodes.len()));
+            let mut keys = items.share_keys(i as u64, nodes.len() as u64);
+            let done = match setup.warm {
+                Warm::LoadShare => {
+                    keys.sort_unstable();
+                    K::warm_keys(options, node, &sim, &keys)
+                }
+                _ => K::replay_keys(options, node, &sim, &keys),
+            };
+            match done.map_err(|e| format!("warming the caches: {e}"))? {
+                true => warmed = setup.warm,
+                false if i == 0 => break, // the index does not warm so: whole, below
                 false => return Err(format!("internal: {} warmed compute node 0 by keys, not {i}", K::NAME)),
             }
         }

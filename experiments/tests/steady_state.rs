@@ -263,8 +263,13 @@ fn a_load_share_warms_each_compute_node_with_the_paths_of_its_own_keys() {
     assert!((0.05..0.2).contains(&tenth), "{tenth}");
     // RACE has no compute-node cache to warm by keys: warmed whole, and said so.
     assert_eq!(run("race", "load-share").warmed, Warm::Whole);
+    // Replayed, SMART's caches hold what their shares' searches read: with a budget that holds
+    // the tree, each node's share of it, as warmed by its keys.
+    let replayed = run("smart", "load-replay");
+    assert_eq!((replayed.warmed, run("race", "load-replay").warmed), (Warm::LoadReplay, Warm::Whole));
+    assert_eq!(replayed.cache_bytes_per_cn, run("smart", "load-share").cache_bytes_per_cn);
     let err = RunFile::parse("index = \"smart\"\nwarm = \"half\"\n").unwrap().requests().unwrap_err();
-    assert_eq!(err, "warm must be whole or load-share, not \"half\"");
+    assert_eq!(err, "warm must be whole, load-share or load-replay, not \"half\"");
 }
 
 #[test]

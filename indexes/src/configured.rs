@@ -110,6 +110,15 @@ impl<C: Configuration> IndexKind for Configured<C> {
         C::Of::warm_keys(o, node, memory, keys)
     }
 
+    fn replay_keys(
+        o: &Self::Options,
+        node: &Self::NodeState,
+        memory: &dyn MemoryView,
+        keys: &[Vec<u8>],
+    ) -> Result<bool, String> {
+        C::Of::replay_keys(o, node, memory, keys)
+    }
+
     fn warm_like(
         o: &Self::Options,
         node: &Self::NodeState,

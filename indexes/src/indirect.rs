@@ -240,6 +240,15 @@ impl<K: IndexKind> IndexKind for Indirect<K> {
         K::warm_keys(&o.inner, &node.inner, memory, keys)
     }
 
+    fn replay_keys(
+        o: &Self::Options,
+        node: &Self::NodeState,
+        memory: &dyn MemoryView,
+        keys: &[Vec<u8>],
+    ) -> Result<bool, String> {
+        K::replay_keys(&o.inner, &node.inner, memory, keys)
+    }
+
     fn warm_like(
         o: &Self::Options,
         node: &Self::NodeState,

@@ -516,6 +516,23 @@ pub trait IndexKind: 'static {
         Ok(false)
     }
 
+    /// Puts a compute node's caches through the searches of `keys`, in their order (a load
+    /// share, in load order), outside time: each from the deepest cached node, the nodes below
+    /// read from memory and cached as a search caches them, with the cache's own eviction and
+    /// charge. The state a compute node's caches are in after it inserted these keys with its
+    /// caches on, as the papers' compute nodes load (over the loaded structure: the paths are
+    /// the final tree's). Returns `false`, leaving `node` as it was, for an index that does not
+    /// replay (the default): the caller warms it whole and says so.
+    fn replay_keys(
+        options: &Self::Options,
+        node: &Self::NodeState,
+        memory: &dyn MemoryView,
+        keys: &[Vec<u8>],
+    ) -> Result<bool, String> {
+        let _ = (options, node, memory, keys);
+        Ok(false)
+    }
+
     /// Hands compute node 0 of a run what the loader's compute node holds that outlives the
     /// load — its chunk allocator's reservations, free blocks and current chunk — so that blocks
     /// of loaded items are freed and reused there, as when one simulation loads and runs (runs

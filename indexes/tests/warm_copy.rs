@@ -139,3 +139,27 @@ fn a_load_share_caches_its_own_keys_paths_and_not_the_whole_tree() {
     let (s, w) = (share.cache.stats(), whole.cache.stats());
     assert!(s.entries < w.entries && s.bytes < w.bytes, "{s:?} against {w:?}");
 }
+
+#[test]
+fn replaying_a_load_caches_what_its_searches_read_with_the_caches_own_charge() {
+    let key = |k: u64| k.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes().to_vec();
+    let in_load_order: Vec<Vec<u8>> = (0..3000).map(key).collect();
+    // A budget that holds the tree: the searches of every key cache every internal node.
+    let o = SmartOptions { cache_bytes: 64 << 20, ..SmartOptions::default() };
+    let sim = loaded::<Smart>(&o, 3000);
+    let [whole, replayed] = [0; 2].map(|_| Smart::node_state(&o, sim.caps()));
+    Smart::warm(&o, &whole, &sim).unwrap();
+    assert!(Smart::replay_keys(&o, &replayed, &sim, &in_load_order).unwrap(), "SMART replays");
+    let (w, r) = (whole.cache.stats(), replayed.cache.stats());
+    assert_eq!((w.entries, w.bytes, r.evictions), (r.entries, r.bytes, 0));
+    // A budget of about a tenth of the second level: the replay churns through it, and charged
+    // as the artifact charges (kept slots) the cache ends holding fewer entries.
+    let tight = |keep_slots| SmartOptions { cache_bytes: 6_000, keep_slots, ..SmartOptions::default() };
+    let (freed, kept) = (tight(false), tight(true));
+    let [f, k] = [&freed, &kept].map(|o| Smart::node_state(o, sim.caps()));
+    Smart::replay_keys(&freed, &f, &sim, &in_load_order).unwrap();
+    Smart::replay_keys(&kept, &k, &sim, &in_load_order).unwrap();
+    let (fs, ks) = (f.cache.stats(), k.cache.stats());
+    assert!(fs.evictions > 1000 && fs.bytes <= 6_000, "{fs:?}");
+    assert!(ks.entries < fs.entries && ks.bytes <= 6_000, "{ks:?} against {fs:?}");
+}

@@ -88,8 +88,8 @@ pub struct RunFile {
     pub crash_at_us: u64,
     #[serde(default)]
     pub restart_after_us: Option<u64>,
-    /// What the compute nodes' caches are warmed with: `whole` (default) or `load-share`
-    /// ([`crate::run::Warm`]).
+    /// What the compute nodes' caches are warmed with: `whole` (default), `load-share` or
+    /// `load-replay` ([`crate::run::Warm`]).
     #[serde(default = "default_warm")]
     pub warm: String,
     #[serde(default)]
@@ -118,8 +118,8 @@ pub struct Sweep {
     pub seed: Option<Vec<u64>>,
     pub cache_bytes: Option<Vec<u64>>,
     pub crash_server: Option<Vec<u16>>,
-    /// `whole` and/or `load-share` ([`crate::run::Warm`]): points differing only in this share
-    /// their load.
+    /// Any of `whole`, `load-share`, `load-replay` ([`crate::run::Warm`]): points differing
+    /// only in this share their load.
     pub warm: Option<Vec<String>>,
 }
 

@@ -78,6 +78,13 @@ pub enum Warm {
     /// caches on, as CHIME's Fig. 14 loads and measures. An index that does not warm by keys
     /// is warmed whole, and its result says so (`warmed`).
     LoadShare,
+    /// Compute node `c` of `C` puts its caches through the searches of the same share, in load
+    /// order (`IndexKind::replay_keys`): each from the deepest cached node, the nodes below
+    /// cached as a search caches them, with the cache's eviction and charge. The state a
+    /// compute node that inserted its share with its caches on is left in, budget, eviction and
+    /// all (CHIME's and SMART's evaluations load so before they measure). An index that does
+    /// not replay is warmed whole, and its result says so.
+    LoadReplay,
 }
 
 impl Warm {
@@ -85,7 +92,8 @@ impl Warm {
         match text {
             "whole" => Ok(Warm::Whole),
             "load-share" => Ok(Warm::LoadShare),
-            other => Err(format!("warm must be whole or load-share, not {other:?}")),
+            "load-replay" => Ok(Warm::LoadReplay),
+            other => Err(format!("warm must be whole, load-share or load-replay, not {other:?}")),
         }
     }
 }

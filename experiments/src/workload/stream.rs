@@ -459,15 +459,13 @@ impl ExactSizeIterator for LoadItems {}
 
 impl LoadItems {
     /// The keys at places `share, share + shares, share + 2·shares, …` of the whole load order
-    /// (whatever of it this iterator has yielded), sorted bytewise: one loader's share when the
+    /// (whatever of it this iterator has yielded), in that order: one loader's share when the
     /// load is dealt round-robin over `shares` loaders.
     pub fn share_keys(&self, share: u64, shares: u64) -> Vec<Vec<u8>> {
         assert!(share < shares, "share {share} of {shares}");
-        let mut keys: Vec<Vec<u8>> = (share..self.end)
+        (share..self.end)
             .step_by(shares as usize)
             .map(|i| self.key_format.encode(if self.shuffled { shuffled_index(i, self.end) } else { i }))
-            .collect();
-        keys.sort_unstable();
-        keys
+            .collect()
     }
 }

@@ -519,6 +519,47 @@ pub fn warm_keys(o: &SmartOptions, node: &SmartNode, memory: &dyn MemoryView, ke
     warm_paths(o, node, memory, Some(keys))
 }
 
+/// [`IndexKind::replay_keys`]: each key's search, in order, from the deepest cached slot (or the
+/// root) down to its leaf, every internal node below read from memory and cached as a search
+/// caches it (`remember`), with the cache's FIFO eviction and charge.
+pub fn replay_keys(
+    o: &SmartOptions,
+    node: &SmartNode,
+    memory: &dyn MemoryView,
+    keys: &[Vec<u8>],
+) -> Result<(), String> {
+    if o.cache_bytes == 0 {
+        return Ok(());
+    }
+    let read = |at: RemoteAddr, len: usize| memory.read_memory(at, len).map_err(|e| e.to_string());
+    let root = Slot(u64::from_le_bytes(read(root_slot_addr(), 8)?.try_into().expect("8 bytes")));
+    for key in keys {
+        let (mut s, mut d) = match node.cache.lookup(key).0 {
+            Some((e, i)) => (e.slot(i), e.depth() + 1),
+            None => (root, 1),
+        };
+        while s.is_internal() {
+            let image = read(s.ptr(), node.types.read_bytes(s.node_type()))?;
+            let h = Header(u64::from_le_bytes(image[8..16].try_into().expect("8 bytes")));
+            if (0..h.len()).any(|j| kb(key, h.depth() + j) != h.partial(j)) {
+                break;
+            }
+            let cap = node.types.capacity(h.node_type());
+            let slots: Vec<Slot> = (0..cap)
+                .map(|i| Slot(u64::from_le_bytes(image[16 + 8 * i..24 + 8 * i].try_into().expect("8 bytes"))))
+                .collect();
+            let pk = kb(key, h.slot_depth());
+            let next = slots.iter().copied().find(|c| !c.is_null() && c.partial() == pk);
+            if h.depth() == d {
+                node.cache.add(key, h.slot_depth(), s.ptr(), h.node_type(), slots);
+            }
+            let Some(c) = next else { break };
+            (s, d) = (c, h.slot_depth() + 1);
+        }
+    }
+    Ok(())
+}
+
 /// Caches internal nodes breadth first: every one, or (with `keys`, sorted) those a search for
 /// one of the keys passes, each at the depth its header names, as a search's `remember` does.
 fn warm_paths(
@@ -683,6 +724,15 @@ impl IndexKind for Smart {
         keys: &[Vec<u8>],
     ) -> Result<bool, String> {
         warm_keys(o, node, memory, keys).map(|()| true)
+    }
+
+    fn replay_keys(
+        o: &SmartOptions,
+        node: &SmartNode,
+        memory: &dyn MemoryView,
+        keys: &[Vec<u8>],
+    ) -> Result<bool, String> {
+        replay_keys(o, node, memory, keys).map(|()| true)
     }
 
     fn node_counters(n: &SmartNode) -> std::collections::BTreeMap<&'static str, u64> {
