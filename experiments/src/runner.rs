@@ -273,8 +273,8 @@ fn snapshot<K: IndexKind>(sim: &Sim, memory_nodes: u16, nodes: &[Arc<K::NodeStat
 /// Runs `sources` (one per client) against the loaded index: a fresh simulation from a copy
 /// of the image, fresh compute nodes, warm caches, the measured clients. `names` = (index
 /// config name, workload name); `preload` is the history of the loaded items, when a history
-/// is recorded; `items` the loaded items, which [`Warm::LoadShare`] deals out to the compute
-/// nodes.
+/// is recorded; `items` the loaded items, which [`Warm::LoadShare`] and [`Warm::LoadReplay`]
+/// deal out to the compute nodes.
 #[allow(clippy::too_many_arguments)]
 pub fn run_loaded<K: IndexKind>(
     setup: &RunSetup,

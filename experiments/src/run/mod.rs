@@ -47,8 +47,8 @@ pub fn run_index<K: IndexKind>(
     setup.window.validate()?;
     if let Some(cluster) = &setup.cluster {
         if setup.warm != Warm::Whole {
-            return Err("--warm load-share is the simulator's (it fills caches outside time); on hardware the \
-                        caches warm by running"
+            return Err("--warm load-share and load-replay are the simulator's (they fill caches outside time); on \
+                        hardware the caches warm by running"
                 .into());
         }
         #[cfg(feature = "connectx")]

@@ -36,7 +36,13 @@ pub fn children_below<'p>(
 
 /// The part of `below` that `matches` (a radix node's compressed prefix), or `None` when no
 /// key does: keys sharing every byte before the prefix, sorted, match in one contiguous run.
-pub fn matching_run(keys: &[Vec<u8>], below: Range<usize>, matches: impl Fn(&[u8]) -> bool) -> Option<Range<usize>> {
+/// Without keys (warming the whole tree), `below` as it is.
+pub fn matching_run(
+    keys: Option<&[Vec<u8>]>,
+    below: Range<usize>,
+    matches: impl Fn(&[u8]) -> bool,
+) -> Option<Range<usize>> {
+    let Some(keys) = keys else { return Some(below) };
     let run = &keys[below.clone()];
     let first = run.iter().position(|k| matches(k))?;
     let len = run[first..].iter().take_while(|k| matches(k)).count();
@@ -44,8 +50,15 @@ pub fn matching_run(keys: &[Vec<u8>], below: Range<usize>, matches: impl Fn(&[u8
 }
 
 /// The part of `below` whose byte (`byte_of`, the one a radix node branches on, the same
-/// position for all of them) is `b`, or `None` when no key's is.
-pub fn byte_run(keys: &[Vec<u8>], below: Range<usize>, byte_of: impl Fn(&[u8]) -> u8, b: u8) -> Option<Range<usize>> {
+/// position for all of them) is `b`, or `None` when no key's is. Without keys, `below` as it
+/// is.
+pub fn byte_run(
+    keys: Option<&[Vec<u8>]>,
+    below: Range<usize>,
+    byte_of: impl Fn(&[u8]) -> u8,
+    b: u8,
+) -> Option<Range<usize>> {
+    let Some(keys) = keys else { return Some(below) };
     let run = &keys[below.clone()];
     let lo = run.partition_point(|k| byte_of(k) < b);
     let hi = run.partition_point(|k| byte_of(k) <= b);

@@ -191,14 +191,8 @@ fn warm_paths(
             let h = img.header;
             // The keys a search takes through this node: those with its prefix bytes (a
             // contiguous run of the sorted keys, which share every byte before them).
-            let below = match keys {
-                None => below,
-                Some(keys) => {
-                    let matches = |key: &[u8]| (h.first_pos()..h.branch_pos()).all(|x| byte(key, x) == h.byte_at(x));
-                    let Some(run) = matching_run(keys, below, matches) else { continue };
-                    run
-                }
-            };
+            let matches = |key: &[u8]| (h.first_pos()..h.branch_pos()).all(|x| byte(key, x) == h.byte_at(x));
+            let Some(below) = matching_run(keys, below, matches) else { continue };
             let mut prefix = known;
             for x in h.first_pos()..h.branch_pos() {
                 prefix |= u64::from(h.byte_at(x)) << (56 - 8 * x);
@@ -210,15 +204,7 @@ fn warm_paths(
             }
             let b = h.branch_pos();
             for e in img.live().iter().filter(|e| !e.is_null() && !e.is_leaf()) {
-                let below = match keys {
-                    None => below.clone(),
-                    Some(keys) => {
-                        let Some(run) = byte_run(keys, below.clone(), |key| byte(key, b), e.partial()) else {
-                            continue;
-                        };
-                        run
-                    }
-                };
+                let Some(below) = byte_run(keys, below.clone(), |key| byte(key, b), e.partial()) else { continue };
                 next.push((*e, prefix | u64::from(e.partial()) << (56 - 8 * b), below));
             }
         }

@@ -194,6 +194,17 @@ pub fn kb(key: &[u8], d: usize) -> u8 {
     if d == 0 { 0 } else { key.get(d - 1).copied().unwrap_or(0) }
 }
 
+/// The first `cap` slots of an internal node's image (its bytes from the node's start: the
+/// reverse pointer, the header, then the slots).
+pub fn node_slots(image: &[u8], cap: usize) -> Vec<Slot> {
+    (0..cap)
+        .map(|i| {
+            let at = NODE_PREFIX as usize + 8 * i;
+            Slot(u64::from_le_bytes(image[at..at + 8].try_into().expect("8 bytes")))
+        })
+        .collect()
+}
+
 /// Node types: capacities of types 1..=n (type 0 is DELETED).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeTypes {

@@ -99,7 +99,7 @@ use cache::{CacheEntry, RadixCache};
 pub use config::SmartOptions;
 use dmkit_rdma::{Buf, Caps, Client, CpuWork, Fixed, MemoryView, NodeId, RemoteAddr, Request};
 use layout::{CHECKSUM_AT, DEAD_BIT, Header, LOCK_BIT, Leaf, LeafGeometry, NodeTypes, Slot, TYPE_MASK};
-use layout::{VALID_AT, kb};
+use layout::{VALID_AT, kb, node_slots};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -545,9 +545,7 @@ pub fn replay_keys(
                 break;
             }
             let cap = node.types.capacity(h.node_type());
-            let slots: Vec<Slot> = (0..cap)
-                .map(|i| Slot(u64::from_le_bytes(image[16 + 8 * i..24 + 8 * i].try_into().expect("8 bytes"))))
-                .collect();
+            let slots = node_slots(&image, cap);
             let pk = kb(key, h.slot_depth());
             let next = slots.iter().copied().find(|c| !c.is_null() && c.partial() == pk);
             if h.depth() == d {
@@ -583,19 +581,11 @@ fn warm_paths(
             let image = read(s.ptr(), node.types.read_bytes(node.types.largest()))?;
             let h = Header(u64::from_le_bytes(image[8..16].try_into().expect("8 bytes")));
             let cap = node.types.capacity(h.node_type());
-            let slots: Vec<Slot> = (0..cap)
-                .map(|i| Slot(u64::from_le_bytes(image[16 + 8 * i..24 + 8 * i].try_into().expect("8 bytes"))))
-                .collect();
+            let slots = node_slots(&image, cap);
             // The keys a search takes through this node: those matching its header's partial
             // bytes (sorted keys sharing the path so far, so a contiguous run of them).
-            let below = match keys {
-                None => below,
-                Some(keys) => {
-                    let matches = |key: &[u8]| (0..h.len()).all(|j| kb(key, h.depth() + j) == h.partial(j));
-                    let Some(run) = matching_run(keys, below, matches) else { continue };
-                    run
-                }
-            };
+            let matches = |key: &[u8]| (0..h.len()).all(|j| kb(key, h.depth() + j) == h.partial(j));
+            let Some(below) = matching_run(keys, below, matches) else { continue };
             let mut p = path.clone();
             for j in 0..h.len() {
                 if h.depth() + j >= d {
@@ -613,15 +603,8 @@ fn warm_paths(
             }
             for c in slots.into_iter().filter(|c| c.is_internal()) {
                 // The keys whose next byte is the child's (a contiguous run, as above).
-                let below = match keys {
-                    None => below.clone(),
-                    Some(keys) => {
-                        let Some(run) = byte_run(keys, below.clone(), |key| kb(key, h.slot_depth()), c.partial())
-                        else {
-                            continue;
-                        };
-                        run
-                    }
+                let Some(below) = byte_run(keys, below.clone(), |key| kb(key, h.slot_depth()), c.partial()) else {
+                    continue;
                 };
                 let mut cp = p.clone();
                 cp.push(c.partial());
@@ -929,10 +912,7 @@ impl<C: Client + Clone + 'static> SmartHandle<C> {
         if h.depth() > at.d || !rev_ok {
             return Ok(None);
         }
-        let slots = (0..cap)
-            .map(|i| Slot(u64::from_le_bytes(buf[16 + 8 * i..24 + 8 * i].try_into().expect("8 bytes"))))
-            .collect();
-        Ok(Some(NodeImage { rev, h, slots }))
+        Ok(Some(NodeImage { rev, h, slots: node_slots(buf.as_slice(), cap) }))
     }
 
     /// Whether a delegating leader marks after its leaf READ returns, not before posting it: the
